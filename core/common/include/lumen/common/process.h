@@ -1,0 +1,55 @@
+// Starting and watching OS processes: the daemons and workers of a cluster.
+//
+//   lumen::SpawnOptions options;
+//   options.executable = "/proc/self/exe";
+//   options.env = {{"LUMEN_ROLE", "worker"}};
+//   options.die_with_parent = true;
+//   absl::StatusOr<pid_t> pid = lumen::SpawnProcess(options);
+#pragma once
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace lumen {
+
+struct SpawnOptions {
+  std::string executable;
+  std::vector<std::string> args;  // argv[1..]; argv[0] is `executable`
+  // Added to (or replacing in) the parent's environment.
+  std::vector<std::pair<std::string, std::string>> env;
+  // Append the child's stdout and stderr to this file; empty: inherit.
+  std::string log_path;
+  // SIGKILL the child when the thread that spawned it exits (PR_SET_PDEATHSIG).
+  bool die_with_parent = false;
+  // Detach into a new session (for daemons started by `lumen start`).
+  bool new_session = false;
+  // Descriptors that stay open in the child (all others the parent marked
+  // close-on-exec are closed by exec).
+  std::vector<int> keep_fds;
+  std::optional<int> oom_score_adj;
+};
+
+// Forks and execs. Safe to call from a multi-threaded process: everything the
+// child needs is prepared before fork. Errors: the exec failing is reported
+// through a close-on-exec pipe, so a bad path returns an error here.
+absl::StatusOr<pid_t> SpawnProcess(const SpawnOptions& options);
+
+// The absolute path of this process's executable.
+std::string SelfExecutablePath();
+
+// Waits up to `timeout_ms` for `pid` (a child) to exit; returns true if it did.
+bool WaitForChildExit(pid_t pid, int timeout_ms);
+
+// True if a process with this pid exists (and is not a zombie we could see).
+bool ProcessAlive(pid_t pid);
+
+// Creates a pipe whose both ends are close-on-exec.
+absl::Status MakePipe(int fds[2]);
+
+}  // namespace lumen

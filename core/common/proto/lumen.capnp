@@ -1,0 +1,186 @@
+# Lumen's wire protocol: every message between processes is one Envelope,
+# framed as described in doc/wire_format.md.
+@0xc1d6a8b0e2f4a931;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("lumen::proto");
+
+const protocolVersion :UInt32 = 1;
+
+enum Role {
+  driver @0;
+  worker @1;
+  node @2;
+  cli @3;
+  peer @4;     # a driver or worker calling another one's owner service
+}
+
+struct Resource {
+  name @0 :Text;
+  quantity @1 :Float64;
+}
+
+# First frame on every connection, from the side that connected.
+struct Hello {
+  protocolVersion @0 :UInt32;
+  role @1 :Role;
+  token @2 :Text;
+  pid @3 :Int32;
+  workerId @4 :Data;
+  jobId @5 :Data;
+  exePath @6 :Text;            # driver: the binary its workers re-execute
+  listenAddress @7 :Text;      # driver/worker: its owner service socket
+}
+
+struct HelloReply {
+  ok @0 :Bool;
+  error @1 :Text;
+  nodeId @2 :Data;
+  storeSize @3 :UInt64;        # node: the segment's size; its fd travels with this frame
+  sessionDir @4 :Text;
+  jobId @5 :Data;
+}
+
+# A value as it travels: inline bytes (codec-encoded) or a sealed object in the
+# node's shared-memory store.
+struct Value {
+  union {
+    inline @0 :Data;
+    stored @1 :StoredObject;
+    error @2 :TaskFailure;
+  }
+}
+
+struct StoredObject {
+  objectId @0 :Data;
+  size @1 :UInt64;
+  nodeId @2 :Data;
+}
+
+enum FailureKind {
+  taskError @0;          # user code threw
+  workerCrashed @1;
+  objectLost @2;
+  functionNotFound @3;
+  storeFull @4;
+  typeMismatch @5;
+  other @6;
+}
+
+struct TaskFailure {
+  kind @0 :FailureKind;
+  exceptionType @1 :Text;
+  message @2 :Text;
+  location @3 :Text;     # "pid 1234 on node abcd (worker ef01)"
+}
+
+struct ObjectRefData {
+  objectId @0 :Data;
+  ownerAddress @1 :Text;
+}
+
+struct TaskSpec {
+  taskId @0 :Data;
+  function @1 :Text;
+  args @2 :List(Value);
+  attempt @3 :UInt32;
+  ownerAddress @4 :Text;
+  jobId @5 :Data;
+}
+
+struct TaskReply {
+  taskId @0 :Data;
+  attempt @1 :UInt32;
+  result @2 :Value;
+  execMicros @3 :UInt64;   # time the function ran, for the submitter's pipelining
+}
+
+struct LeaseRequest {
+  resources @0 :List(Resource);
+}
+
+struct LeaseReply {
+  granted @0 :Bool;
+  error @1 :Text;
+  leaseId @2 :UInt64;
+  workerId @3 :Data;
+  workerAddress @4 :Text;
+  workerPid @5 :Int32;
+}
+
+struct StoreRequest {
+  objectId @0 :Data;
+  size @1 :UInt64;
+}
+
+struct StoreReply {
+  ok @0 :Bool;
+  code @1 :UInt32;       # absl::StatusCode
+  error @2 :Text;
+  offset @3 :UInt64;
+  size @4 :UInt64;
+}
+
+struct NodeStats {
+  nodeId @0 :Data;
+  address @1 :Text;
+  hostname @2 :Text;
+  pid @3 :Int32;
+  alive @4 :Bool;
+  total @5 :List(Resource);
+  available @6 :List(Resource);
+  storeCapacity @7 :UInt64;
+  storeUsed @8 :UInt64;
+  storeObjects @9 :UInt64;
+  workers @10 :UInt32;
+  idleWorkers @11 :UInt32;
+  queuedLeases @12 :UInt32;
+  activeLeases @13 :UInt32;
+  sessionDir @14 :Text;
+}
+
+struct ObjectStatusReply {
+  value @0 :Value;
+}
+
+struct Envelope {
+  requestId @0 :UInt64;
+  union {
+    hello @1 :Hello;
+    helloReply @2 :HelloReply;
+    requestLease @3 :LeaseRequest;
+    leaseReply @4 :LeaseReply;
+    returnLease @5 :UInt64;              # lease id
+    storeCreate @6 :StoreRequest;
+    storeSeal @7 :StoreRequest;
+    storeAbort @8 :StoreRequest;
+    storeGet @9 :StoreRequest;
+    storeRelease @10 :StoreRequest;
+    storeDelete @11 :StoreRequest;
+    storeReply @12 :StoreReply;
+    workerBlocked @13 :Void;
+    workerUnblocked @14 :Void;
+    pushTask @15 :TaskSpec;
+    taskReply @16 :TaskReply;
+    waitObject @17 :Data;                # object id; answered when ready
+    objectStatus @18 :ObjectStatusReply;
+    registerNode @19 :NodeStats;
+    reportNode @20 :NodeStats;
+    getNodes @21 :Void;
+    nodes @22 :List(NodeStats);
+    getNodeStats @23 :Void;
+    nodeStats @24 :NodeStats;
+    kvPut @25 :KeyValue;
+    kvGet @26 :Text;
+    kvReply @27 :KeyValue;
+    addBorrower @28 :Data;               # object id
+    removeBorrower @29 :Data;
+    ack @30 :Void;
+  }
+}
+
+struct KeyValue {
+  key @0 :Text;
+  value @1 :Data;
+  found @2 :Bool;
+}

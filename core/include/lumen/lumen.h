@@ -1,0 +1,328 @@
+// Lumen: remote tasks, futures and a shared-memory object store for C++20.
+//
+//   #include <lumen/lumen.h>
+//
+//   int Plus(int a, int b) { return a + b; }
+//   LUMEN_REMOTE(Plus);
+//
+//   int main(int argc, char** argv) {
+//     lumen::Init(argc, argv);             // first thing in main: workers re-run this binary
+//     lumen::ObjectRef<int> sum = lumen::Task(Plus).Remote(1, 2);
+//     int three = *lumen::Get(sum);
+//     auto data = lumen::Put(std::vector<float>(1 << 20, 1.f));
+//     lumen::Shutdown();
+//   }
+//
+// Thread-safety: after Init, every function here may be called from any thread.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#include "lumen/common/buffer.h"
+#include "lumen/common/codec.h"
+#include "lumen/config.h"
+#include "lumen/errors.h"
+#include "lumen/internal/runtime.h"
+#include "lumen/object_ref.h"
+
+namespace lumen {
+
+// Connects to Config::address / LUMEN_ADDRESS, or starts an embedded local
+// cluster. In a worker process (this binary re-executed by a node daemon) it runs
+// the worker loop and never returns. Throws lumen::Error if the cluster cannot be
+// reached or started.
+void Init(int argc, char** argv);
+void Init(const Config& config);
+void Init(const Config& config, int argc, char** argv);
+// Disconnects; an embedded cluster is torn down (no processes, sockets or shared
+// memory left). Idempotent.
+void Shutdown();
+bool IsInitialized();
+
+namespace internal {
+
+template <class F>
+struct FunctionTraits;
+template <class R, class... P>
+struct FunctionTraits<R (*)(P...)> {
+  using Return = R;
+  using Params = std::tuple<std::decay_t<P>...>;
+  static constexpr size_t kArity = sizeof...(P);
+};
+template <class R, class... P>
+struct FunctionTraits<R(P...)> : FunctionTraits<R (*)(P...)> {};
+
+template <class T>
+T DecodeOrThrow(const ObjectBytes& object) {
+  auto value = codec::DecodeValue<T>(object.bytes, object.keepalive);
+  if (!value.ok()) {
+    ThrowDecodeError(std::string(value.status().message()),
+                     value.status().code() == absl::StatusCode::kFailedPrecondition);
+  }
+  return std::move(*value);
+}
+
+template <class F, size_t... I>
+std::string InvokeWithArgs(F f, const std::vector<ObjectBytes>& args, std::index_sequence<I...>) {
+  using Traits = FunctionTraits<F>;
+  using Params = typename Traits::Params;
+  if (args.size() != sizeof...(I)) {
+    ThrowDecodeError("wrong number of arguments: got " + std::to_string(args.size()) +
+                         ", the function takes " + std::to_string(sizeof...(I)),
+                     false);
+  }
+  Params params{DecodeOrThrow<std::tuple_element_t<I, Params>>(args[I])...};
+  if constexpr (std::is_void_v<typename Traits::Return>) {
+    f(std::move(std::get<I>(params))...);
+    return codec::EncodeValue<uint8_t>(0);
+  } else {
+    return codec::EncodeValue(f(std::move(std::get<I>(params))...));
+  }
+}
+
+template <class F>
+bool RegisterRemote(const char* name, F f) {
+  using Traits = FunctionTraits<F>;
+  return RegisterFunction(name, reinterpret_cast<const void*>(f),
+                          [f](const std::vector<ObjectBytes>& args) {
+                            return InvokeWithArgs(f, args,
+                                                  std::make_index_sequence<Traits::kArity>());
+                          });
+}
+
+// Turns one Remote() argument into a TaskArgument for parameter type P.
+template <class P, class A>
+TaskArgument MakeArgument(A&& arg) {
+  using Arg = std::decay_t<A>;
+  if constexpr (IsObjectRef<Arg>::value) {
+    static_assert(std::is_same_v<typename Arg::ValueType, P>,
+                  "an ObjectRef<T> argument must have the parameter's type T");
+    if (arg.IsNil()) throw Error("a nil ObjectRef was passed as a task argument");
+    return TaskArgument{std::string(), arg.handle()};
+  } else {
+    static_assert(std::is_convertible_v<A, P>,
+                  "argument is not convertible to the function's parameter type");
+    return TaskArgument{codec::EncodeValue<P>(static_cast<P>(std::forward<A>(arg))), nullptr};
+  }
+}
+
+template <class T>
+std::vector<const RefHandle*> Handles(const std::vector<ObjectRef<T>>& refs) {
+  std::vector<const RefHandle*> out;
+  out.reserve(refs.size());
+  for (const auto& r : refs) {
+    if (r.IsNil()) throw Error("Get/Wait of a nil ObjectRef");
+    out.push_back(r.handle().get());
+  }
+  return out;
+}
+
+}  // namespace internal
+
+// A task to submit: lumen::Task(f).SetMaxRetries(1).Remote(args...).
+template <class F>
+class TaskCaller {
+ public:
+  using Traits = internal::FunctionTraits<F>;
+  using Return = typename Traits::Return;
+
+  explicit TaskCaller(F f) : function_(internal::FunctionName(reinterpret_cast<const void*>(f))) {
+    if (function_.empty()) {
+      throw Error("lumen::Task: this function is not registered; add it to LUMEN_REMOTE(...)");
+    }
+  }
+  TaskCaller& SetMaxRetries(int n) { options_.max_retries = n; return *this; }
+  TaskCaller& SetName(std::string name) { options_.name = std::move(name); return *this; }
+  TaskCaller& SetResource(const std::string& name, double quantity) {
+    options_.resources[name] = quantity;
+    return *this;
+  }
+  TaskCaller& SetResources(const std::map<std::string, double>& resources) {
+    for (const auto& [k, v] : resources) options_.resources[k] = v;
+    return *this;
+  }
+  TaskCaller& SetNumCpus(double n) { return SetResource("CPU", n); }
+  TaskCaller& SetNumGpus(double n) { return SetResource("GPU", n); }
+  TaskCaller& SetMemory(uint64_t bytes) { return SetResource("memory", static_cast<double>(bytes)); }
+
+  template <class... A>
+  ObjectRef<Return> Remote(A&&... args) {
+    static_assert(sizeof...(A) == Traits::kArity, "wrong number of arguments for this function");
+    return RemoteImpl(std::make_index_sequence<sizeof...(A)>(), std::forward<A>(args)...);
+  }
+
+ private:
+  template <size_t... I, class... A>
+  ObjectRef<Return> RemoteImpl(std::index_sequence<I...>, A&&... args) {
+    using Params = typename Traits::Params;
+    std::vector<internal::TaskArgument> encoded;
+    encoded.reserve(sizeof...(A));
+    (encoded.push_back(internal::MakeArgument<std::tuple_element_t<I, Params>>(
+         std::forward<A>(args))),
+     ...);
+    return ObjectRef<Return>(internal::SubmitTask(function_, std::move(encoded), options_));
+  }
+
+  std::string function_;
+  internal::TaskOptions options_;
+};
+
+template <class F>
+TaskCaller<F*> Task(F* f) {
+  return TaskCaller<F*>(f);
+}
+
+// Stores `value` in the cluster; small values stay in this process, large ones
+// go to the node's shared-memory store. Throws ObjectStoreFullError.
+template <class T>
+ObjectRef<std::decay_t<T>> Put(const T& value) {
+  using V = std::decay_t<T>;
+  if constexpr (codec::kIsZeroCopyArray<V>) {
+    // Large arrays are written straight into shared memory: one copy.
+    std::string prefix = codec::EncodeArrayPrefix<typename V::value_type>(value.size());
+    uint64_t payload = value.size() * sizeof(typename V::value_type);
+    if (prefix.size() + payload > kInlineObjectLimit) {
+      return ObjectRef<V>(internal::PutWithWriter(prefix.size() + payload, [&](uint8_t* out) {
+        std::memcpy(out, prefix.data(), prefix.size());
+        if (payload > 0) std::memcpy(out + prefix.size(), value.data(), payload);
+      }));
+    }
+  }
+  return ObjectRef<V>(internal::PutEncoded(codec::EncodeValue<V>(value)));
+}
+
+template <class T>
+std::shared_ptr<T> Get(const ObjectRef<T>& ref,
+                       std::optional<std::chrono::milliseconds> timeout = std::nullopt) {
+  auto objects = internal::GetObjects(internal::Handles(std::vector<ObjectRef<T>>{ref}), timeout);
+  if constexpr (std::is_void_v<T>) {
+    return nullptr;
+  } else {
+    return std::make_shared<T>(internal::DecodeOrThrow<T>(objects[0]));
+  }
+}
+
+template <class T>
+std::vector<std::shared_ptr<T>> Get(const std::vector<ObjectRef<T>>& refs,
+                                    std::optional<std::chrono::milliseconds> timeout = std::nullopt) {
+  auto objects = internal::GetObjects(internal::Handles(refs), timeout);
+  std::vector<std::shared_ptr<T>> out;
+  out.reserve(objects.size());
+  for (const auto& object : objects) {
+    out.push_back(std::make_shared<T>(internal::DecodeOrThrow<T>(object)));
+  }
+  return out;
+}
+
+// A zero-copy, read-only view of an array held by the object store: the span
+// points into shared memory and stays valid while this view (or a copy) lives.
+template <class T>
+class ArrayView {
+ public:
+  ArrayView(std::span<const T> span, std::shared_ptr<const void> keepalive)
+      : span_(span), keepalive_(std::move(keepalive)) {}
+  std::span<const T> span() const { return span_; }
+  const T* data() const { return span_.data(); }
+  size_t size() const { return span_.size(); }
+  const T& operator[](size_t i) const { return span_[i]; }
+  auto begin() const { return span_.begin(); }
+  auto end() const { return span_.end(); }
+
+ private:
+  std::span<const T> span_;
+  std::shared_ptr<const void> keepalive_;
+};
+
+// Reads a std::vector<T> object without copying it (T arithmetic).
+template <class T>
+ArrayView<T> GetArray(const ObjectRef<std::vector<T>>& ref,
+                      std::optional<std::chrono::milliseconds> timeout = std::nullopt) {
+  static_assert(codec::kIsZeroCopyArray<std::vector<T>>, "GetArray needs an arithmetic T");
+  auto objects =
+      internal::GetObjects(internal::Handles(std::vector<ObjectRef<std::vector<T>>>{ref}), timeout);
+  auto span = codec::DecodeArrayView<T>(objects[0].bytes);
+  if (!span.ok()) {
+    internal::ThrowDecodeError(std::string(span.status().message()),
+                               span.status().code() == absl::StatusCode::kFailedPrecondition);
+  }
+  return ArrayView<T>(*span, std::move(objects[0].keepalive));
+}
+
+template <class T>
+struct WaitResult {
+  std::vector<ObjectRef<T>> ready;
+  std::vector<ObjectRef<T>> unready;
+};
+
+// Waits until `num_returns` of `refs` are ready or `timeout` passes; both lists
+// keep the input order.
+template <class T>
+WaitResult<T> Wait(const std::vector<ObjectRef<T>>& refs, size_t num_returns,
+                   std::optional<std::chrono::milliseconds> timeout = std::nullopt) {
+  if (num_returns > refs.size()) {
+    throw Error("lumen::Wait: num_returns (" + std::to_string(num_returns) +
+                ") is larger than the number of refs (" + std::to_string(refs.size()) + ")");
+  }
+  auto ready = internal::WaitObjects(internal::Handles(refs), num_returns, timeout);
+  WaitResult<T> result;
+  for (size_t i = 0; i < refs.size(); ++i) {
+    (ready[i] ? result.ready : result.unready).push_back(refs[i]);
+  }
+  return result;
+}
+
+}  // namespace lumen
+
+// LUMEN_REMOTE(f1, f2, ...): registers functions by name so that every process
+// of this binary can run them.
+#define LUMEN_INTERNAL_CAT_(a, b) a##b
+#define LUMEN_INTERNAL_CAT(a, b) LUMEN_INTERNAL_CAT_(a, b)
+#define LUMEN_INTERNAL_REGISTER_ONE(f)                                               \
+  [[maybe_unused]] static const bool LUMEN_INTERNAL_CAT(lumen_remote_registered_, \
+                                                        __COUNTER__) =            \
+      ::lumen::internal::RegisterRemote(#f, f);
+#define LUMEN_INTERNAL_EXPAND(x) x
+#define LUMEN_INTERNAL_FE_1(m, x) m(x)
+#define LUMEN_INTERNAL_FE_2(m, x, ...) m(x) LUMEN_INTERNAL_EXPAND(LUMEN_INTERNAL_FE_1(m, __VA_ARGS__))
+#define LUMEN_INTERNAL_FE_3(m, x, ...) m(x) LUMEN_INTERNAL_EXPAND(LUMEN_INTERNAL_FE_2(m, __VA_ARGS__))
+#define LUMEN_INTERNAL_FE_4(m, x, ...) m(x) LUMEN_INTERNAL_EXPAND(LUMEN_INTERNAL_FE_3(m, __VA_ARGS__))
+#define LUMEN_INTERNAL_FE_5(m, x, ...) m(x) LUMEN_INTERNAL_EXPAND(LUMEN_INTERNAL_FE_4(m, __VA_ARGS__))
+#define LUMEN_INTERNAL_FE_6(m, x, ...) m(x) LUMEN_INTERNAL_EXPAND(LUMEN_INTERNAL_FE_5(m, __VA_ARGS__))
+#define LUMEN_INTERNAL_FE_7(m, x, ...) m(x) LUMEN_INTERNAL_EXPAND(LUMEN_INTERNAL_FE_6(m, __VA_ARGS__))
+#define LUMEN_INTERNAL_FE_8(m, x, ...) m(x) LUMEN_INTERNAL_EXPAND(LUMEN_INTERNAL_FE_7(m, __VA_ARGS__))
+#define LUMEN_INTERNAL_FE_9(m, x, ...) m(x) LUMEN_INTERNAL_EXPAND(LUMEN_INTERNAL_FE_8(m, __VA_ARGS__))
+#define LUMEN_INTERNAL_FE_10(m, x, ...) m(x) LUMEN_INTERNAL_EXPAND(LUMEN_INTERNAL_FE_9(m, __VA_ARGS__))
+#define LUMEN_INTERNAL_FE_11(m, x, ...) m(x) LUMEN_INTERNAL_EXPAND(LUMEN_INTERNAL_FE_10(m, __VA_ARGS__))
+#define LUMEN_INTERNAL_FE_12(m, x, ...) m(x) LUMEN_INTERNAL_EXPAND(LUMEN_INTERNAL_FE_11(m, __VA_ARGS__))
+#define LUMEN_INTERNAL_FE_13(m, x, ...) m(x) LUMEN_INTERNAL_EXPAND(LUMEN_INTERNAL_FE_12(m, __VA_ARGS__))
+#define LUMEN_INTERNAL_FE_14(m, x, ...) m(x) LUMEN_INTERNAL_EXPAND(LUMEN_INTERNAL_FE_13(m, __VA_ARGS__))
+#define LUMEN_INTERNAL_FE_15(m, x, ...) m(x) LUMEN_INTERNAL_EXPAND(LUMEN_INTERNAL_FE_14(m, __VA_ARGS__))
+#define LUMEN_INTERNAL_FE_16(m, x, ...) m(x) LUMEN_INTERNAL_EXPAND(LUMEN_INTERNAL_FE_15(m, __VA_ARGS__))
+#define LUMEN_INTERNAL_FE_17(m, x, ...) m(x) LUMEN_INTERNAL_EXPAND(LUMEN_INTERNAL_FE_16(m, __VA_ARGS__))
+#define LUMEN_INTERNAL_FE_18(m, x, ...) m(x) LUMEN_INTERNAL_EXPAND(LUMEN_INTERNAL_FE_17(m, __VA_ARGS__))
+#define LUMEN_INTERNAL_FE_19(m, x, ...) m(x) LUMEN_INTERNAL_EXPAND(LUMEN_INTERNAL_FE_18(m, __VA_ARGS__))
+#define LUMEN_INTERNAL_FE_20(m, x, ...) m(x) LUMEN_INTERNAL_EXPAND(LUMEN_INTERNAL_FE_19(m, __VA_ARGS__))
+#define LUMEN_INTERNAL_FE_21(m, x, ...) m(x) LUMEN_INTERNAL_EXPAND(LUMEN_INTERNAL_FE_20(m, __VA_ARGS__))
+#define LUMEN_INTERNAL_FE_22(m, x, ...) m(x) LUMEN_INTERNAL_EXPAND(LUMEN_INTERNAL_FE_21(m, __VA_ARGS__))
+#define LUMEN_INTERNAL_FE_23(m, x, ...) m(x) LUMEN_INTERNAL_EXPAND(LUMEN_INTERNAL_FE_22(m, __VA_ARGS__))
+#define LUMEN_INTERNAL_FE_24(m, x, ...) m(x) LUMEN_INTERNAL_EXPAND(LUMEN_INTERNAL_FE_23(m, __VA_ARGS__))
+#define LUMEN_INTERNAL_GET_FE(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, _13, _14, _15, \
+                              _16, _17, _18, _19, _20, _21, _22, _23, _24, NAME, ...)        \
+  NAME
+#define LUMEN_REMOTE(...)                                                                      \
+  LUMEN_INTERNAL_EXPAND(LUMEN_INTERNAL_GET_FE(                                                 \
+      __VA_ARGS__, LUMEN_INTERNAL_FE_24, LUMEN_INTERNAL_FE_23, LUMEN_INTERNAL_FE_22,           \
+      LUMEN_INTERNAL_FE_21, LUMEN_INTERNAL_FE_20, LUMEN_INTERNAL_FE_19, LUMEN_INTERNAL_FE_18,  \
+      LUMEN_INTERNAL_FE_17, LUMEN_INTERNAL_FE_16, LUMEN_INTERNAL_FE_15, LUMEN_INTERNAL_FE_14,  \
+      LUMEN_INTERNAL_FE_13, LUMEN_INTERNAL_FE_12, LUMEN_INTERNAL_FE_11, LUMEN_INTERNAL_FE_10,  \
+      LUMEN_INTERNAL_FE_9, LUMEN_INTERNAL_FE_8, LUMEN_INTERNAL_FE_7, LUMEN_INTERNAL_FE_6,      \
+      LUMEN_INTERNAL_FE_5, LUMEN_INTERNAL_FE_4, LUMEN_INTERNAL_FE_3, LUMEN_INTERNAL_FE_2,      \
+      LUMEN_INTERNAL_FE_1)(LUMEN_INTERNAL_REGISTER_ONE, __VA_ARGS__))

@@ -1,0 +1,1341 @@
+#include "core/runtime/core_worker.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <typeinfo>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "lumen/common/codec.h"
+#include "lumen/common/logging.h"
+#include "lumen/common/process.h"
+#include "lumen/errors.h"
+#include "lumen/objectstore/fd_passing.h"
+
+namespace lumen::runtime {
+namespace {
+
+std::atomic<CoreWorker*> current_core_worker{nullptr};
+
+// Set on the executor thread while it runs a task: a Get there gives the CPU back.
+thread_local bool in_task = false;
+
+enum StoreOp { kCreate, kSeal, kAbort, kGet, kRelease, kDelete };
+
+std::string QueueKey(const std::map<std::string, double>& resources) {
+  std::string key;
+  for (const auto& [name, qty] : resources) absl::StrAppend(&key, name, "=", qty, ";");
+  return key;
+}
+
+Failure FailureFromProto(proto::TaskFailure::Reader f) {
+  return Failure{static_cast<int>(f.getKind()), f.getExceptionType().cStr(),
+                 f.getMessage().cStr(), f.getLocation().cStr()};
+}
+
+void FailureToProto(const Failure& failure, proto::TaskFailure::Builder out) {
+  out.setKind(static_cast<proto::FailureKind>(failure.kind));
+  out.setExceptionType(failure.exception_type);
+  out.setMessage(failure.message);
+  out.setLocation(failure.location);
+}
+
+// Spin briefly before blocking: a cross-CPU wake-up costs tens of microseconds,
+// and most task round trips finish within that.
+template <class Pred>
+bool SpinFor(std::chrono::microseconds budget, Pred ready) {
+  auto deadline = std::chrono::steady_clock::now() + budget;
+  int i = 0;
+  while (!ready()) {
+    if ((++i & 63) == 0 && std::chrono::steady_clock::now() >= deadline) return false;
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+  }
+  return true;
+}
+
+}  // namespace
+
+CoreWorker* CurrentCoreWorker() { return current_core_worker.load(std::memory_order_acquire); }
+void SetCurrentCoreWorker(CoreWorker* worker) {
+  current_core_worker.store(worker, std::memory_order_release);
+}
+
+// The state of one object this process owns or borrows.
+//
+// Lifecycle: PENDING (ready == false) -> READY (inline value or stored in the
+// node's store) or FAILED. Erased when no local reference, no pending task and
+// no escaped copy needs it; an owned stored object is then deleted from the store.
+struct CoreWorker::ObjectEntry {
+  bool owned = false;
+  std::string owner_address;
+  std::atomic<bool> ready{false};
+  enum class Kind { kInline, kStored, kFailed } kind = Kind::kInline;
+  std::shared_ptr<const std::string> value;  // inline bytes, shared with readers
+  uint64_t stored_size = 0;
+  Failure failure;
+  int local_refs = 0;
+  bool escaped = false;    // a copy of the ref left this process inside a value
+  bool requested = false;  // borrowed: the owner was asked for it
+  std::vector<std::function<void()>> on_ready;  // run on the io thread
+};
+
+struct CoreWorker::PendingTask {
+  TaskId task_id;
+  ObjectId return_id;
+  std::string function;
+  std::vector<internal::TaskArgument> args;  // holds the argument refs alive
+  std::map<std::string, double> resources;
+  std::string queue_key;
+  int retries_left = 0;
+  int max_retries = 0;
+  uint32_t attempt = 0;
+  int unresolved = 0;
+};
+
+// A worker leased from the node daemon; tasks of one resource shape go straight
+// to it over `conn`.
+struct CoreWorker::Lease {
+  uint64_t lease_id = 0;
+  WorkerId worker_id;
+  int worker_pid = 0;
+  std::shared_ptr<Connection> conn;
+  SchedulingQueue* queue = nullptr;
+  absl::flat_hash_map<TaskId, std::unique_ptr<PendingTask>> in_flight;
+  std::unique_ptr<boost::asio::steady_timer> idle_timer;
+};
+
+struct CoreWorker::SchedulingQueue {
+  std::string key;
+  std::map<std::string, double> resources;
+  std::deque<std::unique_ptr<PendingTask>> ready;
+  std::vector<std::unique_ptr<Lease>> leases;
+  int pending_lease_requests = 0;
+  // Moving average of how long tasks of this shape run: short tasks are
+  // pipelined several per worker, long ones go one per worker.
+  double avg_exec_micros = -1;
+};
+
+// A task received by a worker, decoded out of its frame.
+struct CoreWorker::TaskToRun {
+  std::weak_ptr<Connection> reply_to;
+  TaskId task_id;
+  uint32_t attempt = 0;
+  std::string function;
+  struct Arg {
+    std::string value;  // inline bytes
+    ObjectId stored;    // or a stored object
+    bool is_stored = false;
+    uint64_t size = 0;
+  };
+  std::vector<Arg> args;
+};
+
+CoreWorker::CoreWorker(CoreWorkerOptions options) : options_(std::move(options)) {}
+
+absl::StatusOr<std::unique_ptr<CoreWorker>> CoreWorker::Start(CoreWorkerOptions options) {
+  std::unique_ptr<CoreWorker> worker(new CoreWorker(std::move(options)));
+  if (worker->options_.worker_id.IsNil()) worker->options_.worker_id = WorkerId::Random();
+  if (worker->options_.job_id.IsNil()) worker->options_.job_id = JobId::Random();
+  if (auto s = worker->Connect(); !s.ok()) return s;
+  return worker;
+}
+
+absl::Status CoreWorker::Connect() {
+  exe_path_ = SelfExecutablePath();
+  // The owner service: peers push tasks here (worker) and ask for objects.
+  listen_address_ = absl::StrCat(options_.session_dir, "/sockets/",
+                                 options_.is_worker ? "worker-" : "driver-",
+                                 options_.worker_id.Hex().substr(0, 16), ".sock");
+  ::unlink(listen_address_.c_str());
+  boost::system::error_code ec;
+  acceptor_ = std::make_unique<boost::asio::local::stream_protocol::acceptor>(io_);
+  acceptor_->open(boost::asio::local::stream_protocol(), ec);
+  if (!ec) acceptor_->bind(boost::asio::local::stream_protocol::endpoint(listen_address_), ec);
+  if (!ec) acceptor_->listen(128, ec);
+  if (ec) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", listen_address_, ": ", ec.message()));
+  }
+
+  // Handshake with the node daemon (blocking): its reply carries the store's fd.
+  boost::asio::local::stream_protocol::socket node_socket(io_);
+  node_socket.connect(boost::asio::local::stream_protocol::endpoint(options_.node_socket), ec);
+  if (ec) {
+    return absl::UnavailableError(absl::StrCat("cannot connect to the node daemon at ",
+                                               options_.node_socket, ": ", ec.message()));
+  }
+  {
+    OutMessage out;
+    auto hello = out.Init().initHello();
+    hello.setProtocolVersion(proto::PROTOCOL_VERSION);
+    hello.setRole(options_.is_worker ? proto::Role::WORKER : proto::Role::DRIVER);
+    hello.setPid(::getpid());
+    hello.setWorkerId(capnp::Data::Reader(options_.worker_id.data(), WorkerId::kSize));
+    hello.setJobId(capnp::Data::Reader(options_.job_id.data(), JobId::kSize));
+    hello.setExePath(exe_path_);
+    hello.setListenAddress(listen_address_);
+    if (auto s = WriteFrameBlocking(node_socket.native_handle(), out.builder()); !s.ok()) return s;
+  }
+  std::vector<capnp::word> reply_words(512);
+  size_t received = 0;
+  auto fd = objectstore::RecvWithFd(node_socket.native_handle(), reply_words.data(),
+                                    reply_words.size() * sizeof(capnp::word), &received);
+  if (!fd.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("node daemon handshake failed: ", fd.status().message()));
+  }
+  if (received < kFrameHeaderBytes) return absl::UnavailableError("short handshake reply");
+  auto len = ParseFrameHeader(reinterpret_cast<const uint8_t*>(reply_words.data()), 1 << 20);
+  if (!len.ok() || kFrameHeaderBytes + *len != received) {
+    ::close(*fd);
+    return absl::UnavailableError("malformed handshake reply from the node daemon");
+  }
+  uint64_t store_size = 0;
+  try {
+    capnp::FlatArrayMessageReader reader(
+        kj::arrayPtr(reply_words.data() + 1, *len / sizeof(capnp::word)));
+    auto reply = reader.getRoot<proto::Envelope>();
+    if (!reply.isHelloReply()) throw std::runtime_error("expected a hello reply");
+    auto hr = reply.getHelloReply();
+    if (!hr.getOk()) {
+      ::close(*fd);
+      return absl::UnavailableError(absl::StrCat("node daemon refused: ", hr.getError().cStr()));
+    }
+    auto nid = hr.getNodeId();
+    node_id_ = NodeId::FromBinary(
+        std::string_view(reinterpret_cast<const char*>(nid.begin()), nid.size()));
+    store_size = hr.getStoreSize();
+  } catch (const std::exception& e) {
+    ::close(*fd);
+    return absl::UnavailableError(absl::StrCat("bad handshake reply: ", e.what()));
+  }
+  auto segment = objectstore::ShmSegment::Attach(*fd, store_size);
+  if (!segment.ok()) return segment.status();
+  store_ = std::move(*segment);
+
+  int raw = node_socket.release();
+  Socket generic(io_, boost::asio::generic::stream_protocol(AF_UNIX, 0), raw);
+  node_conn_ = Connection::Create(std::move(generic));
+  node_conn_->Start([this](Connection& c, proto::Envelope::Reader m) { OnNodeFrame(c, m); },
+                    [this](Connection&, const absl::Status& why) {
+                      if (stopped_) return;
+                      node_lost_ = true;
+                      LUMEN_LOG(DEBUG) << "lost the node daemon: " << why;
+                      // Wake every waiter: nothing will arrive any more.
+                      absl::MutexLock lock(&mu_);
+                      for (auto& [id, entry] : objects_) {
+                        if (!entry.ready) {
+                          entry.kind = ObjectEntry::Kind::kFailed;
+                          entry.failure = Failure{proto::FailureKind::OBJECT_LOST, "",
+                                                  "lost the connection to the node daemon", ""};
+                          entry.ready = true;
+                        }
+                      }
+                      exec_queue_size_.fetch_add(0);
+                    });
+
+  std::function<void()> accept_loop;
+  auto accept_next = std::make_shared<std::function<void()>>();
+  *accept_next = [this, accept_next]() {
+    acceptor_->async_accept([this, accept_next](const boost::system::error_code& ec,
+                                                boost::asio::local::stream_protocol::socket s) {
+      if (ec) return;  // acceptor closed
+      int raw_fd = s.release();
+      OnPeerAccepted(Socket(io_, boost::asio::generic::stream_protocol(AF_UNIX, 0), raw_fd));
+      (*accept_next)();
+    });
+  };
+  (*accept_next)();
+
+  work_.emplace(io_.get_executor());
+  io_thread_ = std::thread([this] {
+    logging::SetProcessTag(options_.is_worker ? "worker" : "driver");
+    io_.run();
+  });
+  return absl::OkStatus();
+}
+
+CoreWorker::~CoreWorker() { Stop(); }
+
+void CoreWorker::Stop() {
+  if (stopped_.exchange(true)) return;
+  boost::asio::post(io_, [this] {
+    boost::system::error_code ignored;
+    if (acceptor_) acceptor_->close(ignored);
+    if (node_conn_) node_conn_->Close(absl::CancelledError("shutdown"));
+    for (auto& [key, queue] : queues_) {
+      for (auto& lease : queue->leases) {
+        if (lease->idle_timer) lease->idle_timer->cancel();
+        if (lease->conn) lease->conn->Close(absl::CancelledError("shutdown"));
+      }
+    }
+    for (auto& [addr, conn] : peers_) conn->Close(absl::CancelledError("shutdown"));
+    auto inbound = inbound_;
+    for (auto& [id, conn] : inbound) conn->Close(absl::CancelledError("shutdown"));
+    work_.reset();
+    io_.stop();
+  });
+  if (io_thread_.joinable()) io_thread_.join();
+  ::unlink(listen_address_.c_str());
+  // Drop queued work (its refs) while the maps are still consistent.
+  queues_.clear();
+  {
+    absl::MutexLock lock(&submit_mu_);
+    submissions_.clear();
+  }
+}
+
+void CoreWorker::PostToIo(std::function<void()> fn) { boost::asio::post(io_, std::move(fn)); }
+
+// ---------------------------------------------------------------------------
+// Reference table
+
+void CoreWorker::AddLocalRef(const ObjectId& id, const std::string& owner) {
+  absl::MutexLock lock(&mu_);
+  auto [it, inserted] = objects_.try_emplace(id);
+  if (inserted) {
+    it->second.owned = owner == listen_address_;
+    it->second.owner_address = owner;
+  }
+  ++it->second.local_refs;
+}
+
+void CoreWorker::RemoveLocalRef(const ObjectId& id) {
+  absl::MutexLock lock(&mu_);
+  auto it = objects_.find(id);
+  if (it == objects_.end()) return;
+  --it->second.local_refs;
+  MaybeFreeLocked(it);
+}
+
+void CoreWorker::MarkEscaped(const ObjectId& id) {
+  absl::MutexLock lock(&mu_);
+  auto it = objects_.find(id);
+  if (it != objects_.end() && it->second.owned) it->second.escaped = true;
+}
+
+void CoreWorker::MaybeFreeLocked(absl::node_hash_map<ObjectId, ObjectEntry>::iterator it) {
+  ObjectEntry& entry = it->second;
+  if (entry.local_refs > 0 || entry.escaped || !entry.on_ready.empty()) return;
+  if (entry.owned && entry.ready && entry.kind == ObjectEntry::Kind::kStored) {
+    ObjectId id = it->first;
+    SendToNode([id](proto::Envelope::Builder env) {
+      env.initStoreDelete().setObjectId(capnp::Data::Reader(id.data(), ObjectId::kSize));
+    });
+  }
+  objects_.erase(it);
+}
+
+void CoreWorker::SetObjectReady(const ObjectId& id, std::function<void(ObjectEntry&)> fill) {
+  std::vector<std::function<void()>> callbacks;
+  bool orphan_stored = false;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = objects_.find(id);
+    if (it == objects_.end()) {
+      // Nobody holds a reference any more: drop the value (and its store copy).
+      ObjectEntry scratch;
+      fill(scratch);
+      orphan_stored = scratch.kind == ObjectEntry::Kind::kStored;
+    } else if (!it->second.ready) {
+      fill(it->second);
+      it->second.ready.store(true, std::memory_order_release);
+      callbacks.swap(it->second.on_ready);
+    }
+  }
+  if (orphan_stored) {
+    SendToNode([id](proto::Envelope::Builder env) {
+      env.initStoreDelete().setObjectId(capnp::Data::Reader(id.data(), ObjectId::kSize));
+    });
+  }
+  if (!callbacks.empty()) {
+    PostToIo([this, id, callbacks = std::move(callbacks)] {
+      for (auto& cb : callbacks) cb();
+      absl::MutexLock lock(&mu_);
+      auto it = objects_.find(id);
+      if (it != objects_.end()) MaybeFreeLocked(it);
+    });
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Node daemon requests
+
+void CoreWorker::SendToNode(std::function<void(proto::Envelope::Builder)> fill) {
+  PostToIo([this, fill = std::move(fill)] {
+    if (!node_conn_ || node_conn_->closed()) return;
+    OutMessage out;
+    fill(out.Init());
+    node_conn_->Send(out.builder());
+  });
+}
+
+CoreWorker::StoreResult CoreWorker::CallStore(int op, const ObjectId& id, uint64_t size) {
+  absl::Notification done;
+  StoreResult result;
+  PostToIo([&, op, id, size] {
+    if (!node_conn_ || node_conn_->closed()) {
+      result.status = absl::UnavailableError("lost the connection to the node daemon");
+      done.Notify();
+      return;
+    }
+    uint64_t request_id = next_request_id_++;
+    node_requests_[request_id] = [&](proto::Envelope::Reader msg) {
+      if (!msg.isStoreReply()) {
+        result.status = absl::InternalError("unexpected reply to a store request");
+      } else {
+        auto r = msg.getStoreReply();
+        if (r.getOk()) {
+          result.offset = r.getOffset();
+          result.size = r.getSize();
+        } else {
+          result.status = absl::Status(static_cast<absl::StatusCode>(r.getCode()),
+                                       r.getError().cStr());
+        }
+      }
+      done.Notify();
+    };
+    OutMessage out;
+    auto env = out.Init();
+    env.setRequestId(request_id);
+    proto::StoreRequest::Builder req = [&]() {
+      switch (op) {
+        case kCreate: return env.initStoreCreate();
+        case kSeal: return env.initStoreSeal();
+        case kAbort: return env.initStoreAbort();
+        default: return env.initStoreGet();
+      }
+    }();
+    req.setObjectId(capnp::Data::Reader(id.data(), ObjectId::kSize));
+    req.setSize(size);
+    node_conn_->Send(out.builder());
+  });
+  done.WaitForNotification();
+  return result;
+}
+
+void CoreWorker::OnNodeFrame(Connection& conn, proto::Envelope::Reader msg) {
+  uint64_t request_id = msg.getRequestId();
+  auto it = node_requests_.find(request_id);
+  if (it == node_requests_.end()) {
+    LUMEN_LOG(DEBUG) << "unexpected frame from the node daemon (request " << request_id << ")";
+    return;
+  }
+  auto callback = std::move(it->second);
+  node_requests_.erase(it);
+  callback(msg);
+}
+
+// ---------------------------------------------------------------------------
+// Put / Get / Wait
+
+std::shared_ptr<internal::RefHandle> CoreWorker::PutEncoded(std::string encoded) {
+  if (encoded.size() > options_.inline_limit) {
+    return PutWithWriter(encoded.size(),
+                         [&](uint8_t* out) { std::memcpy(out, encoded.data(), encoded.size()); });
+  }
+  ObjectId id = ObjectId::ForPut();
+  auto handle = std::make_shared<internal::RefHandle>(id, listen_address_);
+  auto value = std::make_shared<const std::string>(std::move(encoded));
+  SetObjectReady(id, [&](ObjectEntry& e) {
+    e.kind = ObjectEntry::Kind::kInline;
+    e.value = value;
+  });
+  return handle;
+}
+
+std::shared_ptr<internal::RefHandle> CoreWorker::PutWithWriter(
+    uint64_t size, const std::function<void(uint8_t*)>& write) {
+  ObjectId id = ObjectId::ForPut();
+  StoreResult created = CallStore(kCreate, id, size);
+  if (!created.status.ok()) {
+    if (created.status.code() == absl::StatusCode::kResourceExhausted) {
+      throw ObjectStoreFullError(std::string(created.status.message()));
+    }
+    throw Error(absl::StrCat("Put failed: ", created.status.message()));
+  }
+  store_->PrefaultForWrite(created.offset, size);
+  write(store_->writable_base() + created.offset);
+  StoreResult sealed = CallStore(kSeal, id, size);
+  if (!sealed.status.ok()) throw Error(absl::StrCat("Put failed: ", sealed.status.message()));
+  auto handle = std::make_shared<internal::RefHandle>(id, listen_address_);
+  SetObjectReady(id, [&](ObjectEntry& e) {
+    e.kind = ObjectEntry::Kind::kStored;
+    e.stored_size = size;
+  });
+  return handle;
+}
+
+void CoreWorker::ThrowFailure(const Failure& f) {
+  switch (f.kind) {
+    case proto::FailureKind::TASK_ERROR:
+    case proto::FailureKind::FUNCTION_NOT_FOUND:
+      throw TaskError(
+          absl::StrCat(f.exception_type.empty() ? "" : f.exception_type + ": ", f.message,
+                       f.location.empty() ? "" : " (in " + f.location + ")"),
+          f.exception_type, f.message, f.location);
+    case proto::FailureKind::WORKER_CRASHED:
+      throw WorkerCrashedError(f.message);
+    case proto::FailureKind::OBJECT_LOST:
+      throw ObjectLostError(f.message);
+    case proto::FailureKind::STORE_FULL:
+      throw ObjectStoreFullError(f.message);
+    case proto::FailureKind::TYPE_MISMATCH:
+      throw TypeMismatchError(f.message);
+    default:
+      throw Error(f.message);
+  }
+}
+
+void CoreWorker::NotifyBlocked(bool blocked) {
+  if (!options_.is_worker || !in_task) return;
+  SendToNode([blocked](proto::Envelope::Builder env) {
+    if (blocked) {
+      env.setWorkerBlocked();
+    } else {
+      env.setWorkerUnblocked();
+    }
+  });
+}
+
+internal::ObjectBytes CoreWorker::ReadyBytes(const ObjectId& id) {
+  ObjectEntry::Kind kind;
+  std::shared_ptr<const std::string> value;
+  Failure failure;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = objects_.find(id);
+    if (it == objects_.end()) throw ObjectLostError("object " + id.Hex() + " is not known");
+    kind = it->second.kind;
+    value = it->second.value;
+    failure = it->second.failure;
+  }
+  switch (kind) {
+    case ObjectEntry::Kind::kInline:
+      return internal::ObjectBytes{*value, value};
+    case ObjectEntry::Kind::kFailed:
+      ThrowFailure(failure);
+    case ObjectEntry::Kind::kStored:
+      break;
+  }
+  StoreResult got = CallStore(kGet, id, 0);
+  if (!got.status.ok()) {
+    throw ObjectLostError(
+        absl::StrCat("object ", id.Hex(), " is not in the object store: ", got.status.message()));
+  }
+  // The pin is released when the last reader of these bytes lets go.
+  std::shared_ptr<const void> pin(nullptr, [this, id](const void*) {
+    if (stopped_) return;
+    SendToNode([id](proto::Envelope::Builder env) {
+      env.initStoreRelease().setObjectId(capnp::Data::Reader(id.data(), ObjectId::kSize));
+    });
+  });
+  return internal::ObjectBytes{
+      std::string_view(reinterpret_cast<const char*>(store_->readonly_base() + got.offset),
+                       got.size),
+      std::move(pin)};
+}
+
+std::vector<internal::ObjectBytes> CoreWorker::Get(
+    const std::vector<const internal::RefHandle*>& refs,
+    std::optional<std::chrono::milliseconds> timeout) {
+  auto start = std::chrono::steady_clock::now();
+  std::vector<ObjectEntry*> entries;
+  entries.reserve(refs.size());
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto* ref : refs) {
+      auto it = objects_.find(ref->id());
+      if (it == objects_.end()) throw ObjectLostError("object " + ref->id().Hex() + " is unknown");
+      ObjectEntry& e = it->second;
+      if (!e.owned && !e.ready && !e.requested) {
+        e.requested = true;
+        ObjectId id = ref->id();
+        std::string owner = e.owner_address;
+        PostToIo([this, id, owner] { RequestObjectFromOwner(id, owner); });
+      }
+      entries.push_back(&e);
+    }
+  }
+  // Entries stay put: node_hash_map nodes are stable and `refs` keep them alive.
+  auto all_ready = [&entries] {
+    for (auto* e : entries)
+      if (!e->ready.load(std::memory_order_acquire)) return false;
+    return true;
+  };
+  if (!SpinFor(std::chrono::microseconds(50), all_ready)) {
+    NotifyBlocked(true);
+    absl::Condition cond(&all_ready);
+    bool ok;
+    if (timeout) {
+      ok = mu_.LockWhenWithDeadline(cond, absl::FromChrono(start + *timeout -
+                                                           std::chrono::steady_clock::now() +
+                                                           std::chrono::system_clock::now()));
+    } else {
+      mu_.LockWhen(cond);
+      ok = true;
+    }
+    mu_.Unlock();
+    NotifyBlocked(false);
+    if (!ok) {
+      for (size_t i = 0; i < entries.size(); ++i) {
+        if (!entries[i]->ready) {
+          throw GetTimeoutError(absl::StrCat("Get timed out after ", timeout->count(),
+                                             " ms waiting for object ", refs[i]->id().Hex()));
+        }
+      }
+    }
+  }
+  std::vector<internal::ObjectBytes> out;
+  out.reserve(refs.size());
+  for (const auto* ref : refs) out.push_back(ReadyBytes(ref->id()));
+  return out;
+}
+
+std::vector<bool> CoreWorker::Wait(const std::vector<const internal::RefHandle*>& refs,
+                                   size_t num_returns,
+                                   std::optional<std::chrono::milliseconds> timeout) {
+  auto start = std::chrono::steady_clock::now();
+  std::vector<ObjectEntry*> entries;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto* ref : refs) {
+      auto it = objects_.find(ref->id());
+      if (it == objects_.end()) throw ObjectLostError("object " + ref->id().Hex() + " is unknown");
+      ObjectEntry& e = it->second;
+      if (!e.owned && !e.ready && !e.requested) {
+        e.requested = true;
+        ObjectId id = ref->id();
+        std::string owner = e.owner_address;
+        PostToIo([this, id, owner] { RequestObjectFromOwner(id, owner); });
+      }
+      entries.push_back(&e);
+    }
+  }
+  auto enough_ready = [&] {
+    size_t n = 0;
+    for (auto* e : entries) n += e->ready.load(std::memory_order_acquire) ? 1 : 0;
+    return n >= num_returns;
+  };
+  if (!SpinFor(std::chrono::microseconds(50), enough_ready)) {
+    NotifyBlocked(true);
+    absl::Condition cond(&enough_ready);
+    if (timeout) {
+      mu_.LockWhenWithDeadline(cond, absl::FromChrono(start + *timeout -
+                                                      std::chrono::steady_clock::now() +
+                                                      std::chrono::system_clock::now()));
+    } else {
+      mu_.LockWhen(cond);
+    }
+    mu_.Unlock();
+    NotifyBlocked(false);
+  }
+  std::vector<bool> ready(entries.size());
+  for (size_t i = 0; i < entries.size(); ++i) ready[i] = entries[i]->ready.load();
+  return ready;
+}
+
+// ---------------------------------------------------------------------------
+// Task submission (owner side)
+
+std::shared_ptr<internal::RefHandle> CoreWorker::SubmitTask(
+    std::string_view function, std::vector<internal::TaskArgument> args,
+    const internal::TaskOptions& options) {
+  if (node_lost_) throw Error("lumen: lost the connection to the node daemon");
+  auto task = std::make_unique<PendingTask>();
+  task->task_id = TaskId::Random();
+  task->return_id = ObjectId::ForTaskReturn(task->task_id, 1);
+  task->function = std::string(function);
+  task->args = std::move(args);
+  task->resources = options.resources;
+  if (task->resources.empty()) task->resources["CPU"] = 1;
+  task->queue_key = QueueKey(task->resources);
+  task->max_retries = task->retries_left = std::max(0, options.max_retries);
+  auto handle = std::make_shared<internal::RefHandle>(task->return_id, listen_address_);
+  bool was_empty;
+  {
+    absl::MutexLock lock(&submit_mu_);
+    was_empty = submissions_.empty();
+    submissions_.push_back(std::move(task));
+  }
+  if (was_empty) PostToIo([this] { DrainSubmissions(); });
+  return handle;
+}
+
+void CoreWorker::DrainSubmissions() {
+  std::vector<std::unique_ptr<PendingTask>> batch;
+  {
+    absl::MutexLock lock(&submit_mu_);
+    batch.swap(submissions_);
+  }
+  for (auto& task : batch) {
+    PendingTask* raw = task.release();
+    ResolveDependencies(raw);
+  }
+}
+
+// Takes ownership of `task` (raw while it waits for its arguments).
+void CoreWorker::ResolveDependencies(PendingTask* task) {
+  std::vector<std::pair<ObjectId, std::string>> to_request;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& arg : task->args) {
+      if (!arg.ref) continue;
+      auto it = objects_.find(arg.ref->id());
+      if (it == objects_.end() || it->second.ready) continue;
+      ObjectEntry& e = it->second;
+      ++task->unresolved;
+      e.on_ready.push_back([this, task] {
+        if (--task->unresolved == 0) OnTaskResolved(task);
+      });
+      if (!e.owned && !e.requested) {
+        e.requested = true;
+        to_request.emplace_back(arg.ref->id(), e.owner_address);
+      }
+    }
+  }
+  for (auto& [id, owner] : to_request) RequestObjectFromOwner(id, owner);
+  if (task->unresolved == 0) OnTaskResolved(task);
+}
+
+void CoreWorker::OnTaskResolved(PendingTask* raw) {
+  std::unique_ptr<PendingTask> task(raw);
+  // A failed argument fails the task with the same error (as in Ray).
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& arg : task->args) {
+      if (!arg.ref) continue;
+      auto it = objects_.find(arg.ref->id());
+      if (it != objects_.end() && it->second.kind == ObjectEntry::Kind::kFailed) {
+        Failure f = it->second.failure;
+        mu_.Unlock();
+        FailTask(task.release(), f);
+        mu_.Lock();
+        return;
+      }
+    }
+  }
+  auto& slot = queues_[task->queue_key];
+  if (!slot) {
+    slot = std::make_unique<SchedulingQueue>();
+    slot->key = task->queue_key;
+    slot->resources = task->resources;
+  }
+  slot->ready.push_back(std::move(task));
+  DispatchQueue(*slot);
+}
+
+void CoreWorker::DispatchQueue(SchedulingQueue& queue) {
+  int depth = (queue.avg_exec_micros >= 0 && queue.avg_exec_micros < 2000)
+                  ? options_.max_tasks_in_flight_per_worker
+                  : 1;
+  while (!queue.ready.empty()) {
+    Lease* best = nullptr;
+    for (auto& lease : queue.leases) {
+      if (static_cast<int>(lease->in_flight.size()) >= depth) continue;
+      if (best == nullptr || lease->in_flight.size() < best->in_flight.size()) best = lease.get();
+    }
+    if (best == nullptr) break;
+    auto task = std::move(queue.ready.front());
+    queue.ready.pop_front();
+    PushTask(*best, task.release());
+  }
+  size_t wanted = std::min<size_t>(queue.ready.size(), options_.max_pending_lease_requests);
+  while (static_cast<size_t>(queue.pending_lease_requests) < wanted) RequestLease(queue);
+}
+
+void CoreWorker::RequestLease(SchedulingQueue& queue) {
+  if (!node_conn_ || node_conn_->closed()) return;
+  ++queue.pending_lease_requests;
+  uint64_t request_id = next_request_id_++;
+  SchedulingQueue* q = &queue;
+  node_requests_[request_id] = [this, q](proto::Envelope::Reader msg) {
+    if (msg.isLeaseReply()) OnLeaseReply(q, msg.getLeaseReply());
+  };
+  OutMessage out;
+  auto env = out.Init();
+  env.setRequestId(request_id);
+  auto resources = env.initRequestLease().initResources(queue.resources.size());
+  size_t i = 0;
+  for (const auto& [name, qty] : queue.resources) {
+    resources[i].setName(name);
+    resources[i].setQuantity(qty);
+    ++i;
+  }
+  node_conn_->Send(out.builder());
+}
+
+void CoreWorker::OnLeaseReply(SchedulingQueue* queue, proto::LeaseReply::Reader reply) {
+  --queue->pending_lease_requests;
+  if (!reply.getGranted()) {
+    // The node can never run this shape: fail what waits for it.
+    std::string why = reply.getError().cStr();
+    while (!queue->ready.empty()) {
+      auto task = std::move(queue->ready.front());
+      queue->ready.pop_front();
+      FailTask(task.release(), Failure{proto::FailureKind::OTHER, "", why, ""});
+    }
+    return;
+  }
+  auto lease = std::make_unique<Lease>();
+  lease->lease_id = reply.getLeaseId();
+  auto wid = reply.getWorkerId();
+  lease->worker_id =
+      WorkerId::FromBinary(std::string_view(reinterpret_cast<const char*>(wid.begin()), wid.size()));
+  lease->worker_pid = reply.getWorkerPid();
+  lease->queue = queue;
+  std::string address = reply.getWorkerAddress().cStr();
+  boost::asio::local::stream_protocol::socket s(io_);
+  boost::system::error_code ec;
+  s.connect(boost::asio::local::stream_protocol::endpoint(address), ec);
+  if (ec) {
+    // The worker died between grant and connect; the node reclaims the lease.
+    LUMEN_LOG(DEBUG) << "cannot reach leased worker at " << address << ": " << ec.message();
+    OutMessage out;
+    out.Init().setReturnLease(lease->lease_id);
+    node_conn_->Send(out.builder());
+    DispatchQueue(*queue);
+    return;
+  }
+  int raw = s.release();
+  lease->conn = Connection::Create(Socket(io_, boost::asio::generic::stream_protocol(AF_UNIX, 0), raw));
+  Lease* l = lease.get();
+  lease->conn->Start(
+      [this, l](Connection&, proto::Envelope::Reader msg) {
+        if (msg.isTaskReply()) OnTaskReply(*l, msg.getTaskReply());
+      },
+      [this, l](Connection&, const absl::Status& why) {
+        if (!stopped_) OnLeaseLost(l, why);
+      });
+  {
+    OutMessage out;
+    auto hello = out.Init().initHello();
+    hello.setProtocolVersion(proto::PROTOCOL_VERSION);
+    hello.setRole(proto::Role::PEER);
+    hello.setPid(::getpid());
+    lease->conn->Send(out.builder());
+  }
+  queue->leases.push_back(std::move(lease));
+  DispatchQueue(*queue);
+  MaybeReturnLease(*l);
+}
+
+void CoreWorker::FillValue(proto::Value::Builder out, const ObjectEntry& entry) {
+  switch (entry.kind) {
+    case ObjectEntry::Kind::kInline:
+      out.setInline(capnp::Data::Reader(reinterpret_cast<const uint8_t*>(entry.value->data()),
+                                        entry.value->size()));
+      break;
+    case ObjectEntry::Kind::kStored:
+      out.initStored().setSize(entry.stored_size);
+      break;
+    case ObjectEntry::Kind::kFailed:
+      FailureToProto(entry.failure, out.initError());
+      break;
+  }
+}
+
+void CoreWorker::PushTask(Lease& lease, PendingTask* raw) {
+  std::unique_ptr<PendingTask> task(raw);
+  if (lease.idle_timer) lease.idle_timer->cancel();
+  OutMessage out;
+  auto spec = out.Init().initPushTask();
+  spec.setTaskId(capnp::Data::Reader(task->task_id.data(), TaskId::kSize));
+  spec.setFunction(task->function);
+  spec.setAttempt(task->attempt);
+  spec.setOwnerAddress(listen_address_);
+  auto args = spec.initArgs(task->args.size());
+  {
+    absl::MutexLock lock(&mu_);
+    for (size_t i = 0; i < task->args.size(); ++i) {
+      const auto& arg = task->args[i];
+      if (!arg.ref) {
+        args[i].setInline(capnp::Data::Reader(reinterpret_cast<const uint8_t*>(arg.value.data()),
+                                              arg.value.size()));
+        continue;
+      }
+      auto it = objects_.find(arg.ref->id());
+      FillValue(args[i], it->second);
+      if (it->second.kind == ObjectEntry::Kind::kStored) {
+        args[i].getStored().setObjectId(
+            capnp::Data::Reader(arg.ref->id().data(), ObjectId::kSize));
+      }
+    }
+  }
+  lease.conn->Send(out.builder());
+  lease.in_flight.emplace(task->task_id, std::move(task));
+}
+
+void CoreWorker::OnTaskReply(Lease& lease, proto::TaskReply::Reader reply) {
+  auto tid = reply.getTaskId();
+  TaskId task_id =
+      TaskId::FromBinary(std::string_view(reinterpret_cast<const char*>(tid.begin()), tid.size()));
+  auto it = lease.in_flight.find(task_id);
+  if (it == lease.in_flight.end()) return;
+  std::unique_ptr<PendingTask> task = std::move(it->second);
+  lease.in_flight.erase(it);
+  SchedulingQueue& queue = *lease.queue;
+  double micros = static_cast<double>(reply.getExecMicros());
+  queue.avg_exec_micros =
+      queue.avg_exec_micros < 0 ? micros : 0.8 * queue.avg_exec_micros + 0.2 * micros;
+  CompleteTask(task.get(), reply.getResult());
+  task.reset();  // releases the argument refs
+  DispatchQueue(queue);
+  MaybeReturnLease(lease);
+}
+
+void CoreWorker::CompleteTask(PendingTask* task, proto::Value::Reader result) {
+  switch (result.which()) {
+    case proto::Value::INLINE: {
+      auto data = result.getInline();
+      auto value = std::make_shared<const std::string>(reinterpret_cast<const char*>(data.begin()),
+                                                       data.size());
+      SetObjectReady(task->return_id, [&](ObjectEntry& e) {
+        e.kind = ObjectEntry::Kind::kInline;
+        e.value = value;
+      });
+      break;
+    }
+    case proto::Value::STORED: {
+      uint64_t size = result.getStored().getSize();
+      SetObjectReady(task->return_id, [&](ObjectEntry& e) {
+        e.kind = ObjectEntry::Kind::kStored;
+        e.stored_size = size;
+      });
+      break;
+    }
+    case proto::Value::ERROR: {
+      Failure f = FailureFromProto(result.getError());
+      SetObjectReady(task->return_id, [&](ObjectEntry& e) {
+        e.kind = ObjectEntry::Kind::kFailed;
+        e.failure = f;
+      });
+      break;
+    }
+  }
+}
+
+void CoreWorker::FailTask(PendingTask* raw, Failure failure) {
+  std::unique_ptr<PendingTask> task(raw);
+  SetObjectReady(task->return_id, [&](ObjectEntry& e) {
+    e.kind = ObjectEntry::Kind::kFailed;
+    e.failure = failure;
+  });
+}
+
+void CoreWorker::OnLeaseLost(Lease* lease, const absl::Status& why) {
+  SchedulingQueue& queue = *lease->queue;
+  std::unique_ptr<Lease> owned;
+  for (auto it = queue.leases.begin(); it != queue.leases.end(); ++it) {
+    if (it->get() == lease) {
+      owned = std::move(*it);
+      queue.leases.erase(it);
+      break;
+    }
+  }
+  if (!owned) return;
+  if (owned->idle_timer) owned->idle_timer->cancel();
+  std::vector<std::unique_ptr<PendingTask>> retry;
+  for (auto& [id, task] : owned->in_flight) {
+    if (task->retries_left > 0) {
+      --task->retries_left;
+      ++task->attempt;
+      LUMEN_LOG(INFO) << "worker pid " << owned->worker_pid << " died running " << task->function
+                      << "; retrying (attempt " << task->attempt + 1 << ")";
+      retry.push_back(std::move(task));
+    } else {
+      FailTask(task.release(),
+               Failure{proto::FailureKind::WORKER_CRASHED, "",
+                       absl::StrCat("the worker (pid ", owned->worker_pid, ") running task ",
+                                    task ? task->function : "", " died: ", why.message(),
+                                    "; no retries left (max_retries=", 0, ")"),
+                       ""});
+    }
+  }
+  for (auto it = retry.rbegin(); it != retry.rend(); ++it) queue.ready.push_front(std::move(*it));
+  owned->in_flight.clear();
+  // Closing callbacks may still reference the connection; keep it until they ran.
+  PostToIo([keep = std::shared_ptr<Lease>(std::move(owned))] {});
+  DispatchQueue(queue);
+}
+
+void CoreWorker::MaybeReturnLease(Lease& lease) {
+  if (!lease.in_flight.empty() || !lease.queue->ready.empty()) return;
+  if (!lease.idle_timer) lease.idle_timer = std::make_unique<boost::asio::steady_timer>(io_);
+  lease.idle_timer->expires_after(options_.lease_idle_timeout);
+  Lease* l = &lease;
+  lease.idle_timer->async_wait([this, l](const boost::system::error_code& ec) {
+    if (ec || stopped_) return;
+    if (!l->in_flight.empty() || !l->queue->ready.empty()) return;
+    SchedulingQueue& queue = *l->queue;
+    for (auto it = queue.leases.begin(); it != queue.leases.end(); ++it) {
+      if (it->get() != l) continue;
+      std::shared_ptr<Lease> owned(std::move(*it));
+      queue.leases.erase(it);
+      OutMessage out;
+      out.Init().setReturnLease(owned->lease_id);
+      if (node_conn_ && !node_conn_->closed()) node_conn_->Send(out.builder());
+      owned->conn->Close(absl::CancelledError("lease returned"));
+      PostToIo([owned] {});
+      break;
+    }
+  });
+}
+
+// ---------------------------------------------------------------------------
+// Peers: borrowers asking for objects, owners pushing tasks (worker mode).
+
+std::shared_ptr<Connection> CoreWorker::PeerConnection(const std::string& address,
+                                                       absl::Status* error) {
+  auto it = peers_.find(address);
+  if (it != peers_.end() && !it->second->closed()) return it->second;
+  boost::asio::local::stream_protocol::socket s(io_);
+  boost::system::error_code ec;
+  s.connect(boost::asio::local::stream_protocol::endpoint(address), ec);
+  if (ec) {
+    *error = absl::UnavailableError(absl::StrCat("cannot reach ", address, ": ", ec.message()));
+    return nullptr;
+  }
+  int raw = s.release();
+  auto conn = Connection::Create(Socket(io_, boost::asio::generic::stream_protocol(AF_UNIX, 0), raw));
+  conn->Start([this](Connection& c, proto::Envelope::Reader m) { OnPeerFrame(c, m); },
+              [this, address](Connection&, const absl::Status& why) {
+                peers_.erase(address);
+                if (stopped_) return;
+                // The owner is gone: what we were waiting for from it is lost.
+                std::vector<ObjectId> lost;
+                {
+                  absl::MutexLock lock(&mu_);
+                  for (auto& [id, e] : objects_) {
+                    if (!e.owned && !e.ready && e.requested && e.owner_address == address) {
+                      lost.push_back(id);
+                    }
+                  }
+                }
+                for (const auto& id : lost) {
+                  SetObjectReady(id, [&](ObjectEntry& e) {
+                    e.kind = ObjectEntry::Kind::kFailed;
+                    e.failure = Failure{proto::FailureKind::OBJECT_LOST, "",
+                                        absl::StrCat("the owner of object ", id.Hex(), " at ",
+                                                     address, " died: ", why.message()),
+                                        ""};
+                  });
+                }
+              });
+  OutMessage out;
+  auto hello = out.Init().initHello();
+  hello.setProtocolVersion(proto::PROTOCOL_VERSION);
+  hello.setRole(proto::Role::PEER);
+  hello.setPid(::getpid());
+  conn->Send(out.builder());
+  peers_[address] = conn;
+  return conn;
+}
+
+void CoreWorker::RequestObjectFromOwner(const ObjectId& id, const std::string& owner) {
+  absl::Status error;
+  auto conn = PeerConnection(owner, &error);
+  if (!conn) {
+    SetObjectReady(id, [&](ObjectEntry& e) {
+      e.kind = ObjectEntry::Kind::kFailed;
+      e.failure = Failure{proto::FailureKind::OBJECT_LOST, "",
+                          absl::StrCat("the owner of object ", id.Hex(), " is unreachable: ",
+                                       error.message()),
+                          ""};
+    });
+    return;
+  }
+  uint64_t request_id = next_request_id_++;
+  peer_requests_[request_id] = [this, id](proto::Envelope::Reader msg) {
+    if (!msg.isObjectStatus()) return;
+    auto value = msg.getObjectStatus().getValue();
+    switch (value.which()) {
+      case proto::Value::INLINE: {
+        auto data = value.getInline();
+        auto bytes = std::make_shared<const std::string>(
+            reinterpret_cast<const char*>(data.begin()), data.size());
+        SetObjectReady(id, [&](ObjectEntry& e) {
+          e.kind = ObjectEntry::Kind::kInline;
+          e.value = bytes;
+        });
+        break;
+      }
+      case proto::Value::STORED: {
+        uint64_t size = value.getStored().getSize();
+        SetObjectReady(id, [&](ObjectEntry& e) {
+          e.kind = ObjectEntry::Kind::kStored;
+          e.stored_size = size;
+        });
+        break;
+      }
+      case proto::Value::ERROR: {
+        Failure f = FailureFromProto(value.getError());
+        SetObjectReady(id, [&](ObjectEntry& e) {
+          e.kind = ObjectEntry::Kind::kFailed;
+          e.failure = f;
+        });
+        break;
+      }
+    }
+  };
+  OutMessage out;
+  auto env = out.Init();
+  env.setRequestId(request_id);
+  env.setWaitObject(capnp::Data::Reader(id.data(), ObjectId::kSize));
+  conn->Send(out.builder());
+}
+
+void CoreWorker::SendObjectStatus(Connection& conn, uint64_t request_id, const ObjectId& id) {
+  OutMessage out;
+  auto env = out.Init();
+  env.setRequestId(request_id);
+  auto value = env.initObjectStatus().initValue();
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = objects_.find(id);
+    if (it == objects_.end()) {
+      FailureToProto(Failure{proto::FailureKind::OBJECT_LOST, "",
+                             absl::StrCat("object ", id.Hex(),
+                                          " was freed by its owner (no references left)"),
+                             ""},
+                     value.initError());
+    } else {
+      FillValue(value, it->second);
+    }
+  }
+  conn.Send(out.builder());
+}
+
+void CoreWorker::OnPeerAccepted(Socket socket) {
+  auto conn = Connection::Create(std::move(socket));
+  inbound_[conn->id()] = conn;
+  conn->context() = false;  // hello not seen yet
+  conn->Start([this](Connection& c, proto::Envelope::Reader m) { OnPeerFrame(c, m); },
+              [this](Connection& c, const absl::Status&) {
+                auto id = c.id();
+                PostToIo([this, id] { inbound_.erase(id); });
+              });
+}
+
+void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
+  switch (msg.which()) {
+    case proto::Envelope::HELLO:
+      if (msg.getHello().getProtocolVersion() != proto::PROTOCOL_VERSION) {
+        conn.Close(absl::FailedPreconditionError("protocol version mismatch"));
+        return;
+      }
+      conn.context() = true;
+      return;
+    case proto::Envelope::OBJECT_STATUS: {
+      auto it = peer_requests_.find(msg.getRequestId());
+      if (it == peer_requests_.end()) return;
+      auto cb = std::move(it->second);
+      peer_requests_.erase(it);
+      cb(msg);
+      return;
+    }
+    default:
+      break;
+  }
+  auto* hello_seen = std::any_cast<bool>(&conn.context());
+  if (hello_seen != nullptr && !*hello_seen) {
+    conn.Close(absl::PermissionDeniedError("first frame was not a hello"));
+    return;
+  }
+  switch (msg.which()) {
+    case proto::Envelope::WAIT_OBJECT: {
+      auto data = msg.getWaitObject();
+      ObjectId id = ObjectId::FromBinary(
+          std::string_view(reinterpret_cast<const char*>(data.begin()), data.size()));
+      uint64_t request_id = msg.getRequestId();
+      bool ready = true;
+      {
+        absl::MutexLock lock(&mu_);
+        auto it = objects_.find(id);
+        if (it != objects_.end() && !it->second.ready) {
+          ready = false;
+          std::weak_ptr<Connection> weak = conn.shared_from_this();
+          it->second.on_ready.push_back([this, weak, request_id, id] {
+            if (auto c = weak.lock()) SendObjectStatus(*c, request_id, id);
+          });
+        }
+      }
+      if (ready) SendObjectStatus(conn, request_id, id);
+      return;
+    }
+    case proto::Envelope::PUSH_TASK: {
+      if (!options_.is_worker) {
+        conn.Close(absl::FailedPreconditionError("a driver does not run tasks"));
+        return;
+      }
+      auto spec = msg.getPushTask();
+      auto task = std::make_unique<TaskToRun>();
+      task->reply_to = conn.shared_from_this();
+      auto tid = spec.getTaskId();
+      task->task_id = TaskId::FromBinary(
+          std::string_view(reinterpret_cast<const char*>(tid.begin()), tid.size()));
+      task->attempt = spec.getAttempt();
+      task->function = spec.getFunction().cStr();
+      for (auto arg : spec.getArgs()) {
+        TaskToRun::Arg a;
+        switch (arg.which()) {
+          case proto::Value::INLINE: {
+            auto d = arg.getInline();
+            a.value.assign(reinterpret_cast<const char*>(d.begin()), d.size());
+            break;
+          }
+          case proto::Value::STORED: {
+            auto d = arg.getStored().getObjectId();
+            a.is_stored = true;
+            a.stored = ObjectId::FromBinary(
+                std::string_view(reinterpret_cast<const char*>(d.begin()), d.size()));
+            a.size = arg.getStored().getSize();
+            break;
+          }
+          case proto::Value::ERROR:
+            break;
+        }
+        task->args.push_back(std::move(a));
+      }
+      {
+        absl::MutexLock lock(&exec_mu_);
+        exec_queue_.push_back(std::move(task));
+        exec_queue_size_.fetch_add(1, std::memory_order_release);
+      }
+      return;
+    }
+    default:
+      LUMEN_LOG(DEBUG) << "ignoring unexpected frame from a peer";
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Task execution (worker mode)
+
+void CoreWorker::RunTaskLoop() {
+  while (!node_lost_ && !stopped_) {
+    auto have_work = [this] {
+      return exec_queue_size_.load(std::memory_order_acquire) > 0 || node_lost_.load();
+    };
+    if (!SpinFor(std::chrono::microseconds(100), have_work)) {
+      absl::MutexLock lock(&exec_mu_);
+      exec_mu_.AwaitWithTimeout(absl::Condition(&have_work), absl::Milliseconds(200));
+    }
+    std::unique_ptr<TaskToRun> task;
+    {
+      absl::MutexLock lock(&exec_mu_);
+      if (exec_queue_.empty()) continue;
+      task = std::move(exec_queue_.front());
+      exec_queue_.pop_front();
+      exec_queue_size_.fetch_sub(1, std::memory_order_release);
+    }
+    ExecuteTask(*task);
+  }
+}
+
+void CoreWorker::ExecuteTask(TaskToRun& task) {
+  auto start = std::chrono::steady_clock::now();
+  std::string location =
+      absl::StrCat("task ", task.function, ", pid ", ::getpid(), " on node ",
+                   node_id_.Hex().substr(0, 12), ", binary ", exe_path_);
+  std::string result;
+  std::optional<Failure> failure;
+  in_task = true;
+  try {
+    const internal::Invoker* invoker = internal::FindInvoker(task.function);
+    if (invoker == nullptr) {
+      failure = Failure{proto::FailureKind::FUNCTION_NOT_FOUND, "lumen::FunctionNotFound",
+                        absl::StrCat("function '", task.function,
+                                     "' is not registered in the worker binary ", exe_path_,
+                                     " (is it listed in LUMEN_REMOTE(...) in the binary the "
+                                     "workers run?)"),
+                        location};
+    } else {
+      std::vector<internal::ObjectBytes> args;
+      args.reserve(task.args.size());
+      for (auto& arg : task.args) {
+        if (!arg.is_stored) {
+          args.push_back(internal::ObjectBytes{arg.value, nullptr});
+          continue;
+        }
+        StoreResult got = CallStore(kGet, arg.stored, 0);
+        if (!got.status.ok()) {
+          throw ObjectLostError(absl::StrCat("argument object ", arg.stored.Hex(),
+                                             " is not in the store: ", got.status.message()));
+        }
+        ObjectId id = arg.stored;
+        std::shared_ptr<const void> pin(nullptr, [this, id](const void*) {
+          SendToNode([id](proto::Envelope::Builder env) {
+            env.initStoreRelease().setObjectId(capnp::Data::Reader(id.data(), ObjectId::kSize));
+          });
+        });
+        args.push_back(internal::ObjectBytes{
+            std::string_view(reinterpret_cast<const char*>(store_->readonly_base() + got.offset),
+                             got.size),
+            std::move(pin)});
+      }
+      result = (*invoker)(args);
+    }
+  } catch (const TypeMismatchError& e) {
+    failure = Failure{proto::FailureKind::TYPE_MISMATCH, "lumen::TypeMismatchError", e.what(),
+                      location};
+  } catch (const std::exception& e) {
+    failure = Failure{proto::FailureKind::TASK_ERROR, codec::Demangle(typeid(e).name()), e.what(),
+                      location};
+  } catch (...) {
+    failure = Failure{proto::FailureKind::TASK_ERROR, "unknown", "a non-std exception was thrown",
+                      location};
+  }
+  in_task = false;
+
+  auto reply = std::make_shared<OutMessage>();
+  auto r = reply->Init().initTaskReply();
+  r.setTaskId(capnp::Data::Reader(task.task_id.data(), TaskId::kSize));
+  r.setAttempt(task.attempt);
+  if (!failure && result.size() > options_.inline_limit) {
+    ObjectId id = ObjectId::ForTaskReturn(task.task_id, 1);
+    StoreResult created = CallStore(kCreate, id, result.size());
+    if (created.status.code() == absl::StatusCode::kAlreadyExists) {
+      // An earlier attempt stored it before dying: the value is the same.
+    } else if (!created.status.ok()) {
+      failure = Failure{created.status.code() == absl::StatusCode::kResourceExhausted
+                            ? proto::FailureKind::STORE_FULL
+                            : proto::FailureKind::OTHER,
+                        "", std::string(created.status.message()), location};
+    } else {
+      store_->PrefaultForWrite(created.offset, result.size());
+      std::memcpy(store_->writable_base() + created.offset, result.data(), result.size());
+      StoreResult sealed = CallStore(kSeal, id, result.size());
+      if (!sealed.status.ok()) {
+        failure = Failure{proto::FailureKind::OTHER, "", std::string(sealed.status.message()),
+                          location};
+      }
+    }
+    if (!failure) {
+      auto stored = r.initResult().initStored();
+      stored.setObjectId(capnp::Data::Reader(id.data(), ObjectId::kSize));
+      stored.setSize(result.size());
+    }
+  }
+  if (failure) {
+    FailureToProto(*failure, r.initResult().initError());
+  } else if (result.size() <= options_.inline_limit) {
+    r.initResult().setInline(
+        capnp::Data::Reader(reinterpret_cast<const uint8_t*>(result.data()), result.size()));
+  }
+  r.setExecMicros(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                            std::chrono::steady_clock::now() - start)
+                                            .count()));
+  std::string frame;
+  AppendFrame(reply->builder(), &frame);
+  PostToIo([weak = task.reply_to, frame = std::move(frame)] {
+    if (auto conn = weak.lock()) conn->SendFramed(frame);
+  });
+}
+
+}  // namespace lumen::runtime

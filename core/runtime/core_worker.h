@@ -1,0 +1,174 @@
+// The runtime inside every driver and worker process (Ray's "core worker"):
+// task submission over worker leases, the owner's reference table, Put/Get/Wait
+// through the node's shared-memory store, and, in a worker, task execution.
+//
+// Threads: one io thread runs the event loop and owns every socket; user threads
+// (and, in a worker, the executor thread) call the public methods, which are
+// thread-safe. State shared between them is guarded by `mu_`.
+#pragma once
+
+#include <atomic>
+#include <boost/asio.hpp>
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "lumen/common/connection.h"
+#include "lumen/common/ids.h"
+#include "lumen/internal/runtime.h"
+#include "lumen/objectstore/shm_segment.h"
+
+namespace lumen::runtime {
+
+struct CoreWorkerOptions {
+  bool is_worker = false;
+  std::string node_socket;  // the node daemon's Unix socket
+  std::string session_dir;
+  JobId job_id;             // driver: nil (the node assigns one); worker: its job
+  WorkerId worker_id;
+  uint64_t inline_limit = kInlineObjectLimit;
+  // A lease with nothing to run is kept this long for the next task of its shape.
+  std::chrono::milliseconds lease_idle_timeout{200};
+  int max_tasks_in_flight_per_worker = 16;
+  int max_pending_lease_requests = 4;
+};
+
+// Why a value is not there: the payload of a failed object.
+struct Failure {
+  int kind = 0;  // proto::FailureKind
+  std::string exception_type;
+  std::string message;
+  std::string location;
+};
+
+class CoreWorker {
+ public:
+  static absl::StatusOr<std::unique_ptr<CoreWorker>> Start(CoreWorkerOptions options);
+  ~CoreWorker();
+
+  // Stops the io thread and closes every connection. Idempotent.
+  void Stop();
+
+  const std::string& address() const { return listen_address_; }
+  const NodeId& node_id() const { return node_id_; }
+  const JobId& job_id() const { return options_.job_id; }
+
+  // --- thread-safe API used by lumen.h ---
+  std::shared_ptr<internal::RefHandle> SubmitTask(std::string_view function,
+                                                  std::vector<internal::TaskArgument> args,
+                                                  const internal::TaskOptions& options);
+  std::shared_ptr<internal::RefHandle> PutEncoded(std::string encoded);
+  std::shared_ptr<internal::RefHandle> PutWithWriter(uint64_t size,
+                                                     const std::function<void(uint8_t*)>& write);
+  std::vector<internal::ObjectBytes> Get(const std::vector<const internal::RefHandle*>& refs,
+                                         std::optional<std::chrono::milliseconds> timeout);
+  std::vector<bool> Wait(const std::vector<const internal::RefHandle*>& refs, size_t num_returns,
+                         std::optional<std::chrono::milliseconds> timeout);
+
+  void AddLocalRef(const ObjectId& id, const std::string& owner);
+  void RemoveLocalRef(const ObjectId& id);
+  void MarkEscaped(const ObjectId& id);
+
+  // Worker mode: runs tasks on the calling thread until the node goes away.
+  void RunTaskLoop();
+
+ private:
+  struct ObjectEntry;
+  struct PendingTask;
+  struct Lease;
+  struct SchedulingQueue;
+  struct TaskToRun;
+  struct StoreResult {
+    absl::Status status;
+    uint64_t offset = 0;
+    uint64_t size = 0;
+  };
+
+  explicit CoreWorker(CoreWorkerOptions options);
+  absl::Status Connect();
+
+  // io thread
+  void OnNodeFrame(Connection& conn, proto::Envelope::Reader msg);
+  void OnPeerAccepted(Socket socket);
+  void OnPeerFrame(Connection& conn, proto::Envelope::Reader msg);
+  void DrainSubmissions();
+  void ResolveDependencies(PendingTask* task);
+  void OnTaskResolved(PendingTask* task);
+  void DispatchQueue(SchedulingQueue& queue);
+  void RequestLease(SchedulingQueue& queue);
+  void OnLeaseReply(SchedulingQueue* queue, proto::LeaseReply::Reader reply);
+  void PushTask(Lease& lease, PendingTask* task);
+  void OnTaskReply(Lease& lease, proto::TaskReply::Reader reply);
+  void OnLeaseLost(Lease* lease, const absl::Status& why);
+  void MaybeReturnLease(Lease& lease);
+  void CompleteTask(PendingTask* task, proto::Value::Reader result);
+  void FailTask(PendingTask* task, Failure failure);
+  void SendObjectStatus(Connection& conn, uint64_t request_id, const ObjectId& id);
+  void RequestObjectFromOwner(const ObjectId& id, const std::string& owner);
+  std::shared_ptr<Connection> PeerConnection(const std::string& address, absl::Status* error);
+  void FillValue(proto::Value::Builder out, const ObjectEntry& entry);
+
+  // any thread
+  void PostToIo(std::function<void()> fn);
+  StoreResult CallStore(int op, const ObjectId& id, uint64_t size);
+  void SendToNode(std::function<void(proto::Envelope::Builder)> fill);
+  void SetObjectReady(const ObjectId& id, std::function<void(ObjectEntry&)> fill)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void MaybeFreeLocked(absl::node_hash_map<ObjectId, ObjectEntry>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  internal::ObjectBytes ReadyBytes(const ObjectId& id);
+  [[noreturn]] void ThrowFailure(const Failure& failure);
+  void NotifyBlocked(bool blocked);
+
+  // executor (worker mode)
+  void ExecuteTask(TaskToRun& task);
+
+  CoreWorkerOptions options_;
+  NodeId node_id_;
+  std::string listen_address_;
+  std::string exe_path_;
+  boost::asio::io_context io_;
+  std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
+  std::thread io_thread_;
+  std::unique_ptr<boost::asio::local::stream_protocol::acceptor> acceptor_;
+  std::shared_ptr<Connection> node_conn_;
+  std::unique_ptr<objectstore::ShmSegment> store_;
+  std::atomic<bool> stopped_{false};
+  std::atomic<bool> node_lost_{false};
+
+  // io thread only
+  uint64_t next_request_id_ = 1;
+  absl::flat_hash_map<uint64_t, std::function<void(proto::Envelope::Reader)>> node_requests_;
+  absl::flat_hash_map<uint64_t, std::function<void(proto::Envelope::Reader)>> peer_requests_;
+  std::map<std::string, std::unique_ptr<SchedulingQueue>> queues_;
+  absl::flat_hash_map<std::string, std::shared_ptr<Connection>> peers_;  // by address
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Connection>> inbound_;  // by connection id
+
+  absl::Mutex submit_mu_;
+  std::vector<std::unique_ptr<PendingTask>> submissions_ ABSL_GUARDED_BY(submit_mu_);
+
+  mutable absl::Mutex mu_;
+  absl::node_hash_map<ObjectId, ObjectEntry> objects_ ABSL_GUARDED_BY(mu_);
+
+  // worker mode: tasks waiting for the executor thread
+  absl::Mutex exec_mu_;
+  std::deque<std::unique_ptr<TaskToRun>> exec_queue_ ABSL_GUARDED_BY(exec_mu_);
+  std::atomic<int> exec_queue_size_{0};
+};
+
+// The process-wide runtime (null before Init and after Shutdown).
+CoreWorker* CurrentCoreWorker();
+void SetCurrentCoreWorker(CoreWorker* worker);
+
+}  // namespace lumen::runtime
