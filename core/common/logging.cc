@@ -12,7 +12,7 @@ namespace {
 
 Level ParseLevel() {
   const char* env = std::getenv("LUMEN_LOG_LEVEL");
-  if (env == nullptr) return Level::kInfo;
+  if (env == nullptr) return Level::kWarning;
   if (!strcasecmp(env, "debug")) return Level::kDebug;
   if (!strcasecmp(env, "warning") || !strcasecmp(env, "warn")) return Level::kWarning;
   if (!strcasecmp(env, "error")) return Level::kError;

@@ -32,12 +32,12 @@ std::string QueueKey(const std::map<std::string, double>& resources) {
 }
 
 Failure FailureFromProto(proto::TaskFailure::Reader f) {
-  return Failure{static_cast<int>(f.getKind()), f.getExceptionType().cStr(),
+  return Failure{f.getKind(), f.getExceptionType().cStr(),
                  f.getMessage().cStr(), f.getLocation().cStr()};
 }
 
 void FailureToProto(const Failure& failure, proto::TaskFailure::Builder out) {
-  out.setKind(static_cast<proto::FailureKind>(failure.kind));
+  out.setKind(failure.kind);
   out.setExceptionType(failure.exception_type);
   out.setMessage(failure.message);
   out.setLocation(failure.location);

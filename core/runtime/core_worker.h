@@ -46,7 +46,7 @@ struct CoreWorkerOptions {
 
 // Why a value is not there: the payload of a failed object.
 struct Failure {
-  int kind = 0;  // proto::FailureKind
+  proto::FailureKind kind = proto::FailureKind::OTHER;
   std::string exception_type;
   std::string message;
   std::string location;

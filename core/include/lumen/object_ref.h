@@ -52,7 +52,7 @@ namespace lumen::codec {
 template <class T>
 struct Codec<ObjectRef<T>> {
   static void Encode(Writer& w, const ObjectRef<T>& ref) {
-    if (ref.handle() != nullptr) internal::MarkRefEscaped(*ref.handle());
+    if (ref.handle() != nullptr) ::lumen::internal::MarkRefEscaped(*ref.handle());
     Codec<std::string>::Encode(w, std::string(ref.ID().Binary()));
     Codec<std::string>::Encode(w, ref.OwnerAddress());
   }
@@ -66,7 +66,7 @@ struct Codec<ObjectRef<T>> {
       return;
     }
     ref = ObjectRef<T>(
-        std::make_shared<internal::RefHandle>(ObjectId::FromBinary(id), std::move(owner)));
+        std::make_shared<::lumen::internal::RefHandle>(ObjectId::FromBinary(id), std::move(owner)));
   }
 };
 

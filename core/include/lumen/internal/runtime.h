@@ -93,6 +93,8 @@ std::vector<bool> WaitObjects(const std::vector<const RefHandle*>& refs, size_t 
 void InitRuntime(const Config& config, int argc, char** argv);
 void ShutdownRuntime();
 bool RuntimeInitialized();
+// The head address of the cluster this driver is attached to ("" before Init).
+std::string ClusterAddress();
 
 // Task registry: every process of one binary registers the same names.
 using Invoker = std::function<std::string(const std::vector<ObjectBytes>& args)>;

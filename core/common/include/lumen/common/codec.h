@@ -842,6 +842,21 @@ std::string EncodeValue(const T& value) {
   return out;
 }
 
+// The encoding of a std::vector<T> (T arithmetic) of `count` elements up to its
+// payload: EncodeArrayPrefix<T>(n) followed by the n*sizeof(T) raw bytes equals
+// EncodeValue(std::vector<T>) — so a large array can be written straight into
+// shared memory with a single copy.
+template <class T>
+std::string EncodeArrayPrefix(size_t count) {
+  static_assert(internal::kIsArithmeticNonBool<T>, "EncodeArrayPrefix needs an arithmetic T");
+  std::string out;
+  Writer w(&out);
+  internal::WriteValueHeader(w, typeid(std::vector<T>).name());
+  w.WriteVarint(count);
+  if (count > 0) w.AlignTo(64);
+  return out;
+}
+
 // Decodes a value written by EncodeValue<T>. InvalidArgument for malformed or
 // truncated bytes or trailing garbage; FailedPrecondition when the bytes hold
 // a different type ("object holds std::vector<int> but was read as std::string").

@@ -109,7 +109,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 // Convenience: an Envelope builder on a stack-friendly first segment.
 class OutMessage {
  public:
-  OutMessage() : builder_(kj::arrayPtr(scratch_, kScratchWords)) {}
+  OutMessage() : scratch_{}, builder_(kj::arrayPtr(scratch_, kScratchWords)) {}
   proto::Envelope::Builder Init() { return builder_.initRoot<proto::Envelope>(); }
   capnp::MessageBuilder& builder() { return builder_; }
 

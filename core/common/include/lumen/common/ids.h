@@ -32,6 +32,23 @@ class UniqueId {
     return id;
   }
   static UniqueId Nil() { return UniqueId(); }
+  // Parses 2*kSize hex digits; anything else gives the nil id.
+  static UniqueId FromHex(std::string_view hex) {
+    UniqueId id;
+    if (hex.size() != 2 * N) return id;
+    auto digit = [](char c) -> int {
+      if (c >= '0' && c <= '9') return c - '0';
+      if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+      if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+      return -1;
+    };
+    for (size_t i = 0; i < N; ++i) {
+      int hi = digit(hex[2 * i]), lo = digit(hex[2 * i + 1]);
+      if (hi < 0 || lo < 0) return UniqueId();
+      id.bytes_[i] = static_cast<uint8_t>(hi * 16 + lo);
+    }
+    return id;
+  }
 
   bool IsNil() const {
     for (uint8_t b : bytes_)

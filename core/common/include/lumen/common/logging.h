@@ -3,7 +3,7 @@
 //   LUMEN_LOG(INFO) << "node " << id.Hex() << " joined";
 //   LUMEN_LOG(ERROR) << "closing connection: " << status;
 //
-// The level comes from LUMEN_LOG_LEVEL (debug, info, warning, error; default info).
+// The level comes from LUMEN_LOG_LEVEL (debug, info, warning, error; default warning).
 // Each line is written with a single write(2): thread-safe and not interleaved.
 #pragma once
 

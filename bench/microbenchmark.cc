@@ -1,0 +1,171 @@
+#include "bench/microbenchmark.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "lumen/common/process.h"
+#include "lumen/lumen.h"
+
+namespace lumen::bench {
+namespace {
+
+int Noop() { return 0; }
+int Echo(int x) { return x; }
+
+}  // namespace
+}  // namespace lumen::bench
+
+LUMEN_REMOTE(lumen::bench::Noop, lumen::bench::Echo);
+
+namespace lumen::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+void Report(const char* name, double value, const char* unit) {
+  std::printf("%s %.4g %s\n", name, value, unit);
+  std::fflush(stdout);
+}
+
+// Runs `batch` repeatedly for about `budget` seconds; returns units per second,
+// where each call of `batch` does `units` units.
+double Rate(double budget, double units, const std::function<void()>& batch) {
+  batch();  // warm up
+  auto start = Clock::now();
+  double done = 0;
+  do {
+    batch();
+    done += units;
+  } while (Seconds(start) < budget);
+  return done / Seconds(start);
+}
+
+void AsyncTasks(int n) {
+  std::vector<ObjectRef<int>> refs;
+  refs.reserve(n);
+  for (int i = 0; i < n; ++i) refs.push_back(Task(Noop).Remote());
+  Get(refs);
+}
+
+// A second driver process for multi_client_tasks_async: prints its task rate.
+int RunClient(double budget) {
+  Init(Config{});
+  double rate = Rate(budget, 1000, [] { AsyncTasks(1000); });
+  std::printf("%f\n", rate);
+  Shutdown();
+  return 0;
+}
+
+}  // namespace
+
+int RunMicrobenchmark(int argc, char** argv) {
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--quick") quick = true;
+    if (arg == "--client") {
+      double budget = 1;
+      if (i + 1 < argc) (void)absl::SimpleAtod(argv[i + 1], &budget);
+      return RunClient(budget);
+    }
+  }
+  const double budget = quick ? 0.5 : 2.0;
+  const size_t big_bytes = quick ? (256ull << 20) : (1ull << 30);
+
+  auto start = Clock::now();
+  Config config;
+  config.object_store_memory = 4 * big_bytes;
+  Init(config);
+  Report("init_seconds", Seconds(start), "s");
+
+  Report("single_client_tasks_sync",
+         Rate(budget, 1, [] { *Get(Task(Noop).Remote()); }), "tasks/s");
+  Report("single_client_tasks_async", Rate(budget, 10000, [] { AsyncTasks(10000); }), "tasks/s");
+
+  {
+    // Two more driver processes joined to this cluster, submitting at once.
+    // The clients join this embedded cluster through LUMEN_ADDRESS.
+    ::setenv("LUMEN_ADDRESS", internal::ClusterAddress().c_str(), 1);
+    std::vector<int> pipes;
+    std::vector<pid_t> pids;
+    for (int c = 0; c < 2; ++c) {
+      int fds[2];
+      if (::pipe(fds) != 0) break;
+      pid_t pid = ::fork();
+      if (pid == 0) {
+        ::dup2(fds[1], STDOUT_FILENO);
+        ::close(fds[0]);
+        std::string self = SelfExecutablePath();
+        std::string b = std::to_string(budget);
+        ::execl(self.c_str(), self.c_str(), "microbenchmark", "--client", b.c_str(),
+                static_cast<char*>(nullptr));
+        std::_Exit(127);
+      }
+      ::close(fds[1]);
+      pipes.push_back(fds[0]);
+      pids.push_back(pid);
+    }
+    ::unsetenv("LUMEN_ADDRESS");
+    double total = 0;
+    for (size_t c = 0; c < pids.size(); ++c) {
+      std::string out;
+      char buf[256];
+      ssize_t n;
+      while ((n = ::read(pipes[c], buf, sizeof(buf))) > 0) out.append(buf, n);
+      ::close(pipes[c]);
+      ::waitpid(pids[c], nullptr, 0);
+      double rate = 0;
+      if (absl::SimpleAtod(out.substr(0, out.find('\n')), &rate)) total += rate;
+    }
+    Report("multi_client_tasks_async", total, "tasks/s");
+  }
+
+  Report("single_client_tasks_and_get_batch", Rate(budget, 1, [] { AsyncTasks(1000); }),
+         "batches/s");
+  Report("single_client_put_calls_Plasma_Store", Rate(budget, 1000, [] {
+           for (int i = 0; i < 1000; ++i) Put(i);
+         }),
+         "puts/s");
+  {
+    auto ref = Put(std::vector<int>(64, 7));
+    Report("single_client_get_calls_Plasma_Store", Rate(budget, 1000, [&] {
+             for (int i = 0; i < 1000; ++i) Get(ref);
+           }),
+           "gets/s");
+  }
+  {
+    std::vector<uint8_t> data(big_bytes, 1);
+    double gbps = Rate(budget, static_cast<double>(big_bytes) / 1e9, [&] { Put(data); });
+    Report("single_client_put_gigabytes", gbps, "GB/s");
+    std::vector<uint8_t> dest(big_bytes, 0);
+    double memcpy_gbps = Rate(budget, static_cast<double>(big_bytes) / 1e9, [&] {
+      std::memcpy(dest.data(), data.data(), big_bytes);
+      asm volatile("" : : "r"(dest.data()) : "memory");
+    });
+    Report("memcpy_gigabytes", memcpy_gbps, "GB/s");
+  }
+  Report("single_client_wait_1k_refs", Rate(budget, 1, [] {
+           std::vector<ObjectRef<int>> refs;
+           refs.reserve(1000);
+           for (int i = 0; i < 1000; ++i) refs.push_back(Task(Echo).Remote(i));
+           Wait(refs, refs.size());
+         }),
+         "waits/s");
+  Shutdown();
+  return 0;
+}
+
+}  // namespace lumen::bench

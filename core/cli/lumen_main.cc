@@ -1,0 +1,289 @@
+// The `lumen` command line: start and stop clusters, show their state, and run
+// the microbenchmark.
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "bench/microbenchmark.h"
+#include "core/runtime/cluster.h"
+#include "core/runtime/head_client.h"
+#include "lumen/common/process.h"
+#include "lumen/lumen.h"
+#include "lumen/objectstore/object_table.h"
+
+namespace {
+
+using lumen::runtime::NodeView;
+
+constexpr const char* kUsage = R"(usage: lumen <command> [options]
+
+commands:
+  start --head [--port P] [--host H]       start a head and a node daemon in the background
+  start --address HOST:PORT                 start one more node daemon joined to that head
+        [--num-cpus N] [--num-gpus N] [--memory BYTES] [--object-store-memory BYTES]
+        [--resources '{"name": qty, ...}']
+  stop                                      stop every cluster started by `lumen start` here
+  status [--address HOST:PORT]              nodes, resources, object store, workers, queues
+  list nodes [--address HOST:PORT]          one line per node
+  microbenchmark [--quick]                  Ray's microbenchmark metrics on a local cluster
+)";
+
+int Fail(const std::string& message) {
+  std::cerr << "lumen: " << message << "\n";
+  return 1;
+}
+
+// Parses a flat JSON object of numbers: {"ssd": 1, "accel": 0.5}.
+bool ParseResourcesJson(const std::string& text, std::map<std::string, double>* out,
+                        std::string* error) {
+  size_t i = 0;
+  auto skip = [&] {
+    while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
+  };
+  skip();
+  if (i >= text.size() || text[i] != '{') return *error = "expected '{'", false;
+  ++i;
+  skip();
+  if (i < text.size() && text[i] == '}') return true;
+  while (i < text.size()) {
+    skip();
+    if (text[i] != '"') return *error = "expected a quoted resource name", false;
+    size_t end = text.find('"', i + 1);
+    if (end == std::string::npos) return *error = "unterminated name", false;
+    std::string name = text.substr(i + 1, end - i - 1);
+    i = end + 1;
+    skip();
+    if (i >= text.size() || text[i] != ':') return *error = "expected ':' after \"" + name + "\"", false;
+    ++i;
+    skip();
+    size_t start = i;
+    while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.' ||
+                               text[i] == 'e' || text[i] == 'E' || text[i] == '-' || text[i] == '+'))
+      ++i;
+    double qty = 0;
+    if (!absl::SimpleAtod(text.substr(start, i - start), &qty)) {
+      return *error = "resource \"" + name + "\" needs a number", false;
+    }
+    (*out)[name] = qty;
+    skip();
+    if (i < text.size() && text[i] == ',') {
+      ++i;
+      continue;
+    }
+    if (i < text.size() && text[i] == '}') return true;
+    return *error = "expected ',' or '}'", false;
+  }
+  return *error = "unterminated object", false;
+}
+
+struct Flags {
+  std::map<std::string, std::string> values;
+  std::vector<std::string> positional;
+  bool Has(const std::string& k) const { return values.contains(k); }
+  std::string Get(const std::string& k) const {
+    auto it = values.find(k);
+    return it == values.end() ? "" : it->second;
+  }
+};
+
+Flags ParseFlags(int argc, char** argv, int first) {
+  Flags flags;
+  for (int i = first; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg.rfind("--", 0) == 0) {
+      std::string key = arg.substr(2), value;
+      auto eq = key.find('=');
+      if (eq != std::string::npos) {
+        value = key.substr(eq + 1);
+        key = key.substr(0, eq);
+      } else if (key != "head" && key != "quick" && i + 1 < argc &&
+                 std::string(argv[i + 1]).rfind("--", 0) != 0) {
+        value = argv[++i];
+      }
+      flags.values[key] = value;
+    } else {
+      flags.positional.push_back(arg);
+    }
+  }
+  return flags;
+}
+
+std::string FormatQuantity(const std::string& name, double v) {
+  if (name.find("memory") != std::string::npos) {
+    return lumen::objectstore::FormatBytes(static_cast<uint64_t>(v));
+  }
+  return absl::StrFormat("%g", v);
+}
+
+int Start(const Flags& flags) {
+  lumen::runtime::ClusterSpec spec;
+  spec.embedded = false;
+  spec.start_head = flags.Has("head");
+  if (!spec.start_head) {
+    if (!flags.Has("address")) return Fail("start needs --head or --address HOST:PORT");
+    auto head = lumen::runtime::ResolveHeadAddress(flags.Get("address"));
+    if (!head.ok()) return Fail(std::string(head.status().message()));
+    spec.head_address = *head;
+  }
+  if (flags.Has("port") && !absl::SimpleAtoi(flags.Get("port"), &spec.head_port)) {
+    return Fail("--port needs a number");
+  }
+  if (flags.Has("host")) spec.head_host = flags.Get("host");
+  if (spec.head_host != "127.0.0.1" && spec.head_host != "localhost") {
+    return Fail("listening beyond loopback needs token authentication, which is not built yet");
+  }
+  auto number = [&](const char* flag, const char* resource) -> bool {
+    if (!flags.Has(flag)) return true;
+    double v = 0;
+    if (!absl::SimpleAtod(flags.Get(flag), &v) || v < 0) return false;
+    spec.resources[resource] = v;
+    return true;
+  };
+  if (!number("num-cpus", "CPU")) return Fail("--num-cpus needs a non-negative number");
+  if (!number("num-gpus", "GPU")) return Fail("--num-gpus needs a non-negative number");
+  if (!number("memory", "memory")) return Fail("--memory needs a number of bytes");
+  if (flags.Has("object-store-memory") &&
+      !absl::SimpleAtoi(flags.Get("object-store-memory"), &spec.object_store_bytes)) {
+    return Fail("--object-store-memory needs a number of bytes");
+  }
+  if (flags.Has("resources")) {
+    std::string error;
+    if (!ParseResourcesJson(flags.Get("resources"), &spec.resources, &error)) {
+      return Fail("--resources: " + error);
+    }
+  }
+  if (spec.resources.contains("GPU") && spec.resources["GPU"] == 0) spec.resources.erase("GPU");
+  auto cluster = lumen::runtime::StartCluster(spec);
+  if (!cluster.ok()) return Fail(std::string(cluster.status().message()));
+  // Wait until the head lists the new node, so a driver started next finds it.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto nodes = lumen::runtime::QueryNodes(cluster->head_address);
+    bool listed = false;
+    if (nodes.ok()) {
+      for (const auto& n : *nodes) listed |= n.address == cluster->node_socket && n.alive;
+    }
+    if (listed) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling the head's table
+  }
+  if (spec.start_head) {
+    std::cout << "Started a Lumen head at " << cluster->head_address << " and one node.\n"
+              << "  session: " << cluster->session_dir << "\n"
+              << "  join another node:   lumen start --address " << cluster->head_address << "\n"
+              << "  connect a driver:    LUMEN_ADDRESS=" << cluster->head_address
+              << " ./your_program   (or Config::address)\n"
+              << "  show the cluster:    lumen status\n"
+              << "  stop everything:     lumen stop\n";
+  } else {
+    std::cout << "Started a Lumen node joined to " << cluster->head_address << ".\n"
+              << "  session: " << cluster->session_dir << "\n";
+  }
+  return 0;
+}
+
+int Stop() {
+  int stopped = 0;
+  std::error_code ec;
+  std::vector<std::filesystem::path> sessions;
+  for (const auto& entry : std::filesystem::directory_iterator(lumen::runtime::TempRoot(), ec)) {
+    if (entry.path().filename().string().rfind("lumen-session-", 0) == 0 &&
+        std::filesystem::exists(entry.path() / "cluster.pids", ec)) {
+      sessions.push_back(entry.path());
+    }
+  }
+  for (const auto& session : sessions) {
+    std::ifstream in(session / "cluster.pids");
+    std::vector<pid_t> pids;
+    for (pid_t pid; in >> pid;) pids.push_back(pid);
+    // Node daemons (listed last) first, then the head.
+    for (auto it = pids.rbegin(); it != pids.rend(); ++it) {
+      if (!lumen::ProcessAlive(*it)) continue;
+      ::kill(*it, SIGTERM);
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (lumen::ProcessAlive(*it) && std::chrono::steady_clock::now() < deadline) {
+        // Not our child: there is nothing to wait on but its /proc entry.
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      if (lumen::ProcessAlive(*it)) ::kill(*it, SIGKILL);
+      ++stopped;
+    }
+    std::filesystem::remove_all(session, ec);
+  }
+  std::cout << "Stopped " << stopped << " Lumen process" << (stopped == 1 ? "" : "es") << ".\n";
+  return 0;
+}
+
+int Status(const Flags& flags, bool list_only) {
+  auto head = lumen::runtime::ResolveHeadAddress(flags.Get("address"));
+  if (!head.ok()) return Fail(std::string(head.status().message()));
+  auto nodes = lumen::runtime::QueryNodes(*head);
+  if (!nodes.ok()) return Fail(std::string(nodes.status().message()));
+  if (list_only) {
+    std::cout << absl::StrFormat("%-14s %-6s %-8s %-20s %s\n", "NODE", "STATE", "PID", "HOST",
+                                 "ADDRESS");
+    for (const auto& n : *nodes) {
+      std::cout << absl::StrFormat("%-14s %-6s %-8d %-20s %s\n", n.id.Hex().substr(0, 12),
+                                   n.alive ? "ALIVE" : "DEAD", n.pid, n.hostname, n.address);
+    }
+    return 0;
+  }
+  std::cout << "Cluster at " << *head << ": " << nodes->size() << " node"
+            << (nodes->size() == 1 ? "" : "s") << "\n";
+  for (const auto& n : *nodes) {
+    std::cout << "\nNode " << n.id.Hex().substr(0, 12) << "  " << (n.alive ? "alive" : "DEAD")
+              << "  host " << n.hostname << "  pid " << n.pid << "\n";
+    std::cout << "  resources (used / total):\n";
+    for (const auto& [name, total] : n.total) {
+      double available = n.available.contains(name) ? n.available.at(name) : 0;
+      std::cout << absl::StrFormat("    %-22s %s / %s\n", name,
+                                   FormatQuantity(name, total - available),
+                                   FormatQuantity(name, total));
+    }
+    std::cout << absl::StrFormat("  object store: %s / %s in %d objects\n",
+                                 lumen::objectstore::FormatBytes(n.store_used),
+                                 lumen::objectstore::FormatBytes(n.store_capacity),
+                                 n.store_objects);
+    std::cout << absl::StrFormat("  workers: %d (%d idle); leases: %d active, %d queued\n",
+                                 n.workers, n.idle_workers, n.active_leases, n.queued_leases);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Daemons and workers of clusters started from this binary run here.
+  if (std::getenv("LUMEN_ROLE") != nullptr && *std::getenv("LUMEN_ROLE") != '\0') {
+    lumen::Init(argc, argv);
+  }
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "help") {
+    std::cout << kUsage;
+    return argc < 2 ? 1 : 0;
+  }
+  std::string command = argv[1];
+  Flags flags = ParseFlags(argc, argv, 2);
+  if (command == "start") return Start(flags);
+  if (command == "stop") return Stop();
+  if (command == "status") return Status(flags, false);
+  if (command == "list") {
+    std::string what = flags.positional.empty() ? "" : flags.positional[0];
+    if (what == "nodes") return Status(flags, true);
+    return Fail("list supports: nodes (actors, tasks, objects and placement-groups are not "
+                "tracked yet)");
+  }
+  if (command == "microbenchmark") return lumen::bench::RunMicrobenchmark(argc - 1, argv + 1);
+  std::cerr << kUsage;
+  return Fail("unknown command '" + command + "'");
+}

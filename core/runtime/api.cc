@@ -1,0 +1,229 @@
+// The user API's non-template half: Init/Shutdown, the function registry, and
+// the internal:: entry points that lumen.h's templates call.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "core/runtime/cluster.h"
+#include "core/runtime/core_worker.h"
+#include "core/runtime/head_client.h"
+#include "lumen/common/logging.h"
+#include "lumen/lumen.h"
+
+namespace lumen {
+namespace internal {
+namespace {
+
+struct Registry {
+  absl::Mutex mu;
+  absl::flat_hash_map<std::string, Invoker> by_name ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<const void*, std::string> names ABSL_GUARDED_BY(mu);
+};
+
+Registry& GetRegistry() {
+  static Registry* registry = new Registry();
+  return *registry;
+}
+
+// The driver's runtime and, for an embedded cluster, its processes.
+struct DriverState {
+  std::unique_ptr<runtime::CoreWorker> core;
+  std::optional<runtime::ClusterProcesses> cluster;
+  std::string head_address;
+};
+
+std::mutex& StateMutex() {
+  static std::mutex* mu = new std::mutex();
+  return *mu;
+}
+DriverState& State() {
+  static DriverState* state = new DriverState();
+  return *state;
+}
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+runtime::CoreWorker& Core() {
+  runtime::CoreWorker* core = runtime::CurrentCoreWorker();
+  if (core == nullptr) throw Error("lumen is not initialized: call lumen::Init first");
+  return *core;
+}
+
+[[noreturn]] void RunWorker() {
+  logging::SetProcessTag("worker");
+  runtime::CoreWorkerOptions options;
+  options.is_worker = true;
+  options.node_socket = Env("LUMEN_NODE_SOCKET");
+  options.session_dir = Env("LUMEN_SESSION_DIR");
+  options.worker_id = WorkerId::FromHex(Env("LUMEN_WORKER_ID"));
+  options.job_id = JobId::FromHex(Env("LUMEN_JOB_ID"));
+  auto core = runtime::CoreWorker::Start(options);
+  if (!core.ok()) {
+    LUMEN_LOG(ERROR) << "worker cannot start: " << core.status();
+    std::_Exit(1);
+  }
+  runtime::SetCurrentCoreWorker(core->get());
+  (*core)->RunTaskLoop();
+  runtime::SetCurrentCoreWorker(nullptr);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  // Leave without running the user's static destructors: the task thread of a
+  // dying node may still be inside user code.
+  std::_Exit(0);
+}
+
+}  // namespace
+
+RefHandle::RefHandle(ObjectId id, std::string owner_address)
+    : id_(id), owner_address_(std::move(owner_address)) {
+  if (auto* core = runtime::CurrentCoreWorker()) core->AddLocalRef(id_, owner_address_);
+}
+
+RefHandle::~RefHandle() {
+  if (auto* core = runtime::CurrentCoreWorker()) core->RemoveLocalRef(id_);
+}
+
+void MarkRefEscaped(const RefHandle& ref) {
+  if (auto* core = runtime::CurrentCoreWorker()) core->MarkEscaped(ref.id());
+}
+
+std::shared_ptr<RefHandle> SubmitTask(std::string_view function, std::vector<TaskArgument> args,
+                                      const TaskOptions& options) {
+  return Core().SubmitTask(function, std::move(args), options);
+}
+
+std::shared_ptr<RefHandle> PutEncoded(std::string encoded) {
+  return Core().PutEncoded(std::move(encoded));
+}
+
+std::shared_ptr<RefHandle> PutWithWriter(uint64_t size, const std::function<void(uint8_t*)>& write) {
+  return Core().PutWithWriter(size, write);
+}
+
+std::vector<ObjectBytes> GetObjects(const std::vector<const RefHandle*>& refs,
+                                    std::optional<std::chrono::milliseconds> timeout) {
+  return Core().Get(refs, timeout);
+}
+
+std::vector<bool> WaitObjects(const std::vector<const RefHandle*>& refs, size_t num_returns,
+                              std::optional<std::chrono::milliseconds> timeout) {
+  return Core().Wait(refs, num_returns, timeout);
+}
+
+void ThrowDecodeError(const std::string& message, bool type_mismatch) {
+  if (type_mismatch) throw TypeMismatchError(message);
+  throw Error("cannot decode object: " + message);
+}
+
+bool RegisterFunction(std::string name, const void* key, Invoker invoker) {
+  Registry& r = GetRegistry();
+  absl::MutexLock lock(&r.mu);
+  r.names[key] = name;
+  r.by_name[std::move(name)] = std::move(invoker);
+  return true;
+}
+
+std::string FunctionName(const void* key) {
+  Registry& r = GetRegistry();
+  absl::MutexLock lock(&r.mu);
+  auto it = r.names.find(key);
+  return it == r.names.end() ? std::string() : it->second;
+}
+
+const Invoker* FindInvoker(std::string_view name) {
+  Registry& r = GetRegistry();
+  absl::MutexLock lock(&r.mu);
+  auto it = r.by_name.find(std::string(name));
+  // Entries are never removed, and node-based values do not move: the pointer stays valid.
+  return it == r.by_name.end() ? nullptr : &it->second;
+}
+
+void InitRuntime(const Config& config, int argc, char** argv) {
+  runtime::MaybeRunClusterProcess();
+  if (Env("LUMEN_ROLE") == "worker") RunWorker();
+
+  std::lock_guard<std::mutex> lock(StateMutex());
+  DriverState& state = State();
+  if (state.core) throw Error("lumen::Init was already called");
+  std::string address = config.address.empty() ? Env("LUMEN_ADDRESS") : config.address;
+  runtime::CoreWorkerOptions options;
+  if (address.empty()) {
+    runtime::ClusterSpec spec;
+    spec.embedded = true;
+    if (config.num_cpus) spec.resources["CPU"] = *config.num_cpus;
+    if (config.num_gpus && *config.num_gpus > 0) spec.resources["GPU"] = *config.num_gpus;
+    if (config.memory) spec.resources["memory"] = static_cast<double>(*config.memory);
+    for (const auto& [k, v] : config.resources) spec.resources[k] = v;
+    if (config.object_store_memory) spec.object_store_bytes = *config.object_store_memory;
+    auto cluster = runtime::StartCluster(spec);
+    if (!cluster.ok()) {
+      throw Error(absl::StrCat("lumen::Init: cannot start a local cluster: ",
+                               cluster.status().message()));
+    }
+    state.cluster = std::move(*cluster);
+    state.head_address = state.cluster->head_address;
+    options.node_socket = state.cluster->node_socket;
+    options.session_dir = state.cluster->session_dir;
+  } else {
+    auto node = runtime::FindLocalNode(address);
+    if (!node.ok()) {
+      throw Error(absl::StrCat("lumen::Init: cannot join the cluster at ", address, ": ",
+                               node.status().message()));
+    }
+    options.node_socket = node->address;
+    state.head_address = *runtime::ResolveHeadAddress(address);
+    options.session_dir = node->session_dir;
+  }
+  auto core = runtime::CoreWorker::Start(options);
+  if (!core.ok()) {
+    if (state.cluster) runtime::StopCluster(*state.cluster);
+    state.cluster.reset();
+    throw Error(absl::StrCat("lumen::Init: ", core.status().message()));
+  }
+  state.core = std::move(*core);
+  runtime::SetCurrentCoreWorker(state.core.get());
+  static bool atexit_registered = false;
+  if (!atexit_registered) {
+    atexit_registered = true;
+    std::atexit([] { ShutdownRuntime(); });
+  }
+}
+
+void ShutdownRuntime() {
+  std::lock_guard<std::mutex> lock(StateMutex());
+  DriverState& state = State();
+  runtime::SetCurrentCoreWorker(nullptr);
+  if (state.core) state.core->Stop();
+  state.core.reset();
+  if (state.cluster) runtime::StopCluster(*state.cluster);
+  state.cluster.reset();
+  state.head_address.clear();
+}
+
+bool RuntimeInitialized() { return runtime::CurrentCoreWorker() != nullptr; }
+
+std::string ClusterAddress() {
+  std::lock_guard<std::mutex> lock(StateMutex());
+  return State().head_address;
+}
+
+}  // namespace internal
+
+void Init(int argc, char** argv) { internal::InitRuntime(Config{}, argc, argv); }
+void Init(const Config& config) { internal::InitRuntime(config, 0, nullptr); }
+void Init(const Config& config, int argc, char** argv) {
+  internal::InitRuntime(config, argc, argv);
+}
+void Shutdown() { internal::ShutdownRuntime(); }
+bool IsInitialized() { return internal::RuntimeInitialized(); }
+
+}  // namespace lumen

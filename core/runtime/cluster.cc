@@ -1,0 +1,252 @@
+#include "core/runtime/cluster.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/sysinfo.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "core/runtime/head_service.h"
+#include "core/runtime/node_daemon.h"
+#include "lumen/common/ids.h"
+#include "lumen/common/process.h"
+
+namespace lumen::runtime {
+namespace {
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+int EnvFd(const char* name) {
+  int fd = -1;
+  std::string v = Env(name);
+  if (v.empty() || !absl::SimpleAtoi(v, &fd)) return -1;
+  // Our own children must not inherit it.
+  ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+  return fd;
+}
+
+std::string EncodeResources(const std::map<std::string, double>& resources) {
+  std::string out;
+  for (const auto& [name, qty] : resources) absl::StrAppend(&out, out.empty() ? "" : ",", name, "=", qty);
+  return out;
+}
+
+std::map<std::string, double> DecodeResources(const std::string& text) {
+  std::map<std::string, double> out;
+  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
+    double qty = 0;
+    if (absl::SimpleAtod(kv.second, &qty)) out[kv.first] = qty;
+  }
+  return out;
+}
+
+// Reads one "ready ..." / "error ..." line from a daemon's ready pipe.
+absl::StatusOr<std::string> ReadReadyLine(int fd, const std::string& what, int timeout_ms) {
+  std::string line;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (line.find('\n') == std::string::npos) {
+    int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                    deadline - std::chrono::steady_clock::now())
+                                    .count());
+    if (left <= 0) return absl::DeadlineExceededError(what + " did not start in time");
+    pollfd p{fd, POLLIN, 0};
+    int r = ::poll(&p, 1, left);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) continue;
+    char buf[512];
+    ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return absl::UnavailableError(what + " exited during startup");
+    line.append(buf, static_cast<size_t>(n));
+  }
+  line.resize(line.find('\n'));
+  if (line.rfind("ready ", 0) == 0) return line.substr(6);
+  return absl::UnavailableError(absl::StrCat(what, " failed to start: ", line));
+}
+
+absl::StatusOr<pid_t> SpawnDaemon(const ClusterSpec& spec, const std::string& session_dir,
+                                  const std::string& role,
+                                  std::vector<std::pair<std::string, std::string>> env,
+                                  int parent_read_fd, std::string* ready) {
+  int ready_pipe[2];
+  if (auto s = MakePipe(ready_pipe); !s.ok()) return s;
+  SpawnOptions options;
+  options.executable = spec.executable.empty() ? SelfExecutablePath() : spec.executable;
+  options.env = std::move(env);
+  options.env.emplace_back("LUMEN_ROLE", role);
+  options.env.emplace_back("LUMEN_SESSION_DIR", session_dir);
+  options.env.emplace_back("LUMEN_READY_FD", std::to_string(ready_pipe[1]));
+  options.env.emplace_back("LUMEN_PARENT_FD",
+                           parent_read_fd >= 0 ? std::to_string(parent_read_fd) : "");
+  options.keep_fds = {ready_pipe[1]};
+  if (parent_read_fd >= 0) options.keep_fds.push_back(parent_read_fd);
+  if (!spec.embedded) {
+    options.new_session = true;
+    options.log_path = session_dir + "/logs/" + role + ".log";
+  }
+  auto pid = SpawnProcess(options);
+  ::close(ready_pipe[1]);
+  if (!pid.ok()) {
+    ::close(ready_pipe[0]);
+    return pid.status();
+  }
+  auto line = ReadReadyLine(ready_pipe[0], "the " + role + " daemon", 20000);
+  ::close(ready_pipe[0]);
+  if (!line.ok()) {
+    ::kill(*pid, SIGKILL);
+    WaitForChildExit(*pid, 2000);
+    return line.status();
+  }
+  *ready = *line;
+  return *pid;
+}
+
+}  // namespace
+
+std::string TempRoot() {
+  std::string tmp = Env("TMPDIR");
+  if (tmp.empty()) tmp = "/tmp";
+  while (tmp.size() > 1 && tmp.back() == '/') tmp.pop_back();
+  return tmp;
+}
+
+double DetectCpus() {
+  unsigned n = std::thread::hardware_concurrency();
+  return n == 0 ? 1 : n;
+}
+
+uint64_t DetectMemoryBytes() {
+  struct sysinfo info;
+  if (::sysinfo(&info) != 0) return 1ull << 30;
+  return static_cast<uint64_t>(info.totalram) * info.mem_unit;
+}
+
+absl::StatusOr<ClusterProcesses> StartCluster(const ClusterSpec& spec) {
+  ClusterProcesses cluster;
+  char stamp[32];
+  std::time_t now = std::time(nullptr);
+  std::tm tm;
+  localtime_r(&now, &tm);
+  std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", &tm);
+  cluster.session_dir = absl::StrCat(TempRoot(), "/lumen-session-", stamp, "-", ::getpid(), "-",
+                                     JobId::Random().Hex().substr(0, 6));
+  std::error_code ec;
+  std::filesystem::create_directories(cluster.session_dir + "/sockets", ec);
+  if (!spec.embedded) std::filesystem::create_directories(cluster.session_dir + "/logs", ec);
+  if (ec) {
+    return absl::InternalError(
+        absl::StrCat("cannot create session directory ", cluster.session_dir, ": ", ec.message()));
+  }
+  std::filesystem::permissions(cluster.session_dir, std::filesystem::perms::owner_all,
+                               std::filesystem::perm_options::replace, ec);
+
+  int parent_pipe[2] = {-1, -1};
+  if (spec.embedded) {
+    if (auto s = MakePipe(parent_pipe); !s.ok()) return s;
+    cluster.parent_pipe = parent_pipe[1];
+  }
+  auto fail = [&](absl::Status status) -> absl::StatusOr<ClusterProcesses> {
+    if (parent_pipe[0] >= 0) ::close(parent_pipe[0]);
+    StopCluster(cluster);
+    std::filesystem::remove_all(cluster.session_dir, ec);
+    return status;
+  };
+
+  if (spec.start_head) {
+    std::string address;
+    auto pid = SpawnDaemon(spec, cluster.session_dir, "head",
+                           {{"LUMEN_HEAD_HOST", spec.head_host},
+                            {"LUMEN_HEAD_PORT", std::to_string(spec.head_port)}},
+                           parent_pipe[0], &address);
+    if (!pid.ok()) return fail(pid.status());
+    cluster.pids.push_back(*pid);
+    cluster.head_address = address;
+  } else {
+    cluster.head_address = spec.head_address;
+  }
+
+  std::map<std::string, double> resources = spec.resources;
+  if (!resources.contains("CPU")) resources["CPU"] = DetectCpus();
+  uint64_t ram = DetectMemoryBytes();
+  uint64_t store = spec.object_store_bytes ? spec.object_store_bytes : ram * 3 / 10;
+  if (!resources.contains("memory")) resources["memory"] = static_cast<double>(ram - std::min(ram, store));
+  std::string socket;
+  auto pid = SpawnDaemon(spec, cluster.session_dir, "node",
+                         {{"LUMEN_HEAD_ADDRESS", cluster.head_address},
+                          {"LUMEN_NODE_RESOURCES", EncodeResources(resources)},
+                          {"LUMEN_OBJECT_STORE_BYTES", std::to_string(store)},
+                          {"LUMEN_REMOVE_SESSION_DIR", spec.embedded ? "1" : ""}},
+                         parent_pipe[0], &socket);
+  if (!pid.ok()) return fail(pid.status());
+  cluster.pids.push_back(*pid);
+  cluster.node_socket = socket;
+  if (parent_pipe[0] >= 0) ::close(parent_pipe[0]);
+  if (!spec.embedded) {
+    std::ofstream pids(cluster.session_dir + "/cluster.pids");
+    for (pid_t p : cluster.pids) pids << p << "\n";
+    std::ofstream head(cluster.session_dir + "/head_address");
+    head << cluster.head_address << "\n";
+  }
+  return cluster;
+}
+
+void StopCluster(ClusterProcesses& cluster) {
+  if (cluster.parent_pipe >= 0) {
+    ::close(cluster.parent_pipe);
+    cluster.parent_pipe = -1;
+  }
+  // Node daemons first: they stop their workers and clean up.
+  for (auto it = cluster.pids.rbegin(); it != cluster.pids.rend(); ++it) {
+    if (!WaitForChildExit(*it, 5000)) {
+      ::kill(*it, SIGKILL);
+      WaitForChildExit(*it, 2000);
+    }
+  }
+  cluster.pids.clear();
+  std::error_code ec;
+  if (!cluster.session_dir.empty()) std::filesystem::remove_all(cluster.session_dir, ec);
+}
+
+void MaybeRunClusterProcess() {
+  std::string role = Env("LUMEN_ROLE");
+  if (role == "head") {
+    HeadOptions options;
+    options.host = Env("LUMEN_HEAD_HOST").empty() ? "127.0.0.1" : Env("LUMEN_HEAD_HOST");
+    if (!absl::SimpleAtoi(Env("LUMEN_HEAD_PORT"), &options.port)) options.port = 0;
+    options.parent_fd = EnvFd("LUMEN_PARENT_FD");
+    options.ready_fd = EnvFd("LUMEN_READY_FD");
+    options.session_dir = Env("LUMEN_SESSION_DIR");
+    std::_Exit(RunHeadService(options));
+  }
+  if (role == "node") {
+    NodeDaemonOptions options;
+    options.session_dir = Env("LUMEN_SESSION_DIR");
+    options.head_address = Env("LUMEN_HEAD_ADDRESS");
+    options.resources = DecodeResources(Env("LUMEN_NODE_RESOURCES"));
+    uint64_t bytes = 0;
+    options.object_store_bytes =
+        absl::SimpleAtoi(Env("LUMEN_OBJECT_STORE_BYTES"), &bytes) ? bytes : (1ull << 30);
+    options.parent_fd = EnvFd("LUMEN_PARENT_FD");
+    options.ready_fd = EnvFd("LUMEN_READY_FD");
+    options.remove_session_dir = !Env("LUMEN_REMOVE_SESSION_DIR").empty();
+    int prestart = -1;
+    if (absl::SimpleAtoi(Env("LUMEN_PRESTART_WORKERS"), &prestart)) options.prestart_workers = prestart;
+    std::_Exit(RunNodeDaemon(options));
+  }
+}
+
+}  // namespace lumen::runtime

@@ -1,0 +1,53 @@
+// Starting and stopping the processes of a local cluster: the head service and
+// node daemons, either embedded in a driver (they die with it) or detached
+// (`lumen start`, stopped by `lumen stop`).
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace lumen::runtime {
+
+struct ClusterSpec {
+  bool start_head = true;
+  std::string head_address;    // when not starting a head: the one to join
+  std::string head_host = "127.0.0.1";
+  int head_port = 0;
+  std::map<std::string, double> resources;  // of the node; CPU etc. filled when absent
+  uint64_t object_store_bytes = 0;          // 0: 30% of RAM
+  // Embedded: the daemons watch a pipe from this process and exit with it, and
+  // the session directory is removed when they stop. Detached: they start a new
+  // session, log to files, and stay until `lumen stop`.
+  bool embedded = true;
+  std::string executable;  // the binary run as daemons (default: this one)
+};
+
+struct ClusterProcesses {
+  std::string session_dir;
+  std::string head_address;
+  std::string node_socket;
+  std::vector<pid_t> pids;
+  int parent_pipe = -1;  // embedded: closing it stops the daemons
+};
+
+// The directory under which session directories live: $TMPDIR or /tmp.
+std::string TempRoot();
+
+absl::StatusOr<ClusterProcesses> StartCluster(const ClusterSpec& spec);
+// Embedded clusters: stops the daemons and removes the session directory.
+void StopCluster(ClusterProcesses& cluster);
+
+// If this process was started as a head or node daemon (LUMEN_ROLE), runs it and
+// exits; otherwise returns.
+void MaybeRunClusterProcess();
+
+// Detected machine resources.
+double DetectCpus();
+uint64_t DetectMemoryBytes();
+
+}  // namespace lumen::runtime

@@ -1,0 +1,115 @@
+#include "core/runtime/head_client.h"
+
+#include <unistd.h>
+
+#include <boost/asio.hpp>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "core/runtime/cluster.h"
+#include "lumen/common/connection.h"
+
+namespace lumen::runtime {
+
+absl::StatusOr<std::string> ResolveHeadAddress(const std::string& address) {
+  if (!address.empty() && address != "auto") return address;
+  // The newest detached session with a live head.
+  std::filesystem::file_time_type newest;
+  std::string found;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(TempRoot(), ec)) {
+    if (entry.path().filename().string().rfind("lumen-session-", 0) != 0) continue;
+    auto file = entry.path() / "head_address";
+    if (!std::filesystem::exists(file, ec)) continue;
+    auto t = std::filesystem::last_write_time(file, ec);
+    if (found.empty() || t > newest) {
+      std::ifstream in(file);
+      std::string line;
+      if (std::getline(in, line) && !line.empty()) {
+        found = line;
+        newest = t;
+      }
+    }
+  }
+  if (found.empty()) {
+    return absl::NotFoundError("no running cluster found (start one with `lumen start --head`)");
+  }
+  return found;
+}
+
+absl::StatusOr<std::vector<NodeView>> QueryNodes(const std::string& head_address) {
+  auto colon = head_address.rfind(':');
+  if (colon == std::string::npos) {
+    return absl::InvalidArgumentError("the head address must be HOST:PORT, got '" + head_address + "'");
+  }
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::resolver resolver(io);
+  boost::system::error_code ec;
+  auto endpoints = resolver.resolve(head_address.substr(0, colon), head_address.substr(colon + 1), ec);
+  boost::asio::ip::tcp::socket socket(io);
+  if (!ec) boost::asio::connect(socket, endpoints, ec);
+  if (ec) return absl::UnavailableError(absl::StrCat("cannot reach the head at ", head_address, ": ", ec.message()));
+  int fd = socket.native_handle();
+  {
+    OutMessage out;
+    auto hello = out.Init().initHello();
+    hello.setProtocolVersion(proto::PROTOCOL_VERSION);
+    hello.setRole(proto::Role::CLI);
+    hello.setPid(::getpid());
+    if (auto s = WriteFrameBlocking(fd, out.builder()); !s.ok()) return s;
+  }
+  {
+    OutMessage out;
+    auto env = out.Init();
+    env.setRequestId(1);
+    env.setGetNodes();
+    if (auto s = WriteFrameBlocking(fd, out.builder()); !s.ok()) return s;
+  }
+  std::vector<capnp::word> words;
+  if (auto s = ReadFrameBlocking(fd, 64 << 20, &words); !s.ok()) return s;
+  std::vector<NodeView> nodes;
+  try {
+    capnp::FlatArrayMessageReader reader(kj::arrayPtr(words.data(), words.size()));
+    auto env = reader.getRoot<proto::Envelope>();
+    if (!env.isNodes()) return absl::InternalError("unexpected reply from the head");
+    for (auto n : env.getNodes()) {
+      NodeView v;
+      auto id = n.getNodeId();
+      v.id = NodeId::FromBinary(std::string_view(reinterpret_cast<const char*>(id.begin()), id.size()));
+      v.address = n.getAddress().cStr();
+      v.hostname = n.getHostname().cStr();
+      v.pid = n.getPid();
+      v.alive = n.getAlive();
+      for (auto r : n.getTotal()) v.total[r.getName().cStr()] = r.getQuantity();
+      for (auto r : n.getAvailable()) v.available[r.getName().cStr()] = r.getQuantity();
+      v.store_capacity = n.getStoreCapacity();
+      v.store_used = n.getStoreUsed();
+      v.store_objects = n.getStoreObjects();
+      v.workers = n.getWorkers();
+      v.idle_workers = n.getIdleWorkers();
+      v.queued_leases = n.getQueuedLeases();
+      v.active_leases = n.getActiveLeases();
+      v.session_dir = n.getSessionDir().cStr();
+      nodes.push_back(std::move(v));
+    }
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("bad reply from the head: ", e.what()));
+  }
+  return nodes;
+}
+
+absl::StatusOr<NodeView> FindLocalNode(const std::string& address) {
+  auto head = ResolveHeadAddress(address);
+  if (!head.ok()) return head.status();
+  auto nodes = QueryNodes(*head);
+  if (!nodes.ok()) return nodes.status();
+  char host[256] = {0};
+  ::gethostname(host, sizeof(host) - 1);
+  for (const auto& n : *nodes) {
+    if (n.alive && n.hostname == host && std::filesystem::exists(n.address)) return n;
+  }
+  return absl::NotFoundError(absl::StrCat("the cluster at ", *head, " has no live node on this machine"));
+}
+
+}  // namespace lumen::runtime

@@ -1,0 +1,38 @@
+// Blocking queries to the head service, for drivers joining a cluster and for
+// the command line.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "lumen/common/ids.h"
+
+namespace lumen::runtime {
+
+struct NodeView {
+  NodeId id;
+  std::string address;  // the node daemon's socket
+  std::string hostname;
+  int pid = 0;
+  bool alive = false;
+  std::map<std::string, double> total;
+  std::map<std::string, double> available;
+  uint64_t store_capacity = 0;
+  uint64_t store_used = 0;
+  uint64_t store_objects = 0;
+  uint32_t workers = 0;
+  uint32_t idle_workers = 0;
+  uint32_t queued_leases = 0;
+  uint32_t active_leases = 0;
+  std::string session_dir;
+};
+
+// "auto" (or empty) means the cluster started last by `lumen start` on this machine.
+absl::StatusOr<std::string> ResolveHeadAddress(const std::string& address);
+absl::StatusOr<std::vector<NodeView>> QueryNodes(const std::string& head_address);
+// The alive node on this host that a driver should attach to.
+absl::StatusOr<NodeView> FindLocalNode(const std::string& address);
+
+}  // namespace lumen::runtime

@@ -1,0 +1,21 @@
+// The head service (control store): one per cluster. Holds the node table and
+// each node's last report, and a small key-value store for rendezvous data.
+//
+// Threads: one event loop (the process's main thread).
+#pragma once
+
+#include <string>
+
+namespace lumen::runtime {
+
+struct HeadOptions {
+  std::string host = "127.0.0.1";
+  int port = 0;         // 0: pick a free port
+  int parent_fd = -1;   // EOF on it: the driver that started us died; exit
+  int ready_fd = -1;    // "ready HOST:PORT" is written here once we serve
+  std::string session_dir;
+};
+
+int RunHeadService(const HeadOptions& options);
+
+}  // namespace lumen::runtime

@@ -1,0 +1,694 @@
+#include "core/runtime/node_daemon.h"
+
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/asio.hpp>
+#include <deque>
+#include <filesystem>
+#include <memory>
+#include <optional>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "lumen/common/connection.h"
+#include "lumen/common/ids.h"
+#include "lumen/common/logging.h"
+#include "lumen/common/process.h"
+#include "lumen/objectstore/fd_passing.h"
+#include "lumen/objectstore/object_table.h"
+#include "lumen/objectstore/shm_segment.h"
+#include "lumen/scheduler/resource_set.h"
+
+namespace lumen::runtime {
+namespace {
+
+namespace asio = boost::asio;
+using scheduler::LocalResourceManager;
+using scheduler::ResourceSet;
+
+template <class Id>
+Id IdFrom(capnp::Data::Reader data) {
+  return Id::FromBinary(std::string_view(reinterpret_cast<const char*>(data.begin()), data.size()));
+}
+
+void SetResources(capnp::List<proto::Resource>::Builder list,
+                  const std::map<std::string, double>& values) {
+  size_t i = 0;
+  for (const auto& [name, qty] : values) {
+    list[i].setName(name);
+    list[i].setQuantity(qty);
+    ++i;
+  }
+}
+
+// What a connected client is, learned from its hello.
+struct Client {
+  bool hello_done = false;
+  proto::Role role = proto::Role::CLI;
+  JobId job;
+  WorkerId worker;
+};
+
+class NodeDaemon {
+ public:
+  explicit NodeDaemon(const NodeDaemonOptions& options)
+      : options_(options),
+        node_id_(NodeId::Random()),
+        acceptor_(io_),
+        signals_(io_, SIGTERM, SIGINT),
+        child_signal_(io_, SIGCHLD),
+        report_timer_(io_),
+        head_retry_timer_(io_) {}
+
+  int Run();
+
+ private:
+  // Worker lifecycle: STARTING (spawned, not yet connected) -> IDLE (in its job's
+  // pool) <-> LEASED (granted to a lease holder) -> gone (process exit).
+  enum class WorkerState { kStarting, kIdle, kLeased };
+  struct Worker {
+    WorkerId id;
+    pid_t pid = 0;
+    JobId job;
+    WorkerState state = WorkerState::kStarting;
+    std::shared_ptr<Connection> conn;
+    std::string address;
+    uint64_t lease_id = 0;
+  };
+  struct Job {
+    std::string exe_path;
+    uint64_t driver_conn = 0;
+    std::deque<WorkerId> idle;
+    int starting = 0;
+  };
+  struct Lease {
+    WorkerId worker;
+    ResourceSet resources;
+    uint64_t holder_conn = 0;
+    bool cpu_released = false;  // its worker is blocked in Get
+  };
+  struct LeaseRequest {
+    std::weak_ptr<Connection> conn;
+    uint64_t request_id = 0;
+    ResourceSet resources;
+    JobId job;
+  };
+
+  absl::Status Setup();
+  void AcceptNext();
+  void OnFrame(Connection& conn, proto::Envelope::Reader msg);
+  void OnClose(Connection& conn, const absl::Status& why);
+  void OnHello(Connection& conn, proto::Hello::Reader hello);
+  void OnStoreRequest(Connection& conn, proto::Envelope::Reader msg);
+  void StartWorker(const JobId& job_id);
+  void DispatchLeases();
+  void ReleaseLease(uint64_t lease_id);
+  void ReapChildren();
+  void OnWorkerGone(Worker& worker, const std::string& why);
+  void KillJobWorkers(const JobId& job_id);
+  void FillStats(proto::NodeStats::Builder stats);
+  void ConnectHead();
+  void ReportToHead();
+  void Shutdown(const std::string& why);
+  void WatchSignals();
+  void WatchChildren();
+
+  NodeDaemonOptions options_;
+  NodeId node_id_;
+  asio::io_context io_;
+  asio::local::stream_protocol::acceptor acceptor_;
+  asio::signal_set signals_;
+  asio::signal_set child_signal_;
+  asio::steady_timer report_timer_;
+  asio::steady_timer head_retry_timer_;
+  std::optional<asio::posix::stream_descriptor> parent_watch_;
+  std::string socket_path_;
+  std::unique_ptr<objectstore::ShmSegment> segment_;
+  std::unique_ptr<objectstore::ObjectTable> store_;
+  std::unique_ptr<LocalResourceManager> resources_;
+  std::shared_ptr<Connection> head_conn_;
+  bool shutting_down_ = false;
+
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Connection>> clients_;
+  absl::flat_hash_map<WorkerId, Worker> workers_;
+  absl::flat_hash_map<pid_t, WorkerId> worker_pids_;
+  absl::flat_hash_map<JobId, Job> jobs_;
+  absl::flat_hash_map<uint64_t, Lease> leases_;
+  std::deque<LeaseRequest> lease_queue_;
+  uint64_t next_lease_id_ = 1;
+};
+
+absl::Status NodeDaemon::Setup() {
+  std::filesystem::create_directories(options_.session_dir + "/sockets");
+  socket_path_ = options_.session_dir + "/sockets/node-" + node_id_.Hex().substr(0, 12) + ".sock";
+
+  std::map<std::string, double> totals = options_.resources;
+  totals["object_store_memory"] = static_cast<double>(options_.object_store_bytes);
+  auto total = ResourceSet::FromMap(totals);
+  if (!total.ok()) return total.status();
+  resources_ = std::make_unique<LocalResourceManager>(*total);
+
+  auto segment = objectstore::ShmSegment::Create("lumen-store", options_.object_store_bytes);
+  if (!segment.ok()) return segment.status();
+  segment_ = std::move(*segment);
+  store_ = std::make_unique<objectstore::ObjectTable>(segment_.get(), options_.object_store_bytes);
+
+  boost::system::error_code ec;
+  ::unlink(socket_path_.c_str());
+  acceptor_.open(asio::local::stream_protocol(), ec);
+  if (!ec) acceptor_.bind(asio::local::stream_protocol::endpoint(socket_path_), ec);
+  if (!ec) acceptor_.listen(512, ec);
+  if (ec) return absl::UnavailableError(absl::StrCat("cannot listen on ", socket_path_, ": ", ec.message()));
+  return absl::OkStatus();
+}
+
+int NodeDaemon::Run() {
+  logging::SetProcessTag("node");
+  if (auto s = Setup(); !s.ok()) {
+    LUMEN_LOG(ERROR) << "node daemon cannot start: " << s;
+    if (options_.ready_fd >= 0) {
+      std::string line = absl::StrCat("error ", s.message(), "\n");
+      ssize_t ignored = ::write(options_.ready_fd, line.data(), line.size());
+      (void)ignored;
+    }
+    return 1;
+  }
+  WatchSignals();
+  AcceptNext();
+  if (options_.parent_fd >= 0) {
+    parent_watch_.emplace(io_, options_.parent_fd);
+    auto buf = std::make_shared<char>();
+    parent_watch_->async_read_some(asio::buffer(buf.get(), 1),
+                                   [this, buf](const boost::system::error_code&, size_t) {
+                                     Shutdown("the driver that started this cluster exited");
+                                   });
+  }
+  if (!options_.head_address.empty()) ConnectHead();
+  if (options_.ready_fd >= 0) {
+    std::string line = absl::StrCat("ready ", socket_path_, "\n");
+    ssize_t ignored = ::write(options_.ready_fd, line.data(), line.size());
+    (void)ignored;
+    ::close(options_.ready_fd);
+  }
+  LUMEN_LOG(INFO) << "node " << node_id_.Hex().substr(0, 12) << " serving on " << socket_path_
+                  << " with " << resources_->total().ToString();
+  io_.run();
+  return 0;
+}
+
+void NodeDaemon::WatchSignals() {
+  signals_.async_wait([this](const boost::system::error_code& ec, int sig) {
+    if (!ec) Shutdown(absl::StrCat("signal ", sig));
+  });
+  WatchChildren();
+}
+
+void NodeDaemon::WatchChildren() {
+  child_signal_.async_wait([this](const boost::system::error_code& ec, int) {
+    if (ec || shutting_down_) return;
+    ReapChildren();
+    WatchChildren();
+  });
+}
+
+void NodeDaemon::AcceptNext() {
+  acceptor_.async_accept([this](const boost::system::error_code& ec,
+                                asio::local::stream_protocol::socket socket) {
+    if (ec) return;
+    int fd = socket.release();
+    auto conn = Connection::Create(Socket(io_, asio::generic::stream_protocol(AF_UNIX, 0), fd));
+    conn->context() = Client{};
+    clients_[conn->id()] = conn;
+    conn->Start([this](Connection& c, proto::Envelope::Reader m) { OnFrame(c, m); },
+                [this](Connection& c, const absl::Status& why) { OnClose(c, why); });
+    AcceptNext();
+  });
+}
+
+void NodeDaemon::OnHello(Connection& conn, proto::Hello::Reader hello) {
+  Client& client = std::any_cast<Client&>(conn.context());
+  OutMessage out;
+  auto reply = out.Init().initHelloReply();
+  if (hello.getProtocolVersion() != proto::PROTOCOL_VERSION) {
+    reply.setOk(false);
+    reply.setError(absl::StrCat("protocol version ", hello.getProtocolVersion(),
+                                " is not supported (node speaks ", proto::PROTOCOL_VERSION, ")"));
+    conn.Send(out.builder());
+    conn.Close(absl::FailedPreconditionError("protocol version mismatch"));
+    return;
+  }
+  client.role = hello.getRole();
+  client.job = IdFrom<JobId>(hello.getJobId());
+  client.worker = IdFrom<WorkerId>(hello.getWorkerId());
+  if (client.role == proto::Role::WORKER) {
+    auto it = workers_.find(client.worker);
+    if (it == workers_.end() || it->second.state != WorkerState::kStarting) {
+      conn.Close(absl::PermissionDeniedError("unknown worker"));
+      return;
+    }
+    it->second.conn = conn.shared_from_this();
+    it->second.address = hello.getListenAddress().cStr();
+  } else if (client.role == proto::Role::DRIVER) {
+    Job& job = jobs_[client.job];
+    job.exe_path = hello.getExePath().cStr();
+    job.driver_conn = conn.id();
+  }
+  client.hello_done = true;
+  reply.setOk(true);
+  reply.setNodeId(capnp::Data::Reader(node_id_.data(), NodeId::kSize));
+  reply.setStoreSize(segment_->size());
+  reply.setSessionDir(options_.session_dir);
+  reply.setJobId(capnp::Data::Reader(client.job.data(), JobId::kSize));
+  if (client.role == proto::Role::DRIVER || client.role == proto::Role::WORKER) {
+    // The store's fd travels with the hello reply (SCM_RIGHTS).
+    std::string frame;
+    AppendFrame(out.builder(), &frame);
+    auto s = objectstore::SendWithFd(conn.socket().native_handle(), frame.data(), frame.size(),
+                                     segment_->fd());
+    if (!s.ok()) {
+      conn.Close(s);
+      return;
+    }
+  } else {
+    conn.Send(out.builder());
+  }
+  if (client.role == proto::Role::WORKER) {
+    Worker& w = workers_[client.worker];
+    w.state = WorkerState::kIdle;
+    Job& job = jobs_[w.job];
+    --job.starting;
+    job.idle.push_back(w.id);
+    DispatchLeases();
+  } else if (client.role == proto::Role::DRIVER) {
+    // Prestart a pool for the new job.
+    int n = options_.prestart_workers >= 0
+                ? options_.prestart_workers
+                : static_cast<int>(resources_->total().Get(scheduler::kCPU));
+    for (int i = 0; i < n; ++i) StartWorker(client.job);
+  }
+}
+
+void NodeDaemon::OnFrame(Connection& conn, proto::Envelope::Reader msg) {
+  Client& client = std::any_cast<Client&>(conn.context());
+  if (!client.hello_done) {
+    if (!msg.isHello()) {
+      conn.Close(absl::PermissionDeniedError("first frame was not a hello"));
+      return;
+    }
+    OnHello(conn, msg.getHello());
+    return;
+  }
+  switch (msg.which()) {
+    case proto::Envelope::REQUEST_LEASE: {
+      std::map<std::string, double> wanted;
+      for (auto r : msg.getRequestLease().getResources()) wanted[r.getName().cStr()] = r.getQuantity();
+      auto request = ResourceSet::FromMap(wanted);
+      OutMessage out;
+      auto env = out.Init();
+      env.setRequestId(msg.getRequestId());
+      if (!request.ok() || !resources_->IsFeasible(*request)) {
+        auto reply = env.initLeaseReply();
+        reply.setGranted(false);
+        reply.setError(request.ok()
+                           ? absl::StrCat("infeasible: the task needs ", request->ToString(),
+                                          " but this node has only ",
+                                          resources_->total().ToString())
+                           : std::string(request.status().message()));
+        conn.Send(out.builder());
+        return;
+      }
+      lease_queue_.push_back(
+          LeaseRequest{conn.weak_from_this(), msg.getRequestId(), *request, client.job});
+      DispatchLeases();
+      return;
+    }
+    case proto::Envelope::RETURN_LEASE:
+      ReleaseLease(msg.getReturnLease());
+      DispatchLeases();
+      return;
+    case proto::Envelope::WORKER_BLOCKED:
+    case proto::Envelope::WORKER_UNBLOCKED: {
+      auto it = workers_.find(client.worker);
+      if (it == workers_.end() || it->second.state != WorkerState::kLeased) return;
+      auto lit = leases_.find(it->second.lease_id);
+      if (lit == leases_.end()) return;
+      Lease& lease = lit->second;
+      ResourceSet cpu;
+      cpu.Set(scheduler::kCPU, lease.resources.Get(scheduler::kCPU));
+      if (msg.isWorkerBlocked() && !lease.cpu_released) {
+        // A worker waiting in Get gives its CPU back so its children can run.
+        resources_->Release(cpu);
+        lease.cpu_released = true;
+        DispatchLeases();
+      } else if (msg.isWorkerUnblocked() && lease.cpu_released) {
+        // Take it back if free; otherwise run oversubscribed until the lease ends
+        // (and the lease then gives back no CPU).
+        if (resources_->TryAcquire(cpu)) lease.cpu_released = false;
+      }
+      return;
+    }
+    case proto::Envelope::GET_NODE_STATS: {
+      OutMessage out;
+      auto env = out.Init();
+      env.setRequestId(msg.getRequestId());
+      FillStats(env.initNodeStats());
+      conn.Send(out.builder());
+      return;
+    }
+    default:
+      OnStoreRequest(conn, msg);
+  }
+}
+
+void NodeDaemon::OnStoreRequest(Connection& conn, proto::Envelope::Reader msg) {
+  objectstore::ClientId client = conn.id();
+  auto id_of = [](proto::StoreRequest::Reader r) { return IdFrom<ObjectId>(r.getObjectId()); };
+  auto reply = [&](absl::Status status, uint64_t offset, uint64_t size) {
+    OutMessage out;
+    auto env = out.Init();
+    env.setRequestId(msg.getRequestId());
+    auto r = env.initStoreReply();
+    r.setOk(status.ok());
+    r.setCode(static_cast<uint32_t>(status.code()));
+    r.setError(std::string(status.message()));
+    r.setOffset(offset);
+    r.setSize(size);
+    conn.Send(out.builder());
+  };
+  switch (msg.which()) {
+    case proto::Envelope::STORE_CREATE: {
+      auto req = msg.getStoreCreate();
+      auto offset = store_->Create(client, id_of(req), req.getSize());
+      reply(offset.status(), offset.ok() ? *offset : 0, req.getSize());
+      return;
+    }
+    case proto::Envelope::STORE_SEAL:
+      reply(store_->Seal(client, id_of(msg.getStoreSeal())), 0, 0);
+      return;
+    case proto::Envelope::STORE_ABORT:
+      reply(store_->Abort(client, id_of(msg.getStoreAbort())), 0, 0);
+      return;
+    case proto::Envelope::STORE_GET: {
+      auto loc = store_->Get(client, id_of(msg.getStoreGet()));
+      reply(loc.status(), loc.ok() ? loc->offset : 0, loc.ok() ? loc->size : 0);
+      return;
+    }
+    case proto::Envelope::STORE_RELEASE:
+      store_->Release(client, id_of(msg.getStoreRelease()));
+      return;
+    case proto::Envelope::STORE_DELETE:
+      store_->Delete(id_of(msg.getStoreDelete()));
+      return;
+    default:
+      LUMEN_LOG(WARNING) << "ignoring an unexpected message from client " << conn.id();
+  }
+}
+
+void NodeDaemon::StartWorker(const JobId& job_id) {
+  auto jit = jobs_.find(job_id);
+  if (jit == jobs_.end() || jit->second.exe_path.empty() || shutting_down_) return;
+  WorkerId id = WorkerId::Random();
+  SpawnOptions spawn;
+  spawn.executable = jit->second.exe_path;
+  spawn.env = {{"LUMEN_ROLE", "worker"},
+               {"LUMEN_NODE_SOCKET", socket_path_},
+               {"LUMEN_SESSION_DIR", options_.session_dir},
+               {"LUMEN_WORKER_ID", id.Hex()},
+               {"LUMEN_JOB_ID", job_id.Hex()},
+               {"LUMEN_PARENT_FD", ""},
+               {"LUMEN_READY_FD", ""},
+               {"LUMEN_ADDRESS", ""}};
+  spawn.die_with_parent = true;
+  spawn.oom_score_adj = 500;  // workers go before daemons under memory pressure
+  auto pid = SpawnProcess(spawn);
+  if (!pid.ok()) {
+    LUMEN_LOG(ERROR) << "cannot start a worker: " << pid.status();
+    return;
+  }
+  Worker& w = workers_[id];
+  w.id = id;
+  w.pid = *pid;
+  w.job = job_id;
+  worker_pids_[*pid] = id;
+  ++jit->second.starting;
+}
+
+void NodeDaemon::DispatchLeases() {
+  for (auto it = lease_queue_.begin(); it != lease_queue_.end();) {
+    auto conn = it->conn.lock();
+    if (!conn || conn->closed()) {
+      it = lease_queue_.erase(it);
+      continue;
+    }
+    auto jit = jobs_.find(it->job);
+    if (jit == jobs_.end()) {
+      it = lease_queue_.erase(it);
+      continue;
+    }
+    Job& job = jit->second;
+    if (!it->resources.IsSubsetOf(resources_->available())) {
+      ++it;
+      continue;
+    }
+    // Drop idle workers that died since they were pooled.
+    while (!job.idle.empty() && !workers_.contains(job.idle.front())) job.idle.pop_front();
+    if (job.idle.empty()) {
+      // Start enough workers for the requests of this job that fit right now.
+      int waiting = 0;
+      for (const auto& r : lease_queue_) waiting += r.job == it->job ? 1 : 0;
+      if (job.starting < std::min(waiting, 64)) StartWorker(it->job);
+      ++it;
+      continue;
+    }
+    resources_->TryAcquire(it->resources);
+    WorkerId wid = job.idle.front();
+    job.idle.pop_front();
+    Worker& w = workers_[wid];
+    uint64_t lease_id = next_lease_id_++;
+    w.state = WorkerState::kLeased;
+    w.lease_id = lease_id;
+    leases_[lease_id] = Lease{wid, it->resources, conn->id(), false};
+    OutMessage out;
+    auto env = out.Init();
+    env.setRequestId(it->request_id);
+    auto reply = env.initLeaseReply();
+    reply.setGranted(true);
+    reply.setLeaseId(lease_id);
+    reply.setWorkerId(capnp::Data::Reader(wid.data(), WorkerId::kSize));
+    reply.setWorkerAddress(w.address);
+    reply.setWorkerPid(w.pid);
+    conn->Send(out.builder());
+    it = lease_queue_.erase(it);
+  }
+}
+
+void NodeDaemon::ReleaseLease(uint64_t lease_id) {
+  auto it = leases_.find(lease_id);
+  if (it == leases_.end()) return;
+  Lease lease = it->second;
+  leases_.erase(it);
+  ResourceSet held = lease.resources;
+  if (lease.cpu_released) held.Set(scheduler::kCPU, 0);
+  resources_->Release(held);
+  auto wit = workers_.find(lease.worker);
+  if (wit != workers_.end() && wit->second.state == WorkerState::kLeased) {
+    wit->second.state = WorkerState::kIdle;
+    wit->second.lease_id = 0;
+    jobs_[wit->second.job].idle.push_back(lease.worker);
+  }
+}
+
+void NodeDaemon::OnClose(Connection& conn, const absl::Status& why) {
+  uint64_t id = conn.id();
+  Client client = std::any_cast<Client>(conn.context());
+  if (!why.ok() && why.code() != absl::StatusCode::kUnavailable &&
+      why.code() != absl::StatusCode::kCancelled) {
+    LUMEN_LOG(WARNING) << "closed connection " << id << ": " << why;
+  }
+  store_->DisconnectClient(id);
+  // Leases held by this client end; their workers may still run its tasks, so
+  // they are stopped rather than reused.
+  std::vector<uint64_t> held;
+  for (const auto& [lease_id, lease] : leases_)
+    if (lease.holder_conn == id) held.push_back(lease_id);
+  for (uint64_t lease_id : held) {
+    WorkerId wid = leases_[lease_id].worker;
+    ReleaseLease(lease_id);
+    auto wit = workers_.find(wid);
+    if (wit != workers_.end()) {
+      auto& idle = jobs_[wit->second.job].idle;
+      idle.erase(std::remove(idle.begin(), idle.end(), wid), idle.end());
+      ::kill(wit->second.pid, SIGKILL);
+    }
+  }
+  if (client.role == proto::Role::DRIVER) {
+    KillJobWorkers(client.job);
+    jobs_.erase(client.job);
+  } else if (client.role == proto::Role::WORKER) {
+    auto wit = workers_.find(client.worker);
+    if (wit != workers_.end() && ProcessAlive(wit->second.pid)) ::kill(wit->second.pid, SIGKILL);
+  }
+  auto keep = clients_[id];
+  clients_.erase(id);
+  asio::post(io_, [keep] {});
+  DispatchLeases();
+}
+
+void NodeDaemon::KillJobWorkers(const JobId& job_id) {
+  for (auto& [wid, w] : workers_) {
+    if (w.job == job_id) ::kill(w.pid, SIGKILL);
+  }
+}
+
+void NodeDaemon::ReapChildren() {
+  while (true) {
+    int status = 0;
+    pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) break;
+    auto it = worker_pids_.find(pid);
+    if (it == worker_pids_.end()) continue;
+    WorkerId wid = it->second;
+    worker_pids_.erase(it);
+    auto wit = workers_.find(wid);
+    if (wit == workers_.end()) continue;
+    std::string why = WIFSIGNALED(status) ? absl::StrCat("killed by signal ", WTERMSIG(status))
+                                          : absl::StrCat("exited with code ", WEXITSTATUS(status));
+    OnWorkerGone(wit->second, why);
+    workers_.erase(wit);
+  }
+  DispatchLeases();
+}
+
+void NodeDaemon::OnWorkerGone(Worker& w, const std::string& why) {
+  LUMEN_LOG(DEBUG) << "worker " << w.pid << " " << why;
+  if (w.state == WorkerState::kStarting) {
+    auto jit = jobs_.find(w.job);
+    if (jit != jobs_.end()) --jit->second.starting;
+  }
+  if (w.state == WorkerState::kLeased) {
+    auto lit = leases_.find(w.lease_id);
+    if (lit != leases_.end()) {
+      ResourceSet held = lit->second.resources;
+      if (lit->second.cpu_released) held.Set(scheduler::kCPU, 0);
+      resources_->Release(held);
+      leases_.erase(lit);
+    }
+  }
+  auto jit = jobs_.find(w.job);
+  if (jit != jobs_.end()) {
+    auto& idle = jit->second.idle;
+    idle.erase(std::remove(idle.begin(), idle.end(), w.id), idle.end());
+  }
+  if (w.conn) w.conn->Close(absl::CancelledError("worker exited"));
+  if (!w.address.empty()) ::unlink(w.address.c_str());
+}
+
+void NodeDaemon::FillStats(proto::NodeStats::Builder stats) {
+  stats.setNodeId(capnp::Data::Reader(node_id_.data(), NodeId::kSize));
+  stats.setAddress(socket_path_);
+  char host[256] = {0};
+  ::gethostname(host, sizeof(host) - 1);
+  stats.setHostname(host);
+  stats.setPid(::getpid());
+  stats.setAlive(!shutting_down_);
+  auto total = resources_->total().ToMap();
+  auto available = resources_->available().ToMap();
+  SetResources(stats.initTotal(total.size()), total);
+  SetResources(stats.initAvailable(available.size()), available);
+  auto store = store_->GetStats();
+  stats.setStoreCapacity(store.capacity);
+  stats.setStoreUsed(store.used);
+  stats.setStoreObjects(store.num_objects);
+  uint32_t idle = 0;
+  for (const auto& [id, job] : jobs_) idle += job.idle.size();
+  stats.setWorkers(workers_.size());
+  stats.setIdleWorkers(idle);
+  stats.setQueuedLeases(lease_queue_.size());
+  stats.setActiveLeases(leases_.size());
+  stats.setSessionDir(options_.session_dir);
+}
+
+void NodeDaemon::ConnectHead() {
+  auto colon = options_.head_address.rfind(':');
+  std::string host = options_.head_address.substr(0, colon);
+  std::string port = options_.head_address.substr(colon + 1);
+  asio::ip::tcp::resolver resolver(io_);
+  boost::system::error_code ec;
+  auto endpoints = resolver.resolve(host, port, ec);
+  asio::ip::tcp::socket socket(io_);
+  if (!ec) asio::connect(socket, endpoints, ec);
+  if (ec) {
+    LUMEN_LOG(WARNING) << "cannot reach the head at " << options_.head_address << ": "
+                       << ec.message() << "; retrying";
+    head_retry_timer_.expires_after(std::chrono::seconds(1));
+    head_retry_timer_.async_wait([this](const boost::system::error_code& e) {
+      if (!e && !shutting_down_) ConnectHead();
+    });
+    return;
+  }
+  socket.set_option(asio::ip::tcp::no_delay(true));
+  auto protocol = socket.local_endpoint().protocol();
+  int fd = socket.release();
+  head_conn_ = Connection::Create(
+      Socket(io_, asio::generic::stream_protocol(protocol.family(), protocol.protocol()), fd));
+  head_conn_->Start([](Connection&, proto::Envelope::Reader) {},
+                    [this](Connection&, const absl::Status& why) {
+                      if (shutting_down_) return;
+                      LUMEN_LOG(WARNING) << "lost the head: " << why << "; reconnecting";
+                      head_retry_timer_.expires_after(std::chrono::seconds(1));
+                      head_retry_timer_.async_wait([this](const boost::system::error_code& e) {
+                        if (!e && !shutting_down_) ConnectHead();
+                      });
+                    });
+  {
+    OutMessage out;
+    auto hello = out.Init().initHello();
+    hello.setProtocolVersion(proto::PROTOCOL_VERSION);
+    hello.setRole(proto::Role::NODE);
+    hello.setPid(::getpid());
+    head_conn_->Send(out.builder());
+  }
+  OutMessage out;
+  FillStats(out.Init().initRegisterNode());
+  head_conn_->Send(out.builder());
+  ReportToHead();
+}
+
+void NodeDaemon::ReportToHead() {
+  report_timer_.expires_after(std::chrono::milliseconds(options_.report_period_ms));
+  report_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || shutting_down_ || !head_conn_ || head_conn_->closed()) return;
+    OutMessage out;
+    FillStats(out.Init().initReportNode());
+    head_conn_->Send(out.builder());
+    ReportToHead();
+  });
+}
+
+void NodeDaemon::Shutdown(const std::string& why) {
+  if (shutting_down_) return;
+  shutting_down_ = true;
+  LUMEN_LOG(DEBUG) << "node daemon stopping: " << why;
+  for (auto& [wid, w] : workers_) ::kill(w.pid, SIGKILL);
+  for (auto& [wid, w] : workers_) {
+    WaitForChildExit(w.pid, 2000);
+    if (!w.address.empty()) ::unlink(w.address.c_str());
+  }
+  boost::system::error_code ignored;
+  acceptor_.close(ignored);
+  ::unlink(socket_path_.c_str());
+  if (options_.remove_session_dir) std::filesystem::remove_all(options_.session_dir, ignored);
+  io_.stop();
+}
+
+}  // namespace
+
+int RunNodeDaemon(const NodeDaemonOptions& options) {
+  NodeDaemon daemon(options);
+  return daemon.Run();
+}
+
+}  // namespace lumen::runtime

@@ -1,0 +1,136 @@
+// ObjectTable: the store server's bookkeeping of objects, pins and clients.
+//
+//   ObjectTable table(segment.get(), segment->size());
+//   ASSIGN_OR_RETURN(uint64_t offset, table.Create(client, id, size));
+//   // ... the client writes segment->writable_base() + offset ...
+//   RETURN_IF_ERROR(table.Seal(client, id));
+//   ASSIGN_OR_RETURN(ObjectTable::ObjectLocation loc, table.Get(reader, id));
+//   table.Release(reader, id);
+//   table.Delete(id);                 // the owner dropped its last reference
+//   table.DisconnectClient(reader);   // the reader's socket closed
+//
+// It does no I/O of its own: the daemon's event loop translates requests on
+// client sockets into these calls and replies with the results.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "lumen/common/ids.h"
+#include "lumen/objectstore/allocator.h"
+#include "lumen/objectstore/shm_segment.h"
+
+namespace lumen::objectstore {
+
+// A connected store client (a worker or driver process), as the daemon numbers them.
+using ClientId = uint64_t;
+
+// Lifecycle of an object in the store:
+//
+//   Create ──> kCreated ──Seal──> kSealed ──Delete, no pins──────────> freed
+//                 │                  │
+//                 │                  └─Delete, pinned──> kDeletePending ──last pin
+//                 │                                                       released──> freed
+//                 ├──Abort, or the creator disconnects──────────────────────────────> freed
+//                 └──Delete──> kDeletePending (still unsealed; freed when the
+//                              creator seals or aborts and no pins remain)
+//
+// The creator holds a pin from Create until Seal or Abort; every successful
+// Get adds a pin for the calling client, Release drops one, DisconnectClient
+// drops all of a client's. Only sealed objects are readable: Get of a kCreated
+// object is Unavailable, of a kDeletePending one NotFound.
+enum class ObjectState { kCreated, kSealed, kDeletePending };
+
+// Human-readable byte count: "512 B", "1.5 KiB", "2.0 GiB".
+std::string FormatBytes(uint64_t bytes);
+
+// The objects of one node's store. Not thread-safe (owned by the node
+// daemon's event loop).
+class ObjectTable {
+ public:
+  struct ObjectLocation {
+    uint64_t offset;
+    uint64_t size;  // The size given to Create (the allocation may be larger).
+  };
+  struct Stats {
+    uint64_t capacity;
+    uint64_t used;         // Allocated bytes, rounded up to the alignment.
+    uint64_t num_objects;  // Including unsealed and delete-pending ones.
+    uint64_t num_pinned;   // Objects held by at least one pin (creator's included).
+  };
+
+  // `segment` is borrowed and must outlive the table; it may be nullptr (unit
+  // tests), in which case no memory is reserved. `capacity` must not exceed
+  // segment->size().
+  ObjectTable(ShmSegment* segment, uint64_t capacity);
+
+  ObjectTable(const ObjectTable&) = delete;
+  ObjectTable& operator=(const ObjectTable&) = delete;
+
+  // Allocates `size` bytes for a new unsealed object pinned by `client`, and
+  // reserves its pages in the segment. Returns the offset in the segment.
+  // Errors: AlreadyExists if `id` is present (in any state); ResourceExhausted
+  // when it does not fit or the memory cannot be reserved.
+  absl::StatusOr<uint64_t> Create(ClientId client, const ObjectId& id, uint64_t size);
+
+  // Makes the object readable and drops the creator's pin. Errors: NotFound;
+  // FailedPrecondition when already sealed or `client` is not the creator.
+  absl::Status Seal(ClientId client, const ObjectId& id);
+
+  // The creator gives up an unsealed object; it is freed (unless pinned
+  // otherwise, which cannot happen for an unsealed object). Errors: NotFound;
+  // FailedPrecondition when sealed or `client` is not the creator.
+  absl::Status Abort(ClientId client, const ObjectId& id);
+
+  // Pins a sealed object for `client` (pins are counted; each needs a
+  // Release). Errors: NotFound if absent or delete-pending; Unavailable if
+  // not sealed yet.
+  absl::StatusOr<ObjectLocation> Get(ClientId client, const ObjectId& id);
+
+  // Drops one of `client`'s pins on `id`; no-op if it holds none.
+  void Release(ClientId client, const ObjectId& id);
+
+  // The owner says no references remain: frees the object now if nothing
+  // pins it, else when the last pin goes. No-op if absent.
+  void Delete(const ObjectId& id);
+
+  // Drops every pin `client` holds and aborts its unsealed objects.
+  void DisconnectClient(ClientId client);
+
+  // True if `id` is present in any state (delete-pending included).
+  bool Contains(const ObjectId& id) const;
+  // The object's state, or NotFound.
+  absl::StatusOr<ObjectState> GetState(const ObjectId& id) const;
+  Stats GetStats() const;
+
+ private:
+  struct Entry {
+    uint64_t offset;
+    uint64_t size;
+    ObjectState state;
+    ClientId creator;
+    bool creator_pinned;   // True until Seal or Abort: the object is unsealed.
+    uint64_t reader_pins;  // Sum of the Get pins of all clients.
+  };
+  struct ClientState {
+    absl::flat_hash_map<ObjectId, uint64_t> pins;  // Get pins by object.
+    absl::flat_hash_set<ObjectId> unsealed;        // Objects it created, not yet sealed.
+  };
+
+  // Frees the entry if it is delete-pending and unpinned.
+  void MaybeFree(absl::flat_hash_map<ObjectId, Entry>::iterator it);
+  void Free(absl::flat_hash_map<ObjectId, Entry>::iterator it);
+  void DropUnsealed(ClientId client, const ObjectId& id);
+
+  ShmSegment* const segment_;
+  Allocator allocator_;
+  absl::flat_hash_map<ObjectId, Entry> objects_;
+  absl::flat_hash_map<ClientId, ClientState> clients_;
+  uint64_t num_pinned_ = 0;
+};
+
+}  // namespace lumen::objectstore

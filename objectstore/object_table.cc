@@ -1,0 +1,204 @@
+#include "lumen/objectstore/object_table.h"
+
+#include <cassert>
+#include <cstdio>
+#include <iterator>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace lumen::objectstore {
+
+std::string FormatBytes(uint64_t bytes) {
+  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  if (bytes < 1024) return absl::StrCat(bytes, " B");
+  double value = static_cast<double>(bytes) / 1024.0;
+  size_t unit = 0;
+  while (value >= 1024.0 && unit + 1 < std::size(kUnits)) {
+    value /= 1024.0;
+    ++unit;
+  }
+  char out[32];
+  std::snprintf(out, sizeof(out), "%.1f %s", value, kUnits[unit]);
+  return out;
+}
+
+ObjectTable::ObjectTable(ShmSegment* segment, uint64_t capacity)
+    : segment_(segment), allocator_(capacity) {
+  assert(segment == nullptr || capacity <= segment->size());
+}
+
+absl::StatusOr<uint64_t> ObjectTable::Create(ClientId client, const ObjectId& id,
+                                             uint64_t size) {
+  if (objects_.contains(id)) {
+    return absl::AlreadyExistsError(absl::StrCat("object ", id.Hex(), " already exists"));
+  }
+  std::optional<uint64_t> offset = allocator_.Allocate(size);
+  if (!offset) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "object store full: cannot fit an object of ", FormatBytes(size), "; ",
+        FormatBytes(allocator_.used()), " of ", FormatBytes(allocator_.capacity()),
+        " in use by ", objects_.size(), objects_.size() == 1 ? " object" : " objects",
+        " (largest free block ", FormatBytes(allocator_.largest_free_block()), ")"));
+  }
+  if (segment_ != nullptr) {
+    absl::Status reserved = segment_->Reserve(*offset, allocator_.AllocationSize(*offset));
+    if (!reserved.ok()) {
+      allocator_.Free(*offset);
+      return reserved;
+    }
+  }
+  objects_.emplace(id, Entry{.offset = *offset,
+                             .size = size,
+                             .state = ObjectState::kCreated,
+                             .creator = client,
+                             .creator_pinned = true,
+                             .reader_pins = 0});
+  clients_[client].unsealed.insert(id);
+  ++num_pinned_;
+  return *offset;
+}
+
+absl::Status ObjectTable::Seal(ClientId client, const ObjectId& id) {
+  auto it = objects_.find(id);
+  if (it == objects_.end()) {
+    return absl::NotFoundError(absl::StrCat("seal of unknown object ", id.Hex()));
+  }
+  Entry& e = it->second;
+  if (!e.creator_pinned) {
+    return absl::FailedPreconditionError(absl::StrCat("object ", id.Hex(), " is already sealed"));
+  }
+  if (e.creator != client) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("object ", id.Hex(), " was created by another client"));
+  }
+  e.creator_pinned = false;
+  if (e.state == ObjectState::kCreated) e.state = ObjectState::kSealed;
+  DropUnsealed(client, id);
+  if (e.reader_pins == 0) --num_pinned_;
+  MaybeFree(it);
+  return absl::OkStatus();
+}
+
+absl::Status ObjectTable::Abort(ClientId client, const ObjectId& id) {
+  auto it = objects_.find(id);
+  if (it == objects_.end()) {
+    return absl::NotFoundError(absl::StrCat("abort of unknown object ", id.Hex()));
+  }
+  Entry& e = it->second;
+  if (!e.creator_pinned) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("object ", id.Hex(), " is sealed and cannot be aborted"));
+  }
+  if (e.creator != client) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("object ", id.Hex(), " was created by another client"));
+  }
+  DropUnsealed(client, id);
+  // Unsealed objects cannot have reader pins.
+  assert(e.reader_pins == 0);
+  Free(it);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ObjectTable::ObjectLocation> ObjectTable::Get(ClientId client,
+                                                             const ObjectId& id) {
+  auto it = objects_.find(id);
+  if (it == objects_.end() || it->second.state == ObjectState::kDeletePending) {
+    return absl::NotFoundError(absl::StrCat("object ", id.Hex(), " is not in the store"));
+  }
+  Entry& e = it->second;
+  if (e.state != ObjectState::kSealed) {
+    return absl::UnavailableError(absl::StrCat("object ", id.Hex(), " is not sealed yet"));
+  }
+  if (e.reader_pins == 0) ++num_pinned_;
+  ++e.reader_pins;
+  ++clients_[client].pins[id];
+  return ObjectLocation{.offset = e.offset, .size = e.size};
+}
+
+void ObjectTable::Release(ClientId client, const ObjectId& id) {
+  auto c = clients_.find(client);
+  if (c == clients_.end()) return;
+  auto pin = c->second.pins.find(id);
+  if (pin == c->second.pins.end()) return;
+  if (--pin->second == 0) c->second.pins.erase(pin);
+  if (c->second.pins.empty() && c->second.unsealed.empty()) clients_.erase(c);
+
+  auto it = objects_.find(id);
+  assert(it != objects_.end() && it->second.reader_pins > 0);
+  if (it == objects_.end()) return;
+  Entry& e = it->second;
+  if (--e.reader_pins == 0 && !e.creator_pinned) --num_pinned_;
+  MaybeFree(it);
+}
+
+void ObjectTable::Delete(const ObjectId& id) {
+  auto it = objects_.find(id);
+  if (it == objects_.end()) return;
+  it->second.state = ObjectState::kDeletePending;
+  MaybeFree(it);
+}
+
+void ObjectTable::DisconnectClient(ClientId client) {
+  auto c = clients_.find(client);
+  if (c == clients_.end()) return;
+  ClientState state = std::move(c->second);
+  clients_.erase(c);
+
+  for (const auto& [id, count] : state.pins) {
+    auto it = objects_.find(id);
+    assert(it != objects_.end() && it->second.reader_pins >= count);
+    if (it == objects_.end()) continue;
+    Entry& e = it->second;
+    e.reader_pins -= count;
+    if (e.reader_pins == 0 && !e.creator_pinned) --num_pinned_;
+    MaybeFree(it);
+  }
+  for (const ObjectId& id : state.unsealed) {
+    auto it = objects_.find(id);
+    assert(it != objects_.end() && it->second.creator_pinned);
+    if (it == objects_.end()) continue;
+    Free(it);
+  }
+}
+
+bool ObjectTable::Contains(const ObjectId& id) const { return objects_.contains(id); }
+
+absl::StatusOr<ObjectState> ObjectTable::GetState(const ObjectId& id) const {
+  auto it = objects_.find(id);
+  if (it == objects_.end()) {
+    return absl::NotFoundError(absl::StrCat("object ", id.Hex(), " is not in the store"));
+  }
+  return it->second.state;
+}
+
+ObjectTable::Stats ObjectTable::GetStats() const {
+  return Stats{.capacity = allocator_.capacity(),
+               .used = allocator_.used(),
+               .num_objects = objects_.size(),
+               .num_pinned = num_pinned_};
+}
+
+void ObjectTable::MaybeFree(absl::flat_hash_map<ObjectId, Entry>::iterator it) {
+  const Entry& e = it->second;
+  if (e.state == ObjectState::kDeletePending && !e.creator_pinned && e.reader_pins == 0) {
+    Free(it);
+  }
+}
+
+void ObjectTable::Free(absl::flat_hash_map<ObjectId, Entry>::iterator it) {
+  const Entry& e = it->second;
+  if (e.creator_pinned || e.reader_pins > 0) --num_pinned_;
+  allocator_.Free(e.offset);
+  objects_.erase(it);
+}
+
+void ObjectTable::DropUnsealed(ClientId client, const ObjectId& id) {
+  auto c = clients_.find(client);
+  if (c == clients_.end()) return;
+  c->second.unsealed.erase(id);
+  if (c->second.pins.empty() && c->second.unsealed.empty()) clients_.erase(c);
+}
+
+}  // namespace lumen::objectstore
