@@ -32,6 +32,8 @@ function(lumen_cc_test)
   add_executable(${T_NAME} ${T_SRCS})
   target_link_libraries(${T_NAME} PRIVATE ${T_DEPS} Catch2::Catch2WithMain)
   target_compile_options(${T_NAME} PRIVATE ${LUMEN_WARNINGS})
+  # --warn NoTests: a test name that selects nothing fails instead of passing.
   catch_discover_tests(${T_NAME} DISCOVERY_MODE PRE_TEST TEST_PREFIX "${T_NAME}."
+    EXTRA_ARGS --warn NoTests
     PROPERTIES TIMEOUT 300 ENVIRONMENT "LUMEN_LOG_LEVEL=warning")
 endfunction()

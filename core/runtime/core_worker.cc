@@ -731,9 +731,12 @@ void CoreWorker::OnTaskResolved(PendingTask* raw) {
 }
 
 void CoreWorker::DispatchQueue(SchedulingQueue& queue) {
-  int depth = (queue.avg_exec_micros >= 0 && queue.avg_exec_micros < 2000)
-                  ? options_.max_tasks_in_flight_per_worker
-                  : 1;
+  // Pipelining several tasks per worker pays only for short tasks with a backlog;
+  // otherwise one at a time, so a long task never holds up others behind it
+  // while a CPU is free.
+  bool pipeline = queue.avg_exec_micros >= 0 && queue.avg_exec_micros < 1000 &&
+                  queue.ready.size() >= 32 && queue.ready.size() > 4 * queue.leases.size();
+  int depth = pipeline ? options_.max_tasks_in_flight_per_worker : 1;
   while (!queue.ready.empty()) {
     Lease* best = nullptr;
     for (auto& lease : queue.leases) {

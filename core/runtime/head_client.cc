@@ -11,6 +11,9 @@
 #include "lumen/common/connection.h"
 
 namespace lumen::runtime {
+namespace {
+NodeView ToNodeView(proto::NodeStats::Reader n);
+}  // namespace
 
 absl::StatusOr<std::string> ResolveHeadAddress(const std::string& address) {
   if (!address.empty() && address != "auto") return address;
@@ -73,7 +76,15 @@ absl::StatusOr<std::vector<NodeView>> QueryNodes(const std::string& head_address
     capnp::FlatArrayMessageReader reader(kj::arrayPtr(words.data(), words.size()));
     auto env = reader.getRoot<proto::Envelope>();
     if (!env.isNodes()) return absl::InternalError("unexpected reply from the head");
-    for (auto n : env.getNodes()) {
+    for (auto n : env.getNodes()) nodes.push_back(ToNodeView(n));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("bad reply from the head: ", e.what()));
+  }
+  return nodes;
+}
+
+namespace {
+NodeView ToNodeView(proto::NodeStats::Reader n) {
       NodeView v;
       auto id = n.getNodeId();
       v.id = NodeId::FromBinary(std::string_view(reinterpret_cast<const char*>(id.begin()), id.size()));
@@ -91,12 +102,43 @@ absl::StatusOr<std::vector<NodeView>> QueryNodes(const std::string& head_address
       v.queued_leases = n.getQueuedLeases();
       v.active_leases = n.getActiveLeases();
       v.session_dir = n.getSessionDir().cStr();
-      nodes.push_back(std::move(v));
+      return v;
+}
+}  // namespace
+
+absl::StatusOr<NodeView> QueryNodeStats(const std::string& node_socket) {
+  boost::asio::io_context io;
+  boost::asio::local::stream_protocol::socket socket(io);
+  boost::system::error_code ec;
+  socket.connect(boost::asio::local::stream_protocol::endpoint(node_socket), ec);
+  if (ec) return absl::UnavailableError(absl::StrCat("cannot reach the node at ", node_socket, ": ", ec.message()));
+  int fd = socket.native_handle();
+  for (int i = 0; i < 2; ++i) {
+    OutMessage out;
+    auto env = out.Init();
+    if (i == 0) {
+      auto hello = env.initHello();
+      hello.setProtocolVersion(proto::PROTOCOL_VERSION);
+      hello.setRole(proto::Role::CLI);
+      hello.setPid(::getpid());
+    } else {
+      env.setRequestId(1);
+      env.setGetNodeStats();
     }
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("bad reply from the head: ", e.what()));
+    if (auto s = WriteFrameBlocking(fd, out.builder()); !s.ok()) return s;
   }
-  return nodes;
+  std::vector<capnp::word> words;
+  for (int i = 0; i < 2; ++i) {  // the hello reply, then the stats
+    if (auto s = ReadFrameBlocking(fd, 64 << 20, &words); !s.ok()) return s;
+  }
+  try {
+    capnp::FlatArrayMessageReader reader(kj::arrayPtr(words.data(), words.size()));
+    auto env = reader.getRoot<proto::Envelope>();
+    if (!env.isNodeStats()) return absl::InternalError("unexpected reply from the node");
+    return ToNodeView(env.getNodeStats());
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("bad reply from the node: ", e.what()));
+  }
 }
 
 absl::StatusOr<NodeView> FindLocalNode(const std::string& address) {

@@ -32,6 +32,8 @@ struct NodeView {
 // "auto" (or empty) means the cluster started last by `lumen start` on this machine.
 absl::StatusOr<std::string> ResolveHeadAddress(const std::string& address);
 absl::StatusOr<std::vector<NodeView>> QueryNodes(const std::string& head_address);
+// Asks one node daemon directly (fresher than the head's last report).
+absl::StatusOr<NodeView> QueryNodeStats(const std::string& node_socket);
 // The alive node on this host that a driver should attach to.
 absl::StatusOr<NodeView> FindLocalNode(const std::string& address);
 

@@ -197,7 +197,7 @@ TEST_CASE("Scalars round trip") {
   CheckRoundTrip(Celsius{21.5});
 }
 
-TEST_CASE("Strings, buffers and containers round trip") {
+TEST_CASE("Strings buffers and containers round trip") {
   CheckRoundTrip(std::string());
   CheckRoundTrip(std::string("hello\0world", 11));
   CheckRoundTrip(std::string(1000, 'z'));
@@ -241,7 +241,7 @@ TEST_CASE("Nested types round trip") {
   CheckRoundTrip(mix);
 }
 
-TEST_CASE("LUMEN_SERIALIZE structs round trip, nested and with 16 fields") {
+TEST_CASE("LUMEN_SERIALIZE structs round trip nested and with 16 fields") {
   CheckRoundTrip(Inner{});
   CheckRoundTrip(Inner{7, "seven", 0.5});
   CheckRoundTrip(Outer{});
@@ -348,7 +348,7 @@ TEST_CASE("Malformed values are rejected") {
   }
 }
 
-TEST_CASE("Big arrays: round trip, 64-byte alignment and zero-copy views") {
+TEST_CASE("Big arrays: round trip 64-byte alignment and zero-copy views") {
   std::vector<float> big(1 << 20);
   for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i) * 0.5f;
   std::string bytes = EncodeValue(big);
@@ -380,7 +380,7 @@ TEST_CASE("Big arrays: round trip, 64-byte alignment and zero-copy views") {
   CHECK_FALSE(lumen::codec::DecodeArrayView<float>(bytes.substr(0, bytes.size() - 1)).ok());
 }
 
-TEST_CASE("Views of values at misaligned addresses are refused, decoding still works") {
+TEST_CASE("Views of values at misaligned addresses are refused decoding still works") {
   std::vector<double> v = {1, 2, 3};
   std::string bytes = EncodeValue(v);
   std::string shifted = "x" + bytes;
@@ -402,7 +402,7 @@ TEST_CASE("EncodeValueTo appends a self-contained value") {
   CHECK(*back == std::vector<int16_t>{1, 2, 3});
 }
 
-TEST_CASE("Buffers: views, copies and keepalive decoding") {
+TEST_CASE("Buffers: views copies and keepalive decoding") {
   auto storage = std::make_shared<std::string>("0123456789");
   Buffer view = Buffer::View(reinterpret_cast<const uint8_t*>(storage->data()), 4, storage);
   CHECK(view.size() == 4);

@@ -102,7 +102,7 @@ TEST_CASE("Allocator coalesces with the free tail and a free head", "[allocator]
   CHECK(a.largest_free_block() == 4096);
 }
 
-TEST_CASE("Allocator picks the best fit, lowest offset on ties", "[allocator]") {
+TEST_CASE("Allocator picks the best fit lowest offset on ties", "[allocator]") {
   Allocator a(64 * 100);
   // Layout: [A 4][B 1][C 2][D 1][E 2][F 1][rest free].
   uint64_t sizes[] = {4, 1, 2, 1, 2, 1};

@@ -38,7 +38,7 @@ TEST_CASE("FormatBytes", "[object_table]") {
   CHECK(FormatBytes(2ull << 40) == "2.0 TiB");
 }
 
-TEST_CASE("ObjectTable: create, seal, get, release, delete", "[object_table]") {
+TEST_CASE("ObjectTable: create seal get release delete", "[object_table]") {
   ObjectTable table(nullptr, 1 << 20);
   const ObjectId id = MakeId(1);
   auto offset = table.Create(kWriter, id, 1000);

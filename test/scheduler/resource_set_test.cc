@@ -52,7 +52,7 @@ TEST_CASE("zero quantities are dropped", "[resource_set]") {
   CHECK(ResourceSet() == Make({}));
 }
 
-TEST_CASE("Set adds, overwrites and removes", "[resource_set]") {
+TEST_CASE("Set adds overwrites and removes", "[resource_set]") {
   ResourceSet set;
   set.Set(kCPU, 2);
   set.Set("x", 0.25);

@@ -1,0 +1,179 @@
+// Put/Get through the node's shared-memory store, Wait, timeouts, type checks,
+// and reference counting.
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/runtime/head_client.h"
+#include "lumen/lumen.h"
+#include "test/core/test_support.h"
+
+namespace {
+
+uint64_t Checksum(std::vector<uint8_t> data) {
+  uint64_t sum = 0;
+  for (size_t i = 0; i < data.size(); ++i) sum += data[i] * (i % 7 + 1);
+  return sum;
+}
+
+std::vector<int32_t> MakeBig(int32_t n) {
+  std::vector<int32_t> v(n);
+  std::iota(v.begin(), v.end(), 0);
+  return v;
+}
+
+int64_t SumBig(std::vector<int32_t> v) { return std::accumulate(v.begin(), v.end(), int64_t{0}); }
+
+// Simulated work that ends when the test opens the gate (creates the file).
+int WaitForGate(std::string path, int value) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!std::filesystem::exists(path) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return value;
+}
+
+int Identity(int x) { return x; }
+
+// The node's store use, asked from the node daemon itself.
+uint64_t StoreUsed() {
+  auto nodes = lumen::runtime::QueryNodes(lumen::internal::ClusterAddress());
+  if (!nodes.ok() || nodes->empty()) return ~0ull;
+  auto stats = lumen::runtime::QueryNodeStats(nodes->front().address);
+  return stats.ok() ? stats->store_used : ~0ull;
+}
+
+}  // namespace
+
+LUMEN_REMOTE(Checksum, MakeBig, SumBig, WaitForGate, Identity);
+
+using lumen::test::ScopedCluster;
+using lumen::test::WaitUntil;
+
+TEST_CASE("Put and Get of 1 GiB through shared memory read by a task too") {
+  lumen::Config config = ScopedCluster::DefaultConfig();
+  config.object_store_memory = 3ull << 30;
+  ScopedCluster cluster(config);
+  std::vector<uint8_t> data(1ull << 30);
+  for (size_t i = 0; i < data.size(); i += 4096) data[i] = static_cast<uint8_t>(i / 4096);
+  data.back() = 0xab;
+  uint64_t expected = 0;
+  for (size_t i = 0; i < data.size(); ++i) expected += data[i] * (i % 7 + 1);
+  auto ref = lumen::Put(data);
+  auto view = lumen::GetArray(ref);
+  REQUIRE(view.size() == data.size());
+  REQUIRE(view[0] == data[0]);
+  REQUIRE(view[4096 * 77] == data[4096 * 77]);
+  REQUIRE(view[data.size() - 1] == 0xab);
+  // Zero copy: two views of the object are the same memory.
+  REQUIRE(lumen::GetArray(ref).data() == view.data());
+  REQUIRE(*lumen::Get(lumen::Task(Checksum).Remote(ref)) == expected);
+  auto copy = lumen::Get(ref);
+  REQUIRE(*copy == data);
+}
+
+TEST_CASE("large task arguments and results go through the store") {
+  ScopedCluster cluster;
+  const int32_t n = 8 << 20;  // 32 MiB of int32
+  auto big = lumen::Task(MakeBig).Remote(n);
+  REQUIRE(*lumen::Get(lumen::Task(SumBig).Remote(big)) == int64_t{n} * (n - 1) / 2);
+  auto view = lumen::GetArray(big);
+  REQUIRE(view.size() == static_cast<size_t>(n));
+  REQUIRE(view[12345] == 12345);
+}
+
+TEST_CASE("many small objects") {
+  ScopedCluster cluster;
+  std::vector<lumen::ObjectRef<std::string>> refs;
+  for (int i = 0; i < 5000; ++i) refs.push_back(lumen::Put("value-" + std::to_string(i)));
+  auto values = lumen::Get(refs);
+  for (int i = 0; i < 5000; ++i) REQUIRE(*values[i] == "value-" + std::to_string(i));
+}
+
+TEST_CASE("Wait returns ready and unready refs in input order honouring its timeout") {
+  ScopedCluster cluster;
+  std::string gate = cluster.session_dir() + "/gate";
+  std::vector<lumen::ObjectRef<int>> refs;
+  refs.push_back(lumen::Task(Identity).Remote(0));
+  refs.push_back(lumen::Task(Identity).Remote(1));
+  refs.push_back(lumen::Task(WaitForGate).Remote(gate, 2));
+  refs.push_back(lumen::Task(Identity).Remote(3));
+  refs.push_back(lumen::Task(WaitForGate).Remote(gate, 4));
+  auto first = lumen::Wait(refs, 3, std::chrono::seconds(30));
+  REQUIRE(first.ready.size() >= 3);
+  auto partial = lumen::Wait(refs, 5, std::chrono::milliseconds(300));
+  REQUIRE(partial.ready.size() == 3);
+  REQUIRE(partial.unready.size() == 2);
+  REQUIRE(partial.ready[0] == refs[0]);
+  REQUIRE(partial.ready[1] == refs[1]);
+  REQUIRE(partial.ready[2] == refs[3]);
+  REQUIRE(partial.unready[0] == refs[2]);
+  REQUIRE(partial.unready[1] == refs[4]);
+  REQUIRE_THROWS_AS(lumen::Get(refs[2], std::chrono::milliseconds(100)), lumen::GetTimeoutError);
+  std::ofstream(gate) << "open";
+  auto all = lumen::Wait(refs, 5, std::chrono::seconds(30));
+  REQUIRE(all.ready.size() == 5);
+  REQUIRE(*lumen::Get(refs[4]) == 4);
+  REQUIRE_THROWS_AS(lumen::Wait(refs, 6), lumen::Error);
+}
+
+TEST_CASE("Get as the wrong type throws TypeMismatchError naming both types") {
+  ScopedCluster cluster;
+  auto ints = lumen::Put(std::vector<int>{1, 2, 3});
+  lumen::ObjectRef<std::string> wrong(ints.handle());
+  try {
+    lumen::Get(wrong);
+    FAIL("Get should throw");
+  } catch (const lumen::TypeMismatchError& e) {
+    std::string what = e.what();
+    REQUIRE(what.find("std::vector<int>") != std::string::npos);
+    REQUIRE(what.find("std::string") != std::string::npos);
+  }
+  // Through a task argument too: the worker reports the mismatch.
+  lumen::ObjectRef<int> wrong_arg(ints.handle());
+  REQUIRE_THROWS_AS(lumen::Get(lumen::Task(Identity).Remote(wrong_arg)), lumen::Error);
+}
+
+TEST_CASE("Put larger than the store throws ObjectStoreFullError") {
+  lumen::Config config = ScopedCluster::DefaultConfig();
+  config.object_store_memory = 64ull << 20;
+  ScopedCluster cluster(config);
+  std::vector<uint8_t> too_big(100ull << 20, 1);
+  REQUIRE_THROWS_AS(lumen::Put(too_big), lumen::ObjectStoreFullError);
+  // The store still works afterwards.
+  auto ok = lumen::Put(std::vector<uint8_t>(8ull << 20, 2));
+  REQUIRE(lumen::Get(ok)->at(100) == 2);
+}
+
+TEST_CASE("the last reference going frees the stored object and a pending task's argument stays") {
+  // One CPU, so that a gated task keeps the next one pending.
+  lumen::Config config = ScopedCluster::DefaultConfig();
+  config.num_cpus = 1;
+  ScopedCluster cluster(config);
+  REQUIRE(WaitUntil([] { return StoreUsed() == 0; }));
+  {
+    auto ref = lumen::Put(std::vector<uint8_t>(16ull << 20, 3));
+    REQUIRE(WaitUntil([] { return StoreUsed() >= (16ull << 20); }));
+  }
+  REQUIRE(WaitUntil([] { return StoreUsed() == 0; }));
+
+  // The argument of a pending task outlives the caller's ref.
+  std::string gate = cluster.session_dir() + "/gate2";
+  lumen::ObjectRef<int64_t> sum;
+  {
+    auto data = lumen::Put(MakeBig(4 << 20));
+    auto blocker = lumen::Task(WaitForGate).Remote(gate, 0);
+    sum = lumen::Task(SumBig).Remote(data);
+  }
+  // Nobody holds `data` but the pending task: it must still be in the store.
+  REQUIRE(StoreUsed() >= (16ull << 20));
+  std::ofstream(gate) << "open";
+  REQUIRE(*lumen::Get(sum) == int64_t{4 << 20} * ((4 << 20) - 1) / 2);
+  REQUIRE(WaitUntil([] { return StoreUsed() == 0; }));
+}

@@ -1,0 +1,151 @@
+// Remote tasks on a real embedded cluster: registration, argument and return
+// types, futures as arguments, nesting, and volume.
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <map>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "lumen/lumen.h"
+#include "test/core/test_support.h"
+
+namespace {
+
+struct Point {
+  double x = 0;
+  double y = 0;
+  std::string label;
+  LUMEN_SERIALIZE(x, y, label);
+};
+
+int Zero() { return 0; }
+int Add(int a, int b) { return a + b; }
+int AddMany(int a, int b, int c, int d, int e, int f) { return a + b + c + d + e + f; }
+std::string Concat(std::string a, const std::string& b) { return a + b; }
+std::map<std::string, std::vector<int>> Histogram(std::vector<std::string> words) {
+  std::map<std::string, std::vector<int>> out;
+  for (size_t i = 0; i < words.size(); ++i) out[words[i]].push_back(static_cast<int>(i));
+  return out;
+}
+Point Midpoint(Point a, Point b) { return Point{(a.x + b.x) / 2, (a.y + b.y) / 2, a.label + b.label}; }
+std::optional<std::tuple<int, double, bool>> MaybeTuple(bool present) {
+  if (!present) return std::nullopt;
+  return std::make_tuple(7, 2.5, true);
+}
+void Nothing(int) {}
+int Pid() { return static_cast<int>(::getpid()); }
+int Square(int x) { return x * x; }
+int Increment(int x) { return x + 1; }
+
+// Each level submits a child task and blocks in Get on it: with one CPU this
+// only finishes if a blocked worker gives its CPU back.
+int NestedDepth(int depth) {
+  if (depth == 0) return 0;
+  return 1 + *lumen::Get(lumen::Task(NestedDepth).Remote(depth - 1));
+}
+
+int SumOfSquaresViaTasks(int n) {
+  std::vector<lumen::ObjectRef<int>> refs;
+  for (int i = 0; i < n; ++i) refs.push_back(lumen::Task(Square).Remote(i));
+  int total = 0;
+  for (const auto& v : lumen::Get(refs)) total += *v;
+  return total;
+}
+
+}  // namespace
+
+LUMEN_REMOTE(Zero, Add, AddMany, Concat, Histogram, Midpoint, MaybeTuple, Nothing, Pid, Square,
+             Increment, NestedDepth, SumOfSquaresViaTasks);
+
+using lumen::test::ScopedCluster;
+
+TEST_CASE("tasks run in separate worker processes and return their values") {
+  ScopedCluster cluster;
+  REQUIRE(*lumen::Get(lumen::Task(Zero).Remote()) == 0);
+  REQUIRE(*lumen::Get(lumen::Task(Add).Remote(2, 3)) == 5);
+  REQUIRE(*lumen::Get(lumen::Task(AddMany).Remote(1, 2, 3, 4, 5, 6)) == 21);
+  REQUIRE(*lumen::Get(lumen::Task(Concat).Remote(std::string("foo"), std::string("bar"))) ==
+          "foobar");
+  int worker_pid = *lumen::Get(lumen::Task(Pid).Remote());
+  REQUIRE(worker_pid != ::getpid());
+  REQUIRE(worker_pid > 0);
+}
+
+TEST_CASE("containers optionals tuples and LUMEN_SERIALIZE structs cross processes") {
+  ScopedCluster cluster;
+  auto hist = *lumen::Get(
+      lumen::Task(Histogram).Remote(std::vector<std::string>{"a", "b", "a", "c", "a"}));
+  REQUIRE(hist["a"] == std::vector<int>{0, 2, 4});
+  REQUIRE(hist["b"] == std::vector<int>{1});
+  REQUIRE(hist.size() == 3);
+  Point mid = *lumen::Get(lumen::Task(Midpoint).Remote(Point{0, 0, "p"}, Point{2, 4, "q"}));
+  REQUIRE(mid.x == 1.0);
+  REQUIRE(mid.y == 2.0);
+  REQUIRE(mid.label == "pq");
+  auto some = *lumen::Get(lumen::Task(MaybeTuple).Remote(true));
+  REQUIRE(some.has_value());
+  REQUIRE(std::get<0>(*some) == 7);
+  REQUIRE(std::get<1>(*some) == 2.5);
+  REQUIRE_FALSE(lumen::Get(lumen::Task(MaybeTuple).Remote(false))->has_value());
+}
+
+TEST_CASE("a void task completes and Get waits for it") {
+  ScopedCluster cluster;
+  lumen::ObjectRef<void> done = lumen::Task(Nothing).Remote(1);
+  REQUIRE_NOTHROW(lumen::Get(done));
+}
+
+TEST_CASE("10000 tasks all return the right results") {
+  ScopedCluster cluster;
+  std::vector<lumen::ObjectRef<int>> refs;
+  refs.reserve(10000);
+  for (int i = 0; i < 10000; ++i) refs.push_back(lumen::Task(Square).Remote(i));
+  auto values = lumen::Get(refs);
+  REQUIRE(values.size() == 10000);
+  for (int i = 0; i < 10000; ++i) REQUIRE(*values[i] == i * i);
+}
+
+TEST_CASE("futures as arguments: a dependency chain of 200 tasks") {
+  ScopedCluster cluster;
+  lumen::ObjectRef<int> ref = lumen::Task(Increment).Remote(0);
+  for (int i = 1; i < 200; ++i) ref = lumen::Task(Increment).Remote(ref);
+  REQUIRE(*lumen::Get(ref) == 200);
+  // A fan-in over a Put value and task results.
+  auto base = lumen::Put(10);
+  auto a = lumen::Task(Add).Remote(base, lumen::Task(Square).Remote(3));
+  REQUIRE(*lumen::Get(a) == 19);
+}
+
+TEST_CASE("nested tasks do not deadlock on one CPU") {
+  // Invariant: a worker blocked in Get releases its CPU, so a chain of nested
+  // tasks deeper than the CPU count still completes.
+  lumen::Config config = ScopedCluster::DefaultConfig();
+  config.num_cpus = 1;
+  ScopedCluster cluster(config);
+  REQUIRE(*lumen::Get(lumen::Task(NestedDepth).Remote(6), std::chrono::seconds(60)) == 6);
+  REQUIRE(*lumen::Get(lumen::Task(SumOfSquaresViaTasks).Remote(50)) == 40425);
+}
+
+TEST_CASE("a function missing from the worker binary fails with its name and the binary") {
+  ScopedCluster cluster;
+  lumen::ObjectRef<int> ref(lumen::internal::SubmitTask("NotRegisteredAnywhere", {}, {}));
+  try {
+    lumen::Get(ref);
+    FAIL("Get should throw");
+  } catch (const lumen::TaskError& e) {
+    std::string what = e.what();
+    REQUIRE(what.find("NotRegisteredAnywhere") != std::string::npos);
+    REQUIRE(what.find("runtime_test") != std::string::npos);
+    REQUIRE(what.find("LUMEN_REMOTE") != std::string::npos);
+  }
+}
+
+TEST_CASE("Task of an unregistered function throws at the call site") {
+  ScopedCluster cluster;
+  auto unregistered = +[](int x) { return x; };
+  REQUIRE_THROWS_AS(lumen::Task(unregistered), lumen::Error);
+}

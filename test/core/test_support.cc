@@ -1,0 +1,118 @@
+#include "test/core/test_support.h"
+
+#include <dirent.h>
+#include <signal.h>
+#include <stdio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "core/runtime/head_client.h"
+
+namespace lumen::test {
+
+Config ScopedCluster::DefaultConfig() {
+  Config config;
+  config.num_cpus = 2;
+  config.object_store_memory = 512ull << 20;
+  return config;
+}
+
+ScopedCluster::ScopedCluster(Config config) {
+  Init(config);
+  auto nodes = runtime::QueryNodes(internal::ClusterAddress());
+  if (nodes.ok() && !nodes->empty()) session_dir_ = nodes->front().session_dir;
+}
+
+ScopedCluster::~ScopedCluster() { Shutdown(); }
+
+std::string ScopedCluster::session_dir() const { return session_dir_; }
+
+bool WaitUntil(const std::function<bool()>& condition, std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!condition()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    // Polling an external condition (a process table, a file): there is no
+    // event to wait on.
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
+}
+
+std::vector<pid_t> ChildPids(pid_t parent) {
+  std::vector<pid_t> out;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    std::string name = entry.path().filename();
+    if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    auto close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    char state;
+    pid_t ppid;
+    rest >> state >> ppid;
+    if (ppid == parent && state != 'Z') out.push_back(std::stoi(name));
+  }
+  return out;
+}
+
+std::vector<pid_t> ProcessesMentioning(const std::string& needle) {
+  std::vector<pid_t> out;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    std::string name = entry.path().filename();
+    if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
+    for (const char* file : {"environ", "cmdline"}) {
+      std::ifstream in(entry.path() / file, std::ios::binary);
+      std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      if (content.find(needle) != std::string::npos) {
+        std::ifstream stat(entry.path() / "stat");
+        std::string line;
+        std::getline(stat, line);
+        auto close = line.rfind(')');
+        if (close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z') break;
+        out.push_back(std::stoi(name));
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+std::set<std::string> SessionDirs() {
+  std::set<std::string> out;
+  const char* tmp = std::getenv("TMPDIR");
+  std::string root = tmp && *tmp ? tmp : "/tmp";
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
+    if (entry.path().filename().string().rfind("lumen-session-", 0) == 0) out.insert(entry.path());
+  }
+  return out;
+}
+
+std::set<std::string> LumenShmEntries() {
+  std::set<std::string> out;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    if (entry.path().filename().string().find("lumen") != std::string::npos) out.insert(entry.path());
+  }
+  return out;
+}
+
+int RunCommand(const std::string& command, std::string* output) {
+  output->clear();
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return -1;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), pipe)) > 0) output->append(buf, n);
+  int status = ::pclose(pipe);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+}  // namespace lumen::test
