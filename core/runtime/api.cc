@@ -83,9 +83,9 @@ runtime::CoreWorker& Core() {
 
 }  // namespace
 
-RefHandle::RefHandle(ObjectId id, std::string owner_address)
+RefHandle::RefHandle(ObjectId id, std::string owner_address, bool decoded)
     : id_(id), owner_address_(std::move(owner_address)) {
-  if (auto* core = runtime::CurrentCoreWorker()) core->AddLocalRef(id_, owner_address_);
+  if (auto* core = runtime::CurrentCoreWorker()) core->AddLocalRef(id_, owner_address_, decoded);
 }
 
 RefHandle::~RefHandle() {

@@ -68,8 +68,16 @@ void SetCurrentCoreWorker(CoreWorker* worker) {
 // The state of one object this process owns or borrows.
 //
 // Lifecycle: PENDING (ready == false) -> READY (inline value or stored in the
-// node's store) or FAILED. Erased when no local reference, no pending task and
-// no escaped copy needs it; an owned stored object is then deleted from the store.
+// node's store) or FAILED. Erased when no local reference, no pending task, no
+// borrower and no in-transit copy needs it; an owned stored object is then
+// deleted from the store.
+//
+// Borrowing: a reference serialised into a value pins the object at its owner
+// (pending_escapes) until a process decoding it registers as a borrower
+// (addBorrower, which takes the pin over); a borrower sends removeBorrower when
+// its last local reference goes, and a borrower that dies is dropped when its
+// connection closes. A value holding a reference that nobody ever decodes keeps
+// the object until its owner exits.
 struct CoreWorker::ObjectEntry {
   bool owned = false;
   std::string owner_address;
@@ -79,8 +87,10 @@ struct CoreWorker::ObjectEntry {
   uint64_t stored_size = 0;
   Failure failure;
   int local_refs = 0;
-  bool escaped = false;    // a copy of the ref left this process inside a value
-  bool requested = false;  // borrowed: the owner was asked for it
+  int pending_escapes = 0;       // owned: serialised copies not yet claimed
+  int borrowers = 0;             // owned: processes holding the ref
+  bool registered_borrower = false;  // borrowed: we told the owner
+  bool requested = false;        // borrowed: the owner was asked for the value
   std::vector<std::function<void()>> on_ready;  // run on the io thread
 };
 
@@ -274,7 +284,8 @@ void CoreWorker::Stop() {
         if (lease->conn) lease->conn->Close(absl::CancelledError("shutdown"));
       }
     }
-    for (auto& [addr, conn] : peers_) conn->Close(absl::CancelledError("shutdown"));
+    auto peers = peers_;  // closing erases from peers_
+    for (auto& [addr, conn] : peers) conn->Close(absl::CancelledError("shutdown"));
     auto inbound = inbound_;
     for (auto& [id, conn] : inbound) conn->Close(absl::CancelledError("shutdown"));
     work_.reset();
@@ -295,33 +306,99 @@ void CoreWorker::PostToIo(std::function<void()> fn) { boost::asio::post(io_, std
 // ---------------------------------------------------------------------------
 // Reference table
 
-void CoreWorker::AddLocalRef(const ObjectId& id, const std::string& owner) {
-  absl::MutexLock lock(&mu_);
-  auto [it, inserted] = objects_.try_emplace(id);
-  if (inserted) {
-    it->second.owned = owner == listen_address_;
-    it->second.owner_address = owner;
+void CoreWorker::AddLocalRef(const ObjectId& id, const std::string& owner, bool decoded) {
+  bool register_borrower = false;
+  {
+    absl::MutexLock lock(&mu_);
+    auto [it, inserted] = objects_.try_emplace(id);
+    ObjectEntry& e = it->second;
+    if (inserted) {
+      e.owned = owner == listen_address_;
+      e.owner_address = owner;
+    }
+    ++e.local_refs;
+    if (decoded) {
+      if (e.owned) {
+        if (e.pending_escapes > 0) --e.pending_escapes;
+      } else if (!e.registered_borrower) {
+        e.registered_borrower = register_borrower = true;
+      }
+    }
   }
-  ++it->second.local_refs;
+  if (register_borrower) SendBorrowerChange(id, owner, true);
 }
 
 void CoreWorker::RemoveLocalRef(const ObjectId& id) {
-  absl::MutexLock lock(&mu_);
-  auto it = objects_.find(id);
-  if (it == objects_.end()) return;
-  --it->second.local_refs;
-  MaybeFreeLocked(it);
+  std::string owner;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = objects_.find(id);
+    if (it == objects_.end()) return;
+    --it->second.local_refs;
+    if (it->second.local_refs == 0 && it->second.registered_borrower) {
+      it->second.registered_borrower = false;
+      owner = it->second.owner_address;
+    }
+    MaybeFreeLocked(it);
+  }
+  if (!owner.empty()) SendBorrowerChange(id, owner, false);
 }
 
 void CoreWorker::MarkEscaped(const ObjectId& id) {
   absl::MutexLock lock(&mu_);
   auto it = objects_.find(id);
-  if (it != objects_.end() && it->second.owned) it->second.escaped = true;
+  if (it != objects_.end() && it->second.owned) ++it->second.pending_escapes;
+}
+
+void CoreWorker::SendBorrowerChange(const ObjectId& id, const std::string& owner, bool add) {
+  if (stopped_) return;
+  PostToIo([this, id, owner, add] {
+    absl::Status error;
+    auto conn = PeerConnection(owner, &error);
+    if (!conn) return;  // the owner is gone; so is the object
+    OutMessage out;
+    auto env = out.Init();
+    capnp::Data::Reader data(id.data(), ObjectId::kSize);
+    if (add) {
+      env.setAddBorrower(data);
+    } else {
+      env.setRemoveBorrower(data);
+    }
+    conn->Send(out.builder());
+  });
+}
+
+void CoreWorker::OnBorrowerChange(uint64_t conn_id, const ObjectId& id, int delta) {
+  auto& counts = borrowed_by_[conn_id];
+  if (delta < 0) {
+    auto cit = counts.find(id);
+    if (cit == counts.end()) return;  // never registered through this connection
+    delta = -std::min(-delta, cit->second);
+    cit->second += delta;
+    if (cit->second == 0) counts.erase(cit);
+  } else {
+    ++counts[id];
+  }
+  if (counts.empty()) borrowed_by_.erase(conn_id);
+  absl::MutexLock lock(&mu_);
+  auto it = objects_.find(id);
+  if (it == objects_.end() || !it->second.owned) return;
+  ObjectEntry& e = it->second;
+  if (delta > 0) {
+    e.borrowers += delta;
+    e.pending_escapes = std::max(0, e.pending_escapes - delta);
+  } else {
+    e.borrowers = std::max(0, e.borrowers + delta);
+    MaybeFreeLocked(it);
+  }
 }
 
 void CoreWorker::MaybeFreeLocked(absl::node_hash_map<ObjectId, ObjectEntry>::iterator it) {
   ObjectEntry& entry = it->second;
-  if (entry.local_refs > 0 || entry.escaped || !entry.on_ready.empty()) return;
+  if (entry.local_refs > 0 || entry.pending_escapes > 0 || entry.borrowers > 0 ||
+      !entry.on_ready.empty()) {
+    return;
+  }
   if (entry.owned && entry.ready && entry.kind == ObjectEntry::Kind::kStored) {
     ObjectId id = it->first;
     SendToNode([id](proto::Envelope::Builder env) {
@@ -1121,6 +1198,17 @@ void CoreWorker::OnPeerAccepted(Socket socket) {
   conn->Start([this](Connection& c, proto::Envelope::Reader m) { OnPeerFrame(c, m); },
               [this](Connection& c, const absl::Status&) {
                 auto id = c.id();
+                // A borrower that went away borrows nothing any more.
+                auto bit = borrowed_by_.find(id);
+                if (bit != borrowed_by_.end()) {
+                  auto counts = std::move(bit->second);
+                  borrowed_by_.erase(bit);
+                  for (const auto& [object, n] : counts) {
+                    borrowed_by_[id][object] = n;
+                    OnBorrowerChange(id, object, -n);
+                  }
+                  borrowed_by_.erase(id);
+                }
                 PostToIo([this, id] { inbound_.erase(id); });
               });
 }
@@ -1169,6 +1257,16 @@ void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
         }
       }
       if (ready) SendObjectStatus(conn, request_id, id);
+      return;
+    }
+    case proto::Envelope::ADD_BORROWER:
+    case proto::Envelope::REMOVE_BORROWER: {
+      bool add = msg.isAddBorrower();
+      auto data = add ? msg.getAddBorrower() : msg.getRemoveBorrower();
+      OnBorrowerChange(conn.id(),
+                       ObjectId::FromBinary(std::string_view(
+                           reinterpret_cast<const char*>(data.begin()), data.size())),
+                       add ? 1 : -1);
       return;
     }
     case proto::Envelope::PUSH_TASK: {

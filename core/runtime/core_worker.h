@@ -76,7 +76,7 @@ class CoreWorker {
   std::vector<bool> Wait(const std::vector<const internal::RefHandle*>& refs, size_t num_returns,
                          std::optional<std::chrono::milliseconds> timeout);
 
-  void AddLocalRef(const ObjectId& id, const std::string& owner);
+  void AddLocalRef(const ObjectId& id, const std::string& owner, bool decoded);
   void RemoveLocalRef(const ObjectId& id);
   void MarkEscaped(const ObjectId& id);
 
@@ -102,6 +102,8 @@ class CoreWorker {
   void OnNodeFrame(Connection& conn, proto::Envelope::Reader msg);
   void OnPeerAccepted(Socket socket);
   void OnPeerFrame(Connection& conn, proto::Envelope::Reader msg);
+  void OnBorrowerChange(uint64_t conn_id, const ObjectId& id, int delta);
+  void SendBorrowerChange(const ObjectId& id, const std::string& owner, bool add);
   void DrainSubmissions();
   void ResolveDependencies(PendingTask* task);
   void OnTaskResolved(PendingTask* task);
@@ -154,6 +156,8 @@ class CoreWorker {
   std::map<std::string, std::unique_ptr<SchedulingQueue>> queues_;
   absl::flat_hash_map<std::string, std::shared_ptr<Connection>> peers_;  // by address
   absl::flat_hash_map<uint64_t, std::shared_ptr<Connection>> inbound_;  // by connection id
+  // Objects each inbound peer borrows from us, with counts (dropped if it dies).
+  absl::flat_hash_map<uint64_t, absl::flat_hash_map<ObjectId, int>> borrowed_by_;
 
   absl::Mutex submit_mu_;
   std::vector<std::unique_ptr<PendingTask>> submissions_ ABSL_GUARDED_BY(submit_mu_);

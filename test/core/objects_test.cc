@@ -177,3 +177,46 @@ TEST_CASE("the last reference going frees the stored object and a pending task's
   REQUIRE(*lumen::Get(sum) == int64_t{4 << 20} * ((4 << 20) - 1) / 2);
   REQUIRE(WaitUntil([] { return StoreUsed() == 0; }));
 }
+
+namespace {
+
+int64_t SumNested(std::vector<lumen::ObjectRef<std::vector<int32_t>>> refs) {
+  int64_t total = 0;
+  for (const auto& ref : refs) total += SumBig(*lumen::Get(ref));
+  return total;
+}
+
+std::vector<lumen::ObjectRef<std::vector<int32_t>>> MakeNested(int n) {
+  std::vector<lumen::ObjectRef<std::vector<int32_t>>> out;
+  for (int i = 0; i < n; ++i) out.push_back(lumen::Put(MakeBig(1 << 20)));
+  return out;
+}
+
+}  // namespace
+
+LUMEN_REMOTE(SumNested, MakeNested);
+
+TEST_CASE("ObjectRefs inside values are borrowed and freed once nobody holds them") {
+  // Invariant: a reference that travels inside a value keeps its object alive
+  // until every process that received it has let go, and no longer.
+  ScopedCluster cluster;
+  REQUIRE(WaitUntil([] { return StoreUsed() == 0; }));
+  const int64_t one = int64_t{1 << 20} * ((1 << 20) - 1) / 2;
+  {
+    std::vector<lumen::ObjectRef<std::vector<int32_t>>> refs;
+    for (int i = 0; i < 3; ++i) refs.push_back(lumen::Put(MakeBig(1 << 20)));
+    auto sum = lumen::Task(SumNested).Remote(refs);
+    refs.clear();  // only the value inside the pending task refers to them now
+    REQUIRE(*lumen::Get(sum) == 3 * one);
+  }
+  REQUIRE(WaitUntil([] { return StoreUsed() == 0; }));
+  // References created by a worker and returned inside its result: the worker
+  // owns the objects, the driver borrows them.
+  {
+    auto nested = lumen::Get(lumen::Task(MakeNested).Remote(2));
+    REQUIRE(nested->size() == 2);
+    REQUIRE(SumBig(*lumen::Get((*nested)[1])) == one);
+    REQUIRE(StoreUsed() >= 2 * (4u << 20));
+  }
+  REQUIRE(WaitUntil([] { return StoreUsed() == 0; }));
+}

@@ -65,8 +65,8 @@ struct Codec<ObjectRef<T>> {
       r.Fail("bad object id in ObjectRef");
       return;
     }
-    ref = ObjectRef<T>(
-        std::make_shared<::lumen::internal::RefHandle>(ObjectId::FromBinary(id), std::move(owner)));
+    ref = ObjectRef<T>(std::make_shared<::lumen::internal::RefHandle>(
+        ObjectId::FromBinary(id), std::move(owner), /*decoded=*/true));
   }
 };
 

@@ -31,7 +31,9 @@ namespace lumen::internal {
 // Immutable after construction; thread-safe.
 class RefHandle {
  public:
-  RefHandle(ObjectId id, std::string owner_address);
+  // `decoded`: the reference arrived inside a value (this process becomes a
+  // borrower and tells the owner, or takes over the owner's in-transit pin).
+  RefHandle(ObjectId id, std::string owner_address, bool decoded = false);
   ~RefHandle();
   RefHandle(const RefHandle&) = delete;
   RefHandle& operator=(const RefHandle&) = delete;
@@ -44,7 +46,8 @@ class RefHandle {
   std::string owner_address_;
 };
 
-// Called when a reference is serialised into a value that leaves this process.
+// Called when a reference is serialised into a value: the owner pins the object
+// until a process decoding the value registers as its borrower.
 void MarkRefEscaped(const RefHandle& ref);
 
 // One argument as submitted: an encoded value, or a reference resolved to its
