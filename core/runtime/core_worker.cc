@@ -117,6 +117,7 @@ struct CoreWorker::Lease {
   SchedulingQueue* queue = nullptr;
   absl::flat_hash_map<TaskId, std::unique_ptr<PendingTask>> in_flight;
   std::unique_ptr<boost::asio::steady_timer> idle_timer;
+  bool return_when_idle = false;  // the node asked for it back
 };
 
 struct CoreWorker::SchedulingQueue {
@@ -145,7 +146,10 @@ struct CoreWorker::TaskToRun {
   std::vector<Arg> args;
 };
 
-CoreWorker::CoreWorker(CoreWorkerOptions options) : options_(std::move(options)) {}
+CoreWorker::CoreWorker(CoreWorkerOptions options)
+    : options_(std::move(options)), releaser_(std::make_shared<PinReleaser>()) {
+  releaser_->core = this;
+}
 
 absl::StatusOr<std::unique_ptr<CoreWorker>> CoreWorker::Start(CoreWorkerOptions options) {
   std::unique_ptr<CoreWorker> worker(new CoreWorker(std::move(options)));
@@ -274,6 +278,10 @@ CoreWorker::~CoreWorker() { Stop(); }
 
 void CoreWorker::Stop() {
   if (stopped_.exchange(true)) return;
+  {
+    absl::MutexLock lock(&releaser_->mu);
+    releaser_->core = nullptr;
+  }
   boost::asio::post(io_, [this] {
     boost::system::error_code ignored;
     if (acceptor_) acceptor_->close(ignored);
@@ -497,6 +505,10 @@ CoreWorker::StoreResult CoreWorker::CallStore(int op, const ObjectId& id, uint64
 }
 
 void CoreWorker::OnNodeFrame(Connection& conn, proto::Envelope::Reader msg) {
+  if (msg.isReclaimLeases()) {
+    OnReclaimLeases();
+    return;
+  }
   uint64_t request_id = msg.getRequestId();
   auto it = node_requests_.find(request_id);
   if (it == node_requests_.end()) {
@@ -606,15 +618,23 @@ internal::ObjectBytes CoreWorker::ReadyBytes(const ObjectId& id) {
         absl::StrCat("object ", id.Hex(), " is not in the object store: ", got.status.message()));
   }
   // The pin is released when the last reader of these bytes lets go.
-  std::shared_ptr<const void> pin(nullptr, [this, id](const void*) {
-    if (stopped_) return;
-    SendToNode([id](proto::Envelope::Builder env) {
+  return PinnedBytes(id, got.offset, got.size);
+}
+
+internal::ObjectBytes CoreWorker::PinnedBytes(const ObjectId& id, uint64_t offset, uint64_t size) {
+  // The pin keeps the mapping alive and gives the object back to the store when
+  // the last reader lets go, even if that happens after Shutdown.
+  std::shared_ptr<objectstore::ShmSegment> segment = store_;
+  std::shared_ptr<PinReleaser> releaser = releaser_;
+  std::shared_ptr<const void> pin(nullptr, [segment, releaser, id](const void*) {
+    absl::MutexLock lock(&releaser->mu);
+    if (releaser->core == nullptr) return;
+    releaser->core->SendToNode([id](proto::Envelope::Builder env) {
       env.initStoreRelease().setObjectId(capnp::Data::Reader(id.data(), ObjectId::kSize));
     });
   });
   return internal::ObjectBytes{
-      std::string_view(reinterpret_cast<const char*>(store_->readonly_base() + got.offset),
-                       got.size),
+      std::string_view(reinterpret_cast<const char*>(segment->readonly_base() + offset), size),
       std::move(pin)};
 }
 
@@ -1046,25 +1066,56 @@ void CoreWorker::OnLeaseLost(Lease* lease, const absl::Status& why) {
 
 void CoreWorker::MaybeReturnLease(Lease& lease) {
   if (!lease.in_flight.empty() || !lease.queue->ready.empty()) return;
+  if (lease.return_when_idle) {
+    ReturnLease(&lease);
+    return;
+  }
+  // Keep an idle lease a little for the next task of its shape (a synchronous
+  // loop then never waits for a lease), unless the node asks for it back.
   if (!lease.idle_timer) lease.idle_timer = std::make_unique<boost::asio::steady_timer>(io_);
   lease.idle_timer->expires_after(options_.lease_idle_timeout);
   Lease* l = &lease;
-  lease.idle_timer->async_wait([this, l](const boost::system::error_code& ec) {
+  SchedulingQueue* q = lease.queue;
+  uint64_t lease_id = lease.lease_id;
+  lease.idle_timer->async_wait([this, l, q, lease_id](const boost::system::error_code& ec) {
     if (ec || stopped_) return;
-    if (!l->in_flight.empty() || !l->queue->ready.empty()) return;
-    SchedulingQueue& queue = *l->queue;
-    for (auto it = queue.leases.begin(); it != queue.leases.end(); ++it) {
-      if (it->get() != l) continue;
-      std::shared_ptr<Lease> owned(std::move(*it));
-      queue.leases.erase(it);
-      OutMessage out;
-      out.Init().setReturnLease(owned->lease_id);
-      if (node_conn_ && !node_conn_->closed()) node_conn_->Send(out.builder());
-      owned->conn->Close(absl::CancelledError("lease returned"));
-      PostToIo([owned] {});
-      break;
+    // The lease may be gone by now: find it by identity in its queue.
+    for (auto& candidate : q->leases) {
+      if (candidate.get() == l && candidate->lease_id == lease_id) {
+        if (l->in_flight.empty() && q->ready.empty()) ReturnLease(l);
+        return;
+      }
     }
   });
+}
+
+void CoreWorker::ReturnLease(Lease* lease) {
+  SchedulingQueue& queue = *lease->queue;
+  for (auto it = queue.leases.begin(); it != queue.leases.end(); ++it) {
+    if (it->get() != lease) continue;
+    std::shared_ptr<Lease> owned(std::move(*it));
+    queue.leases.erase(it);
+    if (owned->idle_timer) owned->idle_timer->cancel();
+    OutMessage out;
+    out.Init().setReturnLease(owned->lease_id);
+    if (node_conn_ && !node_conn_->closed()) node_conn_->Send(out.builder());
+    owned->conn->Close(absl::CancelledError("lease returned"));
+    PostToIo([owned] {});  // close callbacks may still refer to it
+    return;
+  }
+}
+
+void CoreWorker::OnReclaimLeases() {
+  // Another request waits for resources our idle leases hold: give them back now,
+  // and the busy ones as soon as they go idle.
+  std::vector<Lease*> idle;
+  for (auto& [key, queue] : queues_) {
+    for (auto& lease : queue->leases) {
+      lease->return_when_idle = true;
+      if (lease->in_flight.empty() && queue->ready.empty()) idle.push_back(lease.get());
+    }
+  }
+  for (Lease* lease : idle) ReturnLease(lease);
 }
 
 // ---------------------------------------------------------------------------
@@ -1369,16 +1420,7 @@ void CoreWorker::ExecuteTask(TaskToRun& task) {
           throw ObjectLostError(absl::StrCat("argument object ", arg.stored.Hex(),
                                              " is not in the store: ", got.status.message()));
         }
-        ObjectId id = arg.stored;
-        std::shared_ptr<const void> pin(nullptr, [this, id](const void*) {
-          SendToNode([id](proto::Envelope::Builder env) {
-            env.initStoreRelease().setObjectId(capnp::Data::Reader(id.data(), ObjectId::kSize));
-          });
-        });
-        args.push_back(internal::ObjectBytes{
-            std::string_view(reinterpret_cast<const char*>(store_->readonly_base() + got.offset),
-                             got.size),
-            std::move(pin)});
+        args.push_back(PinnedBytes(arg.stored, got.offset, got.size));
       }
       result = (*invoker)(args);
     }

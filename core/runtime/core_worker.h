@@ -114,6 +114,8 @@ class CoreWorker {
   void OnTaskReply(Lease& lease, proto::TaskReply::Reader reply);
   void OnLeaseLost(Lease* lease, const absl::Status& why);
   void MaybeReturnLease(Lease& lease);
+  void ReturnLease(Lease* lease);
+  void OnReclaimLeases();
   void CompleteTask(PendingTask* task, proto::Value::Reader result);
   void FailTask(PendingTask* task, Failure failure);
   void SendObjectStatus(Connection& conn, uint64_t request_id, const ObjectId& id);
@@ -130,6 +132,7 @@ class CoreWorker {
   void MaybeFreeLocked(absl::node_hash_map<ObjectId, ObjectEntry>::iterator it)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   internal::ObjectBytes ReadyBytes(const ObjectId& id);
+  internal::ObjectBytes PinnedBytes(const ObjectId& id, uint64_t offset, uint64_t size);
   [[noreturn]] void ThrowFailure(const Failure& failure);
   void NotifyBlocked(bool blocked);
 
@@ -145,7 +148,14 @@ class CoreWorker {
   std::thread io_thread_;
   std::unique_ptr<boost::asio::local::stream_protocol::acceptor> acceptor_;
   std::shared_ptr<Connection> node_conn_;
-  std::unique_ptr<objectstore::ShmSegment> store_;
+  // Shared with the pins of zero-copy views, which may outlive this runtime.
+  std::shared_ptr<objectstore::ShmSegment> store_;
+  // Lets a pin released after Stop() find no runtime instead of a dangling one.
+  struct PinReleaser {
+    absl::Mutex mu;
+    CoreWorker* core ABSL_GUARDED_BY(mu) = nullptr;
+  };
+  std::shared_ptr<PinReleaser> releaser_;
   std::atomic<bool> stopped_{false};
   std::atomic<bool> node_lost_{false};
 

@@ -89,6 +89,7 @@ class NodeDaemon {
     ResourceSet resources;
     uint64_t holder_conn = 0;
     bool cpu_released = false;  // its worker is blocked in Get
+    bool reclaim_asked = false;  // its holder was asked to return it when idle
   };
   struct LeaseRequest {
     std::weak_ptr<Connection> conn;
@@ -106,6 +107,7 @@ class NodeDaemon {
   void StartWorker(const JobId& job_id);
   void DispatchLeases();
   void ReleaseLease(uint64_t lease_id);
+  void AskHoldersForIdleLeases(uint64_t requester);
   void ReapChildren();
   void OnWorkerGone(Worker& worker, const std::string& why);
   void KillJobWorkers(const JobId& job_id);
@@ -450,6 +452,7 @@ void NodeDaemon::DispatchLeases() {
     }
     Job& job = jit->second;
     if (!it->resources.IsSubsetOf(resources_->available())) {
+      AskHoldersForIdleLeases(conn->id());
       ++it;
       continue;
     }
@@ -470,7 +473,7 @@ void NodeDaemon::DispatchLeases() {
     uint64_t lease_id = next_lease_id_++;
     w.state = WorkerState::kLeased;
     w.lease_id = lease_id;
-    leases_[lease_id] = Lease{wid, it->resources, conn->id(), false};
+    leases_[lease_id] = Lease{wid, it->resources, conn->id(), false, false};
     OutMessage out;
     auto env = out.Init();
     env.setRequestId(it->request_id);
@@ -482,6 +485,24 @@ void NodeDaemon::DispatchLeases() {
     reply.setWorkerPid(w.pid);
     conn->Send(out.builder());
     it = lease_queue_.erase(it);
+  }
+}
+
+void NodeDaemon::AskHoldersForIdleLeases(uint64_t requester) {
+  // Holders keep idle leases briefly for their next task; when a request waits
+  // for resources, ask each holder (once per lease) to give idle ones back.
+  absl::flat_hash_map<uint64_t, bool> holders;
+  for (auto& [lease_id, lease] : leases_) {
+    if (lease.reclaim_asked || lease.holder_conn == requester) continue;
+    lease.reclaim_asked = true;
+    holders[lease.holder_conn] = true;
+  }
+  for (const auto& [conn_id, unused] : holders) {
+    auto cit = clients_.find(conn_id);
+    if (cit == clients_.end() || cit->second->closed()) continue;
+    OutMessage out;
+    out.Init().setReclaimLeases();
+    cit->second->Send(out.builder());
   }
 }
 

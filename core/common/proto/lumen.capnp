@@ -176,6 +176,7 @@ struct Envelope {
     addBorrower @28 :Data;               # object id
     removeBorrower @29 :Data;
     ack @30 :Void;
+    reclaimLeases @31 :Void;             # node -> lease holder: return idle leases
   }
 }
 
