@@ -118,6 +118,7 @@ struct CoreWorker::Lease {
   absl::flat_hash_map<TaskId, std::unique_ptr<PendingTask>> in_flight;
   std::unique_ptr<boost::asio::steady_timer> idle_timer;
   bool return_when_idle = false;  // the node asked for it back
+  bool worker_blocked = false;    // its worker waits in Get: send it nothing more
 };
 
 struct CoreWorker::SchedulingQueue {
@@ -203,7 +204,10 @@ absl::Status CoreWorker::Connect() {
     return absl::UnavailableError(
         absl::StrCat("node daemon handshake failed: ", fd.status().message()));
   }
-  if (received < kFrameHeaderBytes) return absl::UnavailableError("short handshake reply");
+  if (received < kFrameHeaderBytes) {
+    ::close(*fd);
+    return absl::UnavailableError("short handshake reply");
+  }
   auto len = ParseFrameHeader(reinterpret_cast<const uint8_t*>(reply_words.data()), 1 << 20);
   if (!len.ok() || kFrameHeaderBytes + *len != received) {
     ::close(*fd);
@@ -236,22 +240,7 @@ absl::Status CoreWorker::Connect() {
   Socket generic(io_, boost::asio::generic::stream_protocol(AF_UNIX, 0), raw);
   node_conn_ = Connection::Create(std::move(generic));
   node_conn_->Start([this](Connection& c, proto::Envelope::Reader m) { OnNodeFrame(c, m); },
-                    [this](Connection&, const absl::Status& why) {
-                      if (stopped_) return;
-                      node_lost_ = true;
-                      LUMEN_LOG(DEBUG) << "lost the node daemon: " << why;
-                      // Wake every waiter: nothing will arrive any more.
-                      absl::MutexLock lock(&mu_);
-                      for (auto& [id, entry] : objects_) {
-                        if (!entry.ready) {
-                          entry.kind = ObjectEntry::Kind::kFailed;
-                          entry.failure = Failure{proto::FailureKind::OBJECT_LOST, "",
-                                                  "lost the connection to the node daemon", ""};
-                          entry.ready = true;
-                        }
-                      }
-                      exec_queue_size_.fetch_add(0);
-                    });
+                    [this](Connection&, const absl::Status& why) { OnNodeLost(why); });
 
   std::function<void()> accept_loop;
   auto accept_next = std::make_shared<std::function<void()>>();
@@ -272,6 +261,34 @@ absl::Status CoreWorker::Connect() {
     io_.run();
   });
   return absl::OkStatus();
+}
+
+void CoreWorker::OnNodeLost(const absl::Status& why) {
+  node_lost_ = true;
+  if (!stopped_) LUMEN_LOG(DEBUG) << "lost the node daemon: " << why;
+  // Answer every pending request with an empty envelope (read as an error).
+  auto pending = std::move(node_requests_);
+  node_requests_.clear();
+  capnp::MallocMessageBuilder empty;
+  auto reader = empty.initRoot<proto::Envelope>().asReader();
+  for (auto& [id, callback] : pending) callback(reader);
+  // Nothing will arrive any more: fail whatever is still pending.
+  std::vector<ObjectId> waiting;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, entry] : objects_)
+      if (!entry.ready) waiting.push_back(id);
+  }
+  for (const auto& id : waiting) {
+    SetObjectReady(id, [&](ObjectEntry& e) {
+      e.kind = ObjectEntry::Kind::kFailed;
+      e.failure = Failure{proto::FailureKind::OBJECT_LOST, "",
+                          "lost the connection to the node daemon", ""};
+    });
+  }
+  exec_mu_.Lock();
+  exec_queue_size_.fetch_add(0);
+  exec_mu_.Unlock();
 }
 
 CoreWorker::~CoreWorker() { Stop(); }
@@ -325,6 +342,16 @@ void CoreWorker::AddLocalRef(const ObjectId& id, const std::string& owner, bool 
       e.owner_address = owner;
     }
     ++e.local_refs;
+    if (decoded && inserted && e.owned) {
+      // Our own object, already freed: nothing will ever fill it.
+      e.kind = ObjectEntry::Kind::kFailed;
+      e.failure = Failure{proto::FailureKind::OBJECT_LOST, "",
+                          absl::StrCat("object ", id.Hex(),
+                                       " was freed by its owner before this reference to it "
+                                       "was read"),
+                          ""};
+      e.ready.store(true, std::memory_order_release);
+    }
     if (decoded) {
       if (e.owned) {
         if (e.pending_escapes > 0) --e.pending_escapes;
@@ -353,9 +380,27 @@ void CoreWorker::RemoveLocalRef(const ObjectId& id) {
 }
 
 void CoreWorker::MarkEscaped(const ObjectId& id) {
-  absl::MutexLock lock(&mu_);
-  auto it = objects_.find(id);
-  if (it != objects_.end() && it->second.owned) ++it->second.pending_escapes;
+  std::string owner;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = objects_.find(id);
+    if (it == objects_.end()) return;
+    if (it->second.owned) {
+      ++it->second.pending_escapes;
+      return;
+    }
+    owner = it->second.owner_address;
+  }
+  // A borrowed ref passed on: the owner pins it for the next reader. Sent on the
+  // same connection as (and so before) our own removeBorrower.
+  PostToIo([this, id, owner] {
+    absl::Status error;
+    auto conn = PeerConnection(owner, &error);
+    if (!conn) return;
+    OutMessage out;
+    out.Init().setEscapeRef(capnp::Data::Reader(id.data(), ObjectId::kSize));
+    conn->Send(out.builder());
+  });
 }
 
 void CoreWorker::SendBorrowerChange(const ObjectId& id, const std::string& owner, bool add) {
@@ -416,17 +461,19 @@ void CoreWorker::MaybeFreeLocked(absl::node_hash_map<ObjectId, ObjectEntry>::ite
   objects_.erase(it);
 }
 
-void CoreWorker::SetObjectReady(const ObjectId& id, std::function<void(ObjectEntry&)> fill) {
+void CoreWorker::SetObjectReady(const ObjectId& id, std::function<void(ObjectEntry&)> fill,
+                                bool owned_result) {
   std::vector<std::function<void()>> callbacks;
   bool orphan_stored = false;
   {
     absl::MutexLock lock(&mu_);
     auto it = objects_.find(id);
     if (it == objects_.end()) {
-      // Nobody holds a reference any more: drop the value (and its store copy).
+      // Nobody holds a reference any more: drop the value, and the store copy
+      // when it is a result this process owns (never a borrowed object).
       ObjectEntry scratch;
       fill(scratch);
-      orphan_stored = scratch.kind == ObjectEntry::Kind::kStored;
+      orphan_stored = owned_result && scratch.kind == ObjectEntry::Kind::kStored;
     } else if (!it->second.ready) {
       fill(it->second);
       it->second.ready.store(true, std::memory_order_release);
@@ -461,8 +508,12 @@ void CoreWorker::SendToNode(std::function<void(proto::Envelope::Builder)> fill) 
 }
 
 CoreWorker::StoreResult CoreWorker::CallStore(int op, const ObjectId& id, uint64_t size) {
-  absl::Notification done;
   StoreResult result;
+  if (stopped_ || node_lost_) {
+    result.status = absl::UnavailableError("lost the connection to the node daemon");
+    return result;
+  }
+  absl::Notification done;
   PostToIo([&, op, id, size] {
     if (!node_conn_ || node_conn_->closed()) {
       result.status = absl::UnavailableError("lost the connection to the node daemon");
@@ -472,7 +523,7 @@ CoreWorker::StoreResult CoreWorker::CallStore(int op, const ObjectId& id, uint64
     uint64_t request_id = next_request_id_++;
     node_requests_[request_id] = [&](proto::Envelope::Reader msg) {
       if (!msg.isStoreReply()) {
-        result.status = absl::InternalError("unexpected reply to a store request");
+        result.status = absl::UnavailableError("no reply from the node daemon");
       } else {
         auto r = msg.getStoreReply();
         if (r.getOk()) {
@@ -551,7 +602,10 @@ std::shared_ptr<internal::RefHandle> CoreWorker::PutWithWriter(
   store_->PrefaultForWrite(created.offset, size);
   write(store_->writable_base() + created.offset);
   StoreResult sealed = CallStore(kSeal, id, size);
-  if (!sealed.status.ok()) throw Error(absl::StrCat("Put failed: ", sealed.status.message()));
+  if (!sealed.status.ok()) {
+    CallStore(kAbort, id, size);
+    throw Error(absl::StrCat("Put failed: ", sealed.status.message()));
+  }
   auto handle = std::make_shared<internal::RefHandle>(id, listen_address_);
   SetObjectReady(id, [&](ObjectEntry& e) {
     e.kind = ObjectEntry::Kind::kStored;
@@ -583,6 +637,27 @@ void CoreWorker::ThrowFailure(const Failure& f) {
 
 void CoreWorker::NotifyBlocked(bool blocked) {
   if (!options_.is_worker || !in_task) return;
+  if (blocked) {
+    // Tasks queued behind this one could be what it waits for: hand them back
+    // to their owners to run elsewhere (this is not a failed attempt), and the
+    // ones that arrive while we wait too.
+    std::deque<std::unique_ptr<TaskToRun>> queued;
+    {
+      absl::MutexLock lock(&exec_mu_);
+      exec_blocked_ = true;
+      queued.swap(exec_queue_);
+      exec_queue_size_.store(0, std::memory_order_release);
+    }
+    for (auto& task : queued) {
+      std::weak_ptr<Connection> reply_to = task->reply_to;
+      PostToIo([this, reply_to, id = task->task_id, attempt = task->attempt] {
+        if (auto conn = reply_to.lock()) SendRequeued(*conn, id, attempt);
+      });
+    }
+  } else {
+    absl::MutexLock lock(&exec_mu_);
+    exec_blocked_ = false;
+  }
   SendToNode([blocked](proto::Envelope::Builder env) {
     if (blocked) {
       env.setWorkerBlocked();
@@ -749,6 +824,13 @@ std::shared_ptr<internal::RefHandle> CoreWorker::SubmitTask(
   task->return_id = ObjectId::ForTaskReturn(task->task_id, 1);
   task->function = std::string(function);
   task->args = std::move(args);
+  for (auto& arg : task->args) {
+    // Large values travel through the store, not inside the task's frame.
+    if (!arg.ref && arg.value.size() > options_.inline_limit) {
+      arg.ref = PutEncoded(std::move(arg.value));
+      arg.value.clear();
+    }
+  }
   task->resources = options.resources;
   if (task->resources.empty()) task->resources["CPU"] = 1;
   task->queue_key = QueueKey(task->resources);
@@ -838,6 +920,7 @@ void CoreWorker::DispatchQueue(SchedulingQueue& queue) {
     Lease* best = nullptr;
     for (auto& lease : queue.leases) {
       if (static_cast<int>(lease->in_flight.size()) >= depth) continue;
+      if (lease->worker_blocked && !lease->in_flight.empty()) continue;
       if (best == nullptr || lease->in_flight.size() < best->in_flight.size()) best = lease.get();
     }
     if (best == nullptr) break;
@@ -850,7 +933,15 @@ void CoreWorker::DispatchQueue(SchedulingQueue& queue) {
 }
 
 void CoreWorker::RequestLease(SchedulingQueue& queue) {
-  if (!node_conn_ || node_conn_->closed()) return;
+  if (!node_conn_ || node_conn_->closed()) {
+    while (!queue.ready.empty()) {
+      auto task = std::move(queue.ready.front());
+      queue.ready.pop_front();
+      FailTask(task.release(), Failure{proto::FailureKind::OBJECT_LOST, "",
+                                       "lost the connection to the node daemon", ""});
+    }
+    return;
+  }
   ++queue.pending_lease_requests;
   uint64_t request_id = next_request_id_++;
   SchedulingQueue* q = &queue;
@@ -980,6 +1071,14 @@ void CoreWorker::OnTaskReply(Lease& lease, proto::TaskReply::Reader reply) {
   std::unique_ptr<PendingTask> task = std::move(it->second);
   lease.in_flight.erase(it);
   SchedulingQueue& queue = *lease.queue;
+  if (reply.getRequeued()) {
+    // Pipelined behind a task that now waits in Get: run it on another worker.
+    lease.worker_blocked = true;
+    queue.ready.push_back(std::move(task));
+    DispatchQueue(queue);
+    return;
+  }
+  if (lease.in_flight.empty()) lease.worker_blocked = false;
   double micros = static_cast<double>(reply.getExecMicros());
   queue.avg_exec_micros =
       queue.avg_exec_micros < 0 ? micros : 0.8 * queue.avg_exec_micros + 0.2 * micros;
@@ -1003,10 +1102,13 @@ void CoreWorker::CompleteTask(PendingTask* task, proto::Value::Reader result) {
     }
     case proto::Value::STORED: {
       uint64_t size = result.getStored().getSize();
-      SetObjectReady(task->return_id, [&](ObjectEntry& e) {
-        e.kind = ObjectEntry::Kind::kStored;
-        e.stored_size = size;
-      });
+      SetObjectReady(
+          task->return_id,
+          [&](ObjectEntry& e) {
+            e.kind = ObjectEntry::Kind::kStored;
+            e.stored_size = size;
+          },
+          /*owned_result=*/true);
       break;
     }
     case proto::Value::ERROR: {
@@ -1040,6 +1142,12 @@ void CoreWorker::OnLeaseLost(Lease* lease, const absl::Status& why) {
   }
   if (!owned) return;
   if (owned->idle_timer) owned->idle_timer->cancel();
+  if (node_conn_ && !node_conn_->closed()) {
+    // The worker may be alive but unreachable: the node ends it and frees the lease.
+    OutMessage out;
+    out.Init().setKillLease(owned->lease_id);
+    node_conn_->Send(out.builder());
+  }
   std::vector<std::unique_ptr<PendingTask>> retry;
   for (auto& [id, task] : owned->in_flight) {
     if (task->retries_left > 0) {
@@ -1049,12 +1157,11 @@ void CoreWorker::OnLeaseLost(Lease* lease, const absl::Status& why) {
                       << "; retrying (attempt " << task->attempt + 1 << ")";
       retry.push_back(std::move(task));
     } else {
-      FailTask(task.release(),
-               Failure{proto::FailureKind::WORKER_CRASHED, "",
-                       absl::StrCat("the worker (pid ", owned->worker_pid, ") running task ",
-                                    task ? task->function : "", " died: ", why.message(),
-                                    "; no retries left (max_retries=", 0, ")"),
-                       ""});
+      std::string message =
+          absl::StrCat("the worker (pid ", owned->worker_pid, ") running task ", task->function,
+                       " died: ", why.message(), "; no retries left (max_retries=",
+                       task->max_retries, ")");
+      FailTask(task.release(), Failure{proto::FailureKind::WORKER_CRASHED, "", message, ""});
     }
   }
   for (auto it = retry.rbegin(); it != retry.rend(); ++it) queue.ready.push_front(std::move(*it));
@@ -1242,6 +1349,15 @@ void CoreWorker::SendObjectStatus(Connection& conn, uint64_t request_id, const O
   conn.Send(out.builder());
 }
 
+void CoreWorker::SendRequeued(Connection& conn, const TaskId& task_id, uint32_t attempt) {
+  OutMessage out;
+  auto r = out.Init().initTaskReply();
+  r.setTaskId(capnp::Data::Reader(task_id.data(), TaskId::kSize));
+  r.setAttempt(attempt);
+  r.setRequeued(true);
+  conn.Send(out.builder());
+}
+
 void CoreWorker::OnPeerAccepted(Socket socket) {
   auto conn = Connection::Create(std::move(socket));
   inbound_[conn->id()] = conn;
@@ -1274,6 +1390,8 @@ void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
       conn.context() = true;
       return;
     case proto::Envelope::OBJECT_STATUS: {
+      // Only on connections we opened (to an owner), never on accepted ones.
+      if (conn.context().has_value()) return;
       auto it = peer_requests_.find(msg.getRequestId());
       if (it == peer_requests_.end()) return;
       auto cb = std::move(it->second);
@@ -1308,6 +1426,15 @@ void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
         }
       }
       if (ready) SendObjectStatus(conn, request_id, id);
+      return;
+    }
+    case proto::Envelope::ESCAPE_REF: {
+      auto data = msg.getEscapeRef();
+      ObjectId id = ObjectId::FromBinary(
+          std::string_view(reinterpret_cast<const char*>(data.begin()), data.size()));
+      absl::MutexLock lock(&mu_);
+      auto it = objects_.find(id);
+      if (it != objects_.end() && it->second.owned) ++it->second.pending_escapes;
       return;
     }
     case proto::Envelope::ADD_BORROWER:
@@ -1356,9 +1483,12 @@ void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
       }
       {
         absl::MutexLock lock(&exec_mu_);
-        exec_queue_.push_back(std::move(task));
-        exec_queue_size_.fetch_add(1, std::memory_order_release);
+        if (!exec_blocked_) {
+          exec_queue_.push_back(std::move(task));
+          exec_queue_size_.fetch_add(1, std::memory_order_release);
+        }
       }
+      if (task) SendRequeued(conn, task->task_id, task->attempt);
       return;
     }
     default:
@@ -1427,6 +1557,9 @@ void CoreWorker::ExecuteTask(TaskToRun& task) {
   } catch (const TypeMismatchError& e) {
     failure = Failure{proto::FailureKind::TYPE_MISMATCH, "lumen::TypeMismatchError", e.what(),
                       location};
+  } catch (const ObjectLostError& e) {
+    failure = Failure{proto::FailureKind::OBJECT_LOST, "lumen::ObjectLostError", e.what(),
+                      location};
   } catch (const std::exception& e) {
     failure = Failure{proto::FailureKind::TASK_ERROR, codec::Demangle(typeid(e).name()), e.what(),
                       location};
@@ -1444,7 +1577,19 @@ void CoreWorker::ExecuteTask(TaskToRun& task) {
     ObjectId id = ObjectId::ForTaskReturn(task.task_id, 1);
     StoreResult created = CallStore(kCreate, id, result.size());
     if (created.status.code() == absl::StatusCode::kAlreadyExists) {
-      // An earlier attempt stored it before dying: the value is the same.
+      // An earlier attempt stored it before dying: the value is the same, if it
+      // got as far as sealing it.
+      StoreResult sealed = CallStore(kGet, id, 0);
+      if (sealed.status.ok()) {
+        SendToNode([id](proto::Envelope::Builder env) {
+          env.initStoreRelease().setObjectId(capnp::Data::Reader(id.data(), ObjectId::kSize));
+        });
+      } else {
+        failure = Failure{proto::FailureKind::OTHER, "",
+                          absl::StrCat("an earlier attempt left the result unfinished: ",
+                                       sealed.status.message()),
+                          location};
+      }
     } else if (!created.status.ok()) {
       failure = Failure{created.status.code() == absl::StatusCode::kResourceExhausted
                             ? proto::FailureKind::STORE_FULL

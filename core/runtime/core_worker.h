@@ -118,6 +118,7 @@ class CoreWorker {
   void OnReclaimLeases();
   void CompleteTask(PendingTask* task, proto::Value::Reader result);
   void FailTask(PendingTask* task, Failure failure);
+  void SendRequeued(Connection& conn, const TaskId& task_id, uint32_t attempt);
   void SendObjectStatus(Connection& conn, uint64_t request_id, const ObjectId& id);
   void RequestObjectFromOwner(const ObjectId& id, const std::string& owner);
   std::shared_ptr<Connection> PeerConnection(const std::string& address, absl::Status* error);
@@ -127,8 +128,11 @@ class CoreWorker {
   void PostToIo(std::function<void()> fn);
   StoreResult CallStore(int op, const ObjectId& id, uint64_t size);
   void SendToNode(std::function<void(proto::Envelope::Builder)> fill);
-  void SetObjectReady(const ObjectId& id, std::function<void(ObjectEntry&)> fill)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // `owned_result`: a task result this process owns, deleted from the store if
+  // nobody wants it any more.
+  void SetObjectReady(const ObjectId& id, std::function<void(ObjectEntry&)> fill,
+                      bool owned_result = false) ABSL_LOCKS_EXCLUDED(mu_);
+  void OnNodeLost(const absl::Status& why);
   void MaybeFreeLocked(absl::node_hash_map<ObjectId, ObjectEntry>::iterator it)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   internal::ObjectBytes ReadyBytes(const ObjectId& id);
@@ -179,6 +183,7 @@ class CoreWorker {
   absl::Mutex exec_mu_;
   std::deque<std::unique_ptr<TaskToRun>> exec_queue_ ABSL_GUARDED_BY(exec_mu_);
   std::atomic<int> exec_queue_size_{0};
+  bool exec_blocked_ ABSL_GUARDED_BY(exec_mu_) = false;  // the running task waits in Get
 };
 
 // The process-wide runtime (null before Init and after Shutdown).

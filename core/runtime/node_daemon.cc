@@ -83,7 +83,9 @@ class NodeDaemon {
     uint64_t driver_conn = 0;
     std::deque<WorkerId> idle;
     int starting = 0;
+    int failed_starts = 0;  // workers that exited before saying hello, in a row
   };
+  static constexpr int kMaxFailedStarts = 5;
   struct Lease {
     WorkerId worker;
     ResourceSet resources;
@@ -111,6 +113,7 @@ class NodeDaemon {
   void ReapChildren();
   void OnWorkerGone(Worker& worker, const std::string& why);
   void KillJobWorkers(const JobId& job_id);
+  void FailJobLeaseRequests(const JobId& job_id, const std::string& why);
   void FillStats(proto::NodeStats::Builder stats);
   void ConnectHead();
   void ReportToHead();
@@ -140,6 +143,7 @@ class NodeDaemon {
   absl::flat_hash_map<JobId, Job> jobs_;
   absl::flat_hash_map<uint64_t, Lease> leases_;
   std::deque<LeaseRequest> lease_queue_;
+  absl::flat_hash_map<ObjectId, JobId> object_jobs_;  // which job created each object
   uint64_t next_lease_id_ = 1;
 };
 
@@ -238,7 +242,7 @@ void NodeDaemon::OnHello(Connection& conn, proto::Hello::Reader hello) {
     reply.setOk(false);
     reply.setError(absl::StrCat("protocol version ", hello.getProtocolVersion(),
                                 " is not supported (node speaks ", proto::PROTOCOL_VERSION, ")"));
-    conn.Send(out.builder());
+    (void)WriteFrameBlocking(conn.socket().native_handle(), out.builder());
     conn.Close(absl::FailedPreconditionError("protocol version mismatch"));
     return;
   }
@@ -254,9 +258,13 @@ void NodeDaemon::OnHello(Connection& conn, proto::Hello::Reader hello) {
     it->second.conn = conn.shared_from_this();
     it->second.address = hello.getListenAddress().cStr();
   } else if (client.role == proto::Role::DRIVER) {
-    Job& job = jobs_[client.job];
-    job.exe_path = hello.getExePath().cStr();
-    job.driver_conn = conn.id();
+    auto [jit, inserted] = jobs_.try_emplace(client.job);
+    if (!inserted && jit->second.driver_conn != 0) {
+      conn.Close(absl::AlreadyExistsError("a driver for this job is already connected"));
+      return;
+    }
+    jit->second.exe_path = hello.getExePath().cStr();
+    jit->second.driver_conn = conn.id();
   }
   client.hello_done = true;
   reply.setOk(true);
@@ -311,10 +319,13 @@ void NodeDaemon::OnFrame(Connection& conn, proto::Envelope::Reader msg) {
       OutMessage out;
       auto env = out.Init();
       env.setRequestId(msg.getRequestId());
-      if (!request.ok() || !resources_->IsFeasible(*request)) {
+      bool can_lease = (client.role == proto::Role::DRIVER || client.role == proto::Role::WORKER) &&
+                       jobs_.contains(client.job);
+      if (!can_lease || !request.ok() || !resources_->IsFeasible(*request)) {
         auto reply = env.initLeaseReply();
         reply.setGranted(false);
-        reply.setError(request.ok()
+        reply.setError(!can_lease ? std::string("only a driver or worker of a live job can lease")
+                       : request.ok()
                            ? absl::StrCat("infeasible: the task needs ", request->ToString(),
                                           " but this node has only ",
                                           resources_->total().ToString())
@@ -328,11 +339,28 @@ void NodeDaemon::OnFrame(Connection& conn, proto::Envelope::Reader msg) {
       return;
     }
     case proto::Envelope::RETURN_LEASE:
-      ReleaseLease(msg.getReturnLease());
+    case proto::Envelope::KILL_LEASE: {
+      bool kill = msg.isKillLease();
+      uint64_t lease_id = kill ? msg.getKillLease() : msg.getReturnLease();
+      auto lit = leases_.find(lease_id);
+      if (lit == leases_.end() || lit->second.holder_conn != conn.id()) return;
+      WorkerId wid = lit->second.worker;
+      ReleaseLease(lease_id);
+      if (kill) {
+        // The holder lost its connection to the worker: it must not be reused.
+        auto wit = workers_.find(wid);
+        if (wit != workers_.end()) {
+          auto& idle = jobs_[wit->second.job].idle;
+          idle.erase(std::remove(idle.begin(), idle.end(), wid), idle.end());
+          ::kill(wit->second.pid, SIGKILL);
+        }
+      }
       DispatchLeases();
       return;
+    }
     case proto::Envelope::WORKER_BLOCKED:
     case proto::Envelope::WORKER_UNBLOCKED: {
+      if (client.role != proto::Role::WORKER) return;
       auto it = workers_.find(client.worker);
       if (it == workers_.end() || it->second.state != WorkerState::kLeased) return;
       auto lit = leases_.find(it->second.lease_id);
@@ -367,6 +395,11 @@ void NodeDaemon::OnFrame(Connection& conn, proto::Envelope::Reader msg) {
 
 void NodeDaemon::OnStoreRequest(Connection& conn, proto::Envelope::Reader msg) {
   objectstore::ClientId client = conn.id();
+  const Client& client_info = std::any_cast<Client&>(conn.context());
+  if (client_info.role != proto::Role::DRIVER && client_info.role != proto::Role::WORKER) {
+    conn.Close(absl::PermissionDeniedError("store requests need a driver or worker hello"));
+    return;
+  }
   auto id_of = [](proto::StoreRequest::Reader r) { return IdFrom<ObjectId>(r.getObjectId()); };
   auto reply = [&](absl::Status status, uint64_t offset, uint64_t size) {
     OutMessage out;
@@ -384,15 +417,19 @@ void NodeDaemon::OnStoreRequest(Connection& conn, proto::Envelope::Reader msg) {
     case proto::Envelope::STORE_CREATE: {
       auto req = msg.getStoreCreate();
       auto offset = store_->Create(client, id_of(req), req.getSize());
+      if (offset.ok()) object_jobs_[id_of(req)] = client_info.job;
       reply(offset.status(), offset.ok() ? *offset : 0, req.getSize());
       return;
     }
     case proto::Envelope::STORE_SEAL:
       reply(store_->Seal(client, id_of(msg.getStoreSeal())), 0, 0);
       return;
-    case proto::Envelope::STORE_ABORT:
-      reply(store_->Abort(client, id_of(msg.getStoreAbort())), 0, 0);
+    case proto::Envelope::STORE_ABORT: {
+      auto status = store_->Abort(client, id_of(msg.getStoreAbort()));
+      if (status.ok()) object_jobs_.erase(id_of(msg.getStoreAbort()));
+      reply(status, 0, 0);
       return;
+    }
     case proto::Envelope::STORE_GET: {
       auto loc = store_->Get(client, id_of(msg.getStoreGet()));
       reply(loc.status(), loc.ok() ? loc->offset : 0, loc.ok() ? loc->size : 0);
@@ -401,9 +438,15 @@ void NodeDaemon::OnStoreRequest(Connection& conn, proto::Envelope::Reader msg) {
     case proto::Envelope::STORE_RELEASE:
       store_->Release(client, id_of(msg.getStoreRelease()));
       return;
-    case proto::Envelope::STORE_DELETE:
-      store_->Delete(id_of(msg.getStoreDelete()));
+    case proto::Envelope::STORE_DELETE: {
+      // Only the job that created an object frees it.
+      ObjectId id = id_of(msg.getStoreDelete());
+      auto jit = object_jobs_.find(id);
+      if (jit == object_jobs_.end() || jit->second != client_info.job) return;
+      object_jobs_.erase(jit);
+      store_->Delete(id);
       return;
+    }
     default:
       LUMEN_LOG(WARNING) << "ignoring an unexpected message from client " << conn.id();
   }
@@ -469,6 +512,7 @@ void NodeDaemon::DispatchLeases() {
     resources_->TryAcquire(it->resources);
     WorkerId wid = job.idle.front();
     job.idle.pop_front();
+    job.failed_starts = 0;
     Worker& w = workers_[wid];
     uint64_t lease_id = next_lease_id_++;
     w.state = WorkerState::kLeased;
@@ -545,17 +589,59 @@ void NodeDaemon::OnClose(Connection& conn, const absl::Status& why) {
       ::kill(wit->second.pid, SIGKILL);
     }
   }
-  if (client.role == proto::Role::DRIVER) {
+  if (client.role == proto::Role::DRIVER && jobs_.contains(client.job) &&
+      jobs_[client.job].driver_conn == id) {
+    // The job is over: its workers and its objects go with it.
     KillJobWorkers(client.job);
     jobs_.erase(client.job);
+    for (auto oit = object_jobs_.begin(); oit != object_jobs_.end();) {
+      if (oit->second == client.job) {
+        store_->Delete(oit->first);
+        object_jobs_.erase(oit++);
+      } else {
+        ++oit;
+      }
+    }
   } else if (client.role == proto::Role::WORKER) {
     auto wit = workers_.find(client.worker);
-    if (wit != workers_.end() && ProcessAlive(wit->second.pid)) ::kill(wit->second.pid, SIGKILL);
+    if (wit != workers_.end()) {
+      auto jit = jobs_.find(wit->second.job);
+      if (jit != jobs_.end()) {
+        auto& idle = jit->second.idle;
+        idle.erase(std::remove(idle.begin(), idle.end(), client.worker), idle.end());
+      }
+      if (ProcessAlive(wit->second.pid)) ::kill(wit->second.pid, SIGKILL);
+    }
   }
   auto keep = clients_[id];
   clients_.erase(id);
   asio::post(io_, [keep] {});
   DispatchLeases();
+}
+
+void NodeDaemon::FailJobLeaseRequests(const JobId& job_id, const std::string& why) {
+  std::string exe = jobs_.contains(job_id) ? jobs_[job_id].exe_path : "";
+  std::string message = absl::StrCat(
+      "workers of this job keep exiting before they connect (last one ", why, "): does ", exe,
+      " call lumen::Init(argc, argv) first thing in main?");
+  LUMEN_LOG(ERROR) << message;
+  for (auto it = lease_queue_.begin(); it != lease_queue_.end();) {
+    if (it->job != job_id) {
+      ++it;
+      continue;
+    }
+    if (auto conn = it->conn.lock()) {
+      OutMessage out;
+      auto env = out.Init();
+      env.setRequestId(it->request_id);
+      auto reply = env.initLeaseReply();
+      reply.setGranted(false);
+      reply.setError(message);
+      conn->Send(out.builder());
+    }
+    it = lease_queue_.erase(it);
+  }
+  jobs_[job_id].failed_starts = 0;
 }
 
 void NodeDaemon::KillJobWorkers(const JobId& job_id) {
@@ -577,8 +663,11 @@ void NodeDaemon::ReapChildren() {
     if (wit == workers_.end()) continue;
     std::string why = WIFSIGNALED(status) ? absl::StrCat("killed by signal ", WTERMSIG(status))
                                           : absl::StrCat("exited with code ", WEXITSTATUS(status));
-    OnWorkerGone(wit->second, why);
+    // Handling may re-enter (closing its connection dispatches leases, which can
+    // start workers): work on a copy of an entry already erased.
+    Worker gone = std::move(wit->second);
     workers_.erase(wit);
+    OnWorkerGone(gone, why);
   }
   DispatchLeases();
 }
@@ -587,7 +676,10 @@ void NodeDaemon::OnWorkerGone(Worker& w, const std::string& why) {
   LUMEN_LOG(DEBUG) << "worker " << w.pid << " " << why;
   if (w.state == WorkerState::kStarting) {
     auto jit = jobs_.find(w.job);
-    if (jit != jobs_.end()) --jit->second.starting;
+    if (jit != jobs_.end()) {
+      --jit->second.starting;
+      if (++jit->second.failed_starts >= kMaxFailedStarts) FailJobLeaseRequests(w.job, why);
+    }
   }
   if (w.state == WorkerState::kLeased) {
     auto lit = leases_.find(w.lease_id);

@@ -220,3 +220,49 @@ TEST_CASE("ObjectRefs inside values are borrowed and freed once nobody holds the
   }
   REQUIRE(WaitUntil([] { return StoreUsed() == 0; }));
 }
+
+namespace {
+
+size_t WaitOnly(std::vector<lumen::ObjectRef<std::vector<int32_t>>> refs) {
+  return lumen::Wait(refs, refs.size(), std::chrono::milliseconds(0)).ready.size();
+}
+
+size_t Length(std::vector<uint8_t> data) { return data.size(); }
+
+}  // namespace
+
+LUMEN_REMOTE(WaitOnly, Length);
+
+TEST_CASE("a borrower that drops its reference does not free the owner's object") {
+  ScopedCluster cluster;
+  auto big = lumen::Put(MakeBig(1 << 20));
+  std::vector<lumen::ObjectRef<std::vector<int32_t>>> refs{big};
+  REQUIRE(*lumen::Get(lumen::Task(WaitOnly).Remote(refs)) <= 1);
+  auto view = lumen::GetArray(big);
+  REQUIRE(view.size() == (1u << 20));
+  REQUIRE(view[1000] == 1000);
+}
+
+TEST_CASE("a task argument larger than a frame travels through the store") {
+  ScopedCluster cluster;
+  std::vector<uint8_t> data(80ull << 20, 7);  // over the 64 MiB frame limit
+  REQUIRE(*lumen::Get(lumen::Task(Length).Remote(data), std::chrono::seconds(60)) == data.size());
+  REQUIRE(*lumen::Get(lumen::Task(Identity).Remote(5)) == 5);
+}
+
+TEST_CASE("a reference read again after its object was freed fails instead of hanging") {
+  ScopedCluster cluster;
+  auto value = lumen::Put(41);
+  auto holder = lumen::Put(std::vector<lumen::ObjectRef<int>>{value});
+  value = lumen::ObjectRef<int>();
+  { lumen::Get(holder); }  // decodes (and drops) the only reference
+  auto again = lumen::Get(holder);
+  // Either outcome is an answer; a GetTimeoutError (a hang) is the bug.
+  int outcome = 0;
+  try {
+    outcome = *lumen::Get((*again)[0], std::chrono::seconds(10));
+  } catch (const lumen::ObjectLostError&) {
+    outcome = -1;
+  }
+  REQUIRE((outcome == 41 || outcome == -1));
+}

@@ -93,6 +93,7 @@ struct TaskReply {
   attempt @1 :UInt32;
   result @2 :Value;
   execMicros @3 :UInt64;   # time the function ran, for the submitter's pipelining
+  requeued @4 :Bool;       # not run: the worker blocked in Get; submit it elsewhere
 }
 
 struct LeaseRequest {
@@ -177,6 +178,8 @@ struct Envelope {
     removeBorrower @29 :Data;
     ack @30 :Void;
     reclaimLeases @31 :Void;             # node -> lease holder: return idle leases
+    killLease @32 :UInt64;               # holder lost its worker: end it, free the lease
+    escapeRef @33 :Data;                 # borrower passed a ref on: owner pins it
   }
 }
 
