@@ -22,8 +22,9 @@ namespace {
 
 struct Registry {
   absl::Mutex mu;
-  absl::flat_hash_map<std::string, Invoker> by_name ABSL_GUARDED_BY(mu);
-  absl::flat_hash_map<const void*, std::string> names ABSL_GUARDED_BY(mu);
+  // Entries are never removed, and each lives in its own allocation.
+  absl::flat_hash_map<std::string, std::unique_ptr<RemoteFunction>> by_name ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<std::string, std::string> names ABSL_GUARDED_BY(mu);  // by pointer key
 };
 
 Registry& GetRegistry() {
@@ -66,6 +67,7 @@ runtime::CoreWorker& Core() {
   options.session_dir = Env("LUMEN_SESSION_DIR");
   options.worker_id = WorkerId::FromHex(Env("LUMEN_WORKER_ID"));
   options.job_id = JobId::FromHex(Env("LUMEN_JOB_ID"));
+  options.head_address = Env("LUMEN_HEAD_ADDRESS");
   auto core = runtime::CoreWorker::Start(options);
   if (!core.ok()) {
     LUMEN_LOG(ERROR) << "worker cannot start: " << core.status();
@@ -124,28 +126,46 @@ void ThrowDecodeError(const std::string& message, bool type_mismatch) {
   throw Error("cannot decode object: " + message);
 }
 
-bool RegisterFunction(std::string name, const void* key, Invoker invoker) {
+bool RegisterFunction(std::string name, std::string key, RemoteFunction function) {
   Registry& r = GetRegistry();
   absl::MutexLock lock(&r.mu);
-  r.names[key] = name;
-  r.by_name[std::move(name)] = std::move(invoker);
+  r.names[std::move(key)] = name;
+  r.by_name[std::move(name)] = std::make_unique<RemoteFunction>(std::move(function));
   return true;
 }
 
-std::string FunctionName(const void* key) {
+std::string FunctionName(const std::string& key) {
   Registry& r = GetRegistry();
   absl::MutexLock lock(&r.mu);
   auto it = r.names.find(key);
   return it == r.names.end() ? std::string() : it->second;
 }
 
-const Invoker* FindInvoker(std::string_view name) {
+const RemoteFunction* FindRemoteFunction(std::string_view name) {
   Registry& r = GetRegistry();
   absl::MutexLock lock(&r.mu);
   auto it = r.by_name.find(std::string(name));
-  // Entries are never removed, and node-based values do not move: the pointer stays valid.
-  return it == r.by_name.end() ? nullptr : &it->second;
+  return it == r.by_name.end() ? nullptr : it->second.get();
 }
+
+std::shared_ptr<RefHandle> CreateActor(std::string_view factory, std::vector<TaskArgument> args,
+                                       const ActorOptions& options) {
+  return Core().CreateActor(factory, std::move(args), options);
+}
+
+std::shared_ptr<RefHandle> SubmitActorTask(const std::shared_ptr<RefHandle>& actor,
+                                           std::string_view method,
+                                           std::vector<TaskArgument> args) {
+  return Core().SubmitActorTask(actor, method, std::move(args));
+}
+
+void KillActor(const RefHandle& actor, bool no_restart) { Core().KillActor(actor, no_restart); }
+
+std::shared_ptr<RefHandle> GetNamedActor(const std::string& name) {
+  return Core().GetNamedActor(name);
+}
+
+void ExitActorAfterCall() { Core().ExitActorAfterCall(); }
 
 void InitRuntime(const Config& config, int argc, char** argv) {
   runtime::MaybeRunClusterProcess();
@@ -183,6 +203,7 @@ void InitRuntime(const Config& config, int argc, char** argv) {
     state.head_address = *runtime::ResolveHeadAddress(address);
     options.session_dir = node->session_dir;
   }
+  options.head_address = state.head_address;
   auto core = runtime::CoreWorker::Start(options);
   if (!core.ok()) {
     if (state.cluster) runtime::StopCluster(*state.cluster);

@@ -1,5 +1,8 @@
 #include "core/runtime/core_worker.h"
 
+#include "core/runtime/core_worker_internal.h"
+#include "core/runtime/head_client.h"
+
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -20,132 +23,15 @@ namespace {
 
 std::atomic<CoreWorker*> current_core_worker{nullptr};
 
-// Set on the executor thread while it runs a task: a Get there gives the CPU back.
-thread_local bool in_task = false;
-
-enum StoreOp { kCreate, kSeal, kAbort, kGet, kRelease, kDelete };
-
-std::string QueueKey(const std::map<std::string, double>& resources) {
-  std::string key;
-  for (const auto& [name, qty] : resources) absl::StrAppend(&key, name, "=", qty, ";");
-  return key;
-}
-
-Failure FailureFromProto(proto::TaskFailure::Reader f) {
-  return Failure{f.getKind(), f.getExceptionType().cStr(),
-                 f.getMessage().cStr(), f.getLocation().cStr()};
-}
-
-void FailureToProto(const Failure& failure, proto::TaskFailure::Builder out) {
-  out.setKind(failure.kind);
-  out.setExceptionType(failure.exception_type);
-  out.setMessage(failure.message);
-  out.setLocation(failure.location);
-}
-
-// Spin briefly before blocking: a cross-CPU wake-up costs tens of microseconds,
-// and most task round trips finish within that.
-template <class Pred>
-bool SpinFor(std::chrono::microseconds budget, Pred ready) {
-  auto deadline = std::chrono::steady_clock::now() + budget;
-  int i = 0;
-  while (!ready()) {
-    if ((++i & 63) == 0 && std::chrono::steady_clock::now() >= deadline) return false;
-#if defined(__x86_64__)
-    __builtin_ia32_pause();
-#endif
-  }
-  return true;
-}
-
 }  // namespace
+
+// Set on an executor thread while it runs a task: a Get there gives the CPU back.
+thread_local bool in_task = false;
 
 CoreWorker* CurrentCoreWorker() { return current_core_worker.load(std::memory_order_acquire); }
 void SetCurrentCoreWorker(CoreWorker* worker) {
   current_core_worker.store(worker, std::memory_order_release);
 }
-
-// The state of one object this process owns or borrows.
-//
-// Lifecycle: PENDING (ready == false) -> READY (inline value or stored in the
-// node's store) or FAILED. Erased when no local reference, no pending task, no
-// borrower and no in-transit copy needs it; an owned stored object is then
-// deleted from the store.
-//
-// Borrowing: a reference serialised into a value pins the object at its owner
-// (pending_escapes) until a process decoding it registers as a borrower
-// (addBorrower, which takes the pin over); a borrower sends removeBorrower when
-// its last local reference goes, and a borrower that dies is dropped when its
-// connection closes. A value holding a reference that nobody ever decodes keeps
-// the object until its owner exits.
-struct CoreWorker::ObjectEntry {
-  bool owned = false;
-  std::string owner_address;
-  std::atomic<bool> ready{false};
-  enum class Kind { kInline, kStored, kFailed } kind = Kind::kInline;
-  std::shared_ptr<const std::string> value;  // inline bytes, shared with readers
-  uint64_t stored_size = 0;
-  Failure failure;
-  int local_refs = 0;
-  int pending_escapes = 0;       // owned: serialised copies not yet claimed
-  int borrowers = 0;             // owned: processes holding the ref
-  bool registered_borrower = false;  // borrowed: we told the owner
-  bool requested = false;        // borrowed: the owner was asked for the value
-  std::vector<std::function<void()>> on_ready;  // run on the io thread
-};
-
-struct CoreWorker::PendingTask {
-  TaskId task_id;
-  ObjectId return_id;
-  std::string function;
-  std::vector<internal::TaskArgument> args;  // holds the argument refs alive
-  std::map<std::string, double> resources;
-  std::string queue_key;
-  int retries_left = 0;
-  int max_retries = 0;
-  uint32_t attempt = 0;
-  int unresolved = 0;
-};
-
-// A worker leased from the node daemon; tasks of one resource shape go straight
-// to it over `conn`.
-struct CoreWorker::Lease {
-  uint64_t lease_id = 0;
-  WorkerId worker_id;
-  int worker_pid = 0;
-  std::shared_ptr<Connection> conn;
-  SchedulingQueue* queue = nullptr;
-  absl::flat_hash_map<TaskId, std::unique_ptr<PendingTask>> in_flight;
-  std::unique_ptr<boost::asio::steady_timer> idle_timer;
-  bool return_when_idle = false;  // the node asked for it back
-  bool worker_blocked = false;    // its worker waits in Get: send it nothing more
-};
-
-struct CoreWorker::SchedulingQueue {
-  std::string key;
-  std::map<std::string, double> resources;
-  std::deque<std::unique_ptr<PendingTask>> ready;
-  std::vector<std::unique_ptr<Lease>> leases;
-  int pending_lease_requests = 0;
-  // Moving average of how long tasks of this shape run: short tasks are
-  // pipelined several per worker, long ones go one per worker.
-  double avg_exec_micros = -1;
-};
-
-// A task received by a worker, decoded out of its frame.
-struct CoreWorker::TaskToRun {
-  std::weak_ptr<Connection> reply_to;
-  TaskId task_id;
-  uint32_t attempt = 0;
-  std::string function;
-  struct Arg {
-    std::string value;  // inline bytes
-    ObjectId stored;    // or a stored object
-    bool is_stored = false;
-    uint64_t size = 0;
-  };
-  std::vector<Arg> args;
-};
 
 CoreWorker::CoreWorker(CoreWorkerOptions options)
     : options_(std::move(options)), releaser_(std::make_shared<PinReleaser>()) {
@@ -299,7 +185,13 @@ void CoreWorker::Stop() {
     absl::MutexLock lock(&releaser_->mu);
     releaser_->core = nullptr;
   }
-  boost::asio::post(io_, [this] {
+  std::vector<std::pair<std::string, ObjectId>> names;
+  boost::asio::post(io_, [this, &names] {
+    for (auto& [id, record] : owned_actors_) {
+      if (!record->options.name.empty() && record->state != ActorRecord::State::kDead) {
+        names.emplace_back(record->options.name, id);
+      }
+    }
     boost::system::error_code ignored;
     if (acceptor_) acceptor_->close(ignored);
     if (node_conn_) node_conn_->Close(absl::CancelledError("shutdown"));
@@ -318,6 +210,14 @@ void CoreWorker::Stop() {
   });
   if (io_thread_.joinable()) io_thread_.join();
   ::unlink(listen_address_.c_str());
+  // Our actors end with us: free their names for the next driver.
+  for (const auto& [name, id] : names) {
+    (void)CallHead(options_.head_address, [&](proto::Envelope::Builder env) {
+      auto entry = env.initUnregisterActorName();
+      entry.setName(name);
+      entry.setActorId(capnp::Data::Reader(id.data(), ObjectId::kSize));
+    });
+  }
   // Drop queued work (its refs) while the maps are still consistent.
   queues_.clear();
   {
@@ -456,6 +356,13 @@ void CoreWorker::MaybeFreeLocked(absl::node_hash_map<ObjectId, ObjectEntry>::ite
     ObjectId id = it->first;
     SendToNode([id](proto::Envelope::Builder env) {
       env.initStoreDelete().setObjectId(capnp::Data::Reader(id.data(), ObjectId::kSize));
+    });
+  }
+  if (entry.owned && entry.is_actor && !stopped_) {
+    // No handle to the actor is left anywhere: it ends (unless detached).
+    ObjectId id = it->first;
+    PostToIo([this, id] {
+      KillOwnedActor(id, true, "all handles to the actor went out of scope");
     });
   }
   objects_.erase(it);
@@ -626,6 +533,8 @@ void CoreWorker::ThrowFailure(const Failure& f) {
       throw WorkerCrashedError(f.message);
     case proto::FailureKind::OBJECT_LOST:
       throw ObjectLostError(f.message);
+    case proto::FailureKind::ACTOR_DIED:
+      throw ActorDiedError(f.message);
     case proto::FailureKind::STORE_FULL:
       throw ObjectStoreFullError(f.message);
     case proto::FailureKind::TYPE_MISMATCH:
@@ -637,7 +546,7 @@ void CoreWorker::ThrowFailure(const Failure& f) {
 
 void CoreWorker::NotifyBlocked(bool blocked) {
   if (!options_.is_worker || !in_task) return;
-  if (blocked) {
+  if (blocked && !is_actor_) {
     // Tasks queued behind this one could be what it waits for: hand them back
     // to their owners to run elsewhere (this is not a failed attempt), and the
     // ones that arrive while we wait too.
@@ -654,7 +563,7 @@ void CoreWorker::NotifyBlocked(bool blocked) {
         if (auto conn = reply_to.lock()) SendRequeued(*conn, id, attempt);
       });
     }
-  } else {
+  } else if (!blocked) {
     absl::MutexLock lock(&exec_mu_);
     exec_blocked_ = false;
   }
@@ -853,6 +762,17 @@ void CoreWorker::DrainSubmissions() {
     batch.swap(submissions_);
   }
   for (auto& task : batch) {
+    if (task->kind == proto::TaskKind::ACTOR_CREATION) {
+      owned_actors_[task->return_id] = std::move(task->actor_record);
+    }
+    if (task->kind == proto::TaskKind::ACTOR_METHOD) {
+      // The caller's queue owns it from now on, in submission order.
+      PendingTask* raw = task.get();
+      GetActorClient(raw->actor->id(), raw->actor->owner_address())
+          .queue.push_back(std::move(task));
+      ResolveDependencies(raw);
+      continue;
+    }
     PendingTask* raw = task.release();
     ResolveDependencies(raw);
   }
@@ -883,7 +803,29 @@ void CoreWorker::ResolveDependencies(PendingTask* task) {
 }
 
 void CoreWorker::OnTaskResolved(PendingTask* raw) {
+  if (raw->kind == proto::TaskKind::ACTOR_METHOD) {
+    // Owned by its actor client's queue; it goes out in submission order.
+    {
+      absl::MutexLock lock(&mu_);
+      for (auto& arg : raw->args) {
+        if (!arg.ref) continue;
+        auto it = objects_.find(arg.ref->id());
+        if (it != objects_.end() && it->second.kind == ObjectEntry::Kind::kFailed) {
+          raw->dep_failure = it->second.failure;
+        }
+      }
+    }
+    raw->resolved = true;
+    auto cit = actor_clients_.find(raw->actor->id());
+    if (cit != actor_clients_.end()) PumpActorClient(*cit->second);
+    return;
+  }
   std::unique_ptr<PendingTask> task(raw);
+  if (task->kind == proto::TaskKind::ACTOR_CREATION) {
+    auto rit = owned_actors_.find(task->return_id);
+    if (rit != owned_actors_.end()) StartActor(*rit->second);
+    return;
+  }
   // A failed argument fails the task with the same error (as in Ray).
   {
     absl::MutexLock lock(&mu_);
@@ -1031,33 +973,35 @@ void CoreWorker::FillValue(proto::Value::Builder out, const ObjectEntry& entry) 
   }
 }
 
+void CoreWorker::FillTaskSpec(proto::TaskSpec::Builder spec, const PendingTask& task) {
+  spec.setTaskId(capnp::Data::Reader(task.task_id.data(), TaskId::kSize));
+  spec.setFunction(task.function);
+  spec.setAttempt(task.attempt);
+  spec.setOwnerAddress(listen_address_);
+  spec.setKind(task.kind);
+  if (task.actor) spec.setActorId(capnp::Data::Reader(task.actor->id().data(), ObjectId::kSize));
+  auto args = spec.initArgs(task.args.size());
+  absl::MutexLock lock(&mu_);
+  for (size_t i = 0; i < task.args.size(); ++i) {
+    const auto& arg = task.args[i];
+    if (!arg.ref) {
+      args[i].setInline(capnp::Data::Reader(reinterpret_cast<const uint8_t*>(arg.value.data()),
+                                            arg.value.size()));
+      continue;
+    }
+    auto it = objects_.find(arg.ref->id());
+    FillValue(args[i], it->second);
+    if (it->second.kind == ObjectEntry::Kind::kStored) {
+      args[i].getStored().setObjectId(capnp::Data::Reader(arg.ref->id().data(), ObjectId::kSize));
+    }
+  }
+}
+
 void CoreWorker::PushTask(Lease& lease, PendingTask* raw) {
   std::unique_ptr<PendingTask> task(raw);
   if (lease.idle_timer) lease.idle_timer->cancel();
   OutMessage out;
-  auto spec = out.Init().initPushTask();
-  spec.setTaskId(capnp::Data::Reader(task->task_id.data(), TaskId::kSize));
-  spec.setFunction(task->function);
-  spec.setAttempt(task->attempt);
-  spec.setOwnerAddress(listen_address_);
-  auto args = spec.initArgs(task->args.size());
-  {
-    absl::MutexLock lock(&mu_);
-    for (size_t i = 0; i < task->args.size(); ++i) {
-      const auto& arg = task->args[i];
-      if (!arg.ref) {
-        args[i].setInline(capnp::Data::Reader(reinterpret_cast<const uint8_t*>(arg.value.data()),
-                                              arg.value.size()));
-        continue;
-      }
-      auto it = objects_.find(arg.ref->id());
-      FillValue(args[i], it->second);
-      if (it->second.kind == ObjectEntry::Kind::kStored) {
-        args[i].getStored().setObjectId(
-            capnp::Data::Reader(arg.ref->id().data(), ObjectId::kSize));
-      }
-    }
-  }
+  FillTaskSpec(out.Init().initPushTask(), *task);
   lease.conn->Send(out.builder());
   lease.in_flight.emplace(task->task_id, std::move(task));
 }
@@ -1255,6 +1199,13 @@ std::shared_ptr<Connection> CoreWorker::PeerConnection(const std::string& addres
                     }
                   }
                 }
+                for (auto& [actor_id, client] : actor_clients_) {
+                  if (client->resolving && client->owner == address) {
+                    OnActorResolved(actor_id, false, "",
+                                    absl::StrCat("the actor's owner at ", address,
+                                                 " died: ", why.message()));
+                  }
+                }
                 for (const auto& id : lost) {
                   SetObjectReady(id, [&](ObjectEntry& e) {
                     e.kind = ObjectEntry::Kind::kFailed;
@@ -1389,6 +1340,7 @@ void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
       }
       conn.context() = true;
       return;
+    case proto::Envelope::ACTOR_STATE:
     case proto::Envelope::OBJECT_STATUS: {
       // Only on connections we opened (to an owner), never on accepted ones.
       if (conn.context().has_value()) return;
@@ -1428,6 +1380,42 @@ void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
       if (ready) SendObjectStatus(conn, request_id, id);
       return;
     }
+    case proto::Envelope::WAIT_ACTOR: {
+      auto req = msg.getWaitActor();
+      auto data = req.getActorId();
+      ObjectId id = ObjectId::FromBinary(
+          std::string_view(reinterpret_cast<const char*>(data.begin()), data.size()));
+      uint64_t request_id = msg.getRequestId();
+      std::weak_ptr<Connection> weak = conn.shared_from_this();
+      WhenActorSettled(id, req.getFailedAddress().cStr(),
+                       [this, id, weak, request_id](bool alive, std::string address,
+                                                    std::string death) {
+                         auto c = weak.lock();
+                         if (!c) return;
+                         auto rit = owned_actors_.find(id);
+                         int retries = rit == owned_actors_.end()
+                                           ? 0
+                                           : rit->second->options.max_task_retries;
+                         OutMessage out;
+                         auto env = out.Init();
+                         env.setRequestId(request_id);
+                         auto state = env.initActorState();
+                         state.setAlive(alive);
+                         state.setAddress(address);
+                         state.setDead(!alive);
+                         state.setReason(death);
+                         state.setMaxTaskRetries(retries);
+                         c->Send(out.builder());
+                       });
+      return;
+    }
+    case proto::Envelope::KILL_ACTOR: {
+      auto data = msg.getKillActor();
+      KillOwnedActor(ObjectId::FromBinary(std::string_view(
+                         reinterpret_cast<const char*>(data.begin()), data.size())),
+                     msg.getRequestId() != 0, "killed by lumen::ActorHandle::Kill()");
+      return;
+    }
     case proto::Envelope::ESCAPE_REF: {
       auto data = msg.getEscapeRef();
       ObjectId id = ObjectId::FromBinary(
@@ -1460,6 +1448,14 @@ void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
           std::string_view(reinterpret_cast<const char*>(tid.begin()), tid.size()));
       task->attempt = spec.getAttempt();
       task->function = spec.getFunction().cStr();
+      task->kind = spec.getKind();
+      task->max_concurrency = std::max<uint32_t>(1, spec.getMaxConcurrency());
+      if (task->kind == proto::TaskKind::ACTOR_CREATION) {
+        // The connection the actor was created over is its owner's: tell it
+        // when we exit on purpose.
+        actor_owner_conn_ = conn.weak_from_this();
+        is_actor_ = true;
+      }
       for (auto arg : spec.getArgs()) {
         TaskToRun::Arg a;
         switch (arg.which()) {
@@ -1483,7 +1479,9 @@ void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
       }
       {
         absl::MutexLock lock(&exec_mu_);
-        if (!exec_blocked_) {
+        // An actor's calls run here whatever it waits for; a plain task blocked
+        // in Get hands new ones back.
+        if (!exec_blocked_ || is_actor_) {
           exec_queue_.push_back(std::move(task));
           exec_queue_size_.fetch_add(1, std::memory_order_release);
         }
@@ -1500,6 +1498,11 @@ void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
 // Task execution (worker mode)
 
 void CoreWorker::RunTaskLoop() {
+  ExecutorLoop();
+  for (auto& t : executor_threads_) t.join();
+}
+
+void CoreWorker::ExecutorLoop() {
   while (!node_lost_ && !stopped_) {
     auto have_work = [this] {
       return exec_queue_size_.load(std::memory_order_acquire) > 0 || node_lost_.load();
@@ -1520,6 +1523,26 @@ void CoreWorker::RunTaskLoop() {
   }
 }
 
+void CoreWorker::ExitActorAfterCall() {
+  if (!is_actor_ || !in_task) throw Error("lumen::ExitActor() must be called inside an actor method");
+  exit_after_call_ = true;
+}
+
+void CoreWorker::ExitProcessWhenFlushed() {
+  // Runs on the io thread: once every queued reply is written, leave.
+  bool flushed = true;
+  for (auto& [id, conn] : inbound_) flushed &= conn->closed() || conn->idle();
+  if (!flushed) {
+    auto timer = std::make_shared<boost::asio::steady_timer>(io_, std::chrono::milliseconds(1));
+    timer->async_wait([this, timer](const boost::system::error_code&) { ExitProcessWhenFlushed(); });
+    return;
+  }
+  std::fflush(stdout);
+  std::fflush(stderr);
+  ::unlink(listen_address_.c_str());
+  std::_Exit(0);
+}
+
 void CoreWorker::ExecuteTask(TaskToRun& task) {
   auto start = std::chrono::steady_clock::now();
   std::string location =
@@ -1529,8 +1552,22 @@ void CoreWorker::ExecuteTask(TaskToRun& task) {
   std::optional<Failure> failure;
   in_task = true;
   try {
-    const internal::Invoker* invoker = internal::FindInvoker(task.function);
-    if (invoker == nullptr) {
+    const internal::RemoteFunction* fn = internal::FindRemoteFunction(task.function);
+    auto expected = task.kind == proto::TaskKind::ACTOR_CREATION
+                        ? internal::RemoteFunction::Kind::kActorFactory
+                    : task.kind == proto::TaskKind::ACTOR_METHOD
+                        ? internal::RemoteFunction::Kind::kMethod
+                        : internal::RemoteFunction::Kind::kFunction;
+    if (fn != nullptr && fn->kind != expected) {
+      failure = Failure{proto::FailureKind::OTHER, "lumen::Error",
+                        absl::StrCat("'", task.function,
+                                     "' is registered, but not as what was called (a task, an "
+                                     "actor factory or an actor method)"),
+                        location};
+    } else if (task.kind == proto::TaskKind::ACTOR_METHOD && actor_instance_ == nullptr) {
+      failure = Failure{proto::FailureKind::OTHER, "lumen::Error",
+                        "this worker holds no actor instance", location};
+    } else if (fn == nullptr) {
       failure = Failure{proto::FailureKind::FUNCTION_NOT_FOUND, "lumen::FunctionNotFound",
                         absl::StrCat("function '", task.function,
                                      "' is not registered in the worker binary ", exe_path_,
@@ -1552,7 +1589,18 @@ void CoreWorker::ExecuteTask(TaskToRun& task) {
         }
         args.push_back(PinnedBytes(arg.stored, got.offset, got.size));
       }
-      result = (*invoker)(args);
+      if (task.kind == proto::TaskKind::ACTOR_CREATION) {
+        actor_instance_ = fn->create(args);
+        result = codec::EncodeValue<uint8_t>(0);
+        // Concurrent actors run calls on several executor threads.
+        for (uint32_t i = 1; i < task.max_concurrency; ++i) {
+          executor_threads_.emplace_back([this] { ExecutorLoop(); });
+        }
+      } else if (task.kind == proto::TaskKind::ACTOR_METHOD) {
+        result = fn->call(actor_instance_.get(), args);
+      } else {
+        result = fn->invoke(args);
+      }
     }
   } catch (const TypeMismatchError& e) {
     failure = Failure{proto::FailureKind::TYPE_MISMATCH, "lumen::TypeMismatchError", e.what(),
@@ -1619,11 +1667,33 @@ void CoreWorker::ExecuteTask(TaskToRun& task) {
   r.setExecMicros(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
                                             std::chrono::steady_clock::now() - start)
                                             .count()));
+  bool exiting = is_actor_ && exit_after_call_.load();
+  if (exiting) r.setActorExiting(true);
   std::string frame;
   AppendFrame(reply->builder(), &frame);
-  PostToIo([weak = task.reply_to, frame = std::move(frame)] {
+  PostToIo([this, weak = task.reply_to, frame = std::move(frame), exiting] {
     if (auto conn = weak.lock()) conn->SendFramed(frame);
+    if (exiting) {
+      if (auto owner = actor_owner_conn_.lock()) {
+        OutMessage out;
+        out.Init().setActorExiting();
+        owner->Send(out.builder());
+      }
+      ExitProcessWhenFlushed();
+    }
   });
+  if (exiting) {
+    // No further calls run here; the io thread ends the process once the reply
+    // is out.
+    {
+      absl::MutexLock lock(&exec_mu_);
+      exec_blocked_ = true;
+      exec_queue_.clear();
+      exec_queue_size_.store(0);
+    }
+    absl::Notification never;
+    never.WaitForNotification();
+  }
 }
 
 }  // namespace lumen::runtime

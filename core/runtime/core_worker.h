@@ -35,6 +35,7 @@ struct CoreWorkerOptions {
   bool is_worker = false;
   std::string node_socket;  // the node daemon's Unix socket
   std::string session_dir;
+  std::string head_address;  // for named actors
   JobId job_id;             // driver: nil (the node assigns one); worker: its job
   WorkerId worker_id;
   uint64_t inline_limit = kInlineObjectLimit;
@@ -76,6 +77,17 @@ class CoreWorker {
   std::vector<bool> Wait(const std::vector<const internal::RefHandle*>& refs, size_t num_returns,
                          std::optional<std::chrono::milliseconds> timeout);
 
+  // Actors (see actors.cc).
+  std::shared_ptr<internal::RefHandle> CreateActor(std::string_view factory,
+                                                   std::vector<internal::TaskArgument> args,
+                                                   const internal::ActorOptions& options);
+  std::shared_ptr<internal::RefHandle> SubmitActorTask(
+      const std::shared_ptr<internal::RefHandle>& actor, std::string_view method,
+      std::vector<internal::TaskArgument> args);
+  void KillActor(const internal::RefHandle& actor, bool no_restart);
+  std::shared_ptr<internal::RefHandle> GetNamedActor(const std::string& name);
+  void ExitActorAfterCall();
+
   void AddLocalRef(const ObjectId& id, const std::string& owner, bool decoded);
   void RemoveLocalRef(const ObjectId& id);
   void MarkEscaped(const ObjectId& id);
@@ -89,6 +101,8 @@ class CoreWorker {
   struct Lease;
   struct SchedulingQueue;
   struct TaskToRun;
+  struct ActorRecord;
+  struct ActorClient;
   struct StoreResult {
     absl::Status status;
     uint64_t offset = 0;
@@ -142,6 +156,26 @@ class CoreWorker {
 
   // executor (worker mode)
   void ExecuteTask(TaskToRun& task);
+  void ExecutorLoop();
+  void ExitProcessWhenFlushed();
+
+  // actors, owner side (io thread)
+  void StartActor(ActorRecord& record);
+  void OnActorLease(const ObjectId& id, int generation, proto::LeaseReply::Reader reply);
+  void OnActorCreated(const ObjectId& id, int generation, proto::TaskReply::Reader reply);
+  void OnActorProcessLost(const ObjectId& id, int generation, const absl::Status& why);
+  void SetActorDead(ActorRecord& record, std::string why);
+  void KillOwnedActor(const ObjectId& id, bool no_restart, std::string why);
+  void WhenActorSettled(const ObjectId& id, const std::string& failed_address,
+                        std::function<void(bool alive, std::string address, std::string death)> cb);
+  // actors, caller side (io thread)
+  ActorClient& GetActorClient(const ObjectId& id, const std::string& owner);
+  void PumpActorClient(ActorClient& client);
+  void ResolveActor(ActorClient& client);
+  void OnActorResolved(const ObjectId& id, bool alive, std::string address, std::string death);
+  void OnActorConnectionLost(const ObjectId& id, Connection* conn);
+  void OnActorTaskReply(const ObjectId& id, proto::TaskReply::Reader reply);
+  void FillTaskSpec(proto::TaskSpec::Builder spec, const PendingTask& task);
 
   CoreWorkerOptions options_;
   NodeId node_id_;
@@ -172,6 +206,16 @@ class CoreWorker {
   absl::flat_hash_map<uint64_t, std::shared_ptr<Connection>> inbound_;  // by connection id
   // Objects each inbound peer borrows from us, with counts (dropped if it dies).
   absl::flat_hash_map<uint64_t, absl::flat_hash_map<ObjectId, int>> borrowed_by_;
+
+  absl::flat_hash_map<ObjectId, std::unique_ptr<ActorRecord>> owned_actors_;
+  absl::flat_hash_map<ObjectId, std::unique_ptr<ActorClient>> actor_clients_;
+
+  // worker mode, actor process: the instance and how to reach its owner
+  std::shared_ptr<void> actor_instance_;  // set once by the creation task
+  std::atomic<bool> is_actor_{false};
+  std::atomic<bool> exit_after_call_{false};
+  std::weak_ptr<Connection> actor_owner_conn_;  // io thread
+  std::vector<std::thread> executor_threads_;
 
   absl::Mutex submit_mu_;
   std::vector<std::unique_ptr<PendingTask>> submissions_ ABSL_GUARDED_BY(submit_mu_);

@@ -41,7 +41,8 @@ absl::StatusOr<std::string> ResolveHeadAddress(const std::string& address) {
   return found;
 }
 
-absl::StatusOr<std::vector<NodeView>> QueryNodes(const std::string& head_address) {
+absl::StatusOr<std::vector<capnp::word>> CallHead(
+    const std::string& head_address, const std::function<void(proto::Envelope::Builder)>& fill) {
   auto colon = head_address.rfind(':');
   if (colon == std::string::npos) {
     return absl::InvalidArgumentError("the head address must be HOST:PORT, got '" + head_address + "'");
@@ -66,11 +67,18 @@ absl::StatusOr<std::vector<NodeView>> QueryNodes(const std::string& head_address
     OutMessage out;
     auto env = out.Init();
     env.setRequestId(1);
-    env.setGetNodes();
+    fill(env);
     if (auto s = WriteFrameBlocking(fd, out.builder()); !s.ok()) return s;
   }
   std::vector<capnp::word> words;
   if (auto s = ReadFrameBlocking(fd, 64 << 20, &words); !s.ok()) return s;
+  return words;
+}
+
+absl::StatusOr<std::vector<NodeView>> QueryNodes(const std::string& head_address) {
+  auto reply = CallHead(head_address, [](proto::Envelope::Builder env) { env.setGetNodes(); });
+  if (!reply.ok()) return reply.status();
+  std::vector<capnp::word>& words = *reply;
   std::vector<NodeView> nodes;
   try {
     capnp::FlatArrayMessageReader reader(kj::arrayPtr(words.data(), words.size()));

@@ -7,6 +7,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include <functional>
+
+#include "lumen/common/connection.h"
 #include "lumen/common/ids.h"
 
 namespace lumen::runtime {
@@ -28,6 +31,11 @@ struct NodeView {
   uint32_t active_leases = 0;
   std::string session_dir;
 };
+
+// One blocking request to the head: sends a hello and the envelope `fill`
+// builds, returns the reply's words.
+absl::StatusOr<std::vector<capnp::word>> CallHead(
+    const std::string& head_address, const std::function<void(proto::Envelope::Builder)>& fill);
 
 // "auto" (or empty) means the cluster started last by `lumen start` on this machine.
 absl::StatusOr<std::string> ResolveHeadAddress(const std::string& address);

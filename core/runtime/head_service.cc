@@ -172,6 +172,62 @@ class HeadService {
         conn.Send(out.builder());
         return;
       }
+      case proto::Envelope::REGISTER_ACTOR_NAME: {
+        auto entry = msg.getRegisterActorName();
+        std::string name = entry.getName().cStr();
+        OutMessage out;
+        auto env = out.Init();
+        env.setRequestId(msg.getRequestId());
+        auto reply = env.initActorNameReply();
+        reply.setName(name);
+        auto it = actor_names_.find(name);
+        if (it != actor_names_.end()) {
+          reply.setOk(false);
+          reply.setError("an actor named '" + name + "' already exists");
+        } else {
+          auto id = entry.getActorId();
+          actor_names_[name] = {std::string(reinterpret_cast<const char*>(id.begin()), id.size()),
+                                entry.getOwnerAddress().cStr()};
+          reply.setOk(true);
+        }
+        conn.Send(out.builder());
+        return;
+      }
+      case proto::Envelope::LOOKUP_ACTOR_NAME: {
+        std::string name = msg.getLookupActorName().cStr();
+        OutMessage out;
+        auto env = out.Init();
+        env.setRequestId(msg.getRequestId());
+        auto reply = env.initActorNameReply();
+        reply.setName(name);
+        auto it = actor_names_.find(name);
+        if (it == actor_names_.end()) {
+          reply.setOk(false);
+          reply.setError("no actor named '" + name + "'");
+        } else {
+          reply.setOk(true);
+          reply.setActorId(capnp::Data::Reader(
+              reinterpret_cast<const uint8_t*>(it->second.first.data()), it->second.first.size()));
+          reply.setOwnerAddress(it->second.second);
+        }
+        conn.Send(out.builder());
+        return;
+      }
+      case proto::Envelope::UNREGISTER_ACTOR_NAME: {
+        auto entry = msg.getUnregisterActorName();
+        auto it = actor_names_.find(entry.getName().cStr());
+        auto id = entry.getActorId();
+        if (it != actor_names_.end() &&
+            it->second.first == std::string(reinterpret_cast<const char*>(id.begin()), id.size())) {
+          actor_names_.erase(it);
+        }
+        OutMessage out;
+        auto env = out.Init();
+        env.setRequestId(msg.getRequestId());
+        env.setAck();
+        conn.Send(out.builder());
+        return;
+      }
       default:
         LUMEN_LOG(WARNING) << "head: ignoring an unexpected message";
     }
@@ -203,6 +259,8 @@ class HeadService {
   absl::flat_hash_map<uint64_t, std::shared_ptr<Connection>> conns_;
   std::map<NodeId, NodeEntry> nodes_;
   std::map<std::string, std::string> kv_;
+  // Named actors: name -> (actor id bytes, owner address).
+  std::map<std::string, std::pair<std::string, std::string>> actor_names_;
 };
 
 }  // namespace

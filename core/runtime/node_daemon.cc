@@ -96,7 +96,8 @@ class NodeDaemon {
   struct LeaseRequest {
     std::weak_ptr<Connection> conn;
     uint64_t request_id = 0;
-    ResourceSet resources;
+    ResourceSet resources;  // held by the lease
+    ResourceSet placement;  // must be free to grant it
     JobId job;
   };
 
@@ -313,28 +314,34 @@ void NodeDaemon::OnFrame(Connection& conn, proto::Envelope::Reader msg) {
   }
   switch (msg.which()) {
     case proto::Envelope::REQUEST_LEASE: {
-      std::map<std::string, double> wanted;
+      std::map<std::string, double> wanted, placement;
       for (auto r : msg.getRequestLease().getResources()) wanted[r.getName().cStr()] = r.getQuantity();
+      for (auto r : msg.getRequestLease().getPlacement()) {
+        placement[r.getName().cStr()] = r.getQuantity();
+      }
+      for (const auto& [name, qty] : wanted) placement[name] = std::max(placement[name], qty);
       auto request = ResourceSet::FromMap(wanted);
+      auto placement_set = ResourceSet::FromMap(placement);
+      if (request.ok() && !placement_set.ok()) request = placement_set.status();
       OutMessage out;
       auto env = out.Init();
       env.setRequestId(msg.getRequestId());
       bool can_lease = (client.role == proto::Role::DRIVER || client.role == proto::Role::WORKER) &&
                        jobs_.contains(client.job);
-      if (!can_lease || !request.ok() || !resources_->IsFeasible(*request)) {
+      if (!can_lease || !request.ok() || !resources_->IsFeasible(*placement_set)) {
         auto reply = env.initLeaseReply();
         reply.setGranted(false);
         reply.setError(!can_lease ? std::string("only a driver or worker of a live job can lease")
                        : request.ok()
-                           ? absl::StrCat("infeasible: the task needs ", request->ToString(),
+                           ? absl::StrCat("infeasible: the task needs ", placement_set->ToString(),
                                           " but this node has only ",
                                           resources_->total().ToString())
                            : std::string(request.status().message()));
         conn.Send(out.builder());
         return;
       }
-      lease_queue_.push_back(
-          LeaseRequest{conn.weak_from_this(), msg.getRequestId(), *request, client.job});
+      lease_queue_.push_back(LeaseRequest{conn.weak_from_this(), msg.getRequestId(), *request,
+                                          *placement_set, client.job});
       DispatchLeases();
       return;
     }
@@ -465,7 +472,8 @@ void NodeDaemon::StartWorker(const JobId& job_id) {
                {"LUMEN_JOB_ID", job_id.Hex()},
                {"LUMEN_PARENT_FD", ""},
                {"LUMEN_READY_FD", ""},
-               {"LUMEN_ADDRESS", ""}};
+               {"LUMEN_ADDRESS", ""},
+               {"LUMEN_HEAD_ADDRESS", options_.head_address}};
   spawn.die_with_parent = true;
   spawn.oom_score_adj = 500;  // workers go before daemons under memory pressure
   auto pid = SpawnProcess(spawn);
@@ -494,7 +502,7 @@ void NodeDaemon::DispatchLeases() {
       continue;
     }
     Job& job = jit->second;
-    if (!it->resources.IsSubsetOf(resources_->available())) {
+    if (!it->placement.IsSubsetOf(resources_->available())) {
       AskHoldersForIdleLeases(conn->id());
       ++it;
       continue;

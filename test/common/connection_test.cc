@@ -525,6 +525,7 @@ void ExpectClosedByBadFrame(const std::string& bad, absl::StatusCode code,
   REQUIRE(got.frames.size() == 1);
   CHECK(IsKvPut(got.frames[0], 1, 10));
   CHECK(conn->closed());
+  CHECK_FALSE(conn->socket().is_open());
   // The socket is closed: the peer sees end-of-file (or a reset).
   char c;
   ssize_t n;

@@ -65,6 +65,7 @@ enum FailureKind {
   storeFull @4;
   typeMismatch @5;
   other @6;
+  actorDied @7;
 }
 
 struct TaskFailure {
@@ -79,6 +80,12 @@ struct ObjectRefData {
   ownerAddress @1 :Text;
 }
 
+enum TaskKind {
+  normal @0;
+  actorCreation @1;   # run the factory; the worker then holds the instance
+  actorMethod @2;
+}
+
 struct TaskSpec {
   taskId @0 :Data;
   function @1 :Text;
@@ -86,6 +93,9 @@ struct TaskSpec {
   attempt @3 :UInt32;
   ownerAddress @4 :Text;
   jobId @5 :Data;
+  kind @6 :TaskKind;
+  actorId @7 :Data;
+  maxConcurrency @8 :UInt32;   # actorCreation: threads running its calls
 }
 
 struct TaskReply {
@@ -94,10 +104,13 @@ struct TaskReply {
   result @2 :Value;
   execMicros @3 :UInt64;   # time the function ran, for the submitter's pipelining
   requeued @4 :Bool;       # not run: the worker blocked in Get; submit it elsewhere
+  actorExiting @5 :Bool;   # the actor called ExitActor: it ends after this reply
 }
 
 struct LeaseRequest {
-  resources @0 :List(Resource);
+  resources @0 :List(Resource);    # held while the lease lasts
+  placement @1 :List(Resource);    # needed to grant it (actors: CPU 1, held 0)
+  actor @2 :Bool;                  # a dedicated worker for an actor
 }
 
 struct LeaseReply {
@@ -180,7 +193,36 @@ struct Envelope {
     reclaimLeases @31 :Void;             # node -> lease holder: return idle leases
     killLease @32 :UInt64;               # holder lost its worker: end it, free the lease
     escapeRef @33 :Data;                 # borrower passed a ref on: owner pins it
+    waitActor @34 :WaitActorRequest;     # caller -> owner: where is the actor now?
+    actorState @35 :ActorState;
+    killActor @36 :Data;                 # caller -> owner (actor id); noRestart in requestId
+    registerActorName @37 :ActorName;    # owner -> head
+    lookupActorName @38 :Text;           # anyone -> head
+    actorNameReply @39 :ActorName;
+    unregisterActorName @40 :ActorName;  # owner -> head
+    actorExiting @41 :Void;              # actor process -> owner: ExitActor was called
   }
+}
+
+struct WaitActorRequest {
+  actorId @0 :Data;
+  failedAddress @1 :Text;   # answer only with a different address (or death)
+}
+
+struct ActorState {
+  alive @0 :Bool;
+  address @1 :Text;
+  dead @2 :Bool;
+  reason @3 :Text;
+  maxTaskRetries @4 :Int32;
+}
+
+struct ActorName {
+  name @0 :Text;
+  actorId @1 :Data;
+  ownerAddress @2 :Text;
+  ok @3 :Bool;
+  error @4 :Text;
 }
 
 struct KeyValue {

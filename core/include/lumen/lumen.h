@@ -88,14 +88,79 @@ std::string InvokeWithArgs(F f, const std::vector<ObjectBytes>& args, std::index
   }
 }
 
+template <class M>
+struct MethodTraits;
+template <class R, class C, class... P>
+struct MethodTraits<R (C::*)(P...)> {
+  using Return = R;
+  using Class = C;
+  using Params = std::tuple<std::decay_t<P>...>;
+  static constexpr size_t kArity = sizeof...(P);
+};
+template <class R, class C, class... P>
+struct MethodTraits<R (C::*)(P...) const> : MethodTraits<R (C::*)(P...)> {};
+
+template <class Params, size_t... I>
+Params DecodeParams(const std::vector<ObjectBytes>& args, std::index_sequence<I...>) {
+  if (args.size() != sizeof...(I)) {
+    ThrowDecodeError("wrong number of arguments: got " + std::to_string(args.size()) +
+                         ", the function takes " + std::to_string(sizeof...(I)),
+                     false);
+  }
+  return Params{DecodeOrThrow<std::tuple_element_t<I, Params>>(args[I])...};
+}
+
+template <class R, class Call>
+std::string EncodeResult(Call&& call) {
+  if constexpr (std::is_void_v<R>) {
+    call();
+    return codec::EncodeValue<uint8_t>(0);
+  } else {
+    return codec::EncodeValue(call());
+  }
+}
+
+// Registers a function (a task), a factory returning C* (an actor's
+// constructor), or a member function pointer (an actor method).
 template <class F>
 bool RegisterRemote(const char* name, F f) {
-  using Traits = FunctionTraits<F>;
-  return RegisterFunction(name, reinterpret_cast<const void*>(f),
-                          [f](const std::vector<ObjectBytes>& args) {
-                            return InvokeWithArgs(f, args,
-                                                  std::make_index_sequence<Traits::kArity>());
-                          });
+  RemoteFunction entry;
+  if constexpr (std::is_member_function_pointer_v<F>) {
+    using Traits = MethodTraits<F>;
+    using C = typename Traits::Class;
+    entry.kind = RemoteFunction::Kind::kMethod;
+    entry.call = [f](void* instance, const std::vector<ObjectBytes>& args) {
+      auto params = DecodeParams<typename Traits::Params>(
+          args, std::make_index_sequence<Traits::kArity>());
+      return EncodeResult<typename Traits::Return>([&]() -> decltype(auto) {
+        return std::apply(
+            [&](auto&... p) -> decltype(auto) {
+              return (static_cast<C*>(instance)->*f)(std::move(p)...);
+            },
+            params);
+      });
+    };
+  } else {
+    using Traits = FunctionTraits<F>;
+    using R = typename Traits::Return;
+    if constexpr (std::is_pointer_v<R> && std::is_class_v<std::remove_pointer_t<R>>) {
+      using C = std::remove_pointer_t<R>;
+      entry.kind = RemoteFunction::Kind::kActorFactory;
+      entry.create = [f](const std::vector<ObjectBytes>& args) -> std::shared_ptr<void> {
+        auto params = DecodeParams<typename Traits::Params>(
+            args, std::make_index_sequence<Traits::kArity>());
+        C* instance = std::apply([&](auto&... p) { return f(std::move(p)...); }, params);
+        if (instance == nullptr) throw Error("the actor factory returned nullptr");
+        return std::shared_ptr<void>(instance, [](void* p) { delete static_cast<C*>(p); });
+      };
+    } else {
+      entry.kind = RemoteFunction::Kind::kFunction;
+      entry.invoke = [f](const std::vector<ObjectBytes>& args) {
+        return InvokeWithArgs(f, args, std::make_index_sequence<Traits::kArity>());
+      };
+    }
+  }
+  return RegisterFunction(name, PointerKey(f), std::move(entry));
 }
 
 // Turns one Remote() argument into a TaskArgument for parameter type P.
@@ -134,7 +199,7 @@ class TaskCaller {
   using Traits = internal::FunctionTraits<F>;
   using Return = typename Traits::Return;
 
-  explicit TaskCaller(F f) : function_(internal::FunctionName(reinterpret_cast<const void*>(f))) {
+  explicit TaskCaller(F f) : function_(internal::FunctionName(internal::PointerKey(f))) {
     if (function_.empty()) {
       throw Error("lumen::Task: this function is not registered; add it to LUMEN_REMOTE(...)");
     }
@@ -281,8 +346,11 @@ WaitResult<T> Wait(const std::vector<ObjectRef<T>>& refs, size_t num_returns,
 
 }  // namespace lumen
 
-// LUMEN_REMOTE(f1, f2, ...): registers functions by name so that every process
-// of this binary can run them.
+#include "lumen/actor.h"  // after the task templates it builds on
+
+// LUMEN_REMOTE(f1, f2, ...): registers functions, actor factories (returning C*)
+// and actor methods (&C::Method) by name, so that every process of this binary
+// can run them.
 #define LUMEN_INTERNAL_CAT_(a, b) a##b
 #define LUMEN_INTERNAL_CAT(a, b) LUMEN_INTERNAL_CAT_(a, b)
 #define LUMEN_INTERNAL_REGISTER_ONE(f)                                               \

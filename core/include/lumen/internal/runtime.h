@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstring>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -99,11 +100,56 @@ bool RuntimeInitialized();
 // The head address of the cluster this driver is attached to ("" before Init).
 std::string ClusterAddress();
 
-// Task registry: every process of one binary registers the same names.
+// Registry: every process of one binary registers the same names.
 using Invoker = std::function<std::string(const std::vector<ObjectBytes>& args)>;
-bool RegisterFunction(std::string name, const void* key, Invoker invoker);
-// The registered name of a function pointer, or empty.
-std::string FunctionName(const void* key);
-const Invoker* FindInvoker(std::string_view name);
+using FactoryInvoker = std::function<std::shared_ptr<void>(const std::vector<ObjectBytes>& args)>;
+using MethodInvoker =
+    std::function<std::string(void* instance, const std::vector<ObjectBytes>& args)>;
+
+struct RemoteFunction {
+  enum class Kind { kFunction, kActorFactory, kMethod };
+  Kind kind = Kind::kFunction;
+  Invoker invoke;         // kFunction
+  FactoryInvoker create;  // kActorFactory
+  MethodInvoker call;     // kMethod
+};
+
+// `key` identifies the C++ entity: the bytes of its (member) function pointer.
+bool RegisterFunction(std::string name, std::string key, RemoteFunction function);
+// The registered name of a (member) function pointer, or empty.
+std::string FunctionName(const std::string& key);
+// Entries are never removed; the pointer stays valid for the process's life.
+const RemoteFunction* FindRemoteFunction(std::string_view name);
+
+template <class P>
+std::string PointerKey(P pointer) {
+  std::string key(sizeof(P), '\0');
+  std::memcpy(key.data(), &pointer, sizeof(P));
+  return key;
+}
+
+// --- actors ---------------------------------------------------------------
+
+struct ActorOptions {
+  std::map<std::string, double> resources;  // held while alive (default none)
+  std::map<std::string, double> placement;  // needed to place it (default CPU: 1)
+  int max_restarts = 0;
+  int max_task_retries = 0;
+  int max_concurrency = 1;
+  std::string name;
+  bool detached = false;
+};
+
+// Starts creating an actor; the returned handle's id is the actor's id.
+std::shared_ptr<RefHandle> CreateActor(std::string_view factory, std::vector<TaskArgument> args,
+                                       const ActorOptions& options);
+std::shared_ptr<RefHandle> SubmitActorTask(const std::shared_ptr<RefHandle>& actor,
+                                           std::string_view method,
+                                           std::vector<TaskArgument> args);
+void KillActor(const RefHandle& actor, bool no_restart);
+// Throws lumen::Error when there is no live actor of that name.
+std::shared_ptr<RefHandle> GetNamedActor(const std::string& name);
+// Inside an actor method: the actor exits after this call returns.
+void ExitActorAfterCall();
 
 }  // namespace lumen::internal

@@ -78,6 +78,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void Close(const absl::Status& reason);
   bool closed() const { return closed_; }
+  // Nothing queued or being written.
+  bool idle() const { return !write_in_flight_ && pending_writes_.empty(); }
   uint64_t id() const { return id_; }
   Socket& socket() { return socket_; }
 

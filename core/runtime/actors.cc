@@ -1,0 +1,578 @@
+// Actors in the core worker: the owner side (creation, restarts, the answer to
+// "where is the actor?") and the caller side (ordered calls over a direct
+// connection to the actor's process).
+//
+// Everything here but the public entry points runs on the io thread.
+#include <unistd.h>
+
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "core/runtime/core_worker.h"
+#include "core/runtime/core_worker_internal.h"
+#include "core/runtime/head_client.h"
+#include "lumen/common/codec.h"
+#include "lumen/common/logging.h"
+#include "lumen/errors.h"
+
+namespace lumen::runtime {
+namespace {
+
+ObjectId IdFromData(capnp::Data::Reader data) {
+  return ObjectId::FromBinary(
+      std::string_view(reinterpret_cast<const char*>(data.begin()), data.size()));
+}
+
+void SetResourceList(capnp::List<proto::Resource>::Builder list,
+                     const std::map<std::string, double>& values) {
+  size_t i = 0;
+  for (const auto& [name, qty] : values) {
+    list[i].setName(name);
+    list[i].setQuantity(qty);
+    ++i;
+  }
+}
+
+// Unregisters a name at the head without blocking the io thread.
+void UnregisterNameLater(std::string head, std::string name, ObjectId id) {
+  if (head.empty() || name.empty()) return;
+  std::thread([head, name, id] {
+    (void)CallHead(head, [&](proto::Envelope::Builder env) {
+      auto entry = env.initUnregisterActorName();
+      entry.setName(name);
+      entry.setActorId(capnp::Data::Reader(id.data(), ObjectId::kSize));
+    });
+  }).detach();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Public entry points (any thread)
+
+std::shared_ptr<internal::RefHandle> CoreWorker::CreateActor(
+    std::string_view factory, std::vector<internal::TaskArgument> args,
+    const internal::ActorOptions& options) {
+  if (node_lost_) throw Error("lumen: lost the connection to the node daemon");
+  ObjectId id = ObjectId::ForPut();
+  if (!options.name.empty()) {
+    if (options_.head_address.empty()) throw Error("named actors need a cluster head");
+    auto reply = CallHead(options_.head_address, [&](proto::Envelope::Builder env) {
+      auto entry = env.initRegisterActorName();
+      entry.setName(options.name);
+      entry.setActorId(capnp::Data::Reader(id.data(), ObjectId::kSize));
+      entry.setOwnerAddress(listen_address_);
+    });
+    if (!reply.ok()) {
+      throw Error(absl::StrCat("cannot register actor name '", options.name,
+                               "': ", reply.status().message()));
+    }
+    capnp::FlatArrayMessageReader reader(kj::arrayPtr(reply->data(), reply->size()));
+    auto env = reader.getRoot<proto::Envelope>();
+    if (!env.isActorNameReply() || !env.getActorNameReply().getOk()) {
+      throw Error(env.isActorNameReply() ? env.getActorNameReply().getError().cStr()
+                                         : "unexpected reply from the head");
+    }
+  }
+  // The handle is an object the owner reference-counts like any other: the
+  // actor ends when no handle is left anywhere.
+  auto handle = std::make_shared<internal::RefHandle>(id, listen_address_);
+  SetObjectReady(id, [](ObjectEntry& e) {
+    e.is_actor = true;
+    e.kind = ObjectEntry::Kind::kInline;
+    e.value = std::make_shared<const std::string>(codec::EncodeValue<uint8_t>(0));
+  });
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = objects_.find(id);
+    if (it != objects_.end()) it->second.is_actor = true;
+  }
+  for (auto& arg : args) {
+    if (!arg.ref && arg.value.size() > options_.inline_limit) {
+      arg.ref = PutEncoded(std::move(arg.value));
+      arg.value.clear();
+    }
+  }
+  auto task = std::make_unique<PendingTask>();
+  task->task_id = TaskId::Random();
+  task->return_id = id;
+  task->kind = proto::TaskKind::ACTOR_CREATION;
+  task->function = std::string(factory);
+  task->args = args;
+  task->actor_record = std::make_unique<ActorRecord>();
+  task->actor_record->id = id;
+  task->actor_record->factory = std::string(factory);
+  task->actor_record->args = std::move(args);
+  task->actor_record->options = options;
+  bool was_empty;
+  {
+    absl::MutexLock lock(&submit_mu_);
+    was_empty = submissions_.empty();
+    submissions_.push_back(std::move(task));
+  }
+  if (was_empty) PostToIo([this] { DrainSubmissions(); });
+  return handle;
+}
+
+std::shared_ptr<internal::RefHandle> CoreWorker::SubmitActorTask(
+    const std::shared_ptr<internal::RefHandle>& actor, std::string_view method,
+    std::vector<internal::TaskArgument> args) {
+  if (node_lost_) throw Error("lumen: lost the connection to the node daemon");
+  auto task = std::make_unique<PendingTask>();
+  task->task_id = TaskId::Random();
+  task->return_id = ObjectId::ForTaskReturn(task->task_id, 1);
+  task->kind = proto::TaskKind::ACTOR_METHOD;
+  task->function = std::string(method);
+  task->actor = actor;
+  task->args = std::move(args);
+  for (auto& arg : task->args) {
+    if (!arg.ref && arg.value.size() > options_.inline_limit) {
+      arg.ref = PutEncoded(std::move(arg.value));
+      arg.value.clear();
+    }
+  }
+  auto handle = std::make_shared<internal::RefHandle>(task->return_id, listen_address_);
+  bool was_empty;
+  {
+    absl::MutexLock lock(&submit_mu_);
+    was_empty = submissions_.empty();
+    submissions_.push_back(std::move(task));
+  }
+  if (was_empty) PostToIo([this] { DrainSubmissions(); });
+  return handle;
+}
+
+void CoreWorker::KillActor(const internal::RefHandle& actor, bool no_restart) {
+  ObjectId id = actor.id();
+  std::string owner = actor.owner_address();
+  PostToIo([this, id, owner, no_restart] {
+    if (owner == listen_address_) {
+      KillOwnedActor(id, no_restart, "killed by lumen::ActorHandle::Kill()");
+      return;
+    }
+    absl::Status error;
+    auto conn = PeerConnection(owner, &error);
+    if (!conn) return;  // the owner is gone, and its actors with it
+    OutMessage out;
+    auto env = out.Init();
+    env.setRequestId(no_restart ? 1 : 0);
+    env.setKillActor(capnp::Data::Reader(id.data(), ObjectId::kSize));
+    conn->Send(out.builder());
+  });
+}
+
+std::shared_ptr<internal::RefHandle> CoreWorker::GetNamedActor(const std::string& name) {
+  if (options_.head_address.empty()) throw Error("named actors need a cluster head");
+  auto reply = CallHead(options_.head_address,
+                        [&](proto::Envelope::Builder env) { env.setLookupActorName(name); });
+  if (!reply.ok()) {
+    throw Error(absl::StrCat("cannot look up actor '", name, "': ", reply.status().message()));
+  }
+  capnp::FlatArrayMessageReader reader(kj::arrayPtr(reply->data(), reply->size()));
+  auto env = reader.getRoot<proto::Envelope>();
+  if (!env.isActorNameReply()) throw Error("unexpected reply from the head");
+  auto entry = env.getActorNameReply();
+  if (!entry.getOk()) throw Error(absl::StrCat("lumen::GetActor: ", entry.getError().cStr()));
+  // Like a handle received inside a value: we borrow it from its owner.
+  return std::make_shared<internal::RefHandle>(IdFromData(entry.getActorId()),
+                                               entry.getOwnerAddress().cStr(), /*decoded=*/true);
+}
+
+// ---------------------------------------------------------------------------
+// Owner side
+
+void CoreWorker::StartActor(ActorRecord& record) {
+  if (record.state == ActorRecord::State::kDead) return;
+  int generation = ++record.generation;
+  if (!node_conn_ || node_conn_->closed()) {
+    SetActorDead(record, "lost the connection to the node daemon");
+    return;
+  }
+  uint64_t request_id = next_request_id_++;
+  ObjectId id = record.id;
+  node_requests_[request_id] = [this, id, generation](proto::Envelope::Reader msg) {
+    if (msg.isLeaseReply()) {
+      OnActorLease(id, generation, msg.getLeaseReply());
+    } else if (auto it = owned_actors_.find(id); it != owned_actors_.end()) {
+      SetActorDead(*it->second, "lost the connection to the node daemon");
+    }
+  };
+  OutMessage out;
+  auto env = out.Init();
+  env.setRequestId(request_id);
+  auto lease = env.initRequestLease();
+  SetResourceList(lease.initResources(record.options.resources.size()), record.options.resources);
+  SetResourceList(lease.initPlacement(record.options.placement.size()), record.options.placement);
+  lease.setActor(true);
+  node_conn_->Send(out.builder());
+}
+
+void CoreWorker::OnActorLease(const ObjectId& id, int generation,
+                              proto::LeaseReply::Reader reply) {
+  auto it = owned_actors_.find(id);
+  ActorRecord* record = it == owned_actors_.end() ? nullptr : it->second.get();
+  auto kill_lease = [this](uint64_t lease_id) {
+    if (!node_conn_ || node_conn_->closed()) return;
+    OutMessage out;
+    out.Init().setKillLease(lease_id);
+    node_conn_->Send(out.builder());
+  };
+  if (record == nullptr || record->generation != generation ||
+      record->state == ActorRecord::State::kDead) {
+    if (reply.getGranted()) kill_lease(reply.getLeaseId());
+    return;
+  }
+  if (!reply.getGranted()) {
+    SetActorDead(*record, absl::StrCat("cannot place the actor: ", reply.getError().cStr()));
+    return;
+  }
+  record->lease_id = reply.getLeaseId();
+  record->pid = reply.getWorkerPid();
+  record->address = reply.getWorkerAddress().cStr();
+  if (record->kill_requested) {
+    kill_lease(record->lease_id);
+    SetActorDead(*record, record->kill_reason);
+    return;
+  }
+  boost::asio::local::stream_protocol::socket s(io_);
+  boost::system::error_code ec;
+  s.connect(boost::asio::local::stream_protocol::endpoint(record->address), ec);
+  if (ec) {
+    OnActorProcessLost(id, generation, absl::UnavailableError(ec.message()));
+    return;
+  }
+  int raw = s.release();
+  record->conn =
+      Connection::Create(Socket(io_, boost::asio::generic::stream_protocol(AF_UNIX, 0), raw));
+  record->conn->Start(
+      [this, id, generation](Connection&, proto::Envelope::Reader msg) {
+        if (msg.isTaskReply()) {
+          OnActorCreated(id, generation, msg.getTaskReply());
+        } else if (msg.isActorExiting()) {
+          auto rit = owned_actors_.find(id);
+          if (rit != owned_actors_.end() && rit->second->generation == generation) {
+            rit->second->exiting = true;
+          }
+        }
+      },
+      [this, id, generation](Connection&, const absl::Status& why) {
+        if (!stopped_) OnActorProcessLost(id, generation, why);
+      });
+  OutMessage out;
+  auto env = out.Init();
+  auto hello = env.initHello();
+  hello.setProtocolVersion(proto::PROTOCOL_VERSION);
+  hello.setRole(proto::Role::PEER);
+  hello.setPid(::getpid());
+  record->conn->Send(out.builder());
+  PendingTask creation;
+  creation.task_id = TaskId::Random();
+  creation.function = record->factory;
+  creation.args = record->args;
+  creation.kind = proto::TaskKind::ACTOR_CREATION;
+  creation.attempt = static_cast<uint32_t>(record->restarts);
+  OutMessage push;
+  auto spec = push.Init().initPushTask();
+  FillTaskSpec(spec, creation);
+  spec.setActorId(capnp::Data::Reader(id.data(), ObjectId::kSize));
+  spec.setMaxConcurrency(static_cast<uint32_t>(std::max(1, record->options.max_concurrency)));
+  record->conn->Send(push.builder());
+}
+
+void CoreWorker::OnActorCreated(const ObjectId& id, int generation,
+                                proto::TaskReply::Reader reply) {
+  auto it = owned_actors_.find(id);
+  if (it == owned_actors_.end() || it->second->generation != generation) return;
+  ActorRecord& record = *it->second;
+  if (record.state == ActorRecord::State::kDead) return;
+  auto result = reply.getResult();
+  if (result.isError()) {
+    auto f = result.getError();
+    std::string why = absl::StrCat("the actor's factory ", record.factory, " failed: ",
+                                   f.getExceptionType().cStr(),
+                                   f.getExceptionType().size() ? ": " : "", f.getMessage().cStr());
+    record.kill_requested = true;
+    record.kill_reason = why;
+    if (node_conn_ && !node_conn_->closed()) {
+      OutMessage out;
+      out.Init().setKillLease(record.lease_id);
+      node_conn_->Send(out.builder());
+    }
+    SetActorDead(record, why);
+    return;
+  }
+  record.state = ActorRecord::State::kAlive;
+  auto callbacks = std::move(record.on_change);
+  record.on_change.clear();
+  for (auto& cb : callbacks) cb();
+}
+
+void CoreWorker::OnActorProcessLost(const ObjectId& id, int generation, const absl::Status& why) {
+  auto it = owned_actors_.find(id);
+  if (it == owned_actors_.end() || it->second->generation != generation) return;
+  ActorRecord& record = *it->second;
+  if (record.state == ActorRecord::State::kDead) return;
+  if (record.lease_id != 0 && node_conn_ && !node_conn_->closed()) {
+    // Make sure the process is gone and its resources are free.
+    OutMessage out;
+    out.Init().setKillLease(record.lease_id);
+    node_conn_->Send(out.builder());
+  }
+  record.lease_id = 0;
+  record.conn.reset();
+  if (record.kill_requested) {
+    SetActorDead(record, record.kill_reason);
+  } else if (record.exiting) {
+    SetActorDead(record, "the actor exited on purpose (lumen::ExitActor)");
+  } else if (record.restarts < record.options.max_restarts) {
+    ++record.restarts;
+    LUMEN_LOG(INFO) << "actor " << id.Hex().substr(0, 12) << " died (" << why
+                    << "); restart " << record.restarts << " of "
+                    << record.options.max_restarts;
+    record.state = ActorRecord::State::kRestarting;
+    StartActor(record);
+  } else {
+    SetActorDead(record,
+                 absl::StrCat("the actor's process (pid ", record.pid, ") died unexpectedly: ",
+                              why.message(),
+                              record.options.max_restarts > 0
+                                  ? absl::StrCat(" (after ", record.restarts, " restarts)")
+                                  : std::string()));
+  }
+}
+
+void CoreWorker::SetActorDead(ActorRecord& record, std::string why) {
+  if (record.state == ActorRecord::State::kDead) return;
+  record.state = ActorRecord::State::kDead;
+  record.death = std::move(why);
+  record.args.clear();  // releases the argument objects
+  UnregisterNameLater(options_.head_address, record.options.name, record.id);
+  auto callbacks = std::move(record.on_change);
+  record.on_change.clear();
+  for (auto& cb : callbacks) cb();
+}
+
+void CoreWorker::KillOwnedActor(const ObjectId& id, bool no_restart, std::string why) {
+  auto it = owned_actors_.find(id);
+  if (it == owned_actors_.end()) return;
+  ActorRecord& record = *it->second;
+  if (record.state == ActorRecord::State::kDead) return;
+  if (no_restart) {
+    record.kill_requested = true;
+    record.kill_reason = std::move(why);
+  }
+  if (record.conn && record.lease_id != 0 && node_conn_ && !node_conn_->closed()) {
+    // The node kills the process; its connection closing finishes the job.
+    OutMessage out;
+    out.Init().setKillLease(record.lease_id);
+    node_conn_->Send(out.builder());
+  } else if (record.kill_requested) {
+    SetActorDead(record, record.kill_reason);
+  }
+}
+
+void CoreWorker::WhenActorSettled(
+    const ObjectId& id, const std::string& failed_address,
+    std::function<void(bool alive, std::string address, std::string death)> cb) {
+  auto it = owned_actors_.find(id);
+  if (it == owned_actors_.end()) {
+    cb(false, "", "the actor is unknown to its owner (it may have gone out of scope)");
+    return;
+  }
+  ActorRecord& record = *it->second;
+  if (record.state == ActorRecord::State::kDead) {
+    cb(false, "", record.death);
+  } else if (record.state == ActorRecord::State::kAlive && record.address != failed_address) {
+    cb(true, record.address, "");
+  } else {
+    record.on_change.push_back([this, id, failed_address, cb = std::move(cb)]() mutable {
+      WhenActorSettled(id, failed_address, std::move(cb));
+    });
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Caller side
+
+CoreWorker::ActorClient& CoreWorker::GetActorClient(const ObjectId& id, const std::string& owner) {
+  auto& slot = actor_clients_[id];
+  if (!slot) {
+    slot = std::make_unique<ActorClient>();
+    slot->actor_id = id;
+    slot->owner = owner;
+  }
+  return *slot;
+}
+
+void CoreWorker::PumpActorClient(ActorClient& client) {
+  if (client.dead) {
+    Failure failure{proto::FailureKind::ACTOR_DIED, "lumen::ActorDiedError",
+                    absl::StrCat("the actor ", client.actor_id.Hex().substr(0, 12),
+                                 " is dead: ", client.death),
+                    ""};
+    for (auto& task : client.interrupted) FailTask(task.release(), failure);
+    client.interrupted.clear();
+    while (!client.queue.empty()) {
+      auto task = std::move(client.queue.front());
+      client.queue.pop_front();
+      FailTask(task.release(), failure);
+    }
+    return;
+  }
+  if (!client.conn) {
+    if (!client.resolving) ResolveActor(client);
+    return;
+  }
+  while (!client.queue.empty() && client.queue.front()->resolved) {
+    auto task = std::move(client.queue.front());
+    client.queue.pop_front();
+    if (task->dep_failure) {
+      FailTask(task.release(), *task->dep_failure);
+      continue;
+    }
+    OutMessage out;
+    FillTaskSpec(out.Init().initPushTask(), *task);
+    client.conn->Send(out.builder());
+    client.sent_order.push_back(task->task_id);
+    client.in_flight.emplace(task->task_id, std::move(task));
+  }
+}
+
+void CoreWorker::ResolveActor(ActorClient& client) {
+  client.resolving = true;
+  ObjectId id = client.actor_id;
+  if (client.owner == listen_address_) {
+    WhenActorSettled(id, client.failed_address,
+                     [this, id](bool alive, std::string address, std::string death) {
+                       auto rit = owned_actors_.find(id);
+                       auto cit = actor_clients_.find(id);
+                       if (cit != actor_clients_.end() && rit != owned_actors_.end()) {
+                         cit->second->max_task_retries = rit->second->options.max_task_retries;
+                       }
+                       OnActorResolved(id, alive, std::move(address), std::move(death));
+                     });
+    return;
+  }
+  absl::Status error;
+  auto conn = PeerConnection(client.owner, &error);
+  if (!conn) {
+    OnActorResolved(id, false, "",
+                    absl::StrCat("the actor's owner is unreachable: ", error.message()));
+    return;
+  }
+  uint64_t request_id = next_request_id_++;
+  peer_requests_[request_id] = [this, id](proto::Envelope::Reader msg) {
+    if (!msg.isActorState()) return;
+    auto state = msg.getActorState();
+    auto cit = actor_clients_.find(id);
+    if (cit != actor_clients_.end()) cit->second->max_task_retries = state.getMaxTaskRetries();
+    OnActorResolved(id, state.getAlive(), state.getAddress().cStr(), state.getReason().cStr());
+  };
+  OutMessage out;
+  auto env = out.Init();
+  env.setRequestId(request_id);
+  auto req = env.initWaitActor();
+  req.setActorId(capnp::Data::Reader(id.data(), ObjectId::kSize));
+  req.setFailedAddress(client.failed_address);
+  conn->Send(out.builder());
+}
+
+void CoreWorker::OnActorResolved(const ObjectId& id, bool alive, std::string address,
+                                 std::string death) {
+  auto cit = actor_clients_.find(id);
+  if (cit == actor_clients_.end()) return;
+  ActorClient& client = *cit->second;
+  client.resolving = false;
+  if (!alive) {
+    client.dead = true;
+    client.death = std::move(death);
+    PumpActorClient(client);
+    return;
+  }
+  boost::asio::local::stream_protocol::socket s(io_);
+  boost::system::error_code ec;
+  s.connect(boost::asio::local::stream_protocol::endpoint(address), ec);
+  if (ec) {
+    // Gone already: ask again, for an address other than this one.
+    client.failed_address = address;
+    ResolveActor(client);
+    return;
+  }
+  int raw = s.release();
+  client.address = address;
+  client.conn =
+      Connection::Create(Socket(io_, boost::asio::generic::stream_protocol(AF_UNIX, 0), raw));
+  Connection* conn_ptr = client.conn.get();
+  client.conn->Start(
+      [this, id](Connection&, proto::Envelope::Reader msg) {
+        if (msg.isTaskReply()) OnActorTaskReply(id, msg.getTaskReply());
+      },
+      [this, id, conn_ptr](Connection&, const absl::Status&) {
+        if (!stopped_) OnActorConnectionLost(id, conn_ptr);
+      });
+  OutMessage out;
+  auto hello = out.Init().initHello();
+  hello.setProtocolVersion(proto::PROTOCOL_VERSION);
+  hello.setRole(proto::Role::PEER);
+  hello.setPid(::getpid());
+  client.conn->Send(out.builder());
+  // Calls that were running when the previous incarnation died: retried first,
+  // in their order, if the actor allows it; otherwise they fail.
+  std::vector<std::unique_ptr<PendingTask>> interrupted = std::move(client.interrupted);
+  client.interrupted.clear();
+  for (auto rit = interrupted.rbegin(); rit != interrupted.rend(); ++rit) {
+    auto& task = *rit;
+    if (static_cast<int>(task->attempt) < client.max_task_retries) {
+      ++task->attempt;
+      task->resolved = true;
+      client.queue.push_front(std::move(task));
+    } else {
+      FailTask(task.release(),
+               Failure{proto::FailureKind::ACTOR_DIED, "lumen::ActorDiedError",
+                       absl::StrCat("the actor ", id.Hex().substr(0, 12),
+                                    " died while running this call and was restarted; the call "
+                                    "was not retried (max_task_retries=",
+                                    client.max_task_retries, ")"),
+                       ""});
+    }
+  }
+  PumpActorClient(client);
+}
+
+void CoreWorker::OnActorConnectionLost(const ObjectId& id, Connection* conn) {
+  auto cit = actor_clients_.find(id);
+  if (cit == actor_clients_.end()) return;
+  ActorClient& client = *cit->second;
+  if (client.conn.get() != conn) return;
+  auto keep = client.conn;  // the connection is still on the stack
+  PostToIo([keep] {});
+  client.conn.reset();
+  client.failed_address = client.address;
+  for (const TaskId& task_id : client.sent_order) {
+    auto it = client.in_flight.find(task_id);
+    if (it == client.in_flight.end()) continue;
+    client.interrupted.push_back(std::move(it->second));
+    client.in_flight.erase(it);
+  }
+  client.sent_order.clear();
+  if (!client.resolving) ResolveActor(client);
+}
+
+void CoreWorker::OnActorTaskReply(const ObjectId& id, proto::TaskReply::Reader reply) {
+  auto cit = actor_clients_.find(id);
+  if (cit == actor_clients_.end()) return;
+  ActorClient& client = *cit->second;
+  auto tid = reply.getTaskId();
+  TaskId task_id =
+      TaskId::FromBinary(std::string_view(reinterpret_cast<const char*>(tid.begin()), tid.size()));
+  auto it = client.in_flight.find(task_id);
+  if (it == client.in_flight.end()) return;
+  std::unique_ptr<PendingTask> task = std::move(it->second);
+  client.in_flight.erase(it);
+  while (!client.sent_order.empty() && !client.in_flight.contains(client.sent_order.front())) {
+    client.sent_order.pop_front();
+  }
+  CompleteTask(task.get(), reply.getResult());
+}
+
+}  // namespace lumen::runtime

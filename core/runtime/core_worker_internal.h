@@ -1,0 +1,188 @@
+// CoreWorker's private state types and helpers, shared by its .cc files.
+// Internal to core/runtime.
+#pragma once
+
+#include <deque>
+#include <optional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "core/runtime/core_worker.h"
+
+namespace lumen::runtime {
+
+extern thread_local bool in_task;
+
+enum StoreOp { kCreate, kSeal, kAbort, kGet, kRelease, kDelete };
+
+inline std::string QueueKey(const std::map<std::string, double>& resources) {
+  std::string key;
+  for (const auto& [name, qty] : resources) absl::StrAppend(&key, name, "=", qty, ";");
+  return key;
+}
+
+inline Failure FailureFromProto(proto::TaskFailure::Reader f) {
+  return Failure{f.getKind(), f.getExceptionType().cStr(),
+                 f.getMessage().cStr(), f.getLocation().cStr()};
+}
+
+inline void FailureToProto(const Failure& failure, proto::TaskFailure::Builder out) {
+  out.setKind(failure.kind);
+  out.setExceptionType(failure.exception_type);
+  out.setMessage(failure.message);
+  out.setLocation(failure.location);
+}
+
+// Spin briefly before blocking: a cross-CPU wake-up costs tens of microseconds,
+// and most task round trips finish within that.
+template <class Pred>
+bool SpinFor(std::chrono::microseconds budget, Pred ready) {
+  auto deadline = std::chrono::steady_clock::now() + budget;
+  int i = 0;
+  while (!ready()) {
+    if ((++i & 63) == 0 && std::chrono::steady_clock::now() >= deadline) return false;
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+  }
+  return true;
+}
+
+// The state of one object this process owns or borrows.
+//
+// Lifecycle: PENDING (ready == false) -> READY (inline value or stored in the
+// node's store) or FAILED. Erased when no local reference, no pending task, no
+// borrower and no in-transit copy needs it; an owned stored object is then
+// deleted from the store.
+//
+// Borrowing: a reference serialised into a value pins the object at its owner
+// (pending_escapes) until a process decoding it registers as a borrower
+// (addBorrower, which takes the pin over); a borrower sends removeBorrower when
+// its last local reference goes, and a borrower that dies is dropped when its
+// connection closes. A value holding a reference that nobody ever decodes keeps
+// the object until its owner exits.
+struct CoreWorker::ObjectEntry {
+  bool owned = false;
+  std::string owner_address;
+  std::atomic<bool> ready{false};
+  enum class Kind { kInline, kStored, kFailed } kind = Kind::kInline;
+  std::shared_ptr<const std::string> value;  // inline bytes, shared with readers
+  uint64_t stored_size = 0;
+  Failure failure;
+  int local_refs = 0;
+  int pending_escapes = 0;       // owned: serialised copies not yet claimed
+  int borrowers = 0;             // owned: processes holding the ref
+  bool registered_borrower = false;  // borrowed: we told the owner
+  bool requested = false;        // borrowed: the owner was asked for the value
+  bool is_actor = false;         // owned: the handle object of an actor we created
+  std::vector<std::function<void()>> on_ready;  // run on the io thread
+};
+
+// An actor this process created and so manages: its creation, restarts, and
+// the answer to "where is it now?" for every caller.
+//
+// State machine: CREATING -> ALIVE -> (RESTARTING -> ALIVE)* -> DEAD;
+// CREATING -> DEAD when placement or the factory fails. DEAD is final.
+struct CoreWorker::ActorRecord {
+  enum class State { kCreating, kAlive, kRestarting, kDead };
+  ObjectId id;
+  std::string factory;
+  std::vector<internal::TaskArgument> args;  // kept for restarts
+  internal::ActorOptions options;
+  State state = State::kCreating;
+  int restarts = 0;
+  int generation = 0;  // bumped per incarnation; stale callbacks compare it
+  std::string address;
+  int pid = 0;
+  uint64_t lease_id = 0;
+  std::shared_ptr<Connection> conn;  // ours to the actor process
+  bool kill_requested = false;  // Kill(no_restart) or out of scope
+  bool exiting = false;         // it called ExitActor
+  std::string kill_reason;
+  std::string death;
+  std::vector<std::function<void()>> on_change;  // run when alive or dead
+};
+
+struct CoreWorker::PendingTask {
+  TaskId task_id;
+  ObjectId return_id;
+  std::string function;
+  std::vector<internal::TaskArgument> args;  // holds the argument refs alive
+  std::map<std::string, double> resources;
+  std::string queue_key;
+  int retries_left = 0;
+  int max_retries = 0;
+  uint32_t attempt = 0;
+  int unresolved = 0;
+  proto::TaskKind kind = proto::TaskKind::NORMAL;
+  // Actor calls: the actor (its handle keeps it alive while calls are pending).
+  std::shared_ptr<internal::RefHandle> actor;
+  bool resolved = false;              // actor call: arguments ready, may be sent
+  std::optional<Failure> dep_failure;  // actor call: an argument failed
+  std::unique_ptr<ActorRecord> actor_record;  // actor creation: handed to owned_actors_
+};
+
+// What a caller knows about one actor: where it is, and its calls in order.
+struct CoreWorker::ActorClient {
+  ObjectId actor_id;
+  std::string owner;
+  std::string address;
+  std::string failed_address;  // the last address that stopped answering
+  std::shared_ptr<Connection> conn;
+  bool resolving = false;
+  bool dead = false;
+  std::string death;
+  int max_task_retries = 0;
+  std::deque<std::unique_ptr<PendingTask>> queue;  // submission order, not sent
+  absl::flat_hash_map<TaskId, std::unique_ptr<PendingTask>> in_flight;
+  std::vector<std::unique_ptr<PendingTask>> interrupted;  // in flight when it went away
+  std::deque<TaskId> sent_order;  // in-flight ids in the order sent
+};
+
+// A worker leased from the node daemon; tasks of one resource shape go straight
+// to it over `conn`.
+struct CoreWorker::Lease {
+  uint64_t lease_id = 0;
+  WorkerId worker_id;
+  int worker_pid = 0;
+  std::shared_ptr<Connection> conn;
+  SchedulingQueue* queue = nullptr;
+  absl::flat_hash_map<TaskId, std::unique_ptr<PendingTask>> in_flight;
+  std::unique_ptr<boost::asio::steady_timer> idle_timer;
+  bool return_when_idle = false;  // the node asked for it back
+  bool worker_blocked = false;    // its worker waits in Get: send it nothing more
+};
+
+struct CoreWorker::SchedulingQueue {
+  std::string key;
+  std::map<std::string, double> resources;
+  std::deque<std::unique_ptr<PendingTask>> ready;
+  std::vector<std::unique_ptr<Lease>> leases;
+  int pending_lease_requests = 0;
+  // Moving average of how long tasks of this shape run: short tasks are
+  // pipelined several per worker, long ones go one per worker.
+  double avg_exec_micros = -1;
+};
+
+// A task received by a worker, decoded out of its frame.
+struct CoreWorker::TaskToRun {
+  std::weak_ptr<Connection> reply_to;
+  TaskId task_id;
+  uint32_t attempt = 0;
+  std::string function;
+  proto::TaskKind kind = proto::TaskKind::NORMAL;
+  uint32_t max_concurrency = 1;
+  struct Arg {
+    std::string value;  // inline bytes
+    ObjectId stored;    // or a stored object
+    bool is_stored = false;
+    uint64_t size = 0;
+  };
+  std::vector<Arg> args;
+};
+
+}  // namespace lumen::runtime

@@ -1,0 +1,239 @@
+// Actors on a real embedded cluster: creation, ordered calls, concurrency,
+// handles as values, names, failures and restarts.
+#include <signal.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "lumen/common/process.h"
+#include "lumen/lumen.h"
+#include "test/core/test_support.h"
+
+namespace {
+
+class Counter {
+ public:
+  static Counter* Create(int start) { return new Counter(start); }
+  static Counter* CreateOrThrow(int start) {
+    if (start < 0) throw std::invalid_argument("start must be >= 0, got " + std::to_string(start));
+    return new Counter(start);
+  }
+  int Add(int x) { return n_ += x; }
+  int Get() const { return n_; }
+  int Pid() const { return static_cast<int>(::getpid()); }
+  // Records calls in arrival order; returns how many arrived.
+  int Record(int seq) {
+    seen_.push_back(seq);
+    return static_cast<int>(seen_.size());
+  }
+  bool InOrder() const {
+    for (size_t i = 0; i < seen_.size(); ++i)
+      if (seen_[i] != static_cast<int>(i)) return false;
+    return true;
+  }
+  int Fail(int x) {
+    if (x > 0) throw std::runtime_error("refusing " + std::to_string(x));
+    return x;
+  }
+  int AddAndExit(int x) {
+    n_ += x;
+    lumen::ExitActor();
+    return n_;
+  }
+
+ private:
+  explicit Counter(int start) : n_(start) {}
+  int n_;
+  std::vector<int> seen_;
+};
+
+// Each call waits until `n` calls are inside at once (or a deadline passes).
+class Rendezvous {
+ public:
+  static Rendezvous* Create() { return new Rendezvous(); }
+  bool Meet(int n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    ++inside_;
+    cv_.notify_all();
+    return cv_.wait_for(lock, std::chrono::seconds(10), [&] { return inside_ >= n; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int inside_ = 0;
+};
+
+int AddThroughHandle(lumen::ActorHandle<Counter> counter, int x) {
+  return *lumen::Get(counter.Task(&Counter::Add).Remote(x));
+}
+
+int AddThroughName(std::string name, int x) {
+  auto counter = lumen::GetActor<Counter>(name);
+  return *lumen::Get(counter.Task(&Counter::Add).Remote(x));
+}
+
+}  // namespace
+
+LUMEN_REMOTE(Counter::Create, Counter::CreateOrThrow, &Counter::Add, &Counter::Get, &Counter::Pid,
+             &Counter::Record, &Counter::InOrder, &Counter::Fail, &Counter::AddAndExit,
+             Rendezvous::Create, &Rendezvous::Meet, AddThroughHandle, AddThroughName);
+
+using lumen::test::ScopedCluster;
+using lumen::test::WaitUntil;
+
+TEST_CASE("an actor keeps state across calls in its own process") {
+  ScopedCluster cluster;
+  auto counter = lumen::Actor(Counter::Create).Remote(10);
+  auto r = counter.Task(&Counter::Add).Remote(5);
+  REQUIRE(*lumen::Get(r) == 15);
+  REQUIRE(*lumen::Get(counter.Task(&Counter::Add).Remote(1)) == 16);
+  REQUIRE(*lumen::Get(counter.Task(&Counter::Get).Remote()) == 16);
+  REQUIRE(*lumen::Get(counter.Task(&Counter::Pid).Remote()) != ::getpid());
+}
+
+TEST_CASE("10000 calls from one caller run in submission order") {
+  ScopedCluster cluster;
+  auto counter = lumen::Actor(Counter::Create).Remote(0);
+  std::vector<lumen::ObjectRef<int>> refs;
+  refs.reserve(10000);
+  for (int i = 0; i < 10000; ++i) refs.push_back(counter.Task(&Counter::Record).Remote(i));
+  auto results = lumen::Get(refs);
+  for (int i = 0; i < 10000; ++i) REQUIRE(*results[i] == i + 1);
+  REQUIRE(*lumen::Get(counter.Task(&Counter::InOrder).Remote()));
+}
+
+TEST_CASE("SetMaxConcurrency runs calls at once on a thread pool") {
+  // Invariant: with max_concurrency 4, four calls are inside the actor together.
+  ScopedCluster cluster;
+  auto meeting = lumen::Actor(Rendezvous::Create).SetMaxConcurrency(4).Remote();
+  std::vector<lumen::ObjectRef<bool>> refs;
+  for (int i = 0; i < 4; ++i) refs.push_back(meeting.Task(&Rendezvous::Meet).Remote(4));
+  for (const auto& met : lumen::Get(refs)) REQUIRE(*met);
+  // A serial actor never has two calls inside.
+  auto serial = lumen::Actor(Rendezvous::Create).Remote();
+  auto a = serial.Task(&Rendezvous::Meet).Remote(2);
+  auto b = serial.Task(&Rendezvous::Meet).Remote(2);
+  REQUIRE_FALSE(*lumen::Get(a, std::chrono::seconds(30)));
+}
+
+TEST_CASE("a handle passed to a task is usable there") {
+  ScopedCluster cluster;
+  auto counter = lumen::Actor(Counter::Create).Remote(100);
+  REQUIRE(*lumen::Get(lumen::Task(AddThroughHandle).Remote(counter, 7)) == 107);
+  REQUIRE(*lumen::Get(counter.Task(&Counter::Get).Remote()) == 107);
+}
+
+TEST_CASE("a named actor is found from another task and a second one with the name fails") {
+  ScopedCluster cluster;
+  auto counter = lumen::Actor(Counter::Create).SetName("shared-counter").Remote(1);
+  REQUIRE(*lumen::Get(lumen::Task(AddThroughName).Remote(std::string("shared-counter"), 2)) == 3);
+  auto same = lumen::GetActor<Counter>("shared-counter");
+  REQUIRE(*lumen::Get(same.Task(&Counter::Get).Remote()) == 3);
+  try {
+    lumen::Actor(Counter::Create).SetName("shared-counter").Remote(0);
+    FAIL("a second actor with a taken name must fail");
+  } catch (const lumen::Error& e) {
+    REQUIRE(std::string(e.what()).find("shared-counter") != std::string::npos);
+    REQUIRE(std::string(e.what()).find("already exists") != std::string::npos);
+  }
+  REQUIRE_THROWS_AS(lumen::GetActor<Counter>("no-such-actor"), lumen::Error);
+}
+
+TEST_CASE("kill -9 of an actor without restarts: the next call throws ActorDiedError at once") {
+  ScopedCluster cluster;
+  auto counter = lumen::Actor(Counter::Create).Remote(0);
+  int pid = *lumen::Get(counter.Task(&Counter::Pid).Remote());
+  REQUIRE(::kill(pid, SIGKILL) == 0);
+  auto start = std::chrono::steady_clock::now();
+  REQUIRE_THROWS_AS(lumen::Get(counter.Task(&Counter::Add).Remote(1), std::chrono::seconds(10)),
+                    lumen::ActorDiedError);
+  REQUIRE(std::chrono::steady_clock::now() - start < std::chrono::seconds(1));
+  // Later calls fail the same way.
+  REQUIRE_THROWS_AS(lumen::Get(counter.Task(&Counter::Get).Remote()), lumen::ActorDiedError);
+}
+
+TEST_CASE("kill -9 of an actor with restarts: the factory runs again and calls continue") {
+  ScopedCluster cluster;
+  auto counter =
+      lumen::Actor(Counter::Create).SetMaxRestarts(2).SetMaxTaskRetries(2).Remote(10);
+  REQUIRE(*lumen::Get(counter.Task(&Counter::Add).Remote(5)) == 15);
+  int pid = *lumen::Get(counter.Task(&Counter::Pid).Remote());
+  REQUIRE(::kill(pid, SIGKILL) == 0);
+  // The state is reset to what the factory made from its original arguments.
+  REQUIRE(*lumen::Get(counter.Task(&Counter::Add).Remote(1), std::chrono::seconds(30)) == 11);
+  int new_pid = *lumen::Get(counter.Task(&Counter::Pid).Remote());
+  REQUIRE(new_pid != pid);
+  // Restarts are bounded.
+  REQUIRE(::kill(new_pid, SIGKILL) == 0);
+  REQUIRE(*lumen::Get(counter.Task(&Counter::Get).Remote(), std::chrono::seconds(30)) == 10);
+  REQUIRE(::kill(*lumen::Get(counter.Task(&Counter::Pid).Remote()), SIGKILL) == 0);
+  REQUIRE_THROWS_AS(lumen::Get(counter.Task(&Counter::Get).Remote(), std::chrono::seconds(30)),
+                    lumen::ActorDiedError);
+}
+
+TEST_CASE("a method that throws fails only that call") {
+  ScopedCluster cluster;
+  auto counter = lumen::Actor(Counter::Create).Remote(3);
+  try {
+    lumen::Get(counter.Task(&Counter::Fail).Remote(9));
+    FAIL("Get should throw");
+  } catch (const lumen::TaskError& e) {
+    REQUIRE(e.task_message() == "refusing 9");
+  }
+  REQUIRE(*lumen::Get(counter.Task(&Counter::Add).Remote(1)) == 4);
+}
+
+TEST_CASE("Kill ends the actor and says so") {
+  ScopedCluster cluster;
+  auto counter = lumen::Actor(Counter::Create).Remote(0);
+  int pid = *lumen::Get(counter.Task(&Counter::Pid).Remote());
+  counter.Kill();
+  try {
+    lumen::Get(counter.Task(&Counter::Add).Remote(1), std::chrono::seconds(10));
+    FAIL("the call should fail");
+  } catch (const lumen::ActorDiedError& e) {
+    REQUIRE(std::string(e.what()).find("Kill") != std::string::npos);
+  }
+  REQUIRE(WaitUntil([&] { return !lumen::ProcessAlive(pid); }));
+}
+
+TEST_CASE("a factory that throws makes the actor's calls fail with its message") {
+  ScopedCluster cluster;
+  auto broken = lumen::Actor(Counter::CreateOrThrow).Remote(-1);
+  try {
+    lumen::Get(broken.Task(&Counter::Get).Remote(), std::chrono::seconds(10));
+    FAIL("the call should fail");
+  } catch (const lumen::ActorDiedError& e) {
+    REQUIRE(std::string(e.what()).find("start must be >= 0") != std::string::npos);
+  }
+}
+
+TEST_CASE("ExitActor ends the actor after the call returns") {
+  ScopedCluster cluster;
+  auto counter = lumen::Actor(Counter::Create).SetMaxRestarts(3).Remote(1);
+  REQUIRE(*lumen::Get(counter.Task(&Counter::AddAndExit).Remote(1)) == 2);
+  try {
+    lumen::Get(counter.Task(&Counter::Get).Remote(), std::chrono::seconds(10));
+    FAIL("the call should fail");
+  } catch (const lumen::ActorDiedError& e) {
+    REQUIRE(std::string(e.what()).find("on purpose") != std::string::npos);
+  }
+}
+
+TEST_CASE("an actor whose handles are all gone ends") {
+  ScopedCluster cluster;
+  int pid = 0;
+  {
+    auto counter = lumen::Actor(Counter::Create).Remote(0);
+    pid = *lumen::Get(counter.Task(&Counter::Pid).Remote());
+    REQUIRE(lumen::ProcessAlive(pid));
+  }
+  REQUIRE(WaitUntil([&] { return !lumen::ProcessAlive(pid); }));
+}
