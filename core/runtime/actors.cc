@@ -146,6 +146,14 @@ void CoreWorker::KillActor(const internal::RefHandle& actor, bool no_restart) {
   ObjectId id = actor.id();
   std::string owner = actor.owner_address();
   PostToIo([this, id, owner, no_restart] {
+    if (no_restart) {
+      // Calls this process submits from now on fail at once.
+      auto cit = actor_clients_.find(id);
+      if (cit != actor_clients_.end() && !cit->second->dead) {
+        cit->second->dead = true;
+        cit->second->death = "killed by lumen::ActorHandle::Kill()";
+      }
+    }
     if (owner == listen_address_) {
       KillOwnedActor(id, no_restart, "killed by lumen::ActorHandle::Kill()");
       return;
