@@ -22,10 +22,38 @@ namespace {
 int Noop() { return 0; }
 int Echo(int x) { return x; }
 
+class Pinger {
+ public:
+  static Pinger* Create() { return new Pinger(); }
+  int Ping() { return ++calls_; }
+  int PingWith(int x) { return calls_ += x; }
+
+ private:
+  int calls_ = 0;
+};
+
+// Runs in a worker: creates its own actor and calls it `calls` times
+// asynchronously (the n:n benchmarks run several of these at once).
+int ClientOfOwnActor(int calls, bool with_arg) {
+  auto actor = Actor(Pinger::Create).Remote();
+  Get(actor.Task(&Pinger::Ping).Remote());  // created
+  auto arg = Put(1);
+  std::vector<ObjectRef<int>> refs;
+  refs.reserve(calls);
+  for (int i = 0; i < calls; ++i) {
+    refs.push_back(with_arg ? actor.Task(&Pinger::PingWith).Remote(arg)
+                            : actor.Task(&Pinger::Ping).Remote());
+  }
+  Get(refs);
+  return calls;
+}
+
 }  // namespace
 }  // namespace lumen::bench
 
-LUMEN_REMOTE(lumen::bench::Noop, lumen::bench::Echo);
+LUMEN_REMOTE(lumen::bench::Noop, lumen::bench::Echo, lumen::bench::Pinger::Create,
+             &lumen::bench::Pinger::Ping, &lumen::bench::Pinger::PingWith,
+             lumen::bench::ClientOfOwnActor);
 
 namespace lumen::bench {
 namespace {
@@ -177,6 +205,62 @@ int RunMicrobenchmark(int argc, char** argv) {
     });
     Report("memcpy_gigabytes", memcpy_gbps, "GB/s");
   }
+  {
+    auto actor = Actor(Pinger::Create).Remote();
+    Report("1_1_actor_calls_sync",
+           Rate(budget, 1, [&] { *Get(actor.Task(&Pinger::Ping).Remote()); }), "calls/s");
+    Report("1_1_actor_calls_async", Rate(budget, 10000, [&] {
+             std::vector<ObjectRef<int>> refs;
+             refs.reserve(10000);
+             for (int i = 0; i < 10000; ++i) refs.push_back(actor.Task(&Pinger::Ping).Remote());
+             Get(refs);
+           }),
+           "calls/s");
+    auto concurrent = Actor(Pinger::Create).SetMaxConcurrency(4).Remote();
+    Report("1_1_actor_calls_concurrent", Rate(budget, 5000, [&] {
+             std::vector<ObjectRef<int>> refs;
+             refs.reserve(5000);
+             for (int i = 0; i < 5000; ++i) {
+               refs.push_back(concurrent.Task(&Pinger::Ping).Remote());
+             }
+             Get(refs);
+           }),
+           "calls/s");
+    const int n = 4;
+    std::vector<ActorHandle<Pinger>> actors;
+    for (int i = 0; i < n; ++i) actors.push_back(Actor(Pinger::Create).Remote());
+    Report("1_n_actor_calls_async", Rate(budget, 10000, [&] {
+             std::vector<ObjectRef<int>> refs;
+             refs.reserve(10000);
+             for (int i = 0; i < 10000; ++i) {
+               refs.push_back(actors[i % n].Task(&Pinger::Ping).Remote());
+             }
+             Get(refs);
+           }),
+           "calls/s");
+  }
+  for (bool with_arg : {false, true}) {
+    const int clients = 2, calls = quick ? 5000 : 20000;
+    Report(with_arg ? "n_n_actor_calls_with_arg_async" : "n_n_actor_calls_async",
+           Rate(budget, clients * calls, [&] {
+             std::vector<ObjectRef<int>> done;
+             for (int c = 0; c < clients; ++c) {
+               done.push_back(Task(ClientOfOwnActor).Remote(calls, with_arg));
+             }
+             Get(done);
+           }),
+           "calls/s");
+  }
+  Report("actors_created_per_second", Rate(budget, 20, [] {
+           std::vector<ActorHandle<Pinger>> actors;
+           std::vector<ObjectRef<int>> pings;
+           for (int i = 0; i < 20; ++i) {
+             actors.push_back(Actor(Pinger::Create).Remote());
+             pings.push_back(actors.back().Task(&Pinger::Ping).Remote());
+           }
+           Get(pings);
+         }),
+         "actors/s");
   Report("single_client_wait_1k_refs", Rate(budget, 1, [] {
            std::vector<ObjectRef<int>> refs;
            refs.reserve(1000);

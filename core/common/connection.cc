@@ -200,25 +200,53 @@ void Connection::OnRead(size_t bytes) {
 
 void Connection::Send(capnp::MessageBuilder& message) {
   if (closed_) return;
-  AppendFrame(message, &pending_writes_);
+  {
+    absl::MutexLock lock(&write_mu_);
+    AppendFrame(message, &pending_writes_);
+  }
   FlushWrites();
 }
 
 void Connection::SendFramed(std::string_view frames) {
   if (closed_) return;
-  pending_writes_.append(frames);
+  {
+    absl::MutexLock lock(&write_mu_);
+    pending_writes_.append(frames);
+  }
   FlushWrites();
 }
 
+bool Connection::TrySendNow(std::string_view frames) {
+  absl::MutexLock lock(&write_mu_);
+  if (closed_ || write_in_flight_ || !pending_writes_.empty()) {
+    pending_writes_.append(frames);
+    return false;
+  }
+  ssize_t n = ::send(socket_.native_handle(), frames.data(), frames.size(),
+                     MSG_DONTWAIT | MSG_NOSIGNAL);
+  if (n == static_cast<ssize_t>(frames.size())) return true;
+  // Partly or not written (a full buffer, or an error the io thread will see).
+  pending_writes_.append(frames.substr(n > 0 ? static_cast<size_t>(n) : 0));
+  return false;
+}
+
+void Connection::Flush() { FlushWrites(); }
+
 void Connection::FlushWrites() {
-  if (write_in_flight_ || pending_writes_.empty() || closed_) return;
-  write_in_flight_ = true;
-  writing_.clear();
-  writing_.swap(pending_writes_);
+  {
+    absl::MutexLock lock(&write_mu_);
+    if (write_in_flight_ || pending_writes_.empty() || closed_) return;
+    write_in_flight_ = true;
+    writing_.clear();
+    writing_.swap(pending_writes_);
+  }
   boost::asio::async_write(
       socket_, boost::asio::buffer(writing_),
       [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
-        self->write_in_flight_ = false;
+        {
+          absl::MutexLock lock(&self->write_mu_);
+          self->write_in_flight_ = false;
+        }
         if (ec) {
           self->Close(absl::UnavailableError(ec.message()));
           return;
@@ -229,10 +257,14 @@ void Connection::FlushWrites() {
 
 void Connection::Close(const absl::Status& reason) {
   if (closed_) return;
-  closed_ = true;
   boost::system::error_code ignored;
-  socket_.shutdown(Socket::shutdown_both, ignored);
-  socket_.close(ignored);
+  {
+    // Not while another thread is in TrySendNow's send on this descriptor.
+    absl::MutexLock lock(&write_mu_);
+    closed_ = true;
+    socket_.shutdown(Socket::shutdown_both, ignored);
+    socket_.close(ignored);
+  }
   if (on_close_) {
     auto handler = std::move(on_close_);
     on_close_ = nullptr;

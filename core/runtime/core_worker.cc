@@ -1671,6 +1671,15 @@ void CoreWorker::ExecuteTask(TaskToRun& task) {
   if (exiting) r.setActorExiting(true);
   std::string frame;
   AppendFrame(reply->builder(), &frame);
+  if (!exiting) {
+    // The common case: the reply goes out from this thread, without waking the
+    // io thread. (If this is the last reference, the connection is already
+    // closed and dies here harmlessly.)
+    if (auto conn = task.reply_to.lock()) {
+      if (!conn->TrySendNow(frame)) PostToIo([conn] { conn->Flush(); });
+    }
+    return;
+  }
   PostToIo([this, weak = task.reply_to, frame = std::move(frame), exiting] {
     if (auto conn = weak.lock()) conn->SendFramed(frame);
     if (exiting) {

@@ -18,6 +18,7 @@
 #include <capnp/serialize.h>
 
 #include <any>
+#include <atomic>
 #include <boost/asio.hpp>
 #include <cstdint>
 #include <functional>
@@ -27,6 +28,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "lumen/proto/lumen.capnp.h"
 
 namespace lumen {
@@ -76,10 +78,21 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Queues already-framed bytes (from AppendFrame).
   void SendFramed(std::string_view frames);
 
+  // Thread-safe: writes `frames` at once from the calling thread when nothing else
+  // is queued (one non-blocking send), saving a hop through the event loop on a
+  // hot reply path. Returns true if all of it went out; false if it was queued
+  // instead, and then the caller must have the io thread call Flush().
+  bool TrySendNow(std::string_view frames);
+  // Starts writing what is queued (io thread).
+  void Flush();
+
   void Close(const absl::Status& reason);
   bool closed() const { return closed_; }
   // Nothing queued or being written.
-  bool idle() const { return !write_in_flight_ && pending_writes_.empty(); }
+  bool idle() const {
+    absl::MutexLock lock(&write_mu_);
+    return !write_in_flight_ && pending_writes_.empty();
+  }
   uint64_t id() const { return id_; }
   Socket& socket() { return socket_; }
 
@@ -97,14 +110,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
   uint64_t id_;
   FrameHandler on_frame_;
   CloseHandler on_close_;
-  bool closed_ = false;
+  std::atomic<bool> closed_{false};
   // Read buffer in words, so that every frame's payload is 8-byte aligned.
   std::vector<capnp::word> read_buffer_;
   size_t read_begin_ = 0;  // bytes
   size_t read_end_ = 0;    // bytes
-  std::string pending_writes_;
-  std::string writing_;
-  bool write_in_flight_ = false;
+  // The write side may be touched by TrySendNow from another thread.
+  mutable absl::Mutex write_mu_;
+  std::string pending_writes_ ABSL_GUARDED_BY(write_mu_);
+  std::string writing_;  // owned by the write in flight
+  bool write_in_flight_ ABSL_GUARDED_BY(write_mu_) = false;
   std::any context_;
 };
 
