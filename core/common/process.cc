@@ -99,7 +99,7 @@ absl::StatusOr<pid_t> SpawnProcess(const SpawnOptions& options) {
       ::dup2(log_fd, STDOUT_FILENO);
       ::dup2(log_fd, STDERR_FILENO);
     }
-    if (options.new_session) {
+    if (options.new_session && !options.log_path.empty()) {
       int null_fd = ::open("/dev/null", O_RDONLY);
       if (null_fd >= 0) ::dup2(null_fd, STDIN_FILENO);
     }

@@ -160,7 +160,12 @@ void CoreWorker::KillActor(const internal::RefHandle& actor, bool no_restart) {
     }
     absl::Status error;
     auto conn = PeerConnection(owner, &error);
-    if (!conn) return;  // the owner is gone, and its actors with it
+    if (!conn) {
+      // The owner is gone; a detached actor is told directly.
+      auto cit = actor_clients_.find(id);
+      if (cit == actor_clients_.end() || !cit->second->conn) return;
+      conn = cit->second->conn;
+    }
     OutMessage out;
     auto env = out.Init();
     env.setRequestId(no_restart ? 1 : 0);
@@ -212,6 +217,7 @@ void CoreWorker::StartActor(ActorRecord& record) {
   SetResourceList(lease.initResources(record.options.resources.size()), record.options.resources);
   SetResourceList(lease.initPlacement(record.options.placement.size()), record.options.placement);
   lease.setActor(true);
+  lease.setDetached(record.options.detached);
   node_conn_->Send(out.builder());
 }
 
@@ -284,6 +290,7 @@ void CoreWorker::OnActorLease(const ObjectId& id, int generation,
   FillTaskSpec(spec, creation);
   spec.setActorId(capnp::Data::Reader(id.data(), ObjectId::kSize));
   spec.setMaxConcurrency(static_cast<uint32_t>(std::max(1, record->options.max_concurrency)));
+  spec.setActorName(record->options.name);
   record->conn->Send(push.builder());
 }
 
@@ -310,6 +317,19 @@ void CoreWorker::OnActorCreated(const ObjectId& id, int generation,
     return;
   }
   record.state = ActorRecord::State::kAlive;
+  if (record.options.detached && !record.options.name.empty() && !options_.head_address.empty()) {
+    // Callers whose owner (this process) is gone find a detached actor here.
+    std::string head = options_.head_address, name = record.options.name,
+                address = record.address;
+    std::thread([head, name, id, address] {
+      (void)CallHead(head, [&](proto::Envelope::Builder env) {
+        auto entry = env.initUpdateActorAddress();
+        entry.setName(name);
+        entry.setActorId(capnp::Data::Reader(id.data(), ObjectId::kSize));
+        entry.setAddress(address);
+      });
+    }).detach();
+  }
   auto callbacks = std::move(record.on_change);
   record.on_change.clear();
   for (auto& cb : callbacks) cb();
@@ -358,6 +378,12 @@ void CoreWorker::SetActorDead(ActorRecord& record, std::string why) {
   auto callbacks = std::move(record.on_change);
   record.on_change.clear();
   for (auto& cb : callbacks) cb();
+}
+
+void CoreWorker::OnActorOutOfScope(const ObjectId& id) {
+  auto it = owned_actors_.find(id);
+  if (it == owned_actors_.end() || it->second->options.detached) return;
+  KillOwnedActor(id, true, "all handles to the actor went out of scope");
 }
 
 void CoreWorker::KillOwnedActor(const ObjectId& id, bool no_restart, std::string why) {
@@ -464,8 +490,8 @@ void CoreWorker::ResolveActor(ActorClient& client) {
   absl::Status error;
   auto conn = PeerConnection(client.owner, &error);
   if (!conn) {
-    OnActorResolved(id, false, "",
-                    absl::StrCat("the actor's owner is unreachable: ", error.message()));
+    OnActorOwnerUnreachable(id, absl::StrCat("the actor's owner is unreachable: ",
+                                             error.message()));
     return;
   }
   uint64_t request_id = next_request_id_++;
@@ -483,6 +509,32 @@ void CoreWorker::ResolveActor(ActorClient& client) {
   req.setActorId(capnp::Data::Reader(id.data(), ObjectId::kSize));
   req.setFailedAddress(client.failed_address);
   conn->Send(out.builder());
+}
+
+void CoreWorker::OnActorOwnerUnreachable(const ObjectId& id, std::string why) {
+  auto cit = actor_clients_.find(id);
+  if (cit == actor_clients_.end()) return;
+  // A detached actor outlives its owner: the head knows where it runs.
+  if (!options_.head_address.empty()) {
+    auto reply = CallHead(options_.head_address, [&](proto::Envelope::Builder env) {
+      env.setLookupActorById(capnp::Data::Reader(id.data(), ObjectId::kSize));
+    });
+    if (reply.ok()) {
+      try {
+        capnp::FlatArrayMessageReader reader(kj::arrayPtr(reply->data(), reply->size()));
+        auto env = reader.getRoot<proto::Envelope>();
+        if (env.isActorNameReply() && env.getActorNameReply().getOk()) {
+          std::string address = env.getActorNameReply().getAddress().cStr();
+          if (!address.empty() && address != cit->second->failed_address) {
+            OnActorResolved(id, true, address, "");
+            return;
+          }
+        }
+      } catch (const std::exception&) {
+      }
+    }
+  }
+  OnActorResolved(id, false, "", std::move(why));
 }
 
 void CoreWorker::OnActorResolved(const ObjectId& id, bool alive, std::string address,

@@ -94,10 +94,11 @@ absl::StatusOr<pid_t> SpawnDaemon(const ClusterSpec& spec, const std::string& se
                            parent_read_fd >= 0 ? std::to_string(parent_read_fd) : "");
   options.keep_fds = {ready_pipe[1]};
   if (parent_read_fd >= 0) options.keep_fds.push_back(parent_read_fd);
-  if (!spec.embedded) {
-    options.new_session = true;
-    options.log_path = session_dir + "/logs/" + role + ".log";
-  }
+  // Daemons get a session of their own: a signal to the driver's process group
+  // (Ctrl-C, a test runner's timeout) reaches the driver only, and the daemons
+  // then notice it gone and clean up, instead of dying with nobody cleaning up.
+  options.new_session = true;
+  if (!spec.embedded) options.log_path = session_dir + "/logs/" + role + ".log";
   auto pid = SpawnProcess(options);
   ::close(ready_pipe[1]);
   if (!pid.ok()) {

@@ -188,7 +188,8 @@ void CoreWorker::Stop() {
   std::vector<std::pair<std::string, ObjectId>> names;
   boost::asio::post(io_, [this, &names] {
     for (auto& [id, record] : owned_actors_) {
-      if (!record->options.name.empty() && record->state != ActorRecord::State::kDead) {
+      if (!record->options.name.empty() && !record->options.detached &&
+          record->state != ActorRecord::State::kDead) {
         names.emplace_back(record->options.name, id);
       }
     }
@@ -210,7 +211,7 @@ void CoreWorker::Stop() {
   });
   if (io_thread_.joinable()) io_thread_.join();
   ::unlink(listen_address_.c_str());
-  // Our actors end with us: free their names for the next driver.
+  // Our actors (but detached ones) end with us: free their names.
   for (const auto& [name, id] : names) {
     (void)CallHead(options_.head_address, [&](proto::Envelope::Builder env) {
       auto entry = env.initUnregisterActorName();
@@ -361,9 +362,7 @@ void CoreWorker::MaybeFreeLocked(absl::node_hash_map<ObjectId, ObjectEntry>::ite
   if (entry.owned && entry.is_actor && !stopped_) {
     // No handle to the actor is left anywhere: it ends (unless detached).
     ObjectId id = it->first;
-    PostToIo([this, id] {
-      KillOwnedActor(id, true, "all handles to the actor went out of scope");
-    });
+    PostToIo([this, id] { OnActorOutOfScope(id); });
   }
   objects_.erase(it);
 }
@@ -1199,12 +1198,13 @@ std::shared_ptr<Connection> CoreWorker::PeerConnection(const std::string& addres
                     }
                   }
                 }
+                std::vector<ObjectId> orphaned;
                 for (auto& [actor_id, client] : actor_clients_) {
-                  if (client->resolving && client->owner == address) {
-                    OnActorResolved(actor_id, false, "",
-                                    absl::StrCat("the actor's owner at ", address,
-                                                 " died: ", why.message()));
-                  }
+                  if (client->resolving && client->owner == address) orphaned.push_back(actor_id);
+                }
+                for (const auto& actor_id : orphaned) {
+                  OnActorOwnerUnreachable(actor_id, absl::StrCat("the actor's owner at ", address,
+                                                                 " died: ", why.message()));
                 }
                 for (const auto& id : lost) {
                   SetObjectReady(id, [&](ObjectEntry& e) {
@@ -1411,9 +1411,24 @@ void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
     }
     case proto::Envelope::KILL_ACTOR: {
       auto data = msg.getKillActor();
-      KillOwnedActor(ObjectId::FromBinary(std::string_view(
-                         reinterpret_cast<const char*>(data.begin()), data.size())),
-                     msg.getRequestId() != 0, "killed by lumen::ActorHandle::Kill()");
+      ObjectId id = ObjectId::FromBinary(
+          std::string_view(reinterpret_cast<const char*>(data.begin()), data.size()));
+      if (owned_actors_.contains(id)) {
+        KillOwnedActor(id, msg.getRequestId() != 0, "killed by lumen::ActorHandle::Kill()");
+      } else if (is_actor_ && id == actor_id_) {
+        // Told directly (its owner is gone): free the name and end.
+        if (!actor_name_.empty() && !options_.head_address.empty()) {
+          (void)CallHead(options_.head_address, [&](proto::Envelope::Builder env) {
+            auto entry = env.initUnregisterActorName();
+            entry.setName(actor_name_);
+            entry.setActorId(capnp::Data::Reader(id.data(), ObjectId::kSize));
+          });
+        }
+        std::fflush(stdout);
+        std::fflush(stderr);
+        ::unlink(listen_address_.c_str());
+        std::_Exit(0);
+      }
       return;
     }
     case proto::Envelope::ESCAPE_REF: {
@@ -1454,6 +1469,10 @@ void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
         // The connection the actor was created over is its owner's: tell it
         // when we exit on purpose.
         actor_owner_conn_ = conn.weak_from_this();
+        auto aid = spec.getActorId();
+        actor_id_ = ObjectId::FromBinary(
+            std::string_view(reinterpret_cast<const char*>(aid.begin()), aid.size()));
+        actor_name_ = spec.getActorName().cStr();
         is_actor_ = true;
       }
       for (auto arg : spec.getArgs()) {

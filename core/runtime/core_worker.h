@@ -166,6 +166,7 @@ class CoreWorker {
   void OnActorProcessLost(const ObjectId& id, int generation, const absl::Status& why);
   void SetActorDead(ActorRecord& record, std::string why);
   void KillOwnedActor(const ObjectId& id, bool no_restart, std::string why);
+  void OnActorOutOfScope(const ObjectId& id);
   void WhenActorSettled(const ObjectId& id, const std::string& failed_address,
                         std::function<void(bool alive, std::string address, std::string death)> cb);
   // actors, caller side (io thread)
@@ -173,6 +174,7 @@ class CoreWorker {
   void PumpActorClient(ActorClient& client);
   void ResolveActor(ActorClient& client);
   void OnActorResolved(const ObjectId& id, bool alive, std::string address, std::string death);
+  void OnActorOwnerUnreachable(const ObjectId& id, std::string why);
   void OnActorConnectionLost(const ObjectId& id, Connection* conn);
   void OnActorTaskReply(const ObjectId& id, proto::TaskReply::Reader reply);
   void FillTaskSpec(proto::TaskSpec::Builder spec, const PendingTask& task);
@@ -213,6 +215,8 @@ class CoreWorker {
   // worker mode, actor process: the instance and how to reach its owner
   std::shared_ptr<void> actor_instance_;  // set once by the creation task
   std::atomic<bool> is_actor_{false};
+  ObjectId actor_id_;       // io thread, set by the creation task
+  std::string actor_name_;  // io thread
   std::atomic<bool> exit_after_call_{false};
   std::weak_ptr<Connection> actor_owner_conn_;  // io thread
   std::vector<std::thread> executor_threads_;

@@ -187,7 +187,7 @@ class HeadService {
         } else {
           auto id = entry.getActorId();
           actor_names_[name] = {std::string(reinterpret_cast<const char*>(id.begin()), id.size()),
-                                entry.getOwnerAddress().cStr()};
+                                entry.getOwnerAddress().cStr(), ""};
           reply.setOk(true);
         }
         conn.Send(out.builder());
@@ -207,8 +207,43 @@ class HeadService {
         } else {
           reply.setOk(true);
           reply.setActorId(capnp::Data::Reader(
-              reinterpret_cast<const uint8_t*>(it->second.first.data()), it->second.first.size()));
-          reply.setOwnerAddress(it->second.second);
+              reinterpret_cast<const uint8_t*>(it->second.id.data()), it->second.id.size()));
+          reply.setOwnerAddress(it->second.owner);
+          reply.setAddress(it->second.address);
+        }
+        conn.Send(out.builder());
+        return;
+      }
+      case proto::Envelope::UPDATE_ACTOR_ADDRESS: {
+        auto entry = msg.getUpdateActorAddress();
+        auto it = actor_names_.find(entry.getName().cStr());
+        auto id = entry.getActorId();
+        if (it != actor_names_.end() &&
+            it->second.id == std::string(reinterpret_cast<const char*>(id.begin()), id.size())) {
+          it->second.address = entry.getAddress().cStr();
+        }
+        OutMessage out;
+        auto env = out.Init();
+        env.setRequestId(msg.getRequestId());
+        env.setAck();
+        conn.Send(out.builder());
+        return;
+      }
+      case proto::Envelope::LOOKUP_ACTOR_BY_ID: {
+        auto id = msg.getLookupActorById();
+        std::string key(reinterpret_cast<const char*>(id.begin()), id.size());
+        OutMessage out;
+        auto env = out.Init();
+        env.setRequestId(msg.getRequestId());
+        auto reply = env.initActorNameReply();
+        reply.setOk(false);
+        for (const auto& [name, entry] : actor_names_) {
+          if (entry.id != key) continue;
+          reply.setOk(true);
+          reply.setName(name);
+          reply.setActorId(id);
+          reply.setOwnerAddress(entry.owner);
+          reply.setAddress(entry.address);
         }
         conn.Send(out.builder());
         return;
@@ -218,7 +253,7 @@ class HeadService {
         auto it = actor_names_.find(entry.getName().cStr());
         auto id = entry.getActorId();
         if (it != actor_names_.end() &&
-            it->second.first == std::string(reinterpret_cast<const char*>(id.begin()), id.size())) {
+            it->second.id == std::string(reinterpret_cast<const char*>(id.begin()), id.size())) {
           actor_names_.erase(it);
         }
         OutMessage out;
@@ -259,8 +294,13 @@ class HeadService {
   absl::flat_hash_map<uint64_t, std::shared_ptr<Connection>> conns_;
   std::map<NodeId, NodeEntry> nodes_;
   std::map<std::string, std::string> kv_;
-  // Named actors: name -> (actor id bytes, owner address).
-  std::map<std::string, std::pair<std::string, std::string>> actor_names_;
+  // Named actors, by name.
+  struct ActorNameEntry {
+    std::string id;       // actor id bytes
+    std::string owner;    // owner's address
+    std::string address;  // detached actors: the actor process's address
+  };
+  std::map<std::string, ActorNameEntry> actor_names_;
 };
 
 }  // namespace

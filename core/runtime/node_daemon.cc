@@ -92,6 +92,7 @@ class NodeDaemon {
     uint64_t holder_conn = 0;
     bool cpu_released = false;  // its worker is blocked in Get
     bool reclaim_asked = false;  // its holder was asked to return it when idle
+    bool detached = false;       // a detached actor: outlives its holder and job
   };
   struct LeaseRequest {
     std::weak_ptr<Connection> conn;
@@ -99,6 +100,7 @@ class NodeDaemon {
     ResourceSet resources;  // held by the lease
     ResourceSet placement;  // must be free to grant it
     JobId job;
+    bool detached = false;
   };
 
   absl::Status Setup();
@@ -341,7 +343,8 @@ void NodeDaemon::OnFrame(Connection& conn, proto::Envelope::Reader msg) {
         return;
       }
       lease_queue_.push_back(LeaseRequest{conn.weak_from_this(), msg.getRequestId(), *request,
-                                          *placement_set, client.job});
+                                          *placement_set, client.job,
+                                          msg.getRequestLease().getDetached()});
       DispatchLeases();
       return;
     }
@@ -525,7 +528,7 @@ void NodeDaemon::DispatchLeases() {
     uint64_t lease_id = next_lease_id_++;
     w.state = WorkerState::kLeased;
     w.lease_id = lease_id;
-    leases_[lease_id] = Lease{wid, it->resources, conn->id(), false, false};
+    leases_[lease_id] = Lease{wid, it->resources, conn->id(), false, false, it->detached};
     OutMessage out;
     auto env = out.Init();
     env.setRequestId(it->request_id);
@@ -586,7 +589,10 @@ void NodeDaemon::OnClose(Connection& conn, const absl::Status& why) {
   // they are stopped rather than reused.
   std::vector<uint64_t> held;
   for (const auto& [lease_id, lease] : leases_)
-    if (lease.holder_conn == id) held.push_back(lease_id);
+    if (lease.holder_conn == id && !lease.detached) held.push_back(lease_id);
+  for (auto& [lease_id, lease] : leases_) {
+    if (lease.holder_conn == id && lease.detached) lease.holder_conn = 0;  // orphaned, kept
+  }
   for (uint64_t lease_id : held) {
     WorkerId wid = leases_[lease_id].worker;
     ReleaseLease(lease_id);
@@ -654,7 +660,12 @@ void NodeDaemon::FailJobLeaseRequests(const JobId& job_id, const std::string& wh
 
 void NodeDaemon::KillJobWorkers(const JobId& job_id) {
   for (auto& [wid, w] : workers_) {
-    if (w.job == job_id) ::kill(w.pid, SIGKILL);
+    if (w.job != job_id) continue;
+    if (w.state == WorkerState::kLeased) {
+      auto lit = leases_.find(w.lease_id);
+      if (lit != leases_.end() && lit->second.detached) continue;  // lives on
+    }
+    ::kill(w.pid, SIGKILL);
   }
 }
 

@@ -237,3 +237,56 @@ TEST_CASE("an actor whose handles are all gone ends") {
   }
   REQUIRE(WaitUntil([&] { return !lumen::ProcessAlive(pid); }));
 }
+
+TEST_CASE("a detached actor outlives its handles and is found by name") {
+  ScopedCluster cluster;
+  int pid = 0;
+  {
+    auto keeper = lumen::Actor(Counter::Create)
+                      .SetName("keeper")
+                      .SetLifetime(lumen::ActorLifetime::kDetached)
+                      .Remote(10);
+    pid = *lumen::Get(keeper.Task(&Counter::Pid).Remote());
+  }
+  auto again = lumen::GetActor<Counter>("keeper");
+  REQUIRE(*lumen::Get(again.Task(&Counter::Add).Remote(1)) == 11);
+  REQUIRE(lumen::ProcessAlive(pid));
+  again.Kill();
+  REQUIRE(WaitUntil([&] { return !lumen::ProcessAlive(pid); }));
+}
+
+// Run as a separate driver by the next test: creates a detached actor and exits.
+TEST_CASE("driver that leaves a detached actor behind", "[.]") {
+  lumen::Init(lumen::Config{});  // joins the cluster in LUMEN_ADDRESS
+  auto keeper = lumen::Actor(Counter::Create)
+                    .SetName("survivor")
+                    .SetLifetime(lumen::ActorLifetime::kDetached)
+                    .Remote(10);
+  REQUIRE(*lumen::Get(keeper.Task(&Counter::Add).Remote(5)) == 15);
+  lumen::Shutdown();
+}
+
+TEST_CASE("a detached actor outlives the driver that created it") {
+  std::string out;
+  REQUIRE(lumen::test::RunCommand(std::string(LUMEN_CLI_PATH) +
+                                      " start --head --num-cpus 2 --object-store-memory 268435456",
+                                  &out) == 0);
+  INFO(out);
+  REQUIRE(lumen::test::RunCommand(
+              "LUMEN_ADDRESS=auto /proc/" + std::to_string(::getpid()) +
+                  "/exe 'driver that leaves a detached actor behind'",
+              &out) == 0);
+  {
+    lumen::Config config;
+    config.address = "auto";
+    lumen::Init(config);
+    auto survivor = lumen::GetActor<Counter>("survivor");
+    REQUIRE(*lumen::Get(survivor.Task(&Counter::Add).Remote(1), std::chrono::seconds(30)) == 16);
+    survivor.Kill();
+    REQUIRE_THROWS_AS(
+        lumen::Get(survivor.Task(&Counter::Get).Remote(), std::chrono::seconds(30)),
+        lumen::ActorDiedError);
+    lumen::Shutdown();
+  }
+  REQUIRE(lumen::test::RunCommand(std::string(LUMEN_CLI_PATH) + " stop", &out) == 0);
+}

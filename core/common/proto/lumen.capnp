@@ -96,6 +96,7 @@ struct TaskSpec {
   kind @6 :TaskKind;
   actorId @7 :Data;
   maxConcurrency @8 :UInt32;   # actorCreation: threads running its calls
+  actorName @9 :Text;          # actorCreation: its name, freed when it is killed directly
 }
 
 struct TaskReply {
@@ -111,6 +112,7 @@ struct LeaseRequest {
   resources @0 :List(Resource);    # held while the lease lasts
   placement @1 :List(Resource);    # needed to grant it (actors: CPU 1, held 0)
   actor @2 :Bool;                  # a dedicated worker for an actor
+  detached @3 :Bool;               # the actor outlives its owner and job
 }
 
 struct LeaseReply {
@@ -201,6 +203,8 @@ struct Envelope {
     actorNameReply @39 :ActorName;
     unregisterActorName @40 :ActorName;  # owner -> head
     actorExiting @41 :Void;              # actor process -> owner: ExitActor was called
+    updateActorAddress @42 :ActorName;   # owner -> head (detached actors)
+    lookupActorById @43 :Data;           # anyone -> head: a detached actor's address
   }
 }
 
@@ -223,6 +227,7 @@ struct ActorName {
   ownerAddress @2 :Text;
   ok @3 :Bool;
   error @4 :Text;
+  address @5 :Text;   # detached actors: where it runs, for callers whose owner is gone
 }
 
 struct KeyValue {
