@@ -14,7 +14,8 @@ set(LUMEN_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/lumen)
 
 # Headers: the public include trees, and the generated Cap'n Proto headers
 # (present once the build has run; OPTIONAL skips the directory if absent).
-foreach(dir core/include core/common/include objectstore/include scheduler/include)
+foreach(dir core/include core/common/include objectstore/include scheduler/include
+            train/include)
   if(IS_DIRECTORY ${PROJECT_SOURCE_DIR}/${dir})
     install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/
             DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
@@ -61,7 +62,7 @@ endfunction()
 
 if(TARGET lumen)
   set(LUMEN_EXPORTED_TARGETS lumen)
-  foreach(t lumen_common lumen_objectstore lumen_scheduler)
+  foreach(t lumen_common lumen_objectstore lumen_scheduler lumen_train)
     if(TARGET ${t})
       list(APPEND LUMEN_EXPORTED_TARGETS ${t})
     endif()
