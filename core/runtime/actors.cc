@@ -82,12 +82,8 @@ std::shared_ptr<internal::RefHandle> CoreWorker::CreateActor(
     e.kind = ObjectEntry::Kind::kInline;
     e.value = std::make_shared<const std::string>(codec::EncodeValue<uint8_t>(0));
   });
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = objects_.find(id);
-    if (it != objects_.end()) it->second.is_actor = true;
-  }
   for (auto& arg : args) {
+    // Large values go to the store once; the record keeps them for restarts.
     if (!arg.ref && arg.value.size() > options_.inline_limit) {
       arg.ref = PutEncoded(std::move(arg.value));
       arg.value.clear();
@@ -104,13 +100,7 @@ std::shared_ptr<internal::RefHandle> CoreWorker::CreateActor(
   task->actor_record->factory = std::string(factory);
   task->actor_record->args = std::move(args);
   task->actor_record->options = options;
-  bool was_empty;
-  {
-    absl::MutexLock lock(&submit_mu_);
-    was_empty = submissions_.empty();
-    submissions_.push_back(std::move(task));
-  }
-  if (was_empty) PostToIo([this] { DrainSubmissions(); });
+  Enqueue(std::move(task));
   return handle;
 }
 
@@ -125,20 +115,8 @@ std::shared_ptr<internal::RefHandle> CoreWorker::SubmitActorTask(
   task->function = std::string(method);
   task->actor = actor;
   task->args = std::move(args);
-  for (auto& arg : task->args) {
-    if (!arg.ref && arg.value.size() > options_.inline_limit) {
-      arg.ref = PutEncoded(std::move(arg.value));
-      arg.value.clear();
-    }
-  }
   auto handle = std::make_shared<internal::RefHandle>(task->return_id, listen_address_);
-  bool was_empty;
-  {
-    absl::MutexLock lock(&submit_mu_);
-    was_empty = submissions_.empty();
-    submissions_.push_back(std::move(task));
-  }
-  if (was_empty) PostToIo([this] { DrainSubmissions(); });
+  Enqueue(std::move(task));
   return handle;
 }
 

@@ -621,10 +621,11 @@ internal::ObjectBytes CoreWorker::PinnedBytes(const ObjectId& id, uint64_t offse
       std::move(pin)};
 }
 
-std::vector<internal::ObjectBytes> CoreWorker::Get(
-    const std::vector<const internal::RefHandle*>& refs,
+std::vector<CoreWorker::ObjectEntry*> CoreWorker::AwaitReady(
+    const std::vector<const internal::RefHandle*>& refs, size_t num_ready,
     std::optional<std::chrono::milliseconds> timeout) {
-  auto start = std::chrono::steady_clock::now();
+  auto deadline = timeout ? std::optional(std::chrono::steady_clock::now() + *timeout)
+                          : std::nullopt;
   std::vector<ObjectEntry*> entries;
   entries.reserve(refs.size());
   {
@@ -634,6 +635,7 @@ std::vector<internal::ObjectBytes> CoreWorker::Get(
       if (it == objects_.end()) throw ObjectLostError("object " + ref->id().Hex() + " is unknown");
       ObjectEntry& e = it->second;
       if (!e.owned && !e.ready && !e.requested) {
+        // Borrowed and not here yet: ask its owner.
         e.requested = true;
         ObjectId id = ref->id();
         std::string owner = e.owner_address;
@@ -643,32 +645,34 @@ std::vector<internal::ObjectBytes> CoreWorker::Get(
     }
   }
   // Entries stay put: node_hash_map nodes are stable and `refs` keep them alive.
-  auto all_ready = [&entries] {
-    for (auto* e : entries)
-      if (!e->ready.load(std::memory_order_acquire)) return false;
-    return true;
+  auto enough_ready = [&] {
+    size_t n = 0;
+    for (auto* e : entries) n += e->ready.load(std::memory_order_acquire) ? 1 : 0;
+    return n >= num_ready;
   };
-  if (!SpinFor(std::chrono::microseconds(50), all_ready)) {
+  if (!SpinFor(std::chrono::microseconds(50), enough_ready)) {
     NotifyBlocked(true);
-    absl::Condition cond(&all_ready);
-    bool ok;
-    if (timeout) {
-      ok = mu_.LockWhenWithDeadline(cond, absl::FromChrono(start + *timeout -
-                                                           std::chrono::steady_clock::now() +
-                                                           std::chrono::system_clock::now()));
+    absl::Condition cond(&enough_ready);
+    if (deadline) {
+      mu_.LockWhenWithDeadline(cond, absl::FromChrono(*deadline - std::chrono::steady_clock::now() +
+                                                      std::chrono::system_clock::now()));
     } else {
       mu_.LockWhen(cond);
-      ok = true;
     }
     mu_.Unlock();
     NotifyBlocked(false);
-    if (!ok) {
-      for (size_t i = 0; i < entries.size(); ++i) {
-        if (!entries[i]->ready) {
-          throw GetTimeoutError(absl::StrCat("Get timed out after ", timeout->count(),
-                                             " ms waiting for object ", refs[i]->id().Hex()));
-        }
-      }
+  }
+  return entries;
+}
+
+std::vector<internal::ObjectBytes> CoreWorker::Get(
+    const std::vector<const internal::RefHandle*>& refs,
+    std::optional<std::chrono::milliseconds> timeout) {
+  auto entries = AwaitReady(refs, refs.size(), timeout);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (!entries[i]->ready) {
+      throw GetTimeoutError(absl::StrCat("Get timed out after ", timeout->count(),
+                                         " ms waiting for object ", refs[i]->id().Hex()));
     }
   }
   std::vector<internal::ObjectBytes> out;
@@ -680,41 +684,7 @@ std::vector<internal::ObjectBytes> CoreWorker::Get(
 std::vector<bool> CoreWorker::Wait(const std::vector<const internal::RefHandle*>& refs,
                                    size_t num_returns,
                                    std::optional<std::chrono::milliseconds> timeout) {
-  auto start = std::chrono::steady_clock::now();
-  std::vector<ObjectEntry*> entries;
-  {
-    absl::MutexLock lock(&mu_);
-    for (const auto* ref : refs) {
-      auto it = objects_.find(ref->id());
-      if (it == objects_.end()) throw ObjectLostError("object " + ref->id().Hex() + " is unknown");
-      ObjectEntry& e = it->second;
-      if (!e.owned && !e.ready && !e.requested) {
-        e.requested = true;
-        ObjectId id = ref->id();
-        std::string owner = e.owner_address;
-        PostToIo([this, id, owner] { RequestObjectFromOwner(id, owner); });
-      }
-      entries.push_back(&e);
-    }
-  }
-  auto enough_ready = [&] {
-    size_t n = 0;
-    for (auto* e : entries) n += e->ready.load(std::memory_order_acquire) ? 1 : 0;
-    return n >= num_returns;
-  };
-  if (!SpinFor(std::chrono::microseconds(50), enough_ready)) {
-    NotifyBlocked(true);
-    absl::Condition cond(&enough_ready);
-    if (timeout) {
-      mu_.LockWhenWithDeadline(cond, absl::FromChrono(start + *timeout -
-                                                      std::chrono::steady_clock::now() +
-                                                      std::chrono::system_clock::now()));
-    } else {
-      mu_.LockWhen(cond);
-    }
-    mu_.Unlock();
-    NotifyBlocked(false);
-  }
+  auto entries = AwaitReady(refs, num_returns, timeout);
   std::vector<bool> ready(entries.size());
   for (size_t i = 0; i < entries.size(); ++i) ready[i] = entries[i]->ready.load();
   return ready;
@@ -732,6 +702,16 @@ std::shared_ptr<internal::RefHandle> CoreWorker::SubmitTask(
   task->return_id = ObjectId::ForTaskReturn(task->task_id, 1);
   task->function = std::string(function);
   task->args = std::move(args);
+  task->resources = options.resources;
+  if (task->resources.empty()) task->resources["CPU"] = 1;
+  task->queue_key = QueueKey(task->resources);
+  task->max_retries = task->retries_left = std::max(0, options.max_retries);
+  auto handle = std::make_shared<internal::RefHandle>(task->return_id, listen_address_);
+  Enqueue(std::move(task));
+  return handle;
+}
+
+void CoreWorker::Enqueue(std::unique_ptr<PendingTask> task) {
   for (auto& arg : task->args) {
     // Large values travel through the store, not inside the task's frame.
     if (!arg.ref && arg.value.size() > options_.inline_limit) {
@@ -739,19 +719,14 @@ std::shared_ptr<internal::RefHandle> CoreWorker::SubmitTask(
       arg.value.clear();
     }
   }
-  task->resources = options.resources;
-  if (task->resources.empty()) task->resources["CPU"] = 1;
-  task->queue_key = QueueKey(task->resources);
-  task->max_retries = task->retries_left = std::max(0, options.max_retries);
-  auto handle = std::make_shared<internal::RefHandle>(task->return_id, listen_address_);
   bool was_empty;
   {
     absl::MutexLock lock(&submit_mu_);
     was_empty = submissions_.empty();
     submissions_.push_back(std::move(task));
   }
+  // One wake-up of the io thread per batch of submissions.
   if (was_empty) PostToIo([this] { DrainSubmissions(); });
-  return handle;
 }
 
 void CoreWorker::DrainSubmissions() {

@@ -140,6 +140,12 @@ class CoreWorker {
 
   // any thread
   void PostToIo(std::function<void()> fn);
+  // Hands a submitted task (or actor call or creation) to the io thread.
+  void Enqueue(std::unique_ptr<PendingTask> task);
+  // Waits until `num_ready` of `refs` are ready or the timeout passes.
+  std::vector<ObjectEntry*> AwaitReady(const std::vector<const internal::RefHandle*>& refs,
+                                       size_t num_ready,
+                                       std::optional<std::chrono::milliseconds> timeout);
   StoreResult CallStore(int op, const ObjectId& id, uint64_t size);
   void SendToNode(std::function<void(proto::Envelope::Builder)> fill);
   // `owned_result`: a task result this process owns, deleted from the store if
