@@ -150,11 +150,7 @@ class HeadService {
         auto kv = msg.getKvPut();
         auto v = kv.getValue();
         kv_[kv.getKey().cStr()] = std::string(reinterpret_cast<const char*>(v.begin()), v.size());
-        OutMessage out;
-        auto env = out.Init();
-        env.setRequestId(msg.getRequestId());
-        env.setAck();
-        conn.Send(out.builder());
+        SendAck(conn, msg.getRequestId());
         return;
       }
       case proto::Envelope::KV_GET: {
@@ -205,11 +201,7 @@ class HeadService {
           reply.setOk(false);
           reply.setError("no actor named '" + name + "'");
         } else {
-          reply.setOk(true);
-          reply.setActorId(capnp::Data::Reader(
-              reinterpret_cast<const uint8_t*>(it->second.id.data()), it->second.id.size()));
-          reply.setOwnerAddress(it->second.owner);
-          reply.setAddress(it->second.address);
+          FillActorName(reply, name, it->second);
         }
         conn.Send(out.builder());
         return;
@@ -222,11 +214,7 @@ class HeadService {
             it->second.id == std::string(reinterpret_cast<const char*>(id.begin()), id.size())) {
           it->second.address = entry.getAddress().cStr();
         }
-        OutMessage out;
-        auto env = out.Init();
-        env.setRequestId(msg.getRequestId());
-        env.setAck();
-        conn.Send(out.builder());
+        SendAck(conn, msg.getRequestId());
         return;
       }
       case proto::Envelope::LOOKUP_ACTOR_BY_ID: {
@@ -238,12 +226,7 @@ class HeadService {
         auto reply = env.initActorNameReply();
         reply.setOk(false);
         for (const auto& [name, entry] : actor_names_) {
-          if (entry.id != key) continue;
-          reply.setOk(true);
-          reply.setName(name);
-          reply.setActorId(id);
-          reply.setOwnerAddress(entry.owner);
-          reply.setAddress(entry.address);
+          if (entry.id == key) FillActorName(reply, name, entry);
         }
         conn.Send(out.builder());
         return;
@@ -256,16 +239,31 @@ class HeadService {
             it->second.id == std::string(reinterpret_cast<const char*>(id.begin()), id.size())) {
           actor_names_.erase(it);
         }
-        OutMessage out;
-        auto env = out.Init();
-        env.setRequestId(msg.getRequestId());
-        env.setAck();
-        conn.Send(out.builder());
+        SendAck(conn, msg.getRequestId());
         return;
       }
       default:
         LUMEN_LOG(WARNING) << "head: ignoring an unexpected message";
     }
+  }
+
+  static void SendAck(Connection& conn, uint64_t request_id) {
+    OutMessage out;
+    auto env = out.Init();
+    env.setRequestId(request_id);
+    env.setAck();
+    conn.Send(out.builder());
+  }
+
+  struct ActorNameEntry;
+  static void FillActorName(proto::ActorName::Builder reply, const std::string& name,
+                            const ActorNameEntry& entry) {
+    reply.setOk(true);
+    reply.setName(name);
+    reply.setActorId(capnp::Data::Reader(reinterpret_cast<const uint8_t*>(entry.id.data()),
+                                         entry.id.size()));
+    reply.setOwnerAddress(entry.owner);
+    reply.setAddress(entry.address);
   }
 
   void OnClose(Connection& conn, const absl::Status& why) {
