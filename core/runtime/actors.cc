@@ -12,26 +12,12 @@
 #include "core/runtime/core_worker_internal.h"
 #include "core/runtime/head_client.h"
 #include "lumen/common/codec.h"
+#include "lumen/common/proto_util.h"
 #include "lumen/common/logging.h"
 #include "lumen/errors.h"
 
 namespace lumen::runtime {
 namespace {
-
-ObjectId IdFromData(capnp::Data::Reader data) {
-  return ObjectId::FromBinary(
-      std::string_view(reinterpret_cast<const char*>(data.begin()), data.size()));
-}
-
-void SetResourceList(capnp::List<proto::Resource>::Builder list,
-                     const std::map<std::string, double>& values) {
-  size_t i = 0;
-  for (const auto& [name, qty] : values) {
-    list[i].setName(name);
-    list[i].setQuantity(qty);
-    ++i;
-  }
-}
 
 // Unregisters a name at the head without blocking the io thread.
 void UnregisterNameLater(std::string head, std::string name, ObjectId id) {
@@ -40,7 +26,7 @@ void UnregisterNameLater(std::string head, std::string name, ObjectId id) {
     (void)CallHead(head, [&](proto::Envelope::Builder env) {
       auto entry = env.initUnregisterActorName();
       entry.setName(name);
-      entry.setActorId(capnp::Data::Reader(id.data(), ObjectId::kSize));
+      entry.setActorId(DataOf(id));
     });
   }).detach();
 }
@@ -60,7 +46,7 @@ std::shared_ptr<internal::RefHandle> CoreWorker::CreateActor(
     auto reply = CallHead(options_.head_address, [&](proto::Envelope::Builder env) {
       auto entry = env.initRegisterActorName();
       entry.setName(options.name);
-      entry.setActorId(capnp::Data::Reader(id.data(), ObjectId::kSize));
+      entry.setActorId(DataOf(id));
       entry.setOwnerAddress(listen_address_);
     });
     if (!reply.ok()) {
@@ -147,7 +133,7 @@ void CoreWorker::KillActor(const internal::RefHandle& actor, bool no_restart) {
     OutMessage out;
     auto env = out.Init();
     env.setRequestId(no_restart ? 1 : 0);
-    env.setKillActor(capnp::Data::Reader(id.data(), ObjectId::kSize));
+    env.setKillActor(DataOf(id));
     conn->Send(out.builder());
   });
 }
@@ -165,7 +151,7 @@ std::shared_ptr<internal::RefHandle> CoreWorker::GetNamedActor(const std::string
   auto entry = env.getActorNameReply();
   if (!entry.getOk()) throw Error(absl::StrCat("lumen::GetActor: ", entry.getError().cStr()));
   // Like a handle received inside a value: we borrow it from its owner.
-  return std::make_shared<internal::RefHandle>(IdFromData(entry.getActorId()),
+  return std::make_shared<internal::RefHandle>(IdFrom<ObjectId>(entry.getActorId()),
                                                entry.getOwnerAddress().cStr(), /*decoded=*/true);
 }
 
@@ -192,8 +178,8 @@ void CoreWorker::StartActor(ActorRecord& record) {
   auto env = out.Init();
   env.setRequestId(request_id);
   auto lease = env.initRequestLease();
-  SetResourceList(lease.initResources(record.options.resources.size()), record.options.resources);
-  SetResourceList(lease.initPlacement(record.options.placement.size()), record.options.placement);
+  SetResources(lease.initResources(record.options.resources.size()), record.options.resources);
+  SetResources(lease.initPlacement(record.options.placement.size()), record.options.placement);
   lease.setActor(true);
   lease.setDetached(record.options.detached);
   node_conn_->Send(out.builder());
@@ -266,7 +252,7 @@ void CoreWorker::OnActorLease(const ObjectId& id, int generation,
   OutMessage push;
   auto spec = push.Init().initPushTask();
   FillTaskSpec(spec, creation);
-  spec.setActorId(capnp::Data::Reader(id.data(), ObjectId::kSize));
+  spec.setActorId(DataOf(id));
   spec.setMaxConcurrency(static_cast<uint32_t>(std::max(1, record->options.max_concurrency)));
   spec.setActorName(record->options.name);
   record->conn->Send(push.builder());
@@ -303,7 +289,7 @@ void CoreWorker::OnActorCreated(const ObjectId& id, int generation,
       (void)CallHead(head, [&](proto::Envelope::Builder env) {
         auto entry = env.initUpdateActorAddress();
         entry.setName(name);
-        entry.setActorId(capnp::Data::Reader(id.data(), ObjectId::kSize));
+        entry.setActorId(DataOf(id));
         entry.setAddress(address);
       });
     }).detach();
@@ -484,7 +470,7 @@ void CoreWorker::ResolveActor(ActorClient& client) {
   auto env = out.Init();
   env.setRequestId(request_id);
   auto req = env.initWaitActor();
-  req.setActorId(capnp::Data::Reader(id.data(), ObjectId::kSize));
+  req.setActorId(DataOf(id));
   req.setFailedAddress(client.failed_address);
   conn->Send(out.builder());
 }
@@ -495,7 +481,7 @@ void CoreWorker::OnActorOwnerUnreachable(const ObjectId& id, std::string why) {
   // A detached actor outlives its owner: the head knows where it runs.
   if (!options_.head_address.empty()) {
     auto reply = CallHead(options_.head_address, [&](proto::Envelope::Builder env) {
-      env.setLookupActorById(capnp::Data::Reader(id.data(), ObjectId::kSize));
+      env.setLookupActorById(DataOf(id));
     });
     if (reply.ok()) {
       try {
@@ -602,7 +588,7 @@ void CoreWorker::OnActorTaskReply(const ObjectId& id, proto::TaskReply::Reader r
   ActorClient& client = *cit->second;
   auto tid = reply.getTaskId();
   TaskId task_id =
-      TaskId::FromBinary(std::string_view(reinterpret_cast<const char*>(tid.begin()), tid.size()));
+      IdFrom<TaskId>(tid);
   auto it = client.in_flight.find(task_id);
   if (it == client.in_flight.end()) return;
   std::unique_ptr<PendingTask> task = std::move(it->second);

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "lumen/common/codec.h"
+#include "lumen/common/proto_util.h"
 #include "lumen/common/logging.h"
 #include "lumen/common/process.h"
 #include "lumen/errors.h"
@@ -76,8 +77,8 @@ absl::Status CoreWorker::Connect() {
     hello.setProtocolVersion(proto::PROTOCOL_VERSION);
     hello.setRole(options_.is_worker ? proto::Role::WORKER : proto::Role::DRIVER);
     hello.setPid(::getpid());
-    hello.setWorkerId(capnp::Data::Reader(options_.worker_id.data(), WorkerId::kSize));
-    hello.setJobId(capnp::Data::Reader(options_.job_id.data(), JobId::kSize));
+    hello.setWorkerId(DataOf(options_.worker_id));
+    hello.setJobId(DataOf(options_.job_id));
     hello.setExePath(exe_path_);
     hello.setListenAddress(listen_address_);
     if (auto s = WriteFrameBlocking(node_socket.native_handle(), out.builder()); !s.ok()) return s;
@@ -111,8 +112,7 @@ absl::Status CoreWorker::Connect() {
       return absl::UnavailableError(absl::StrCat("node daemon refused: ", hr.getError().cStr()));
     }
     auto nid = hr.getNodeId();
-    node_id_ = NodeId::FromBinary(
-        std::string_view(reinterpret_cast<const char*>(nid.begin()), nid.size()));
+    node_id_ = IdFrom<NodeId>(nid);
     store_size = hr.getStoreSize();
   } catch (const std::exception& e) {
     ::close(*fd);
@@ -216,7 +216,7 @@ void CoreWorker::Stop() {
     (void)CallHead(options_.head_address, [&](proto::Envelope::Builder env) {
       auto entry = env.initUnregisterActorName();
       entry.setName(name);
-      entry.setActorId(capnp::Data::Reader(id.data(), ObjectId::kSize));
+      entry.setActorId(DataOf(id));
     });
   }
   // Drop queued work (its refs) while the maps are still consistent.
@@ -299,7 +299,7 @@ void CoreWorker::MarkEscaped(const ObjectId& id) {
     auto conn = PeerConnection(owner, &error);
     if (!conn) return;
     OutMessage out;
-    out.Init().setEscapeRef(capnp::Data::Reader(id.data(), ObjectId::kSize));
+    out.Init().setEscapeRef(DataOf(id));
     conn->Send(out.builder());
   });
 }
@@ -356,7 +356,7 @@ void CoreWorker::MaybeFreeLocked(absl::node_hash_map<ObjectId, ObjectEntry>::ite
   if (entry.owned && entry.ready && entry.kind == ObjectEntry::Kind::kStored) {
     ObjectId id = it->first;
     SendToNode([id](proto::Envelope::Builder env) {
-      env.initStoreDelete().setObjectId(capnp::Data::Reader(id.data(), ObjectId::kSize));
+      env.initStoreDelete().setObjectId(DataOf(id));
     });
   }
   if (entry.owned && entry.is_actor && !stopped_) {
@@ -388,7 +388,7 @@ void CoreWorker::SetObjectReady(const ObjectId& id, std::function<void(ObjectEnt
   }
   if (orphan_stored) {
     SendToNode([id](proto::Envelope::Builder env) {
-      env.initStoreDelete().setObjectId(capnp::Data::Reader(id.data(), ObjectId::kSize));
+      env.initStoreDelete().setObjectId(DataOf(id));
     });
   }
   if (!callbacks.empty()) {
@@ -453,7 +453,7 @@ CoreWorker::StoreResult CoreWorker::CallStore(int op, const ObjectId& id, uint64
         default: return env.initStoreGet();
       }
     }();
-    req.setObjectId(capnp::Data::Reader(id.data(), ObjectId::kSize));
+    req.setObjectId(DataOf(id));
     req.setSize(size);
     node_conn_->Send(out.builder());
   });
@@ -613,7 +613,7 @@ internal::ObjectBytes CoreWorker::PinnedBytes(const ObjectId& id, uint64_t offse
     absl::MutexLock lock(&releaser->mu);
     if (releaser->core == nullptr) return;
     releaser->core->SendToNode([id](proto::Envelope::Builder env) {
-      env.initStoreRelease().setObjectId(capnp::Data::Reader(id.data(), ObjectId::kSize));
+      env.initStoreRelease().setObjectId(DataOf(id));
     });
   });
   return internal::ObjectBytes{
@@ -867,13 +867,7 @@ void CoreWorker::RequestLease(SchedulingQueue& queue) {
   OutMessage out;
   auto env = out.Init();
   env.setRequestId(request_id);
-  auto resources = env.initRequestLease().initResources(queue.resources.size());
-  size_t i = 0;
-  for (const auto& [name, qty] : queue.resources) {
-    resources[i].setName(name);
-    resources[i].setQuantity(qty);
-    ++i;
-  }
+  SetResources(env.initRequestLease().initResources(queue.resources.size()), queue.resources);
   node_conn_->Send(out.builder());
 }
 
@@ -893,7 +887,7 @@ void CoreWorker::OnLeaseReply(SchedulingQueue* queue, proto::LeaseReply::Reader 
   lease->lease_id = reply.getLeaseId();
   auto wid = reply.getWorkerId();
   lease->worker_id =
-      WorkerId::FromBinary(std::string_view(reinterpret_cast<const char*>(wid.begin()), wid.size()));
+      IdFrom<WorkerId>(wid);
   lease->worker_pid = reply.getWorkerPid();
   lease->queue = queue;
   std::string address = reply.getWorkerAddress().cStr();
@@ -948,12 +942,12 @@ void CoreWorker::FillValue(proto::Value::Builder out, const ObjectEntry& entry) 
 }
 
 void CoreWorker::FillTaskSpec(proto::TaskSpec::Builder spec, const PendingTask& task) {
-  spec.setTaskId(capnp::Data::Reader(task.task_id.data(), TaskId::kSize));
+  spec.setTaskId(DataOf(task.task_id));
   spec.setFunction(task.function);
   spec.setAttempt(task.attempt);
   spec.setOwnerAddress(listen_address_);
   spec.setKind(task.kind);
-  if (task.actor) spec.setActorId(capnp::Data::Reader(task.actor->id().data(), ObjectId::kSize));
+  if (task.actor) spec.setActorId(DataOf(task.actor->id()));
   auto args = spec.initArgs(task.args.size());
   absl::MutexLock lock(&mu_);
   for (size_t i = 0; i < task.args.size(); ++i) {
@@ -966,7 +960,7 @@ void CoreWorker::FillTaskSpec(proto::TaskSpec::Builder spec, const PendingTask& 
     auto it = objects_.find(arg.ref->id());
     FillValue(args[i], it->second);
     if (it->second.kind == ObjectEntry::Kind::kStored) {
-      args[i].getStored().setObjectId(capnp::Data::Reader(arg.ref->id().data(), ObjectId::kSize));
+      args[i].getStored().setObjectId(DataOf(arg.ref->id()));
     }
   }
 }
@@ -983,7 +977,7 @@ void CoreWorker::PushTask(Lease& lease, PendingTask* raw) {
 void CoreWorker::OnTaskReply(Lease& lease, proto::TaskReply::Reader reply) {
   auto tid = reply.getTaskId();
   TaskId task_id =
-      TaskId::FromBinary(std::string_view(reinterpret_cast<const char*>(tid.begin()), tid.size()));
+      IdFrom<TaskId>(tid);
   auto it = lease.in_flight.find(task_id);
   if (it == lease.in_flight.end()) return;
   std::unique_ptr<PendingTask> task = std::move(it->second);
@@ -1250,7 +1244,7 @@ void CoreWorker::RequestObjectFromOwner(const ObjectId& id, const std::string& o
   OutMessage out;
   auto env = out.Init();
   env.setRequestId(request_id);
-  env.setWaitObject(capnp::Data::Reader(id.data(), ObjectId::kSize));
+  env.setWaitObject(DataOf(id));
   conn->Send(out.builder());
 }
 
@@ -1278,7 +1272,7 @@ void CoreWorker::SendObjectStatus(Connection& conn, uint64_t request_id, const O
 void CoreWorker::SendRequeued(Connection& conn, const TaskId& task_id, uint32_t attempt) {
   OutMessage out;
   auto r = out.Init().initTaskReply();
-  r.setTaskId(capnp::Data::Reader(task_id.data(), TaskId::kSize));
+  r.setTaskId(DataOf(task_id));
   r.setAttempt(attempt);
   r.setRequeued(true);
   conn.Send(out.builder());
@@ -1337,8 +1331,7 @@ void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
   switch (msg.which()) {
     case proto::Envelope::WAIT_OBJECT: {
       auto data = msg.getWaitObject();
-      ObjectId id = ObjectId::FromBinary(
-          std::string_view(reinterpret_cast<const char*>(data.begin()), data.size()));
+      ObjectId id = IdFrom<ObjectId>(data);
       uint64_t request_id = msg.getRequestId();
       bool ready = true;
       {
@@ -1358,8 +1351,7 @@ void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
     case proto::Envelope::WAIT_ACTOR: {
       auto req = msg.getWaitActor();
       auto data = req.getActorId();
-      ObjectId id = ObjectId::FromBinary(
-          std::string_view(reinterpret_cast<const char*>(data.begin()), data.size()));
+      ObjectId id = IdFrom<ObjectId>(data);
       uint64_t request_id = msg.getRequestId();
       std::weak_ptr<Connection> weak = conn.shared_from_this();
       WhenActorSettled(id, req.getFailedAddress().cStr(),
@@ -1386,8 +1378,7 @@ void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
     }
     case proto::Envelope::KILL_ACTOR: {
       auto data = msg.getKillActor();
-      ObjectId id = ObjectId::FromBinary(
-          std::string_view(reinterpret_cast<const char*>(data.begin()), data.size()));
+      ObjectId id = IdFrom<ObjectId>(data);
       if (owned_actors_.contains(id)) {
         KillOwnedActor(id, msg.getRequestId() != 0, "killed by lumen::ActorHandle::Kill()");
       } else if (is_actor_ && id == actor_id_) {
@@ -1396,7 +1387,7 @@ void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
           (void)CallHead(options_.head_address, [&](proto::Envelope::Builder env) {
             auto entry = env.initUnregisterActorName();
             entry.setName(actor_name_);
-            entry.setActorId(capnp::Data::Reader(id.data(), ObjectId::kSize));
+            entry.setActorId(DataOf(id));
           });
         }
         std::fflush(stdout);
@@ -1408,8 +1399,7 @@ void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
     }
     case proto::Envelope::ESCAPE_REF: {
       auto data = msg.getEscapeRef();
-      ObjectId id = ObjectId::FromBinary(
-          std::string_view(reinterpret_cast<const char*>(data.begin()), data.size()));
+      ObjectId id = IdFrom<ObjectId>(data);
       absl::MutexLock lock(&mu_);
       auto it = objects_.find(id);
       if (it != objects_.end() && it->second.owned) ++it->second.pending_escapes;
@@ -1420,8 +1410,7 @@ void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
       bool add = msg.isAddBorrower();
       auto data = add ? msg.getAddBorrower() : msg.getRemoveBorrower();
       OnBorrowerChange(conn.id(),
-                       ObjectId::FromBinary(std::string_view(
-                           reinterpret_cast<const char*>(data.begin()), data.size())),
+                       IdFrom<ObjectId>(data),
                        add ? 1 : -1);
       return;
     }
@@ -1434,8 +1423,7 @@ void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
       auto task = std::make_unique<TaskToRun>();
       task->reply_to = conn.shared_from_this();
       auto tid = spec.getTaskId();
-      task->task_id = TaskId::FromBinary(
-          std::string_view(reinterpret_cast<const char*>(tid.begin()), tid.size()));
+      task->task_id = IdFrom<TaskId>(tid);
       task->attempt = spec.getAttempt();
       task->function = spec.getFunction().cStr();
       task->kind = spec.getKind();
@@ -1445,8 +1433,7 @@ void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
         // when we exit on purpose.
         actor_owner_conn_ = conn.weak_from_this();
         auto aid = spec.getActorId();
-        actor_id_ = ObjectId::FromBinary(
-            std::string_view(reinterpret_cast<const char*>(aid.begin()), aid.size()));
+        actor_id_ = IdFrom<ObjectId>(aid);
         actor_name_ = spec.getActorName().cStr();
         is_actor_ = true;
       }
@@ -1461,8 +1448,7 @@ void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
           case proto::Value::STORED: {
             auto d = arg.getStored().getObjectId();
             a.is_stored = true;
-            a.stored = ObjectId::FromBinary(
-                std::string_view(reinterpret_cast<const char*>(d.begin()), d.size()));
+            a.stored = IdFrom<ObjectId>(d);
             a.size = arg.getStored().getSize();
             break;
           }
@@ -1613,7 +1599,7 @@ void CoreWorker::ExecuteTask(TaskToRun& task) {
 
   auto reply = std::make_shared<OutMessage>();
   auto r = reply->Init().initTaskReply();
-  r.setTaskId(capnp::Data::Reader(task.task_id.data(), TaskId::kSize));
+  r.setTaskId(DataOf(task.task_id));
   r.setAttempt(task.attempt);
   if (!failure && result.size() > options_.inline_limit) {
     ObjectId id = ObjectId::ForTaskReturn(task.task_id, 1);
@@ -1624,7 +1610,7 @@ void CoreWorker::ExecuteTask(TaskToRun& task) {
       StoreResult sealed = CallStore(kGet, id, 0);
       if (sealed.status.ok()) {
         SendToNode([id](proto::Envelope::Builder env) {
-          env.initStoreRelease().setObjectId(capnp::Data::Reader(id.data(), ObjectId::kSize));
+          env.initStoreRelease().setObjectId(DataOf(id));
         });
       } else {
         failure = Failure{proto::FailureKind::OTHER, "",
@@ -1648,7 +1634,7 @@ void CoreWorker::ExecuteTask(TaskToRun& task) {
     }
     if (!failure) {
       auto stored = r.initResult().initStored();
-      stored.setObjectId(capnp::Data::Reader(id.data(), ObjectId::kSize));
+      stored.setObjectId(DataOf(id));
       stored.setSize(result.size());
     }
   }

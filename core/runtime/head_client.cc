@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/runtime/cluster.h"
 #include "lumen/common/connection.h"
+#include "lumen/common/proto_util.h"
 
 namespace lumen::runtime {
 namespace {
@@ -95,7 +96,7 @@ namespace {
 NodeView ToNodeView(proto::NodeStats::Reader n) {
       NodeView v;
       auto id = n.getNodeId();
-      v.id = NodeId::FromBinary(std::string_view(reinterpret_cast<const char*>(id.begin()), id.size()));
+      v.id = IdFrom<NodeId>(id);
       v.address = n.getAddress().cStr();
       v.hostname = n.getHostname().cStr();
       v.pid = n.getPid();

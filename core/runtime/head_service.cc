@@ -11,6 +11,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "lumen/common/connection.h"
+#include "lumen/common/proto_util.h"
 #include "lumen/common/ids.h"
 #include "lumen/common/logging.h"
 
@@ -96,8 +97,7 @@ class HeadService {
 
   void StoreReport(Connection& conn, proto::NodeStats::Reader stats) {
     auto id = stats.getNodeId();
-    NodeId node = NodeId::FromBinary(
-        std::string_view(reinterpret_cast<const char*>(id.begin()), id.size()));
+    NodeId node = IdFrom<NodeId>(id);
     capnp::MallocMessageBuilder copy;
     copy.setRoot(stats);
     NodeEntry& entry = nodes_[node];

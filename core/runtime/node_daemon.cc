@@ -14,6 +14,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "lumen/common/connection.h"
+#include "lumen/common/proto_util.h"
 #include "lumen/common/ids.h"
 #include "lumen/common/logging.h"
 #include "lumen/common/process.h"
@@ -28,21 +29,6 @@ namespace {
 namespace asio = boost::asio;
 using scheduler::LocalResourceManager;
 using scheduler::ResourceSet;
-
-template <class Id>
-Id IdFrom(capnp::Data::Reader data) {
-  return Id::FromBinary(std::string_view(reinterpret_cast<const char*>(data.begin()), data.size()));
-}
-
-void SetResources(capnp::List<proto::Resource>::Builder list,
-                  const std::map<std::string, double>& values) {
-  size_t i = 0;
-  for (const auto& [name, qty] : values) {
-    list[i].setName(name);
-    list[i].setQuantity(qty);
-    ++i;
-  }
-}
 
 // What a connected client is, learned from its hello.
 struct Client {
@@ -271,10 +257,10 @@ void NodeDaemon::OnHello(Connection& conn, proto::Hello::Reader hello) {
   }
   client.hello_done = true;
   reply.setOk(true);
-  reply.setNodeId(capnp::Data::Reader(node_id_.data(), NodeId::kSize));
+  reply.setNodeId(DataOf(node_id_));
   reply.setStoreSize(segment_->size());
   reply.setSessionDir(options_.session_dir);
-  reply.setJobId(capnp::Data::Reader(client.job.data(), JobId::kSize));
+  reply.setJobId(DataOf(client.job));
   if (client.role == proto::Role::DRIVER || client.role == proto::Role::WORKER) {
     // The store's fd travels with the hello reply (SCM_RIGHTS).
     std::string frame;
@@ -316,11 +302,9 @@ void NodeDaemon::OnFrame(Connection& conn, proto::Envelope::Reader msg) {
   }
   switch (msg.which()) {
     case proto::Envelope::REQUEST_LEASE: {
-      std::map<std::string, double> wanted, placement;
-      for (auto r : msg.getRequestLease().getResources()) wanted[r.getName().cStr()] = r.getQuantity();
-      for (auto r : msg.getRequestLease().getPlacement()) {
-        placement[r.getName().cStr()] = r.getQuantity();
-      }
+      std::map<std::string, double> wanted = ReadResources(msg.getRequestLease().getResources());
+      std::map<std::string, double> placement =
+          ReadResources(msg.getRequestLease().getPlacement());
       for (const auto& [name, qty] : wanted) placement[name] = std::max(placement[name], qty);
       auto request = ResourceSet::FromMap(wanted);
       auto placement_set = ResourceSet::FromMap(placement);
@@ -535,7 +519,7 @@ void NodeDaemon::DispatchLeases() {
     auto reply = env.initLeaseReply();
     reply.setGranted(true);
     reply.setLeaseId(lease_id);
-    reply.setWorkerId(capnp::Data::Reader(wid.data(), WorkerId::kSize));
+    reply.setWorkerId(DataOf(wid));
     reply.setWorkerAddress(w.address);
     reply.setWorkerPid(w.pid);
     conn->Send(out.builder());
@@ -719,7 +703,7 @@ void NodeDaemon::OnWorkerGone(Worker& w, const std::string& why) {
 }
 
 void NodeDaemon::FillStats(proto::NodeStats::Builder stats) {
-  stats.setNodeId(capnp::Data::Reader(node_id_.data(), NodeId::kSize));
+  stats.setNodeId(DataOf(node_id_));
   stats.setAddress(socket_path_);
   char host[256] = {0};
   ::gethostname(host, sizeof(host) - 1);

@@ -60,21 +60,12 @@ class ActorTaskCaller {
   template <class... A>
   ObjectRef<Return> Remote(A&&... args) {
     static_assert(sizeof...(A) == Traits::kArity, "wrong number of arguments for this method");
-    return RemoteImpl(std::make_index_sequence<sizeof...(A)>(), std::forward<A>(args)...);
+    return ObjectRef<Return>(internal::SubmitActorTask(
+        actor_, method_,
+        internal::EncodeArguments<typename Traits::Params>(std::forward<A>(args)...)));
   }
 
  private:
-  template <size_t... I, class... A>
-  ObjectRef<Return> RemoteImpl(std::index_sequence<I...>, A&&... args) {
-    using Params = typename Traits::Params;
-    std::vector<internal::TaskArgument> encoded;
-    encoded.reserve(sizeof...(A));
-    (encoded.push_back(internal::MakeArgument<std::tuple_element_t<I, Params>>(
-         std::forward<A>(args))),
-     ...);
-    return ObjectRef<Return>(internal::SubmitActorTask(actor_, method_, std::move(encoded)));
-  }
-
   std::shared_ptr<internal::RefHandle> actor_;
   std::string method_;
 };
@@ -143,14 +134,7 @@ class ActorCreator {
   template <class... A>
   ActorHandle<Class> Remote(A&&... args) {
     static_assert(sizeof...(A) == Traits::kArity, "wrong number of arguments for this factory");
-    using Params = typename Traits::Params;
-    std::vector<internal::TaskArgument> encoded;
-    encoded.reserve(sizeof...(A));
-    [&]<size_t... I>(std::index_sequence<I...>) {
-      (encoded.push_back(internal::MakeArgument<std::tuple_element_t<I, Params>>(
-           std::forward<A>(args))),
-       ...);
-    }(std::make_index_sequence<sizeof...(A)>());
+    auto encoded = internal::EncodeArguments<typename Traits::Params>(std::forward<A>(args)...);
     internal::ActorOptions options = options_;
     // As in Ray: one CPU to be placed, none held while it runs, unless asked.
     if (!options.placement.contains("CPU")) options.placement["CPU"] = 1;

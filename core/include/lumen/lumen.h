@@ -179,6 +179,19 @@ TaskArgument MakeArgument(A&& arg) {
   }
 }
 
+// Encodes Remote()'s arguments for a callee whose parameters are `Params`
+// (a std::tuple of decayed parameter types).
+template <class Params, class... A>
+std::vector<TaskArgument> EncodeArguments(A&&... args) {
+  static_assert(sizeof...(A) == std::tuple_size_v<Params>, "wrong number of arguments");
+  std::vector<TaskArgument> encoded;
+  encoded.reserve(sizeof...(A));
+  [&]<size_t... I>(std::index_sequence<I...>) {
+    (encoded.push_back(MakeArgument<std::tuple_element_t<I, Params>>(std::forward<A>(args))), ...);
+  }(std::make_index_sequence<sizeof...(A)>());
+  return encoded;
+}
+
 template <class T>
 std::vector<const RefHandle*> Handles(const std::vector<ObjectRef<T>>& refs) {
   std::vector<const RefHandle*> out;
@@ -221,21 +234,13 @@ class TaskCaller {
   template <class... A>
   ObjectRef<Return> Remote(A&&... args) {
     static_assert(sizeof...(A) == Traits::kArity, "wrong number of arguments for this function");
-    return RemoteImpl(std::make_index_sequence<sizeof...(A)>(), std::forward<A>(args)...);
+    return ObjectRef<Return>(internal::SubmitTask(
+        function_,
+        internal::EncodeArguments<typename Traits::Params>(std::forward<A>(args)...),
+        options_));
   }
 
  private:
-  template <size_t... I, class... A>
-  ObjectRef<Return> RemoteImpl(std::index_sequence<I...>, A&&... args) {
-    using Params = typename Traits::Params;
-    std::vector<internal::TaskArgument> encoded;
-    encoded.reserve(sizeof...(A));
-    (encoded.push_back(internal::MakeArgument<std::tuple_element_t<I, Params>>(
-         std::forward<A>(args))),
-     ...);
-    return ObjectRef<Return>(internal::SubmitTask(function_, std::move(encoded), options_));
-  }
-
   std::string function_;
   internal::TaskOptions options_;
 };
