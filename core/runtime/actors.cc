@@ -282,17 +282,15 @@ void CoreWorker::OnActorCreated(const ObjectId& id, int generation,
   }
   record.state = ActorRecord::State::kAlive;
   if (record.options.detached && !record.options.name.empty() && !options_.head_address.empty()) {
-    // Callers whose owner (this process) is gone find a detached actor here.
-    std::string head = options_.head_address, name = record.options.name,
-                address = record.address;
-    std::thread([head, name, id, address] {
-      (void)CallHead(head, [&](proto::Envelope::Builder env) {
-        auto entry = env.initUpdateActorAddress();
-        entry.setName(name);
-        entry.setActorId(DataOf(id));
-        entry.setAddress(address);
-      });
-    }).detach();
+    // Callers whose owner (this process) is gone find a detached actor through
+    // the head. Synchronous (one loopback round trip, once per actor), so that
+    // it is recorded before this process may exit.
+    (void)CallHead(options_.head_address, [&](proto::Envelope::Builder env) {
+      auto entry = env.initUpdateActorAddress();
+      entry.setName(record.options.name);
+      entry.setActorId(DataOf(id));
+      entry.setAddress(record.address);
+    });
   }
   auto callbacks = std::move(record.on_change);
   record.on_change.clear();
