@@ -1,5 +1,6 @@
 #include "lumen/common/connection.h"
 
+#include <fcntl.h>
 #include <kj/exception.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -17,12 +18,16 @@ namespace {
 
 std::atomic<uint64_t> next_connection_id{1};
 
+// EAGAIN on a blocking socket means its SO_RCVTIMEO/SO_SNDTIMEO passed.
+bool IsNonBlocking(int fd) { return (::fcntl(fd, F_GETFL) & O_NONBLOCK) != 0; }
+
 absl::Status WriteAll(int fd, const char* data, size_t len) {
   while (len > 0) {
     ssize_t n = ::send(fd, data, len, MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        if (!IsNonBlocking(fd)) return absl::DeadlineExceededError("send timed out");
         pollfd p{fd, POLLOUT, 0};
         ::poll(&p, 1, -1);
         continue;
@@ -42,6 +47,7 @@ absl::Status ReadAll(int fd, char* data, size_t len) {
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        if (!IsNonBlocking(fd)) return absl::DeadlineExceededError("no reply in time");
         pollfd p{fd, POLLIN, 0};
         ::poll(&p, 1, -1);
         continue;

@@ -125,10 +125,19 @@ void CoreWorker::KillActor(const internal::RefHandle& actor, bool no_restart) {
     absl::Status error;
     auto conn = PeerConnection(owner, &error);
     if (!conn) {
-      // The owner is gone; a detached actor is told directly.
+      // The owner is gone; a detached actor is told directly, at the address we
+      // use or the one the head recorded.
       auto cit = actor_clients_.find(id);
-      if (cit == actor_clients_.end() || !cit->second->conn) return;
-      conn = cit->second->conn;
+      if (cit != actor_clients_.end() && cit->second->conn) {
+        conn = cit->second->conn;
+      } else if (std::string address = DetachedActorAddress(id); !address.empty()) {
+        conn = PeerConnection(address, &error);
+      }
+      if (!conn) {
+        LUMEN_LOG(WARNING) << "cannot kill actor " << id.Hex().substr(0, 12)
+                           << ": its owner and the actor are unreachable";
+        return;
+      }
     }
     OutMessage out;
     auto env = out.Init();
@@ -408,10 +417,19 @@ void CoreWorker::PumpActorClient(ActorClient& client) {
                     ""};
     for (auto& task : client.interrupted) FailTask(task.release(), failure);
     client.interrupted.clear();
-    while (!client.queue.empty()) {
-      auto task = std::move(client.queue.front());
-      client.queue.pop_front();
-      FailTask(task.release(), failure);
+    for (auto it = client.queue.begin(); it != client.queue.end();) {
+      if ((*it)->resolved) {
+        FailTask(it->release(), failure);
+        it = client.queue.erase(it);
+      } else {
+        // Its arguments' callbacks still point at it: fail its result now and
+        // free it when they have run (OnTaskResolved pumps again).
+        SetObjectReady((*it)->return_id, [&](ObjectEntry& e) {
+          e.kind = ObjectEntry::Kind::kFailed;
+          e.failure = failure;
+        });
+        ++it;
+      }
     }
     return;
   }
@@ -423,7 +441,8 @@ void CoreWorker::PumpActorClient(ActorClient& client) {
     auto task = std::move(client.queue.front());
     client.queue.pop_front();
     if (task->dep_failure) {
-      FailTask(task.release(), *task->dep_failure);
+      Failure failure = *task->dep_failure;
+      FailTask(task.release(), failure);
       continue;
     }
     OutMessage out;
@@ -473,28 +492,30 @@ void CoreWorker::ResolveActor(ActorClient& client) {
   conn->Send(out.builder());
 }
 
+std::string CoreWorker::DetachedActorAddress(const ObjectId& id) {
+  if (options_.head_address.empty()) return "";
+  auto reply = CallHead(options_.head_address,
+                        [&](proto::Envelope::Builder env) { env.setLookupActorById(DataOf(id)); });
+  if (!reply.ok()) return "";
+  try {
+    capnp::FlatArrayMessageReader reader(kj::arrayPtr(reply->data(), reply->size()));
+    auto env = reader.getRoot<proto::Envelope>();
+    if (env.isActorNameReply() && env.getActorNameReply().getOk()) {
+      return env.getActorNameReply().getAddress().cStr();
+    }
+  } catch (const std::exception&) {
+  }
+  return "";
+}
+
 void CoreWorker::OnActorOwnerUnreachable(const ObjectId& id, std::string why) {
   auto cit = actor_clients_.find(id);
   if (cit == actor_clients_.end()) return;
   // A detached actor outlives its owner: the head knows where it runs.
-  if (!options_.head_address.empty()) {
-    auto reply = CallHead(options_.head_address, [&](proto::Envelope::Builder env) {
-      env.setLookupActorById(DataOf(id));
-    });
-    if (reply.ok()) {
-      try {
-        capnp::FlatArrayMessageReader reader(kj::arrayPtr(reply->data(), reply->size()));
-        auto env = reader.getRoot<proto::Envelope>();
-        if (env.isActorNameReply() && env.getActorNameReply().getOk()) {
-          std::string address = env.getActorNameReply().getAddress().cStr();
-          if (!address.empty() && address != cit->second->failed_address) {
-            OnActorResolved(id, true, address, "");
-            return;
-          }
-        }
-      } catch (const std::exception&) {
-      }
-    }
+  std::string address = DetachedActorAddress(id);
+  if (!address.empty() && address != cit->second->failed_address) {
+    OnActorResolved(id, true, address, "");
+    return;
   }
   OnActorResolved(id, false, "", std::move(why));
 }

@@ -1461,7 +1461,11 @@ void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
         absl::MutexLock lock(&exec_mu_);
         // An actor's calls run here whatever it waits for; a plain task blocked
         // in Get hands new ones back.
-        if (!exec_blocked_ || is_actor_) {
+        if (exit_after_call_) {
+          // The actor is exiting: the call is dropped, and its caller sees the
+          // actor die.
+          task.reset();
+        } else if (!exec_blocked_ || is_actor_) {
           exec_queue_.push_back(std::move(task));
           exec_queue_size_.fetch_add(1, std::memory_order_release);
         }
@@ -1494,7 +1498,7 @@ void CoreWorker::ExecutorLoop() {
     std::unique_ptr<TaskToRun> task;
     {
       absl::MutexLock lock(&exec_mu_);
-      if (exec_queue_.empty()) continue;
+      if (exec_queue_.empty() || exit_after_call_) continue;
       task = std::move(exec_queue_.front());
       exec_queue_.pop_front();
       exec_queue_size_.fetch_sub(1, std::memory_order_release);
@@ -1503,16 +1507,24 @@ void CoreWorker::ExecutorLoop() {
   }
 }
 
+namespace {
+// Set by ExitActor() on the thread running the call that asked to exit.
+thread_local bool this_call_exits = false;
+}  // namespace
+
 void CoreWorker::ExitActorAfterCall() {
   if (!is_actor_ || !in_task) throw Error("lumen::ExitActor() must be called inside an actor method");
-  exit_after_call_ = true;
+  this_call_exits = true;
+  exit_after_call_ = true;  // no further calls start
 }
 
 void CoreWorker::ExitProcessWhenFlushed() {
-  // Runs on the io thread: once every queued reply is written, leave.
+  // Runs on the io thread: once every queued reply is written (or after two
+  // seconds, if a peer stops reading), leave.
+  static const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   bool flushed = true;
   for (auto& [id, conn] : inbound_) flushed &= conn->closed() || conn->idle();
-  if (!flushed) {
+  if (!flushed && std::chrono::steady_clock::now() < deadline) {
     auto timer = std::make_shared<boost::asio::steady_timer>(io_, std::chrono::milliseconds(1));
     timer->async_wait([this, timer](const boost::system::error_code&) { ExitProcessWhenFlushed(); });
     return;
@@ -1647,7 +1659,8 @@ void CoreWorker::ExecuteTask(TaskToRun& task) {
   r.setExecMicros(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
                                             std::chrono::steady_clock::now() - start)
                                             .count()));
-  bool exiting = is_actor_ && exit_after_call_.load();
+  bool exiting = is_actor_ && this_call_exits;
+  this_call_exits = false;
   if (exiting) r.setActorExiting(true);
   std::string frame;
   AppendFrame(reply->builder(), &frame);

@@ -181,6 +181,8 @@ class CoreWorker {
   void ResolveActor(ActorClient& client);
   void OnActorResolved(const ObjectId& id, bool alive, std::string address, std::string death);
   void OnActorOwnerUnreachable(const ObjectId& id, std::string why);
+  // The address the head recorded for a detached actor, or "".
+  std::string DetachedActorAddress(const ObjectId& id);
   void OnActorConnectionLost(const ObjectId& id, Connection* conn);
   void OnActorTaskReply(const ObjectId& id, proto::TaskReply::Reader reply);
   void FillTaskSpec(proto::TaskSpec::Builder spec, const PendingTask& task);

@@ -56,6 +56,10 @@ absl::StatusOr<std::vector<capnp::word>> CallHead(
   if (!ec) boost::asio::connect(socket, endpoints, ec);
   if (ec) return absl::UnavailableError(absl::StrCat("cannot reach the head at ", head_address, ": ", ec.message()));
   int fd = socket.native_handle();
+  // A head that stops answering must not freeze the caller.
+  timeval limit{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));
   {
     OutMessage out;
     auto hello = out.Init().initHello();

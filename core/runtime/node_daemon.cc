@@ -102,6 +102,7 @@ class NodeDaemon {
   void ReapChildren();
   void OnWorkerGone(Worker& worker, const std::string& why);
   void KillJobWorkers(const JobId& job_id);
+  bool IsDetached(const Worker& w) const;
   void FailJobLeaseRequests(const JobId& job_id, const std::string& why);
   void FillStats(proto::NodeStats::Builder stats);
   void ConnectHead();
@@ -411,7 +412,14 @@ void NodeDaemon::OnStoreRequest(Connection& conn, proto::Envelope::Reader msg) {
     case proto::Envelope::STORE_CREATE: {
       auto req = msg.getStoreCreate();
       auto offset = store_->Create(client, id_of(req), req.getSize());
-      if (offset.ok()) object_jobs_[id_of(req)] = client_info.job;
+      if (offset.ok()) {
+        // A detached actor's objects belong to no job: they outlive its
+        // creator's, and whoever owns them may free them.
+        auto wit = workers_.find(client_info.worker);
+        bool detached = client_info.role == proto::Role::WORKER && wit != workers_.end() &&
+                        IsDetached(wit->second);
+        object_jobs_[id_of(req)] = detached ? JobId::Nil() : client_info.job;
+      }
       reply(offset.status(), offset.ok() ? *offset : 0, req.getSize());
       return;
     }
@@ -436,7 +444,10 @@ void NodeDaemon::OnStoreRequest(Connection& conn, proto::Envelope::Reader msg) {
       // Only the job that created an object frees it.
       ObjectId id = id_of(msg.getStoreDelete());
       auto jit = object_jobs_.find(id);
-      if (jit == object_jobs_.end() || jit->second != client_info.job) return;
+      if (jit == object_jobs_.end() ||
+          (!jit->second.IsNil() && jit->second != client_info.job)) {
+        return;
+      }
       object_jobs_.erase(jit);
       store_->Delete(id);
       return;
@@ -589,9 +600,17 @@ void NodeDaemon::OnClose(Connection& conn, const absl::Status& why) {
   }
   if (client.role == proto::Role::DRIVER && jobs_.contains(client.job) &&
       jobs_[client.job].driver_conn == id) {
-    // The job is over: its workers and its objects go with it.
+    // The job is over: its workers and its objects go with it, except detached
+    // actors, which keep the job's entry (its binary) for their own work.
     KillJobWorkers(client.job);
-    jobs_.erase(client.job);
+    bool has_detached = false;
+    for (const auto& [wid, w] : workers_) has_detached |= w.job == client.job && IsDetached(w);
+    if (has_detached) {
+      jobs_[client.job].driver_conn = 0;
+      jobs_[client.job].idle.clear();
+    } else {
+      jobs_.erase(client.job);
+    }
     for (auto oit = object_jobs_.begin(); oit != object_jobs_.end();) {
       if (oit->second == client.job) {
         store_->Delete(oit->first);
@@ -642,14 +661,15 @@ void NodeDaemon::FailJobLeaseRequests(const JobId& job_id, const std::string& wh
   jobs_[job_id].failed_starts = 0;
 }
 
+bool NodeDaemon::IsDetached(const Worker& w) const {
+  if (w.state != WorkerState::kLeased) return false;
+  auto lit = leases_.find(w.lease_id);
+  return lit != leases_.end() && lit->second.detached;
+}
+
 void NodeDaemon::KillJobWorkers(const JobId& job_id) {
   for (auto& [wid, w] : workers_) {
-    if (w.job != job_id) continue;
-    if (w.state == WorkerState::kLeased) {
-      auto lit = leases_.find(w.lease_id);
-      if (lit != leases_.end() && lit->second.detached) continue;  // lives on
-    }
-    ::kill(w.pid, SIGKILL);
+    if (w.job == job_id && !IsDetached(w)) ::kill(w.pid, SIGKILL);
   }
 }
 

@@ -6,6 +6,9 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <condition_variable>
+#include <filesystem>
+#include <fstream>
+#include <thread>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -227,6 +230,32 @@ TEST_CASE("ExitActor ends the actor after the call returns") {
   }
 }
 
+namespace {
+int SlowValue(std::string gate) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!std::filesystem::exists(gate) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return 1;
+}
+}  // namespace
+LUMEN_REMOTE(SlowValue);
+
+TEST_CASE("calls waiting for arguments fail cleanly when their actor is killed") {
+  ScopedCluster cluster;
+  std::string gate = cluster.session_dir() + "/gate";
+  auto counter = lumen::Actor(Counter::Create).Remote(0);
+  REQUIRE(*lumen::Get(counter.Task(&Counter::Get).Remote()) == 0);
+  auto slow = lumen::Task(SlowValue).Remote(gate);
+  auto waiting = counter.Task(&Counter::Add).Remote(slow);  // not sent: its argument is pending
+  counter.Kill();
+  auto after = counter.Task(&Counter::Get).Remote();
+  REQUIRE_THROWS_AS(lumen::Get(after, std::chrono::seconds(10)), lumen::ActorDiedError);
+  REQUIRE_THROWS_AS(lumen::Get(waiting, std::chrono::seconds(10)), lumen::ActorDiedError);
+  std::ofstream(gate) << "open";
+  REQUIRE(*lumen::Get(slow) == 1);  // the waiting call's argument arrives after its failure
+}
+
 TEST_CASE("an actor whose handles are all gone ends") {
   ScopedCluster cluster;
   int pid = 0;
@@ -263,6 +292,12 @@ TEST_CASE("driver that leaves a detached actor behind", "[.]") {
                     .SetLifetime(lumen::ActorLifetime::kDetached)
                     .Remote(10);
   REQUIRE(*lumen::Get(keeper.Task(&Counter::Add).Remote(5)) == 15);
+  // A second one that the other driver kills without ever calling it.
+  auto other = lumen::Actor(Counter::Create)
+                   .SetName("survivor2")
+                   .SetLifetime(lumen::ActorLifetime::kDetached)
+                   .Remote(0);
+  REQUIRE(*lumen::Get(other.Task(&Counter::Get).Remote()) == 0);
   lumen::Shutdown();
 }
 
@@ -286,6 +321,16 @@ TEST_CASE("a detached actor outlives the driver that created it") {
     REQUIRE_THROWS_AS(
         lumen::Get(survivor.Task(&Counter::Get).Remote(), std::chrono::seconds(30)),
         lumen::ActorDiedError);
+    // Killed through the head's record: the actor ends and frees its name.
+    lumen::GetActor<Counter>("survivor2").Kill();
+    REQUIRE(WaitUntil([] {
+      try {
+        lumen::GetActor<Counter>("survivor2");
+        return false;
+      } catch (const lumen::Error&) {
+        return true;
+      }
+    }));
     lumen::Shutdown();
   }
   REQUIRE(lumen::test::RunCommand(std::string(LUMEN_CLI_PATH) + " stop", &out) == 0);
