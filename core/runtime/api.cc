@@ -239,6 +239,51 @@ std::string ClusterAddress() {
 
 }  // namespace internal
 
+namespace {
+
+std::vector<runtime::NodeView> QueryClusterNodes() {
+  std::string head = runtime::CurrentCoreWorker() ? internal::ClusterAddress() : "";
+  if (head.empty() && runtime::CurrentCoreWorker()) head = runtime::CurrentCoreWorker()->head_address();
+  if (head.empty()) throw Error("lumen is not initialized: call lumen::Init first");
+  auto nodes = runtime::QueryNodes(head);
+  if (!nodes.ok()) throw Error(std::string(nodes.status().message()));
+  return *nodes;
+}
+
+}  // namespace
+
+std::map<std::string, double> ClusterResources() {
+  std::map<std::string, double> total;
+  for (const auto& node : QueryClusterNodes()) {
+    if (!node.alive) continue;
+    for (const auto& [name, qty] : node.total) total[name] += qty;
+  }
+  return total;
+}
+
+std::map<std::string, double> AvailableResources() {
+  std::map<std::string, double> available;
+  for (const auto& node : QueryClusterNodes()) {
+    if (!node.alive) continue;
+    for (const auto& [name, qty] : node.available) available[name] += qty;
+  }
+  return available;
+}
+
+std::vector<NodeInfo> Nodes() {
+  std::vector<NodeInfo> out;
+  for (const auto& node : QueryClusterNodes()) {
+    out.push_back(NodeInfo{node.id.Hex(), node.address, node.alive, node.total});
+  }
+  return out;
+}
+
+std::string GetNodeId() {
+  runtime::CoreWorker* core = runtime::CurrentCoreWorker();
+  if (core == nullptr) throw Error("lumen is not initialized: call lumen::Init first");
+  return core->node_id().Hex();
+}
+
 void Init(int argc, char** argv) { internal::InitRuntime(Config{}, argc, argv); }
 void Init(const Config& config) { internal::InitRuntime(config, 0, nullptr); }
 void Init(const Config& config, int argc, char** argv) {

@@ -88,6 +88,20 @@ absl::Status CoreWorker::Connect() {
   auto fd = objectstore::RecvWithFd(node_socket.native_handle(), reply_words.data(),
                                     reply_words.size() * sizeof(capnp::word), &received);
   if (!fd.ok()) {
+    // A refusal (e.g. a protocol version mismatch) comes without the store's fd:
+    // show the daemon's reason when there is one.
+    if (received > kFrameHeaderBytes) {
+      try {
+        capnp::FlatArrayMessageReader reader(kj::arrayPtr(
+            reply_words.data() + 1, (received - kFrameHeaderBytes) / sizeof(capnp::word)));
+        auto reply = reader.getRoot<proto::Envelope>();
+        if (reply.isHelloReply() && !reply.getHelloReply().getOk()) {
+          return absl::UnavailableError(absl::StrCat(
+              "node daemon refused: ", reply.getHelloReply().getError().cStr()));
+        }
+      } catch (const std::exception&) {
+      }
+    }
     return absl::UnavailableError(
         absl::StrCat("node daemon handshake failed: ", fd.status().message()));
   }

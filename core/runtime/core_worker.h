@@ -63,6 +63,7 @@ class CoreWorker {
 
   const std::string& address() const { return listen_address_; }
   const NodeId& node_id() const { return node_id_; }
+  const std::string& head_address() const { return options_.head_address; }
   const JobId& job_id() const { return options_.job_id; }
 
   // --- thread-safe API used by lumen.h ---

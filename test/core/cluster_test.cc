@@ -77,3 +77,31 @@ TEST_CASE("the quickstart example runs on an embedded cluster") {
   REQUIRE(out.find("Fibonacci(10) = 55") != std::string::npos);
   REQUIRE(out.find("done") != std::string::npos);
 }
+
+namespace {
+std::string NodeOfTask() { return lumen::GetNodeId(); }
+double CpusSeenByTask() { return lumen::ClusterResources()["CPU"]; }
+}  // namespace
+
+LUMEN_REMOTE(NodeOfTask, CpusSeenByTask);
+
+TEST_CASE("ClusterResources AvailableResources Nodes and GetNodeId describe the cluster") {
+  lumen::Config config = lumen::test::ScopedCluster::DefaultConfig();
+  config.num_cpus = 3;
+  config.resources = {{"ssd", 2}};
+  lumen::test::ScopedCluster cluster(config);
+  auto total = lumen::ClusterResources();
+  REQUIRE(total["CPU"] == 3);
+  REQUIRE(total["ssd"] == 2);
+  REQUIRE(total["object_store_memory"] == static_cast<double>(512ull << 20));
+  auto nodes = lumen::Nodes();
+  REQUIRE(nodes.size() == 1);
+  REQUIRE(nodes[0].alive);
+  REQUIRE(nodes[0].id == lumen::GetNodeId());
+  REQUIRE(*lumen::Get(lumen::Task(NodeOfTask).Remote()) == nodes[0].id);
+  REQUIRE(*lumen::Get(lumen::Task(CpusSeenByTask).Remote()) == 3);
+  REQUIRE(lumen::AvailableResources()["CPU"] <= 3);
+  lumen::Shutdown();
+  REQUIRE_THROWS_AS(lumen::Nodes(), lumen::Error);
+  lumen::Init(config);  // for the ScopedCluster's own Shutdown
+}

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "lumen/common/buffer.h"
+#include "lumen/cluster.h"
 #include "lumen/common/codec.h"
 #include "lumen/config.h"
 #include "lumen/errors.h"
