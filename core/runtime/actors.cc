@@ -216,6 +216,8 @@ void CoreWorker::OnActorLease(const ObjectId& id, int generation,
   record->lease_id = reply.getLeaseId();
   record->pid = reply.getWorkerPid();
   record->address = reply.getWorkerAddress().cStr();
+  record->gpu_ids.clear();
+  for (int gpu : reply.getGpuIds()) record->gpu_ids.push_back(gpu);
   if (record->kill_requested) {
     kill_lease(record->lease_id);
     SetActorDead(*record, record->kill_reason);
@@ -264,6 +266,7 @@ void CoreWorker::OnActorLease(const ObjectId& id, int generation,
   spec.setActorId(DataOf(id));
   spec.setMaxConcurrency(static_cast<uint32_t>(std::max(1, record->options.max_concurrency)));
   spec.setActorName(record->options.name);
+  SetGpuIds(spec, record->gpu_ids);
   record->conn->Send(push.builder());
 }
 

@@ -284,6 +284,8 @@ std::string GetNodeId() {
   return core->node_id().Hex();
 }
 
+std::vector<int> GetGpuIds() { return runtime::CoreWorker::CurrentGpuIds(); }
+
 void Init(int argc, char** argv) { internal::InitRuntime(Config{}, argc, argv); }
 void Init(const Config& config) { internal::InitRuntime(config, 0, nullptr); }
 void Init(const Config& config, int argc, char** argv) {

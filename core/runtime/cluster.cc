@@ -130,6 +130,18 @@ double DetectCpus() {
   return n == 0 ? 1 : n;
 }
 
+double DetectGpus() {
+  // NVIDIA's driver lists one directory per device; no driver, no GPUs. (Tests
+  // and machines without a driver declare GPUs with --num-gpus.)
+  std::error_code ec;
+  int count = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/driver/nvidia/gpus", ec)) {
+    (void)entry;
+    ++count;
+  }
+  return count;
+}
+
 uint64_t DetectMemoryBytes() {
   struct sysinfo info;
   if (::sysinfo(&info) != 0) return 1ull << 30;
@@ -182,6 +194,7 @@ absl::StatusOr<ClusterProcesses> StartCluster(const ClusterSpec& spec) {
 
   std::map<std::string, double> resources = spec.resources;
   if (!resources.contains("CPU")) resources["CPU"] = DetectCpus();
+  if (!resources.contains("GPU") && DetectGpus() > 0) resources["GPU"] = DetectGpus();
   uint64_t ram = DetectMemoryBytes();
   uint64_t store = spec.object_store_bytes ? spec.object_store_bytes : ram * 3 / 10;
   if (!resources.contains("memory")) resources["memory"] = static_cast<double>(ram - std::min(ram, store));

@@ -48,6 +48,7 @@ void MaybeRunClusterProcess();
 
 // Detected machine resources.
 double DetectCpus();
+double DetectGpus();
 uint64_t DetectMemoryBytes();
 
 }  // namespace lumen::runtime

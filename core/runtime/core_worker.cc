@@ -903,6 +903,7 @@ void CoreWorker::OnLeaseReply(SchedulingQueue* queue, proto::LeaseReply::Reader 
   lease->worker_id =
       IdFrom<WorkerId>(wid);
   lease->worker_pid = reply.getWorkerPid();
+  for (int id : reply.getGpuIds()) lease->gpu_ids.push_back(id);
   lease->queue = queue;
   std::string address = reply.getWorkerAddress().cStr();
   boost::asio::local::stream_protocol::socket s(io_);
@@ -983,7 +984,9 @@ void CoreWorker::PushTask(Lease& lease, PendingTask* raw) {
   std::unique_ptr<PendingTask> task(raw);
   if (lease.idle_timer) lease.idle_timer->cancel();
   OutMessage out;
-  FillTaskSpec(out.Init().initPushTask(), *task);
+  auto spec = out.Init().initPushTask();
+  FillTaskSpec(spec, *task);
+  SetGpuIds(spec, lease.gpu_ids);
   lease.conn->Send(out.builder());
   lease.in_flight.emplace(task->task_id, std::move(task));
 }
@@ -1442,6 +1445,7 @@ void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
       task->function = spec.getFunction().cStr();
       task->kind = spec.getKind();
       task->max_concurrency = std::max<uint32_t>(1, spec.getMaxConcurrency());
+      for (int id : spec.getGpuIds()) task->gpu_ids.push_back(id);
       if (task->kind == proto::TaskKind::ACTOR_CREATION) {
         // The connection the actor was created over is its owner's: tell it
         // when we exit on purpose.
@@ -1524,7 +1528,28 @@ void CoreWorker::ExecutorLoop() {
 namespace {
 // Set by ExitActor() on the thread running the call that asked to exit.
 thread_local bool this_call_exits = false;
+// The GPUs of the task this thread runs (lumen::GetGpuIds).
+thread_local std::vector<int> current_gpu_ids;
 }  // namespace
+
+std::vector<int> CoreWorker::CurrentGpuIds() { return current_gpu_ids; }
+
+void CoreWorker::SetGpuIds(proto::TaskSpec::Builder spec, const std::vector<int>& ids) {
+  auto list = spec.initGpuIds(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) list.set(i, ids[i]);
+}
+
+void CoreWorker::UseGpus(const std::vector<int>& ids) {
+  current_gpu_ids = ids;
+  // CUDA reads CUDA_VISIBLE_DEVICES when it initialises in this process: a task
+  // with GPUs sees exactly its own; once set, later tasks without GPUs see none.
+  static bool env_set = false;
+  if (ids.empty() && !env_set) return;
+  std::string value;
+  for (size_t i = 0; i < ids.size(); ++i) absl::StrAppend(&value, i ? "," : "", ids[i]);
+  ::setenv("CUDA_VISIBLE_DEVICES", value.c_str(), 1);
+  env_set = true;
+}
 
 void CoreWorker::ExitActorAfterCall() {
   if (!is_actor_ || !in_task) throw Error("lumen::ExitActor() must be called inside an actor method");
@@ -1557,6 +1582,8 @@ void CoreWorker::ExecuteTask(TaskToRun& task) {
   std::string result;
   std::optional<Failure> failure;
   in_task = true;
+  if (task.kind == proto::TaskKind::ACTOR_CREATION) actor_gpu_ids_ = task.gpu_ids;
+  UseGpus(task.kind == proto::TaskKind::ACTOR_METHOD ? actor_gpu_ids_ : task.gpu_ids);
   try {
     const internal::RemoteFunction* fn = internal::FindRemoteFunction(task.function);
     auto expected = task.kind == proto::TaskKind::ACTOR_CREATION

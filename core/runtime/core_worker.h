@@ -88,6 +88,8 @@ class CoreWorker {
   void KillActor(const internal::RefHandle& actor, bool no_restart);
   std::shared_ptr<internal::RefHandle> GetNamedActor(const std::string& name);
   void ExitActorAfterCall();
+  // The GPU ids given to the task running on the calling thread (none outside tasks).
+  static std::vector<int> CurrentGpuIds();
 
   void AddLocalRef(const ObjectId& id, const std::string& owner, bool decoded);
   void RemoveLocalRef(const ObjectId& id);
@@ -165,6 +167,8 @@ class CoreWorker {
   void ExecuteTask(TaskToRun& task);
   void ExecutorLoop();
   void ExitProcessWhenFlushed();
+  void UseGpus(const std::vector<int>& ids);
+  static void SetGpuIds(proto::TaskSpec::Builder spec, const std::vector<int>& ids);
 
   // actors, owner side (io thread)
   void StartActor(ActorRecord& record);
@@ -224,6 +228,7 @@ class CoreWorker {
   // worker mode, actor process: the instance and how to reach its owner
   std::shared_ptr<void> actor_instance_;  // set once by the creation task
   std::atomic<bool> is_actor_{false};
+  std::vector<int> actor_gpu_ids_;  // set by the creation task, before calls run
   ObjectId actor_id_;       // io thread, set by the creation task
   std::string actor_name_;  // io thread
   std::atomic<bool> exit_after_call_{false};

@@ -99,6 +99,7 @@ struct CoreWorker::ActorRecord {
   std::string address;
   int pid = 0;
   uint64_t lease_id = 0;
+  std::vector<int> gpu_ids;
   std::shared_ptr<Connection> conn;  // ours to the actor process
   bool kill_requested = false;  // Kill(no_restart) or out of scope
   bool exiting = false;         // it called ExitActor
@@ -153,6 +154,7 @@ struct CoreWorker::Lease {
   SchedulingQueue* queue = nullptr;
   absl::flat_hash_map<TaskId, std::unique_ptr<PendingTask>> in_flight;
   std::unique_ptr<boost::asio::steady_timer> idle_timer;
+  std::vector<int> gpu_ids;       // its worker's GPUs
   bool return_when_idle = false;  // the node asked for it back
   bool worker_blocked = false;    // its worker waits in Get: send it nothing more
 };
@@ -176,6 +178,7 @@ struct CoreWorker::TaskToRun {
   std::string function;
   proto::TaskKind kind = proto::TaskKind::NORMAL;
   uint32_t max_concurrency = 1;
+  std::vector<int> gpu_ids;
   struct Arg {
     std::string value;  // inline bytes
     ObjectId stored;    // or a stored object

@@ -21,6 +21,7 @@
 #include "lumen/objectstore/fd_passing.h"
 #include "lumen/objectstore/object_table.h"
 #include "lumen/objectstore/shm_segment.h"
+#include "lumen/scheduler/gpu_assigner.h"
 #include "lumen/scheduler/resource_set.h"
 
 namespace lumen::runtime {
@@ -79,6 +80,7 @@ class NodeDaemon {
     bool cpu_released = false;  // its worker is blocked in Get
     bool reclaim_asked = false;  // its holder was asked to return it when idle
     bool detached = false;       // a detached actor: outlives its holder and job
+    std::vector<int> gpu_ids;    // devices it holds (whole or a share)
   };
   struct LeaseRequest {
     std::weak_ptr<Connection> conn;
@@ -98,6 +100,7 @@ class NodeDaemon {
   void StartWorker(const JobId& job_id);
   void DispatchLeases();
   void ReleaseLease(uint64_t lease_id);
+  void FreeLeaseResources(const Lease& lease);
   void AskHoldersForIdleLeases(uint64_t requester);
   void ReapChildren();
   void OnWorkerGone(Worker& worker, const std::string& why);
@@ -124,6 +127,7 @@ class NodeDaemon {
   std::unique_ptr<objectstore::ShmSegment> segment_;
   std::unique_ptr<objectstore::ObjectTable> store_;
   std::unique_ptr<LocalResourceManager> resources_;
+  std::unique_ptr<scheduler::GpuAssigner> gpus_;
   std::shared_ptr<Connection> head_conn_;
   bool shutting_down_ = false;
 
@@ -146,6 +150,8 @@ absl::Status NodeDaemon::Setup() {
   auto total = ResourceSet::FromMap(totals);
   if (!total.ok()) return total.status();
   resources_ = std::make_unique<LocalResourceManager>(*total);
+  gpus_ = std::make_unique<scheduler::GpuAssigner>(
+      static_cast<int>(total->Get(scheduler::kGPU)));
 
   auto segment = objectstore::ShmSegment::Create("lumen-store", options_.object_store_bytes);
   if (!segment.ok()) return segment.status();
@@ -310,6 +316,12 @@ void NodeDaemon::OnFrame(Connection& conn, proto::Envelope::Reader msg) {
       auto request = ResourceSet::FromMap(wanted);
       auto placement_set = ResourceSet::FromMap(placement);
       if (request.ok() && !placement_set.ok()) request = placement_set.status();
+      if (request.ok()) {
+        if (auto s = scheduler::GpuAssigner::Validate(placement[std::string(scheduler::kGPU)]);
+            !s.ok()) {
+          request = s;
+        }
+      }
       OutMessage out;
       auto env = out.Init();
       env.setRequestId(msg.getRequestId());
@@ -515,6 +527,13 @@ void NodeDaemon::DispatchLeases() {
       ++it;
       continue;
     }
+    // The GPUs themselves: whole ones alone, fractions sharing one device.
+    std::optional<std::vector<int>> gpu_ids = gpus_->Assign(it->resources.Get(scheduler::kGPU));
+    if (!gpu_ids) {
+      AskHoldersForIdleLeases(conn->id());
+      ++it;
+      continue;
+    }
     resources_->TryAcquire(it->resources);
     WorkerId wid = job.idle.front();
     job.idle.pop_front();
@@ -523,7 +542,7 @@ void NodeDaemon::DispatchLeases() {
     uint64_t lease_id = next_lease_id_++;
     w.state = WorkerState::kLeased;
     w.lease_id = lease_id;
-    leases_[lease_id] = Lease{wid, it->resources, conn->id(), false, false, it->detached};
+    leases_[lease_id] = Lease{wid, it->resources, conn->id(), false, false, it->detached, *gpu_ids};
     OutMessage out;
     auto env = out.Init();
     env.setRequestId(it->request_id);
@@ -533,6 +552,8 @@ void NodeDaemon::DispatchLeases() {
     reply.setWorkerId(DataOf(wid));
     reply.setWorkerAddress(w.address);
     reply.setWorkerPid(w.pid);
+    auto ids = reply.initGpuIds(gpu_ids->size());
+    for (size_t i = 0; i < gpu_ids->size(); ++i) ids.set(i, (*gpu_ids)[i]);
     conn->Send(out.builder());
     it = lease_queue_.erase(it);
   }
@@ -556,14 +577,19 @@ void NodeDaemon::AskHoldersForIdleLeases(uint64_t requester) {
   }
 }
 
+void NodeDaemon::FreeLeaseResources(const Lease& lease) {
+  ResourceSet held = lease.resources;
+  if (lease.cpu_released) held.Set(scheduler::kCPU, 0);
+  resources_->Release(held);
+  gpus_->Release(lease.gpu_ids, lease.resources.Get(scheduler::kGPU));
+}
+
 void NodeDaemon::ReleaseLease(uint64_t lease_id) {
   auto it = leases_.find(lease_id);
   if (it == leases_.end()) return;
   Lease lease = it->second;
   leases_.erase(it);
-  ResourceSet held = lease.resources;
-  if (lease.cpu_released) held.Set(scheduler::kCPU, 0);
-  resources_->Release(held);
+  FreeLeaseResources(lease);
   auto wit = workers_.find(lease.worker);
   if (wit != workers_.end() && wit->second.state == WorkerState::kLeased) {
     wit->second.state = WorkerState::kIdle;
@@ -707,9 +733,7 @@ void NodeDaemon::OnWorkerGone(Worker& w, const std::string& why) {
   if (w.state == WorkerState::kLeased) {
     auto lit = leases_.find(w.lease_id);
     if (lit != leases_.end()) {
-      ResourceSet held = lit->second.resources;
-      if (lit->second.cpu_released) held.Set(scheduler::kCPU, 0);
-      resources_->Release(held);
+      FreeLeaseResources(lit->second);
       leases_.erase(lit);
     }
   }

@@ -97,6 +97,7 @@ struct TaskSpec {
   actorId @7 :Data;
   maxConcurrency @8 :UInt32;   # actorCreation: threads running its calls
   actorName @9 :Text;          # actorCreation: its name, freed when it is killed directly
+  gpuIds @10 :List(Int32);     # the GPUs of the lease it runs under
 }
 
 struct TaskReply {
@@ -122,6 +123,7 @@ struct LeaseReply {
   workerId @3 :Data;
   workerAddress @4 :Text;
   workerPid @5 :Int32;
+  gpuIds @6 :List(Int32);      # the GPUs the lease holds (its CUDA_VISIBLE_DEVICES)
 }
 
 struct StoreRequest {

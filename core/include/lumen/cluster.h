@@ -29,5 +29,8 @@ std::map<std::string, double> AvailableResources();
 std::vector<NodeInfo> Nodes();
 // The id (hex) of the node this process runs on.
 std::string GetNodeId();
+// Inside a task or actor that asked for GPUs: their device ids (also what its
+// CUDA_VISIBLE_DEVICES says). Empty elsewhere.
+std::vector<int> GetGpuIds();
 
 }  // namespace lumen
