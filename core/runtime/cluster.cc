@@ -259,6 +259,10 @@ void MaybeRunClusterProcess() {
     options.remove_session_dir = !Env("LUMEN_REMOVE_SESSION_DIR").empty();
     int prestart = -1;
     if (absl::SimpleAtoi(Env("LUMEN_PRESTART_WORKERS"), &prestart)) options.prestart_workers = prestart;
+    int idle_ms = 0;
+    if (absl::SimpleAtoi(Env("LUMEN_WORKER_IDLE_TIMEOUT_MS"), &idle_ms)) {
+      options.worker_idle_timeout_ms = idle_ms;
+    }
     std::_Exit(RunNodeDaemon(options));
   }
 }

@@ -64,6 +64,7 @@ class NodeDaemon {
     std::shared_ptr<Connection> conn;
     std::string address;
     uint64_t lease_id = 0;
+    std::chrono::steady_clock::time_point idle_since;
   };
   struct Job {
     std::string exe_path;
@@ -110,6 +111,8 @@ class NodeDaemon {
   void FillStats(proto::NodeStats::Builder stats);
   void ConnectHead();
   void ReportToHead();
+  int PoolSize() const;
+  void ReapIdleWorkers();
   void Shutdown(const std::string& why);
   void WatchSignals();
   void WatchChildren();
@@ -121,6 +124,7 @@ class NodeDaemon {
   asio::signal_set signals_;
   asio::signal_set child_signal_;
   asio::steady_timer report_timer_;
+  asio::steady_timer reap_timer_{io_};
   asio::steady_timer head_retry_timer_;
   std::optional<asio::posix::stream_descriptor> parent_watch_;
   std::string socket_path_;
@@ -180,6 +184,7 @@ int NodeDaemon::Run() {
   }
   WatchSignals();
   AcceptNext();
+  ReapIdleWorkers();
   if (options_.parent_fd >= 0) {
     parent_watch_.emplace(io_, options_.parent_fd);
     auto buf = std::make_shared<char>();
@@ -284,16 +289,14 @@ void NodeDaemon::OnHello(Connection& conn, proto::Hello::Reader hello) {
   if (client.role == proto::Role::WORKER) {
     Worker& w = workers_[client.worker];
     w.state = WorkerState::kIdle;
+    w.idle_since = std::chrono::steady_clock::now();
     Job& job = jobs_[w.job];
     --job.starting;
     job.idle.push_back(w.id);
     DispatchLeases();
   } else if (client.role == proto::Role::DRIVER) {
     // Prestart a pool for the new job.
-    int n = options_.prestart_workers >= 0
-                ? options_.prestart_workers
-                : static_cast<int>(resources_->total().Get(scheduler::kCPU));
-    for (int i = 0; i < n; ++i) StartWorker(client.job);
+    for (int i = 0; i < PoolSize(); ++i) StartWorker(client.job);
   }
 }
 
@@ -593,6 +596,7 @@ void NodeDaemon::ReleaseLease(uint64_t lease_id) {
   auto wit = workers_.find(lease.worker);
   if (wit != workers_.end() && wit->second.state == WorkerState::kLeased) {
     wit->second.state = WorkerState::kIdle;
+    wit->second.idle_since = std::chrono::steady_clock::now();
     wit->second.lease_id = 0;
     jobs_[wit->second.job].idle.push_back(lease.worker);
   }
@@ -815,6 +819,35 @@ void NodeDaemon::ConnectHead() {
   FillStats(out.Init().initRegisterNode());
   head_conn_->Send(out.builder());
   ReportToHead();
+}
+
+int NodeDaemon::PoolSize() const {
+  return options_.prestart_workers >= 0
+             ? options_.prestart_workers
+             : static_cast<int>(resources_->total().Get(scheduler::kCPU));
+}
+
+void NodeDaemon::ReapIdleWorkers() {
+  // Workers started beyond the pool (for nested or blocked tasks) exit once they
+  // have been idle a while; the longest idle go first.
+  auto timeout = std::chrono::milliseconds(options_.worker_idle_timeout_ms);
+  auto now = std::chrono::steady_clock::now();
+  for (auto& [job_id, job] : jobs_) {
+    while (static_cast<int>(job.idle.size()) > PoolSize()) {
+      auto wit = workers_.find(job.idle.front());
+      if (wit == workers_.end()) {
+        job.idle.pop_front();
+        continue;
+      }
+      if (now - wit->second.idle_since < timeout) break;
+      ::kill(wit->second.pid, SIGKILL);  // reaped through SIGCHLD
+      job.idle.pop_front();
+    }
+  }
+  reap_timer_.expires_after(std::min(timeout, std::chrono::milliseconds(1000)));
+  reap_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec && !shutting_down_) ReapIdleWorkers();
+  });
 }
 
 void NodeDaemon::ReportToHead() {

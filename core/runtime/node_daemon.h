@@ -20,6 +20,8 @@ struct NodeDaemonOptions {
   bool remove_session_dir = false;  // at exit (embedded clusters)
   int report_period_ms = 500;
   int prestart_workers = -1;  // -1: the CPU count
+  // Idle workers beyond the pool size (the prestart count) exit after this long.
+  int worker_idle_timeout_ms = 10000;
 };
 
 // Runs until told to stop (SIGTERM/SIGINT, parent gone); returns the exit code.

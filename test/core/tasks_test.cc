@@ -1,5 +1,6 @@
 // Remote tasks on a real embedded cluster: registration, argument and return
 // types, futures as arguments, nesting, and volume.
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -10,6 +11,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/runtime/head_client.h"
 #include "lumen/lumen.h"
 #include "test/core/test_support.h"
 
@@ -148,4 +150,24 @@ TEST_CASE("Task of an unregistered function throws at the call site") {
   ScopedCluster cluster;
   auto unregistered = +[](int x) { return x; };
   REQUIRE_THROWS_AS(lumen::Task(unregistered), lumen::Error);
+}
+
+TEST_CASE("workers started beyond the pool exit once idle") {
+  // Invariant: nested tasks make the node start workers beyond its CPU count;
+  // when they go idle, the node returns to its pool size.
+  ::setenv("LUMEN_WORKER_IDLE_TIMEOUT_MS", "200", 1);
+  lumen::Config config = ScopedCluster::DefaultConfig();
+  config.num_cpus = 1;
+  ScopedCluster cluster(config);
+  ::unsetenv("LUMEN_WORKER_IDLE_TIMEOUT_MS");
+  auto workers = [] {
+    auto nodes = lumen::runtime::QueryNodes(lumen::internal::ClusterAddress());
+    if (!nodes.ok() || nodes->empty()) return -1;
+    auto stats = lumen::runtime::QueryNodeStats(nodes->front().address);
+    return stats.ok() ? static_cast<int>(stats->workers) : -1;
+  };
+  REQUIRE(*lumen::Get(lumen::Task(NestedDepth).Remote(4)) == 4);
+  REQUIRE(workers() >= 4);  // one per blocked level
+  REQUIRE(lumen::test::WaitUntil([&] { return workers() == 1; }));
+  REQUIRE(*lumen::Get(lumen::Task(Square).Remote(7)) == 49);
 }
