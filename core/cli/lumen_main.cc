@@ -19,6 +19,7 @@
 #include "bench/microbenchmark.h"
 #include "core/runtime/cluster.h"
 #include "core/runtime/head_client.h"
+#include "core/runtime/head_service.h"
 #include "lumen/common/process.h"
 #include "lumen/lumen.h"
 #include "lumen/objectstore/object_table.h"
@@ -31,6 +32,7 @@ constexpr const char* kUsage = R"(usage: lumen <command> [options]
 
 commands:
   start --head [--port P] [--host H]       start a head and a node daemon in the background
+                                            (a host beyond loopback makes a token; see below)
   start --address HOST:PORT                 start one more node daemon joined to that head
         [--num-cpus N] [--num-gpus N] [--memory BYTES] [--object-store-memory BYTES]
         [--resources '{"name": qty, ...}']
@@ -38,6 +40,10 @@ commands:
   status [--address HOST:PORT]              nodes, resources, object store, workers, queues
   list nodes [--address HOST:PORT]          one line per node
   microbenchmark [--quick]                  Ray's microbenchmark metrics on a local cluster
+
+A head listening beyond loopback requires its token on every connection: pass it
+with --token TOKEN or LUMEN_TOKEN=TOKEN (drivers: Config::token). On the head's
+machine, --address auto reads it from the session's token file.
 )";
 
 int Fail(const std::string& message) {
@@ -141,8 +147,12 @@ int Start(const Flags& flags) {
     return Fail("--port needs a number");
   }
   if (flags.Has("host")) spec.head_host = flags.Get("host");
-  if (spec.head_host != "127.0.0.1" && spec.head_host != "localhost") {
-    return Fail("listening beyond loopback needs token authentication, which is not built yet");
+  if (flags.Has("token")) lumen::runtime::SetHeadToken(flags.Get("token"));
+  spec.token = lumen::runtime::HeadToken();
+  if (spec.start_head && !lumen::runtime::IsLoopbackHost(spec.head_host) && spec.token.empty()) {
+    // Beyond loopback every connection must present the cluster's token.
+    spec.token = lumen::JobId::Random().Hex() + lumen::JobId::Random().Hex();
+    lumen::runtime::SetHeadToken(spec.token);
   }
   auto number = [&](const char* flag, const char* resource) -> bool {
     if (!flags.Has(flag)) return true;
@@ -186,6 +196,12 @@ int Start(const Flags& flags) {
               << " ./your_program   (or Config::address)\n"
               << "  show the cluster:    lumen status\n"
               << "  stop everything:     lumen stop\n";
+    if (!cluster->token_file.empty()) {
+      std::cout << "  this head listens on " << spec.head_host
+                << ": every connection needs its token, kept in " << cluster->token_file
+                << " (readable by you only); pass it with --token or LUMEN_TOKEN, or "
+                   "Config::token in a driver\n";
+    }
   } else {
     std::cout << "Started a Lumen node joined to " << cluster->head_address << ".\n"
               << "  session: " << cluster->session_dir << "\n";
@@ -226,6 +242,7 @@ int Stop() {
 }
 
 int Status(const Flags& flags, bool list_only) {
+  if (flags.Has("token")) lumen::runtime::SetHeadToken(flags.Get("token"));
   auto head = lumen::runtime::ResolveHeadAddress(flags.Get("address"));
   if (!head.ok()) return Fail(std::string(head.status().message()));
   auto nodes = lumen::runtime::QueryNodes(*head);

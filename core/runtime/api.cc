@@ -175,6 +175,7 @@ void InitRuntime(const Config& config, int argc, char** argv) {
   DriverState& state = State();
   if (state.core) throw Error("lumen::Init was already called");
   std::string address = config.address.empty() ? Env("LUMEN_ADDRESS") : config.address;
+  if (!config.token.empty()) runtime::SetHeadToken(config.token);
   runtime::CoreWorkerOptions options;
   if (address.empty()) {
     runtime::ClusterSpec spec;

@@ -183,7 +183,8 @@ absl::StatusOr<ClusterProcesses> StartCluster(const ClusterSpec& spec) {
     std::string address;
     auto pid = SpawnDaemon(spec, cluster.session_dir, "head",
                            {{"LUMEN_HEAD_HOST", spec.head_host},
-                            {"LUMEN_HEAD_PORT", std::to_string(spec.head_port)}},
+                            {"LUMEN_HEAD_PORT", std::to_string(spec.head_port)},
+                            {"LUMEN_TOKEN", spec.token}},
                            parent_pipe[0], &address);
     if (!pid.ok()) return fail(pid.status());
     cluster.pids.push_back(*pid);
@@ -201,6 +202,7 @@ absl::StatusOr<ClusterProcesses> StartCluster(const ClusterSpec& spec) {
   std::string socket;
   auto pid = SpawnDaemon(spec, cluster.session_dir, "node",
                          {{"LUMEN_HEAD_ADDRESS", cluster.head_address},
+                          {"LUMEN_TOKEN", spec.token},
                           {"LUMEN_NODE_RESOURCES", EncodeResources(resources)},
                           {"LUMEN_OBJECT_STORE_BYTES", std::to_string(store)},
                           {"LUMEN_REMOVE_SESSION_DIR", spec.embedded ? "1" : ""}},
@@ -209,6 +211,16 @@ absl::StatusOr<ClusterProcesses> StartCluster(const ClusterSpec& spec) {
   cluster.pids.push_back(*pid);
   cluster.node_socket = socket;
   if (parent_pipe[0] >= 0) ::close(parent_pipe[0]);
+  if (!spec.token.empty() && spec.start_head) {
+    // The token, for this user only: nodes and drivers on this machine read it.
+    cluster.token_file = cluster.session_dir + "/token";
+    int fd = ::open(cluster.token_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+      ssize_t ignored = ::write(fd, spec.token.data(), spec.token.size());
+      (void)ignored;
+      ::close(fd);
+    }
+  }
   if (!spec.embedded) {
     std::ofstream pids(cluster.session_dir + "/cluster.pids");
     for (pid_t p : cluster.pids) pids << p << "\n";
@@ -244,6 +256,7 @@ void MaybeRunClusterProcess() {
     options.parent_fd = EnvFd("LUMEN_PARENT_FD");
     options.ready_fd = EnvFd("LUMEN_READY_FD");
     options.session_dir = Env("LUMEN_SESSION_DIR");
+    options.token = Env("LUMEN_TOKEN");
     std::_Exit(RunHeadService(options));
   }
   if (role == "node") {

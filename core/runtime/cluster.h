@@ -25,6 +25,7 @@ struct ClusterSpec {
   // session, log to files, and stay until `lumen stop`.
   bool embedded = true;
   std::string executable;  // the binary run as daemons (default: this one)
+  std::string token;       // the cluster's token (required beyond loopback)
 };
 
 struct ClusterProcesses {
@@ -33,6 +34,7 @@ struct ClusterProcesses {
   std::string node_socket;
   std::vector<pid_t> pids;
   int parent_pipe = -1;  // embedded: closing it stops the daemons
+  std::string token_file;  // where the token is kept (readable by its user only)
 };
 
 // The directory under which session directories live: $TMPDIR or /tmp.

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "core/runtime/cluster.h"
 #include "lumen/common/connection.h"
 #include "lumen/common/proto_util.h"
@@ -20,7 +21,7 @@ absl::StatusOr<std::string> ResolveHeadAddress(const std::string& address) {
   if (!address.empty() && address != "auto") return address;
   // The newest detached session with a live head.
   std::filesystem::file_time_type newest;
-  std::string found;
+  std::string found, found_token;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(TempRoot(), ec)) {
     if (entry.path().filename().string().rfind("lumen-session-", 0) != 0) continue;
@@ -32,6 +33,9 @@ absl::StatusOr<std::string> ResolveHeadAddress(const std::string& address) {
       std::string line;
       if (std::getline(in, line) && !line.empty()) {
         found = line;
+        found_token.clear();
+        std::ifstream token(entry.path() / "token");
+        std::getline(token, found_token);
         newest = t;
       }
     }
@@ -39,7 +43,28 @@ absl::StatusOr<std::string> ResolveHeadAddress(const std::string& address) {
   if (found.empty()) {
     return absl::NotFoundError("no running cluster found (start one with `lumen start --head`)");
   }
+  if (!found_token.empty() && HeadToken().empty()) SetHeadToken(found_token);
   return found;
+}
+
+namespace {
+absl::Mutex token_mu;
+std::string* head_token ABSL_GUARDED_BY(token_mu) = nullptr;
+}  // namespace
+
+void SetHeadToken(std::string token) {
+  absl::MutexLock lock(&token_mu);
+  if (head_token == nullptr) head_token = new std::string();
+  *head_token = std::move(token);
+}
+
+std::string HeadToken() {
+  absl::MutexLock lock(&token_mu);
+  if (head_token == nullptr) {
+    const char* env = std::getenv("LUMEN_TOKEN");
+    head_token = new std::string(env ? env : "");
+  }
+  return *head_token;
 }
 
 absl::StatusOr<std::vector<capnp::word>> CallHead(
@@ -66,6 +91,7 @@ absl::StatusOr<std::vector<capnp::word>> CallHead(
     hello.setProtocolVersion(proto::PROTOCOL_VERSION);
     hello.setRole(proto::Role::CLI);
     hello.setPid(::getpid());
+    hello.setToken(HeadToken());
     if (auto s = WriteFrameBlocking(fd, out.builder()); !s.ok()) return s;
   }
   {
@@ -76,7 +102,15 @@ absl::StatusOr<std::vector<capnp::word>> CallHead(
     if (auto s = WriteFrameBlocking(fd, out.builder()); !s.ok()) return s;
   }
   std::vector<capnp::word> words;
-  if (auto s = ReadFrameBlocking(fd, 64 << 20, &words); !s.ok()) return s;
+  if (auto s = ReadFrameBlocking(fd, 64 << 20, &words); !s.ok()) {
+    if (s.code() == absl::StatusCode::kUnavailable) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "the head at ", head_address,
+          " closed the connection: a head listening beyond loopback needs the cluster's token "
+          "(--token, LUMEN_TOKEN or Config::token)"));
+    }
+    return s;
+  }
   return words;
 }
 

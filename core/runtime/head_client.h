@@ -32,6 +32,11 @@ struct NodeView {
   std::string session_dir;
 };
 
+// The token sent in every hello to the head (from Config::token, --token or
+// LUMEN_TOKEN, or the token file of the session "auto" finds). Thread-safe.
+void SetHeadToken(std::string token);
+std::string HeadToken();
+
 // One blocking request to the head: sends a hello and the envelope `fill`
 // builds, returns the reply's words.
 absl::StatusOr<std::vector<capnp::word>> CallHead(

@@ -45,6 +45,12 @@ class HeadService {
       return 1;
     }
     address_ = absl::StrCat(options_.host, ":", acceptor_.local_endpoint().port());
+    // Beyond loopback, every connection must prove it holds the token.
+    require_token_ = !IsLoopbackHost(options_.host);
+    if (require_token_ && options_.token.empty()) {
+      LUMEN_LOG(ERROR) << "the head listens on " << options_.host << " but has no token";
+      return 1;
+    }
     signals_.async_wait([this](const boost::system::error_code& e, int) {
       if (!e) Stop();
     });
@@ -116,6 +122,12 @@ class HeadService {
     if (!hello_seen) {
       if (!msg.isHello() || msg.getHello().getProtocolVersion() != proto::PROTOCOL_VERSION) {
         conn.Close(absl::PermissionDeniedError("first frame was not a valid hello"));
+        return;
+      }
+      if (require_token_ && msg.getHello().getToken() != options_.token) {
+        conn.Close(absl::PermissionDeniedError(
+            msg.getHello().getToken().size() == 0 ? "connection without the cluster token"
+                                                  : "connection with a wrong cluster token"));
         return;
       }
       hello_seen = true;
@@ -289,6 +301,7 @@ class HeadService {
   asio::signal_set signals_;
   std::optional<asio::posix::stream_descriptor> parent_watch_;
   std::string address_;
+  bool require_token_ = false;
   absl::flat_hash_map<uint64_t, std::shared_ptr<Connection>> conns_;
   std::map<NodeId, NodeEntry> nodes_;
   std::map<std::string, std::string> kv_;
@@ -302,6 +315,13 @@ class HeadService {
 };
 
 }  // namespace
+
+bool IsLoopbackHost(const std::string& host) {
+  if (host == "localhost" || host == "::1") return true;
+  boost::system::error_code ec;
+  auto address = asio::ip::make_address(host, ec);
+  return !ec && address.is_loopback();
+}
 
 int RunHeadService(const HeadOptions& options) {
   HeadService head(options);

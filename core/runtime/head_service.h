@@ -14,7 +14,12 @@ struct HeadOptions {
   int parent_fd = -1;   // EOF on it: the driver that started us died; exit
   int ready_fd = -1;    // "ready HOST:PORT" is written here once we serve
   std::string session_dir;
+  // Required in every hello when the head listens beyond loopback.
+  std::string token;
 };
+
+// True for 127.0.0.0/8, ::1 and "localhost".
+bool IsLoopbackHost(const std::string& host);
 
 int RunHeadService(const HeadOptions& options);
 

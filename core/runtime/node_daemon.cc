@@ -1,5 +1,7 @@
 #include "core/runtime/node_daemon.h"
 
+#include "core/runtime/head_client.h"
+
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -486,7 +488,8 @@ void NodeDaemon::StartWorker(const JobId& job_id) {
                {"LUMEN_PARENT_FD", ""},
                {"LUMEN_READY_FD", ""},
                {"LUMEN_ADDRESS", ""},
-               {"LUMEN_HEAD_ADDRESS", options_.head_address}};
+               {"LUMEN_HEAD_ADDRESS", options_.head_address},
+               {"LUMEN_TOKEN", HeadToken()}};
   spawn.die_with_parent = true;
   spawn.oom_score_adj = 500;  // workers go before daemons under memory pressure
   auto pid = SpawnProcess(spawn);
@@ -813,6 +816,7 @@ void NodeDaemon::ConnectHead() {
     hello.setProtocolVersion(proto::PROTOCOL_VERSION);
     hello.setRole(proto::Role::NODE);
     hello.setPid(::getpid());
+    hello.setToken(HeadToken());
     head_conn_->Send(out.builder());
   }
   OutMessage out;

@@ -2,6 +2,7 @@
 // `lumen stop`; and the quickstart example as a new user runs it.
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "lumen/lumen.h"
@@ -104,4 +105,38 @@ TEST_CASE("ClusterResources AvailableResources Nodes and GetNodeId describe the 
   lumen::Shutdown();
   REQUIRE_THROWS_AS(lumen::Nodes(), lumen::Error);
   lumen::Init(config);  // for the ScopedCluster's own Shutdown
+}
+
+TEST_CASE("a head beyond loopback refuses connections without its token") {
+  // Invariant: every connection to such a head presents the token; one without
+  // it is refused and the head keeps serving the others.
+  std::string out;
+  REQUIRE(RunCommand(std::string(LUMEN_CLI_PATH) +
+                         " start --head --host 0.0.0.0 --num-cpus 1 --object-store-memory 67108864",
+                     &out) == 0);
+  INFO(out);
+  auto at = out.find("head at 0.0.0.0:");
+  REQUIRE(at != std::string::npos);
+  std::string port = out.substr(at + 16, out.find(' ', at + 16) - (at + 16));
+  std::string address = "127.0.0.1:" + port;
+  auto file = out.find("kept in ");
+  REQUIRE(file != std::string::npos);
+  std::string token_file = out.substr(file + 8, out.find(' ', file + 8) - (file + 8));
+  REQUIRE((std::filesystem::status(token_file).permissions() & std::filesystem::perms::all) ==
+          (std::filesystem::perms::owner_read | std::filesystem::perms::owner_write));
+  std::string token;
+  std::getline(std::ifstream(token_file), token);
+  REQUIRE(token.size() >= 32);
+
+  std::string cli = std::string(LUMEN_CLI_PATH);
+  REQUIRE(RunCommand("LUMEN_TOKEN= " + cli + " status --address " + address, &out) != 0);
+  REQUIRE(out.find("token") != std::string::npos);
+  REQUIRE(RunCommand(cli + " status --address " + address + " --token wrong-token", &out) != 0);
+  // A second node joins with the token.
+  REQUIRE(RunCommand(cli + " start --address " + address + " --token " + token +
+                         " --num-cpus 1 --object-store-memory 67108864",
+                     &out) == 0);
+  REQUIRE(RunCommand(cli + " status --address " + address + " --token " + token, &out) == 0);
+  REQUIRE(out.find("2 nodes") != std::string::npos);
+  REQUIRE(RunCommand(cli + " stop", &out) == 0);
 }
