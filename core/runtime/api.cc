@@ -181,7 +181,7 @@ void InitRuntime(const Config& config, int argc, char** argv) {
     runtime::ClusterSpec spec;
     spec.embedded = true;
     if (config.num_cpus) spec.resources["CPU"] = *config.num_cpus;
-    if (config.num_gpus && *config.num_gpus > 0) spec.resources["GPU"] = *config.num_gpus;
+    if (config.num_gpus) spec.resources["GPU"] = *config.num_gpus;  // 0: none, even if detected
     if (config.memory) spec.resources["memory"] = static_cast<double>(*config.memory);
     for (const auto& [k, v] : config.resources) spec.resources[k] = v;
     if (config.object_store_memory) spec.object_store_bytes = *config.object_store_memory;
@@ -201,7 +201,12 @@ void InitRuntime(const Config& config, int argc, char** argv) {
                                node.status().message()));
     }
     options.node_socket = node->address;
-    state.head_address = *runtime::ResolveHeadAddress(address);
+    auto head = runtime::ResolveHeadAddress(address);
+    if (!head.ok()) {
+      throw Error(absl::StrCat("lumen::Init: cannot join the cluster at ", address, ": ",
+                               head.status().message()));
+    }
+    state.head_address = *head;
     options.session_dir = node->session_dir;
   }
   options.head_address = state.head_address;

@@ -659,9 +659,16 @@ std::vector<CoreWorker::ObjectEntry*> CoreWorker::AwaitReady(
     }
   }
   // Entries stay put: node_hash_map nodes are stable and `refs` keep them alive.
+  // Evaluated while spinning and on every unlock of mu_: stop as soon as the
+  // answer is known (for Get, at the first entry not ready).
   auto enough_ready = [&] {
-    size_t n = 0;
-    for (auto* e : entries) n += e->ready.load(std::memory_order_acquire) ? 1 : 0;
+    size_t n = 0, left = entries.size();
+    for (auto* e : entries) {
+      if (n >= num_ready) return true;
+      if (n + left < num_ready) return false;
+      n += e->ready.load(std::memory_order_acquire) ? 1 : 0;
+      --left;
+    }
     return n >= num_ready;
   };
   if (!SpinFor(std::chrono::microseconds(50), enough_ready)) {
@@ -715,6 +722,7 @@ std::shared_ptr<internal::RefHandle> CoreWorker::SubmitTask(
   task->task_id = TaskId::Random();
   task->return_id = ObjectId::ForTaskReturn(task->task_id, 1);
   task->function = std::string(function);
+  task->display_name = options.name.empty() ? task->function : options.name;
   task->args = std::move(args);
   task->resources = options.resources;
   if (task->resources.empty()) task->resources["CPU"] = 1;
@@ -1082,12 +1090,12 @@ void CoreWorker::OnLeaseLost(Lease* lease, const absl::Status& why) {
     if (task->retries_left > 0) {
       --task->retries_left;
       ++task->attempt;
-      LUMEN_LOG(INFO) << "worker pid " << owned->worker_pid << " died running " << task->function
+      LUMEN_LOG(INFO) << "worker pid " << owned->worker_pid << " died running " << task->display_name
                       << "; retrying (attempt " << task->attempt + 1 << ")";
       retry.push_back(std::move(task));
     } else {
       std::string message =
-          absl::StrCat("the worker (pid ", owned->worker_pid, ") running task ", task->function,
+          absl::StrCat("the worker (pid ", owned->worker_pid, ") running task ", task->display_name,
                        " died: ", why.message(), "; no retries left (max_retries=",
                        task->max_retries, ")");
       FailTask(task.release(), Failure{proto::FailureKind::WORKER_CRASHED, "", message, ""});

@@ -112,6 +112,7 @@ struct CoreWorker::PendingTask {
   TaskId task_id;
   ObjectId return_id;
   std::string function;
+  std::string display_name;  // SetName, or the function
   std::vector<internal::TaskArgument> args;  // holds the argument refs alive
   std::map<std::string, double> resources;
   std::string queue_key;

@@ -10,6 +10,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/runtime/cluster.h"
 #include "lumen/common/connection.h"
+#include "lumen/common/process.h"
 #include "lumen/common/proto_util.h"
 
 namespace lumen::runtime {
@@ -19,7 +20,7 @@ NodeView ToNodeView(proto::NodeStats::Reader n);
 
 absl::StatusOr<std::string> ResolveHeadAddress(const std::string& address) {
   if (!address.empty() && address != "auto") return address;
-  // The newest detached session with a live head.
+  // The newest session started by `lumen start --head` whose head is alive.
   std::filesystem::file_time_type newest;
   std::string found, found_token;
   std::error_code ec;
@@ -27,6 +28,10 @@ absl::StatusOr<std::string> ResolveHeadAddress(const std::string& address) {
     if (entry.path().filename().string().rfind("lumen-session-", 0) != 0) continue;
     auto file = entry.path() / "head_address";
     if (!std::filesystem::exists(file, ec)) continue;
+    // Skip a session whose head (the first pid listed) is gone.
+    std::ifstream pids(entry.path() / "cluster.pids");
+    pid_t head_pid = 0;
+    if (!(pids >> head_pid) || !ProcessAlive(head_pid)) continue;
     auto t = std::filesystem::last_write_time(file, ec);
     if (found.empty() || t > newest) {
       std::ifstream in(file);

@@ -4,6 +4,10 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -38,7 +42,13 @@ std::optional<std::tuple<int, double, bool>> MaybeTuple(bool present) {
   if (!present) return std::nullopt;
   return std::make_tuple(7, 2.5, true);
 }
-void Nothing(int) {}
+// Returns once the gate file exists (simulated work; bounded).
+void Nothing(std::string gate) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!std::filesystem::exists(gate) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
 int Pid() { return static_cast<int>(::getpid()); }
 int Square(int x) { return x * x; }
 int Increment(int x) { return x + 1; }
@@ -97,8 +107,11 @@ TEST_CASE("containers optionals tuples and LUMEN_SERIALIZE structs cross process
 
 TEST_CASE("a void task completes and Get waits for it") {
   ScopedCluster cluster;
-  lumen::ObjectRef<void> done = lumen::Task(Nothing).Remote(1);
-  REQUIRE_NOTHROW(lumen::Get(done));
+  std::string gate = cluster.session_dir() + "/gate";
+  lumen::ObjectRef<void> done = lumen::Task(Nothing).Remote(gate);
+  REQUIRE_THROWS_AS(lumen::Get(done, std::chrono::milliseconds(200)), lumen::GetTimeoutError);
+  std::ofstream(gate) << "open";
+  REQUIRE_NOTHROW(lumen::Get(done, std::chrono::seconds(30)));
 }
 
 TEST_CASE("10000 tasks all return the right results") {

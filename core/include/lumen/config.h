@@ -22,11 +22,12 @@ struct Config {
   std::string address;
   // Embedded cluster only: resources of its node. Unset means detect.
   std::optional<double> num_cpus;
-  std::optional<double> num_gpus;
+  std::optional<double> num_gpus;               // 0: none, even if GPUs are detected
   std::optional<uint64_t> memory;               // bytes
   std::optional<uint64_t> object_store_memory;  // bytes; default 30% of RAM
   std::map<std::string, double> resources;      // custom resources
   // Directories holding shared libraries with user code, for generic workers.
+  // Not used yet: workers always re-execute the driver's own binary.
   std::vector<std::string> code_search_path;
   // Shared secret for clusters listening beyond loopback.
   std::string token;

@@ -219,6 +219,7 @@ class TaskCaller {
     }
   }
   TaskCaller& SetMaxRetries(int n) { options_.max_retries = n; return *this; }
+  // A name for the task in error messages (default: the function's name).
   TaskCaller& SetName(std::string name) { options_.name = std::move(name); return *this; }
   TaskCaller& SetResource(const std::string& name, double quantity) {
     options_.resources[name] = quantity;
