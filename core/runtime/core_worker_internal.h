@@ -2,6 +2,8 @@
 // Internal to core/runtime.
 #pragma once
 
+#include <sched.h>
+
 #include <deque>
 #include <optional>
 #include <map>
@@ -39,12 +41,17 @@ inline void FailureToProto(const Failure& failure, proto::TaskFailure::Builder o
 
 // Spin briefly before blocking: a cross-CPU wake-up costs tens of microseconds,
 // and most task round trips finish within that.
+// The spinning thread yields its CPU between checks: on a machine with few cores
+// the thread it waits for (an io thread, the other process) may need that CPU.
 template <class Pred>
 bool SpinFor(std::chrono::microseconds budget, Pred ready) {
   auto deadline = std::chrono::steady_clock::now() + budget;
   int i = 0;
   while (!ready()) {
-    if ((++i & 63) == 0 && std::chrono::steady_clock::now() >= deadline) return false;
+    if ((++i & 15) == 0) {
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      sched_yield();
+    }
 #if defined(__x86_64__)
     __builtin_ia32_pause();
 #endif
