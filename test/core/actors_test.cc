@@ -303,6 +303,7 @@ TEST_CASE("driver that leaves a detached actor behind", "[.]") {
 
 TEST_CASE("a detached actor outlives the driver that created it") {
   std::string out;
+  lumen::test::StopClustersAtExit guard(LUMEN_CLI_PATH);
   REQUIRE(lumen::test::RunCommand(std::string(LUMEN_CLI_PATH) +
                                       " start --head --num-cpus 2 --object-store-memory 268435456",
                                   &out) == 0);

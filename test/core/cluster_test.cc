@@ -19,6 +19,7 @@ using lumen::test::WaitUntil;
 
 TEST_CASE("lumen start --head a driver joins lumen status shows it lumen stop cleans up") {
   std::string out;
+  lumen::test::StopClustersAtExit guard(LUMEN_CLI_PATH);
   auto sessions_before = lumen::test::SessionDirs();
   REQUIRE(RunCommand(std::string(LUMEN_CLI_PATH) + " start --head --num-cpus 2 "
                          "--object-store-memory 268435456 --resources '{\"ssd\": 1}'",
@@ -111,6 +112,7 @@ TEST_CASE("a head beyond loopback refuses connections without its token") {
   // Invariant: every connection to such a head presents the token; one without
   // it is refused and the head keeps serving the others.
   std::string out;
+  lumen::test::StopClustersAtExit guard(LUMEN_CLI_PATH);
   REQUIRE(RunCommand(std::string(LUMEN_CLI_PATH) +
                          " start --head --host 0.0.0.0 --num-cpus 1 --object-store-memory 67108864",
                      &out) == 0);

@@ -42,4 +42,18 @@ std::set<std::string> LumenShmEntries();
 // Runs a command, returns its exit status and fills `output` with stdout+stderr.
 int RunCommand(const std::string& command, std::string* output);
 
+// Runs `lumen stop` (the given CLI) at scope exit, so a test that started a
+// cluster with `lumen start` leaves nothing running even when it fails midway.
+class StopClustersAtExit {
+ public:
+  explicit StopClustersAtExit(std::string cli) : cli_(std::move(cli)) {}
+  ~StopClustersAtExit() {
+    std::string ignored;
+    RunCommand(cli_ + " stop", &ignored);
+  }
+
+ private:
+  std::string cli_;
+};
+
 }  // namespace lumen::test
