@@ -1308,8 +1308,12 @@ void CoreWorker::OnPeerAccepted(Socket socket) {
   inbound_[conn->id()] = conn;
   conn->context() = false;  // hello not seen yet
   conn->Start([this](Connection& c, proto::Envelope::Reader m) { OnPeerFrame(c, m); },
-              [this](Connection& c, const absl::Status&) {
+              [this](Connection& c, const absl::Status& why) {
                 auto id = c.id();
+                if (why.code() != absl::StatusCode::kUnavailable &&
+                    why.code() != absl::StatusCode::kCancelled) {
+                  LUMEN_LOG(WARNING) << "closed a peer connection: " << why;
+                }
                 // A borrower that went away borrows nothing any more.
                 auto bit = borrowed_by_.find(id);
                 if (bit != borrowed_by_.end()) {
