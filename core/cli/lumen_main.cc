@@ -272,7 +272,7 @@ int Status(const Flags& flags, bool list_only) {
                                  lumen::objectstore::FormatBytes(n.store_used),
                                  lumen::objectstore::FormatBytes(n.store_capacity),
                                  n.store_objects);
-    std::cout << absl::StrFormat("  workers: %d (%d idle); leases: %d active, %d queued\n",
+    std::cout << absl::StrFormat("  workers: %d (%d idle); leases: %d active; lease requests (tasks) waiting: %d\n",
                                  n.workers, n.idle_workers, n.active_leases, n.queued_leases);
   }
   return 0;
