@@ -73,6 +73,12 @@ class HeadService {
   }
 
  private:
+  // A named actor's directory entry.
+  struct ActorNameEntry {
+    std::string id;       // actor id bytes
+    std::string owner;    // owner's address
+    std::string address;  // detached actors: the actor process's address
+  };
   struct NodeEntry {
     std::string stats_frame;  // the node's last report, as a framed NodeStats message
     uint64_t conn_id = 0;
@@ -220,10 +226,8 @@ class HeadService {
       }
       case proto::Envelope::UPDATE_ACTOR_ADDRESS: {
         auto entry = msg.getUpdateActorAddress();
-        auto it = actor_names_.find(entry.getName().cStr());
-        auto id = entry.getActorId();
-        if (it != actor_names_.end() &&
-            it->second.id == std::string(reinterpret_cast<const char*>(id.begin()), id.size())) {
+        auto it = FindActorName(entry);
+        if (it != actor_names_.end()) {
           it->second.address = entry.getAddress().cStr();
         }
         SendAck(conn, msg.getRequestId());
@@ -245,10 +249,8 @@ class HeadService {
       }
       case proto::Envelope::UNREGISTER_ACTOR_NAME: {
         auto entry = msg.getUnregisterActorName();
-        auto it = actor_names_.find(entry.getName().cStr());
-        auto id = entry.getActorId();
-        if (it != actor_names_.end() &&
-            it->second.id == std::string(reinterpret_cast<const char*>(id.begin()), id.size())) {
+        auto it = FindActorName(entry);
+        if (it != actor_names_.end()) {
           actor_names_.erase(it);
         }
         SendAck(conn, msg.getRequestId());
@@ -259,6 +261,17 @@ class HeadService {
     }
   }
 
+  // The directory entry `entry` names, if it is for the same actor.
+  std::map<std::string, ActorNameEntry>::iterator FindActorName(proto::ActorName::Reader entry) {
+    auto it = actor_names_.find(entry.getName().cStr());
+    auto id = entry.getActorId();
+    if (it != actor_names_.end() &&
+        it->second.id != std::string(reinterpret_cast<const char*>(id.begin()), id.size())) {
+      return actor_names_.end();
+    }
+    return it;
+  }
+
   static void SendAck(Connection& conn, uint64_t request_id) {
     OutMessage out;
     auto env = out.Init();
@@ -267,7 +280,6 @@ class HeadService {
     conn.Send(out.builder());
   }
 
-  struct ActorNameEntry;
   static void FillActorName(proto::ActorName::Builder reply, const std::string& name,
                             const ActorNameEntry& entry) {
     reply.setOk(true);
@@ -305,12 +317,6 @@ class HeadService {
   absl::flat_hash_map<uint64_t, std::shared_ptr<Connection>> conns_;
   std::map<NodeId, NodeEntry> nodes_;
   std::map<std::string, std::string> kv_;
-  // Named actors, by name.
-  struct ActorNameEntry {
-    std::string id;       // actor id bytes
-    std::string owner;    // owner's address
-    std::string address;  // detached actors: the actor process's address
-  };
   std::map<std::string, ActorNameEntry> actor_names_;
 };
 

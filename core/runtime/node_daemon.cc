@@ -109,6 +109,7 @@ class NodeDaemon {
   void OnWorkerGone(Worker& worker, const std::string& why);
   void KillJobWorkers(const JobId& job_id);
   bool IsDetached(const Worker& w) const;
+  void RefuseLease(Connection& conn, uint64_t request_id, const std::string& why);
   void FailJobLeaseRequests(const JobId& job_id, const std::string& why);
   void FillStats(proto::NodeStats::Builder stats);
   void ConnectHead();
@@ -327,21 +328,15 @@ void NodeDaemon::OnFrame(Connection& conn, proto::Envelope::Reader msg) {
           request = s;
         }
       }
-      OutMessage out;
-      auto env = out.Init();
-      env.setRequestId(msg.getRequestId());
       bool can_lease = (client.role == proto::Role::DRIVER || client.role == proto::Role::WORKER) &&
                        jobs_.contains(client.job);
       if (!can_lease || !request.ok() || !resources_->IsFeasible(*placement_set)) {
-        auto reply = env.initLeaseReply();
-        reply.setGranted(false);
-        reply.setError(!can_lease ? std::string("only a driver or worker of a live job can lease")
-                       : request.ok()
-                           ? absl::StrCat("infeasible: the task needs ", placement_set->ToString(),
-                                          " but this node has only ",
-                                          resources_->total().ToString())
-                           : std::string(request.status().message()));
-        conn.Send(out.builder());
+        RefuseLease(conn, msg.getRequestId(),
+                    !can_lease ? std::string("only a driver or worker of a live job can lease")
+                    : request.ok()
+                        ? absl::StrCat("infeasible: the task needs ", placement_set->ToString(),
+                                       " but this node has only ", resources_->total().ToString())
+                        : std::string(request.status().message()));
         return;
       }
       lease_queue_.push_back(LeaseRequest{conn.weak_from_this(), msg.getRequestId(), *request,
@@ -680,18 +675,20 @@ void NodeDaemon::FailJobLeaseRequests(const JobId& job_id, const std::string& wh
       ++it;
       continue;
     }
-    if (auto conn = it->conn.lock()) {
-      OutMessage out;
-      auto env = out.Init();
-      env.setRequestId(it->request_id);
-      auto reply = env.initLeaseReply();
-      reply.setGranted(false);
-      reply.setError(message);
-      conn->Send(out.builder());
-    }
+    if (auto conn = it->conn.lock()) RefuseLease(*conn, it->request_id, message);
     it = lease_queue_.erase(it);
   }
   jobs_[job_id].failed_starts = 0;
+}
+
+void NodeDaemon::RefuseLease(Connection& conn, uint64_t request_id, const std::string& why) {
+  OutMessage out;
+  auto env = out.Init();
+  env.setRequestId(request_id);
+  auto reply = env.initLeaseReply();
+  reply.setGranted(false);
+  reply.setError(why);
+  conn.Send(out.builder());
 }
 
 bool NodeDaemon::IsDetached(const Worker& w) const {
