@@ -174,36 +174,25 @@ void CoreWorker::StartActor(ActorRecord& record) {
     SetActorDead(record, "lost the connection to the node daemon");
     return;
   }
-  uint64_t request_id = next_request_id_++;
   ObjectId id = record.id;
-  node_requests_[request_id] = [this, id, generation](proto::Envelope::Reader msg) {
-    if (msg.isLeaseReply()) {
-      OnActorLease(id, generation, msg.getLeaseReply());
-    } else if (auto it = owned_actors_.find(id); it != owned_actors_.end()) {
-      SetActorDead(*it->second, "lost the connection to the node daemon");
-    }
-  };
-  OutMessage out;
-  auto env = out.Init();
-  env.setRequestId(request_id);
-  auto lease = env.initRequestLease();
-  SetResources(lease.initResources(record.options.resources.size()), record.options.resources);
-  SetResources(lease.initPlacement(record.options.placement.size()), record.options.placement);
-  lease.setActor(true);
-  lease.setDetached(record.options.detached);
-  node_conn_->Send(out.builder());
+  LeaseShape shape;
+  shape.resources = record.options.resources;
+  shape.placement = record.options.placement;
+  shape.actor = true;
+  shape.detached = record.options.detached;
+  shape.scheduling = record.options.scheduling;
+  shape.name = absl::StrCat("actor ", record.factory);
+  AcquireLease(shape, [this, id, generation](proto::LeaseReply::Reader reply,
+                                             std::shared_ptr<Connection> node) {
+    OnActorLease(id, generation, reply, std::move(node));
+  });
 }
 
 void CoreWorker::OnActorLease(const ObjectId& id, int generation,
-                              proto::LeaseReply::Reader reply) {
+                              proto::LeaseReply::Reader reply, std::shared_ptr<Connection> node) {
   auto it = owned_actors_.find(id);
   ActorRecord* record = it == owned_actors_.end() ? nullptr : it->second.get();
-  auto kill_lease = [this](uint64_t lease_id) {
-    if (!node_conn_ || node_conn_->closed()) return;
-    OutMessage out;
-    out.Init().setKillLease(lease_id);
-    node_conn_->Send(out.builder());
-  };
+  auto kill_lease = [this, node](uint64_t lease_id) { SendLeaseEnd(node, lease_id, true); };
   if (record == nullptr || record->generation != generation ||
       record->state == ActorRecord::State::kDead) {
     if (reply.getGranted()) kill_lease(reply.getLeaseId());
@@ -214,6 +203,8 @@ void CoreWorker::OnActorLease(const ObjectId& id, int generation,
     return;
   }
   record->lease_id = reply.getLeaseId();
+  record->lease_node = node;
+  record->node_id = IdFrom<NodeId>(reply.getNodeId());
   record->pid = reply.getWorkerPid();
   record->address = reply.getWorkerAddress().cStr();
   record->gpu_ids.clear();
@@ -223,16 +214,12 @@ void CoreWorker::OnActorLease(const ObjectId& id, int generation,
     SetActorDead(*record, record->kill_reason);
     return;
   }
-  boost::asio::local::stream_protocol::socket s(io_);
-  boost::system::error_code ec;
-  s.connect(boost::asio::local::stream_protocol::endpoint(record->address), ec);
-  if (ec) {
-    OnActorProcessLost(id, generation, absl::UnavailableError(ec.message()));
+  auto socket = ConnectToAddress(io_, record->address, options_.session_dir);
+  if (!socket.ok()) {
+    OnActorProcessLost(id, generation, socket.status());
     return;
   }
-  int raw = s.release();
-  record->conn =
-      Connection::Create(Socket(io_, boost::asio::generic::stream_protocol(AF_UNIX, 0), raw));
+  record->conn = Connection::Create(std::move(*socket));
   record->conn->Start(
       [this, id, generation](Connection&, proto::Envelope::Reader msg) {
         if (msg.isTaskReply()) {
@@ -253,6 +240,7 @@ void CoreWorker::OnActorLease(const ObjectId& id, int generation,
   hello.setProtocolVersion(proto::PROTOCOL_VERSION);
   hello.setRole(proto::Role::PEER);
   hello.setPid(::getpid());
+  hello.setToken(HeadToken());
   record->conn->Send(out.builder());
   PendingTask creation;
   creation.task_id = TaskId::Random();
@@ -284,11 +272,7 @@ void CoreWorker::OnActorCreated(const ObjectId& id, int generation,
                                    f.getExceptionType().size() ? ": " : "", f.getMessage().cStr());
     record.kill_requested = true;
     record.kill_reason = why;
-    if (node_conn_ && !node_conn_->closed()) {
-      OutMessage out;
-      out.Init().setKillLease(record.lease_id);
-      node_conn_->Send(out.builder());
-    }
+    SendLeaseEnd(record.lease_node, record.lease_id, /*kill=*/true);
     SetActorDead(record, why);
     return;
   }
@@ -314,13 +298,10 @@ void CoreWorker::OnActorProcessLost(const ObjectId& id, int generation, const ab
   if (it == owned_actors_.end() || it->second->generation != generation) return;
   ActorRecord& record = *it->second;
   if (record.state == ActorRecord::State::kDead) return;
-  if (record.lease_id != 0 && node_conn_ && !node_conn_->closed()) {
-    // Make sure the process is gone and its resources are free.
-    OutMessage out;
-    out.Init().setKillLease(record.lease_id);
-    node_conn_->Send(out.builder());
-  }
+  // Make sure the process is gone and its resources are free.
+  SendLeaseEnd(record.lease_node, record.lease_id, /*kill=*/true);
   record.lease_id = 0;
+  record.lease_node.reset();
   record.conn.reset();
   if (record.kill_requested) {
     SetActorDead(record, record.kill_reason);
@@ -369,11 +350,9 @@ void CoreWorker::KillOwnedActor(const ObjectId& id, bool no_restart, std::string
     record.kill_requested = true;
     record.kill_reason = std::move(why);
   }
-  if (record.conn && record.lease_id != 0 && node_conn_ && !node_conn_->closed()) {
+  if (record.conn && record.lease_id != 0 && record.lease_node && !record.lease_node->closed()) {
     // The node kills the process; its connection closing finishes the job.
-    OutMessage out;
-    out.Init().setKillLease(record.lease_id);
-    node_conn_->Send(out.builder());
+    SendLeaseEnd(record.lease_node, record.lease_id, /*kill=*/true);
   } else if (record.kill_requested) {
     SetActorDead(record, record.kill_reason);
   }
@@ -535,19 +514,15 @@ void CoreWorker::OnActorResolved(const ObjectId& id, bool alive, std::string add
     PumpActorClient(client);
     return;
   }
-  boost::asio::local::stream_protocol::socket s(io_);
-  boost::system::error_code ec;
-  s.connect(boost::asio::local::stream_protocol::endpoint(address), ec);
-  if (ec) {
+  auto socket = ConnectToAddress(io_, address, options_.session_dir);
+  if (!socket.ok()) {
     // Gone already: ask again, for an address other than this one.
     client.failed_address = address;
     ResolveActor(client);
     return;
   }
-  int raw = s.release();
   client.address = address;
-  client.conn =
-      Connection::Create(Socket(io_, boost::asio::generic::stream_protocol(AF_UNIX, 0), raw));
+  client.conn = Connection::Create(std::move(*socket));
   Connection* conn_ptr = client.conn.get();
   client.conn->Start(
       [this, id](Connection&, proto::Envelope::Reader msg) {
@@ -561,6 +536,7 @@ void CoreWorker::OnActorResolved(const ObjectId& id, bool alive, std::string add
   hello.setProtocolVersion(proto::PROTOCOL_VERSION);
   hello.setRole(proto::Role::PEER);
   hello.setPid(::getpid());
+  hello.setToken(HeadToken());
   client.conn->Send(out.builder());
   // Calls that were running when the previous incarnation died: retried first,
   // in their order, if the actor allows it; otherwise they fail.

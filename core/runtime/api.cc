@@ -14,6 +14,8 @@
 #include "core/runtime/core_worker.h"
 #include "core/runtime/head_client.h"
 #include "lumen/common/logging.h"
+#include "lumen/common/proto_util.h"
+#include "lumen/common/address.h"
 #include "lumen/lumen.h"
 
 namespace lumen {
@@ -64,6 +66,7 @@ runtime::CoreWorker& Core() {
   runtime::CoreWorkerOptions options;
   options.is_worker = true;
   options.node_socket = Env("LUMEN_NODE_SOCKET");
+  if (!Env("LUMEN_NODE_HOST").empty()) options.node_host = Env("LUMEN_NODE_HOST");
   options.session_dir = Env("LUMEN_SESSION_DIR");
   options.worker_id = WorkerId::FromHex(Env("LUMEN_WORKER_ID"));
   options.job_id = JobId::FromHex(Env("LUMEN_JOB_ID"));
@@ -192,7 +195,7 @@ void InitRuntime(const Config& config, int argc, char** argv) {
     }
     state.cluster = std::move(*cluster);
     state.head_address = state.cluster->head_address;
-    options.node_socket = state.cluster->node_socket;
+    options.node_socket = ParseAddress(state.cluster->node_socket).unix_path;
     options.session_dir = state.cluster->session_dir;
   } else {
     auto node = runtime::FindLocalNode(address);
@@ -200,7 +203,8 @@ void InitRuntime(const Config& config, int argc, char** argv) {
       throw Error(absl::StrCat("lumen::Init: cannot join the cluster at ", address, ": ",
                                node.status().message()));
     }
-    options.node_socket = node->address;
+    options.node_socket = ParseAddress(node->address).unix_path;
+    if (!node->host.empty()) options.node_host = node->host;
     auto head = runtime::ResolveHeadAddress(address);
     if (!head.ok()) {
       throw Error(absl::StrCat("lumen::Init: cannot join the cluster at ", address, ": ",
@@ -241,6 +245,92 @@ bool RuntimeInitialized() { return runtime::CurrentCoreWorker() != nullptr; }
 std::string ClusterAddress() {
   std::lock_guard<std::mutex> lock(StateMutex());
   return State().head_address;
+}
+
+namespace {
+
+std::string HeadForCalls() {
+  std::string head = runtime::CurrentCoreWorker() ? ClusterAddress() : "";
+  if (head.empty() && runtime::CurrentCoreWorker()) head = runtime::CurrentCoreWorker()->head_address();
+  if (head.empty()) throw Error("lumen is not initialized: call lumen::Init first");
+  return head;
+}
+
+// One placement group request to the head; returns the group's state.
+PlacementGroupInfo CallGroup(const std::function<void(proto::Envelope::Builder)>& fill,
+                             std::string* error = nullptr) {
+  auto reply = runtime::CallHead(HeadForCalls(), fill);
+  if (!reply.ok()) {
+    throw PlacementGroupError(absl::StrCat("placement group request failed: ", reply.status().message()));
+  }
+  capnp::FlatArrayMessageReader reader(kj::arrayPtr(reply->data(), reply->size()));
+  auto env = reader.getRoot<proto::Envelope>();
+  PlacementGroupInfo info;
+  if (env.isAck()) return info;
+  if (!env.isPlacementGroupState()) throw PlacementGroupError("unexpected reply from the head");
+  auto state = env.getPlacementGroupState();
+  info.state = state.getState().cStr();
+  for (auto b : state.getBundles()) {
+    info.bundle_nodes.push_back(b.getNodeId().size() ? IdFrom<NodeId>(b.getNodeId()).Hex() : "");
+  }
+  if (error) *error = state.getError().cStr();
+  return info;
+}
+
+capnp::Data::Reader BytesOf(const std::string& s) {
+  return capnp::Data::Reader(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+}
+
+}  // namespace
+
+std::string CreatePlacementGroup(const PlacementGroupRequest& request) {
+  if (request.bundles.empty()) throw PlacementGroupError("a placement group needs at least one bundle");
+  for (size_t i = 0; i < request.bundles.size(); ++i) {
+    if (request.bundles[i].empty()) {
+      throw PlacementGroupError(absl::StrCat("bundle ", i, " of the placement group is empty"));
+    }
+  }
+  std::string id = JobId::Random().Hex() + JobId::Random().Hex().substr(0, 8);
+  CallGroup([&](proto::Envelope::Builder env) {
+    auto spec = env.initCreatePlacementGroup();
+    spec.setGroupId(BytesOf(id));
+    spec.setName(request.name.empty() ? id.substr(0, 12) : request.name);
+    spec.setStrategy(static_cast<proto::PlacementStrategy>(request.strategy));
+    auto bundles = spec.initBundles(request.bundles.size());
+    for (size_t i = 0; i < request.bundles.size(); ++i) {
+      bundles[i].setIndex(static_cast<int32_t>(i));
+      SetResources(bundles[i].initResources(request.bundles[i].size()), request.bundles[i]);
+    }
+  });
+  return id;
+}
+
+bool WaitPlacementGroup(const std::string& group_id, std::chrono::milliseconds timeout) {
+  std::string error;
+  auto info = CallGroup(
+      [&](proto::Envelope::Builder env) {
+        auto wait = env.initWaitPlacementGroup();
+        wait.setGroupId(BytesOf(group_id));
+        wait.setTimeoutMs(static_cast<uint64_t>(std::max<int64_t>(0, timeout.count())));
+      },
+      &error);
+  if (info.state == "REMOVED") {
+    throw PlacementGroupError(absl::StrCat("placement group ", group_id, " was removed",
+                                           error.empty() ? "" : " (" + error + ")"));
+  }
+  return info.state == "CREATED";
+}
+
+void RemovePlacementGroup(const std::string& group_id) {
+  CallGroup([&](proto::Envelope::Builder env) { env.setRemovePlacementGroup(BytesOf(group_id)); });
+}
+
+PlacementGroupInfo GetPlacementGroupInfo(const std::string& group_id) {
+  return CallGroup([&](proto::Envelope::Builder env) {
+    auto wait = env.initWaitPlacementGroup();
+    wait.setGroupId(BytesOf(group_id));
+    wait.setTimeoutMs(0);
+  });
 }
 
 }  // namespace internal

@@ -203,6 +203,7 @@ absl::StatusOr<ClusterProcesses> StartCluster(const ClusterSpec& spec) {
   auto pid = SpawnDaemon(spec, cluster.session_dir, "node",
                          {{"LUMEN_HEAD_ADDRESS", cluster.head_address},
                           {"LUMEN_TOKEN", spec.token},
+                          {"LUMEN_NODE_HOST", spec.node_host},
                           {"LUMEN_NODE_RESOURCES", EncodeResources(resources)},
                           {"LUMEN_OBJECT_STORE_BYTES", std::to_string(store)},
                           {"LUMEN_REMOVE_SESSION_DIR", spec.embedded ? "1" : ""}},
@@ -257,12 +258,24 @@ void MaybeRunClusterProcess() {
     options.ready_fd = EnvFd("LUMEN_READY_FD");
     options.session_dir = Env("LUMEN_SESSION_DIR");
     options.token = Env("LUMEN_TOKEN");
+    int period = 0, threshold = 0;
+    if (absl::SimpleAtoi(Env("LUMEN_HEALTH_CHECK_PERIOD_MS"), &period) && period > 0) {
+      options.health_check_period_ms = period;
+    }
+    if (absl::SimpleAtoi(Env("LUMEN_HEALTH_CHECK_FAILURE_THRESHOLD"), &threshold) && threshold > 0) {
+      options.health_check_failure_threshold = threshold;
+    }
     std::_Exit(RunHeadService(options));
   }
   if (role == "node") {
     NodeDaemonOptions options;
     options.session_dir = Env("LUMEN_SESSION_DIR");
     options.head_address = Env("LUMEN_HEAD_ADDRESS");
+    if (!Env("LUMEN_NODE_HOST").empty()) options.host = Env("LUMEN_NODE_HOST");
+    int period = 0;
+    if (absl::SimpleAtoi(Env("LUMEN_HEALTH_CHECK_PERIOD_MS"), &period) && period > 0) {
+      options.report_period_ms = period;
+    }
     options.resources = DecodeResources(Env("LUMEN_NODE_RESOURCES"));
     uint64_t bytes = 0;
     options.object_store_bytes =

@@ -18,6 +18,7 @@ struct ClusterSpec {
   std::string head_address;    // when not starting a head: the one to join
   std::string head_host = "127.0.0.1";
   int head_port = 0;
+  std::string node_host = "127.0.0.1";  // the IP the node's daemon and workers listen on
   std::map<std::string, double> resources;  // of the node; CPU etc. filled when absent
   uint64_t object_store_bytes = 0;          // 0: 30% of RAM
   // Embedded: the daemons watch a pipe from this process and exit with it, and
@@ -31,7 +32,7 @@ struct ClusterSpec {
 struct ClusterProcesses {
   std::string session_dir;
   std::string head_address;
-  std::string node_socket;
+  std::string node_socket;  // the node daemon's address ("host:port;/unix/path")
   std::vector<pid_t> pids;
   int parent_pipe = -1;  // embedded: closing it stops the daemons
   std::string token_file;  // where the token is kept (readable by its user only)

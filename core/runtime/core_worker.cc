@@ -49,20 +49,26 @@ absl::StatusOr<std::unique_ptr<CoreWorker>> CoreWorker::Start(CoreWorkerOptions 
 
 absl::Status CoreWorker::Connect() {
   exe_path_ = SelfExecutablePath();
-  // The owner service: peers push tasks here (worker) and ask for objects.
-  listen_address_ = absl::StrCat(options_.session_dir, "/sockets/",
-                                 options_.is_worker ? "worker-" : "driver-",
-                                 options_.worker_id.Hex().substr(0, 16), ".sock");
-  ::unlink(listen_address_.c_str());
+  // The owner service: peers push tasks here (worker) and ask for objects;
+  // over Unix from this node, over TCP from others.
+  unix_path_ = absl::StrCat(options_.session_dir, "/sockets/",
+                            options_.is_worker ? "worker-" : "driver-",
+                            options_.worker_id.Hex().substr(0, 16), ".sock");
+  ::unlink(unix_path_.c_str());
   boost::system::error_code ec;
   acceptor_ = std::make_unique<boost::asio::local::stream_protocol::acceptor>(io_);
   acceptor_->open(boost::asio::local::stream_protocol(), ec);
-  if (!ec) acceptor_->bind(boost::asio::local::stream_protocol::endpoint(listen_address_), ec);
+  if (!ec) acceptor_->bind(boost::asio::local::stream_protocol::endpoint(unix_path_), ec);
   if (!ec) acceptor_->listen(128, ec);
   if (ec) {
     return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", listen_address_, ": ", ec.message()));
+        absl::StrCat("cannot listen on ", unix_path_, ": ", ec.message()));
   }
+  auto tcp = ListenTcp(io_, options_.node_host, 0);
+  if (!tcp.ok()) return tcp.status();
+  tcp_acceptor_ = std::move(*tcp);
+  listen_address_ = FormatAddress(
+      {absl::StrCat(options_.node_host, ":", tcp_acceptor_->local_endpoint().port()), unix_path_});
 
   // Handshake with the node daemon (blocking): its reply carries the store's fd.
   boost::asio::local::stream_protocol::socket node_socket(io_);
@@ -128,6 +134,7 @@ absl::Status CoreWorker::Connect() {
     auto nid = hr.getNodeId();
     node_id_ = IdFrom<NodeId>(nid);
     store_size = hr.getStoreSize();
+    node_address_ = hr.getNodeAddress().cStr();
   } catch (const std::exception& e) {
     ::close(*fd);
     return absl::UnavailableError(absl::StrCat("bad handshake reply: ", e.what()));
@@ -142,7 +149,6 @@ absl::Status CoreWorker::Connect() {
   node_conn_->Start([this](Connection& c, proto::Envelope::Reader m) { OnNodeFrame(c, m); },
                     [this](Connection&, const absl::Status& why) { OnNodeLost(why); });
 
-  std::function<void()> accept_loop;
   auto accept_next = std::make_shared<std::function<void()>>();
   *accept_next = [this, accept_next]() {
     acceptor_->async_accept([this, accept_next](const boost::system::error_code& ec,
@@ -154,6 +160,16 @@ absl::Status CoreWorker::Connect() {
     });
   };
   (*accept_next)();
+  auto accept_tcp = std::make_shared<std::function<void()>>();
+  *accept_tcp = [this, accept_tcp]() {
+    tcp_acceptor_->async_accept(
+        [this, accept_tcp](const boost::system::error_code& ec, boost::asio::ip::tcp::socket s) {
+          if (ec) return;  // acceptor closed
+          OnPeerAccepted(AdoptTcp(io_, std::move(s)));
+          (*accept_tcp)();
+        });
+  };
+  (*accept_tcp)();
 
   work_.emplace(io_.get_executor());
   io_thread_ = std::thread([this] {
@@ -171,7 +187,7 @@ void CoreWorker::OnNodeLost(const absl::Status& why) {
   node_requests_.clear();
   capnp::MallocMessageBuilder empty;
   auto reader = empty.initRoot<proto::Envelope>().asReader();
-  for (auto& [id, callback] : pending) callback(reader);
+  for (auto& [id, request] : pending) request.callback(reader);
   // Nothing will arrive any more: fail whatever is still pending.
   std::vector<ObjectId> waiting;
   {
@@ -209,6 +225,8 @@ void CoreWorker::Stop() {
     }
     boost::system::error_code ignored;
     if (acceptor_) acceptor_->close(ignored);
+    if (tcp_acceptor_) tcp_acceptor_->close(ignored);
+    for (auto& [address, conn] : remote_nodes_) conn->Close(absl::CancelledError("shutdown"));
     if (node_conn_) node_conn_->Close(absl::CancelledError("shutdown"));
     for (auto& [key, queue] : queues_) {
       for (auto& lease : queue->leases) {
@@ -224,7 +242,7 @@ void CoreWorker::Stop() {
     io_.stop();
   });
   if (io_thread_.joinable()) io_thread_.join();
-  ::unlink(listen_address_.c_str());
+  ::unlink(unix_path_.c_str());
   // Our actors (but detached ones) end with us: free their names.
   for (const auto& [name, id] : names) {
     (void)CallHead(options_.head_address, [&](proto::Envelope::Builder env) {
@@ -369,8 +387,18 @@ void CoreWorker::MaybeFreeLocked(absl::node_hash_map<ObjectId, ObjectEntry>::ite
   }
   if (entry.owned && entry.ready && entry.kind == ObjectEntry::Kind::kStored) {
     ObjectId id = it->first;
-    SendToNode([id](proto::Envelope::Builder env) {
-      env.initStoreDelete().setObjectId(DataOf(id));
+    std::vector<std::string> addresses;
+    for (const auto& [node, address] : entry.locations) addresses.push_back(address);
+    if (addresses.empty()) addresses.push_back("");
+    PostToIo([this, id, addresses] {
+      for (const auto& address : addresses) {
+        absl::Status error;
+        auto conn = NodeConnection(address, &error);
+        if (!conn || conn->closed()) continue;
+        OutMessage out;
+        out.Init().initStoreDelete().setObjectId(DataOf(id));
+        conn->Send(out.builder());
+      }
     });
   }
   if (entry.owned && entry.is_actor && !stopped_) {
@@ -428,20 +456,34 @@ void CoreWorker::SendToNode(std::function<void(proto::Envelope::Builder)> fill) 
 }
 
 CoreWorker::StoreResult CoreWorker::CallStore(int op, const ObjectId& id, uint64_t size) {
+  return CallNode([op, id, size](proto::Envelope::Builder env) {
+    proto::StoreRequest::Builder req = [&]() {
+      switch (op) {
+        case kCreate: return env.initStoreCreate();
+        case kSeal: return env.initStoreSeal();
+        case kAbort: return env.initStoreAbort();
+        default: return env.initStoreGet();
+      }
+    }();
+    req.setObjectId(DataOf(id));
+    req.setSize(size);
+  });
+}
+
+CoreWorker::StoreResult CoreWorker::CallNode(std::function<void(proto::Envelope::Builder)> fill) {
   StoreResult result;
   if (stopped_ || node_lost_) {
     result.status = absl::UnavailableError("lost the connection to the node daemon");
     return result;
   }
   absl::Notification done;
-  PostToIo([&, op, id, size] {
+  PostToIo([&] {
     if (!node_conn_ || node_conn_->closed()) {
       result.status = absl::UnavailableError("lost the connection to the node daemon");
       done.Notify();
       return;
     }
-    uint64_t request_id = next_request_id_++;
-    node_requests_[request_id] = [&](proto::Envelope::Reader msg) {
+    SendNodeRequest(*node_conn_, fill, [&](proto::Envelope::Reader msg) {
       if (!msg.isStoreReply()) {
         result.status = absl::UnavailableError("no reply from the node daemon");
       } else {
@@ -455,24 +497,75 @@ CoreWorker::StoreResult CoreWorker::CallStore(int op, const ObjectId& id, uint64
         }
       }
       done.Notify();
-    };
-    OutMessage out;
-    auto env = out.Init();
-    env.setRequestId(request_id);
-    proto::StoreRequest::Builder req = [&]() {
-      switch (op) {
-        case kCreate: return env.initStoreCreate();
-        case kSeal: return env.initStoreSeal();
-        case kAbort: return env.initStoreAbort();
-        default: return env.initStoreGet();
-      }
-    }();
-    req.setObjectId(DataOf(id));
-    req.setSize(size);
-    node_conn_->Send(out.builder());
+    });
   });
   done.WaitForNotification();
   return result;
+}
+
+CoreWorker::StoreResult CoreWorker::GetOrPull(const ObjectId& id, uint64_t size,
+                                              const NodeId& node, const std::string& node_address,
+                                              const std::string& owner) {
+  StoreResult got = CallStore(kGet, id, 0);
+  if (got.status.ok() || got.status.code() != absl::StatusCode::kNotFound || node.IsNil() ||
+      node == node_id_ || node_address.empty()) {
+    return got;
+  }
+  // Another node has it: our daemon copies it here (once, however many ask).
+  StoreResult pulled = CallNode([&](proto::Envelope::Builder env) {
+    auto pull = env.initPullObject();
+    pull.setObjectId(DataOf(id));
+    pull.setSize(size);
+    pull.setNodeId(DataOf(node));
+    pull.setNodeAddress(node_address);
+    pull.setJobId(DataOf(options_.job_id));
+  });
+  if (!pulled.status.ok()) return pulled;
+  got = CallStore(kGet, id, 0);
+  if (got.status.ok() && !owner.empty()) {
+    NodeId here = node_id_;
+    std::string here_address = node_address_;
+    PostToIo([this, id, owner, here, here_address] {
+      if (owner == listen_address_) {
+        OnObjectLocationAdded(id, here, here_address);
+        return;
+      }
+      absl::Status error;
+      auto conn = PeerConnection(owner, &error);
+      if (!conn) return;
+      OutMessage out;
+      auto location = out.Init().initAddObjectLocation();
+      location.setObjectId(DataOf(id));
+      location.setNodeId(DataOf(here));
+      location.setNodeAddress(here_address);
+      conn->Send(out.builder());
+    });
+  }
+  return got;
+}
+
+void CoreWorker::OnObjectLocationAdded(const ObjectId& id, const NodeId& node,
+                                       const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  auto it = objects_.find(id);
+  if (it != objects_.end() && (!it->second.owned || it->second.kind != ObjectEntry::Kind::kStored)) {
+    return;  // not ours to track
+  }
+  if (it == objects_.end()) {
+    // Freed meanwhile: the new copy goes too.
+    PostToIo([this, id, address] {
+      absl::Status error;
+      auto conn = NodeConnection(address, &error);
+      if (!conn) return;
+      OutMessage out;
+      out.Init().initStoreDelete().setObjectId(DataOf(id));
+      conn->Send(out.builder());
+    });
+    return;
+  }
+  for (const auto& [n, a] : it->second.locations)
+    if (n == node) return;
+  it->second.locations.emplace_back(node, address);
 }
 
 void CoreWorker::OnNodeFrame(Connection& conn, proto::Envelope::Reader msg) {
@@ -486,7 +579,7 @@ void CoreWorker::OnNodeFrame(Connection& conn, proto::Envelope::Reader msg) {
     LUMEN_LOG(DEBUG) << "unexpected frame from the node daemon (request " << request_id << ")";
     return;
   }
-  auto callback = std::move(it->second);
+  auto callback = std::move(it->second.callback);
   node_requests_.erase(it);
   callback(msg);
 }
@@ -530,6 +623,7 @@ std::shared_ptr<internal::RefHandle> CoreWorker::PutWithWriter(
   SetObjectReady(id, [&](ObjectEntry& e) {
     e.kind = ObjectEntry::Kind::kStored;
     e.stored_size = size;
+    e.locations = {{node_id_, node_address_}};
   });
   return handle;
 }
@@ -593,6 +687,9 @@ internal::ObjectBytes CoreWorker::ReadyBytes(const ObjectId& id) {
   ObjectEntry::Kind kind;
   std::shared_ptr<const std::string> value;
   Failure failure;
+  std::pair<NodeId, std::string> location;
+  uint64_t size = 0;
+  std::string owner;
   {
     absl::MutexLock lock(&mu_);
     auto it = objects_.find(id);
@@ -600,6 +697,9 @@ internal::ObjectBytes CoreWorker::ReadyBytes(const ObjectId& id) {
     kind = it->second.kind;
     value = it->second.value;
     failure = it->second.failure;
+    size = it->second.stored_size;
+    if (!it->second.locations.empty()) location = it->second.locations.front();
+    owner = it->second.owned ? listen_address_ : it->second.owner_address;
   }
   switch (kind) {
     case ObjectEntry::Kind::kInline:
@@ -609,10 +709,9 @@ internal::ObjectBytes CoreWorker::ReadyBytes(const ObjectId& id) {
     case ObjectEntry::Kind::kStored:
       break;
   }
-  StoreResult got = CallStore(kGet, id, 0);
+  StoreResult got = GetOrPull(id, size, location.first, location.second, owner);
   if (!got.status.ok()) {
-    throw ObjectLostError(
-        absl::StrCat("object ", id.Hex(), " is not in the object store: ", got.status.message()));
+    throw ObjectLostError(absl::StrCat("object ", id.Hex(), " is lost: ", got.status.message()));
   }
   // The pin is released when the last reader of these bytes lets go.
   return PinnedBytes(id, got.offset, got.size);
@@ -726,7 +825,8 @@ std::shared_ptr<internal::RefHandle> CoreWorker::SubmitTask(
   task->args = std::move(args);
   task->resources = options.resources;
   if (task->resources.empty()) task->resources["CPU"] = 1;
-  task->queue_key = QueueKey(task->resources);
+  task->scheduling = options.scheduling;
+  task->queue_key = QueueKey(task->resources) + SchedulingKey(task->scheduling);
   task->max_retries = task->retries_left = std::max(0, options.max_retries);
   auto handle = std::make_shared<internal::RefHandle>(task->return_id, listen_address_);
   Enqueue(std::move(task));
@@ -841,7 +941,9 @@ void CoreWorker::OnTaskResolved(PendingTask* raw) {
   if (!slot) {
     slot = std::make_unique<SchedulingQueue>();
     slot->key = task->queue_key;
-    slot->resources = task->resources;
+    slot->shape.resources = task->resources;
+    slot->shape.scheduling = task->scheduling;
+    slot->shape.name = task->display_name;
   }
   slot->ready.push_back(std::move(task));
   DispatchQueue(*slot);
@@ -881,22 +983,186 @@ void CoreWorker::RequestLease(SchedulingQueue& queue) {
     return;
   }
   ++queue.pending_lease_requests;
-  uint64_t request_id = next_request_id_++;
   SchedulingQueue* q = &queue;
-  node_requests_[request_id] = [this, q](proto::Envelope::Reader msg) {
-    if (msg.isLeaseReply()) OnLeaseReply(q, msg.getLeaseReply());
-  };
+  AcquireLease(queue.shape, [this, q](proto::LeaseReply::Reader reply,
+                                      std::shared_ptr<Connection> node) {
+    OnLeaseReply(q, reply, std::move(node));
+  });
+}
+
+void CoreWorker::SendNodeRequest(Connection& conn,
+                                 const std::function<void(proto::Envelope::Builder)>& fill,
+                                 std::function<void(proto::Envelope::Reader)> callback) {
+  uint64_t request_id = next_request_id_++;
+  node_requests_[request_id] = NodeRequest{conn.id(), std::move(callback)};
   OutMessage out;
   auto env = out.Init();
   env.setRequestId(request_id);
-  SetResources(env.initRequestLease().initResources(queue.resources.size()), queue.resources);
-  node_conn_->Send(out.builder());
+  fill(env);
+  conn.Send(out.builder());
 }
 
-void CoreWorker::OnLeaseReply(SchedulingQueue* queue, proto::LeaseReply::Reader reply) {
+std::shared_ptr<Connection> CoreWorker::NodeConnection(const std::string& address,
+                                                       absl::Status* error) {
+  if (address.empty() || address == node_address_) return node_conn_;
+  auto it = remote_nodes_.find(address);
+  if (it != remote_nodes_.end() && !it->second->closed()) return it->second;
+  auto socket = ConnectToAddress(io_, address, options_.session_dir);
+  if (!socket.ok()) {
+    *error = socket.status();
+    return nullptr;
+  }
+  auto conn = Connection::Create(std::move(*socket));
+  conn->Start([this](Connection& c, proto::Envelope::Reader m) { OnNodeFrame(c, m); },
+              [this](Connection& c, const absl::Status& why) { OnRemoteNodeLost(c, why); });
+  OutMessage out;
+  auto hello = out.Init().initHello();
+  hello.setProtocolVersion(proto::PROTOCOL_VERSION);
+  hello.setRole(proto::Role::REMOTE_OWNER);
+  hello.setPid(::getpid());
+  hello.setWorkerId(DataOf(options_.worker_id));
+  hello.setJobId(DataOf(options_.job_id));
+  hello.setExePath(exe_path_);
+  hello.setListenAddress(listen_address_);
+  hello.setIsDriver(!options_.is_worker);
+  hello.setToken(HeadToken());
+  conn->Send(out.builder());
+  remote_nodes_[address] = conn;
+  return conn;
+}
+
+void CoreWorker::OnRemoteNodeLost(Connection& conn, const absl::Status& why) {
+  for (auto it = remote_nodes_.begin(); it != remote_nodes_.end(); ++it) {
+    if (it->second.get() == &conn) {
+      auto keep = it->second;
+      remote_nodes_.erase(it);
+      PostToIo([keep] {});
+      break;
+    }
+  }
+  if (stopped_) return;
+  LUMEN_LOG(DEBUG) << "lost a remote node daemon: " << why;
+  std::vector<std::function<void(proto::Envelope::Reader)>> failed;
+  for (auto it = node_requests_.begin(); it != node_requests_.end();) {
+    if (it->second.conn_id == conn.id()) {
+      failed.push_back(std::move(it->second.callback));
+      node_requests_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  capnp::MallocMessageBuilder empty;
+  auto reader = empty.initRoot<proto::Envelope>().asReader();
+  for (auto& callback : failed) callback(reader);
+}
+
+void CoreWorker::SendLeaseEnd(const std::shared_ptr<Connection>& node, uint64_t lease_id,
+                              bool kill) {
+  if (!node || node->closed() || lease_id == 0) return;
+  OutMessage out;
+  if (kill) {
+    out.Init().setKillLease(lease_id);
+  } else {
+    out.Init().setReturnLease(lease_id);
+  }
+  node->Send(out.builder());
+}
+
+void CoreWorker::AcquireLease(const LeaseShape& shape, LeaseCallback done, std::string target,
+                              int attempt) {
+  auto refuse = [&done](const std::string& why) {
+    capnp::MallocMessageBuilder message;
+    auto reply = message.initRoot<proto::LeaseReply>();
+    reply.setGranted(false);
+    reply.setError(why);
+    done(reply.asReader(), nullptr);
+  };
+  if (stopped_) return;
+  absl::Status error;
+  std::shared_ptr<Connection> node = NodeConnection(target, &error);
+  if (!node || node->closed()) {
+    if (!target.empty() && attempt < 100 && node_conn_ && !node_conn_->closed()) {
+      // The node we were sent to is gone: ask ours again, once its view catches up.
+      auto timer = std::make_shared<boost::asio::steady_timer>(io_, std::chrono::milliseconds(50));
+      timer->async_wait([this, timer, shape, done = std::move(done), attempt](
+                            const boost::system::error_code&) mutable {
+        AcquireLease(shape, std::move(done), "", attempt + 1);
+      });
+      return;
+    }
+    refuse(target.empty() ? "lost the connection to the node daemon"
+                          : absl::StrCat("cannot reach node ", target, ": ", error.message()));
+    return;
+  }
+  auto on_reply = std::make_shared<std::function<void(proto::Envelope::Reader)>>();
+  uint64_t conn_id = node->id();
+  *on_reply = [this, shape, done, target, attempt, node, conn_id,
+               on_reply](proto::Envelope::Reader msg) mutable {
+    if (!msg.isLeaseReply()) {
+      // The node went away before answering.
+      if (!target.empty()) {
+        AcquireLease(shape, std::move(done), "", attempt + 1);
+      } else {
+        capnp::MallocMessageBuilder message;
+        auto reply = message.initRoot<proto::LeaseReply>();
+        reply.setGranted(false);
+        reply.setError("lost the connection to the node daemon");
+        done(reply.asReader(), nullptr);
+      }
+      return;
+    }
+    auto reply = msg.getLeaseReply();
+    if (reply.getWaiting()) {
+      // Not an answer: nothing in the cluster can run it yet. Say so once per shape.
+      if (!warned_infeasible_[shape.name]) {
+        warned_infeasible_[shape.name] = true;
+        LUMEN_LOG(WARNING) << reply.getError().cStr();
+      }
+      node_requests_[msg.getRequestId()] = NodeRequest{conn_id, *on_reply};
+      return;
+    }
+    if (reply.getSpillbackAddress().size() > 0 && attempt < 100) {
+      AcquireLease(shape, std::move(done), reply.getSpillbackAddress().cStr(), attempt + 1);
+      return;
+    }
+    if (reply.getRetry() && attempt < 100) {
+      auto timer = std::make_shared<boost::asio::steady_timer>(io_, std::chrono::milliseconds(20));
+      timer->async_wait([this, timer, shape, done = std::move(done), attempt](
+                            const boost::system::error_code&) mutable {
+        AcquireLease(shape, std::move(done), "", attempt + 1);
+      });
+      return;
+    }
+    done(reply, reply.getGranted() ? node : nullptr);
+  };
+  SendNodeRequest(
+      *node,
+      [&](proto::Envelope::Builder env) {
+        auto lease = env.initRequestLease();
+        SetResources(lease.initResources(shape.resources.size()), shape.resources);
+        SetResources(lease.initPlacement(shape.placement.size()), shape.placement);
+        lease.setActor(shape.actor);
+        lease.setDetached(shape.detached);
+        lease.setStrategy(static_cast<proto::SchedulingKind>(shape.scheduling.kind));
+        if (!shape.scheduling.node.IsNil()) lease.setAffinityNode(DataOf(shape.scheduling.node));
+        lease.setAffinitySoft(shape.scheduling.soft);
+        lease.setGrantOrReject(!target.empty());
+        if (!shape.scheduling.placement_group.empty()) {
+          lease.setPlacementGroup(capnp::Data::Reader(
+              reinterpret_cast<const uint8_t*>(shape.scheduling.placement_group.data()),
+              shape.scheduling.placement_group.size()));
+        }
+        lease.setBundleIndex(shape.scheduling.bundle_index);
+        lease.setName(shape.name);
+      },
+      *on_reply);
+}
+
+void CoreWorker::OnLeaseReply(SchedulingQueue* queue, proto::LeaseReply::Reader reply,
+                              std::shared_ptr<Connection> node) {
   --queue->pending_lease_requests;
   if (!reply.getGranted()) {
-    // The node can never run this shape: fail what waits for it.
+    // No node can ever run this shape: fail what waits for it.
     std::string why = reply.getError().cStr();
     while (!queue->ready.empty()) {
       auto task = std::move(queue->ready.front());
@@ -907,27 +1173,22 @@ void CoreWorker::OnLeaseReply(SchedulingQueue* queue, proto::LeaseReply::Reader 
   }
   auto lease = std::make_unique<Lease>();
   lease->lease_id = reply.getLeaseId();
-  auto wid = reply.getWorkerId();
-  lease->worker_id =
-      IdFrom<WorkerId>(wid);
+  lease->worker_id = IdFrom<WorkerId>(reply.getWorkerId());
   lease->worker_pid = reply.getWorkerPid();
+  lease->node = node;
+  lease->node_id = IdFrom<NodeId>(reply.getNodeId());
   for (int id : reply.getGpuIds()) lease->gpu_ids.push_back(id);
   lease->queue = queue;
   std::string address = reply.getWorkerAddress().cStr();
-  boost::asio::local::stream_protocol::socket s(io_);
-  boost::system::error_code ec;
-  s.connect(boost::asio::local::stream_protocol::endpoint(address), ec);
-  if (ec) {
-    // The worker died between grant and connect; the node reclaims the lease.
-    LUMEN_LOG(DEBUG) << "cannot reach leased worker at " << address << ": " << ec.message();
-    OutMessage out;
-    out.Init().setReturnLease(lease->lease_id);
-    node_conn_->Send(out.builder());
+  auto socket = ConnectToAddress(io_, address, options_.session_dir);
+  if (!socket.ok()) {
+    // The worker died between grant and connect; its node reclaims the lease.
+    LUMEN_LOG(DEBUG) << "cannot reach leased worker at " << address << ": " << socket.status();
+    SendLeaseEnd(node, lease->lease_id, /*kill=*/false);
     DispatchQueue(*queue);
     return;
   }
-  int raw = s.release();
-  lease->conn = Connection::Create(Socket(io_, boost::asio::generic::stream_protocol(AF_UNIX, 0), raw));
+  lease->conn = Connection::Create(std::move(*socket));
   Lease* l = lease.get();
   lease->conn->Start(
       [this, l](Connection&, proto::Envelope::Reader msg) {
@@ -942,6 +1203,7 @@ void CoreWorker::OnLeaseReply(SchedulingQueue* queue, proto::LeaseReply::Reader 
     hello.setProtocolVersion(proto::PROTOCOL_VERSION);
     hello.setRole(proto::Role::PEER);
     hello.setPid(::getpid());
+    hello.setToken(HeadToken());
     lease->conn->Send(out.builder());
   }
   queue->leases.push_back(std::move(lease));
@@ -955,9 +1217,15 @@ void CoreWorker::FillValue(proto::Value::Builder out, const ObjectEntry& entry) 
       out.setInline(capnp::Data::Reader(reinterpret_cast<const uint8_t*>(entry.value->data()),
                                         entry.value->size()));
       break;
-    case ObjectEntry::Kind::kStored:
-      out.initStored().setSize(entry.stored_size);
+    case ObjectEntry::Kind::kStored: {
+      auto stored = out.initStored();
+      stored.setSize(entry.stored_size);
+      if (!entry.locations.empty()) {
+        stored.setNodeId(DataOf(entry.locations.front().first));
+        stored.setNodeAddress(entry.locations.front().second);
+      }
       break;
+    }
     case ObjectEntry::Kind::kFailed:
       FailureToProto(entry.failure, out.initError());
       break;
@@ -1039,11 +1307,14 @@ void CoreWorker::CompleteTask(PendingTask* task, proto::Value::Reader result) {
     }
     case proto::Value::STORED: {
       uint64_t size = result.getStored().getSize();
+      std::pair<NodeId, std::string> location{IdFrom<NodeId>(result.getStored().getNodeId()),
+                                              result.getStored().getNodeAddress().cStr()};
       SetObjectReady(
           task->return_id,
           [&](ObjectEntry& e) {
             e.kind = ObjectEntry::Kind::kStored;
             e.stored_size = size;
+            e.locations = {location};
           },
           /*owned_result=*/true);
       break;
@@ -1079,12 +1350,8 @@ void CoreWorker::OnLeaseLost(Lease* lease, const absl::Status& why) {
   }
   if (!owned) return;
   if (owned->idle_timer) owned->idle_timer->cancel();
-  if (node_conn_ && !node_conn_->closed()) {
-    // The worker may be alive but unreachable: the node ends it and frees the lease.
-    OutMessage out;
-    out.Init().setKillLease(owned->lease_id);
-    node_conn_->Send(out.builder());
-  }
+  // The worker may be alive but unreachable: its node ends it and frees the lease.
+  SendLeaseEnd(owned->node, owned->lease_id, /*kill=*/true);
   std::vector<std::unique_ptr<PendingTask>> retry;
   for (auto& [id, task] : owned->in_flight) {
     if (task->retries_left > 0) {
@@ -1140,9 +1407,7 @@ void CoreWorker::ReturnLease(Lease* lease) {
     std::shared_ptr<Lease> owned(std::move(*it));
     queue.leases.erase(it);
     if (owned->idle_timer) owned->idle_timer->cancel();
-    OutMessage out;
-    out.Init().setReturnLease(owned->lease_id);
-    if (node_conn_ && !node_conn_->closed()) node_conn_->Send(out.builder());
+    SendLeaseEnd(owned->node, owned->lease_id, /*kill=*/false);
     owned->conn->Close(absl::CancelledError("lease returned"));
     PostToIo([owned] {});  // close callbacks may still refer to it
     return;
@@ -1169,15 +1434,12 @@ std::shared_ptr<Connection> CoreWorker::PeerConnection(const std::string& addres
                                                        absl::Status* error) {
   auto it = peers_.find(address);
   if (it != peers_.end() && !it->second->closed()) return it->second;
-  boost::asio::local::stream_protocol::socket s(io_);
-  boost::system::error_code ec;
-  s.connect(boost::asio::local::stream_protocol::endpoint(address), ec);
-  if (ec) {
-    *error = absl::UnavailableError(absl::StrCat("cannot reach ", address, ": ", ec.message()));
+  auto socket = ConnectToAddress(io_, address, options_.session_dir);
+  if (!socket.ok()) {
+    *error = socket.status();
     return nullptr;
   }
-  int raw = s.release();
-  auto conn = Connection::Create(Socket(io_, boost::asio::generic::stream_protocol(AF_UNIX, 0), raw));
+  auto conn = Connection::Create(std::move(*socket));
   conn->Start([this](Connection& c, proto::Envelope::Reader m) { OnPeerFrame(c, m); },
               [this, address](Connection&, const absl::Status& why) {
                 peers_.erase(address);
@@ -1215,6 +1477,7 @@ std::shared_ptr<Connection> CoreWorker::PeerConnection(const std::string& addres
   hello.setProtocolVersion(proto::PROTOCOL_VERSION);
   hello.setRole(proto::Role::PEER);
   hello.setPid(::getpid());
+  hello.setToken(HeadToken());
   conn->Send(out.builder());
   peers_[address] = conn;
   return conn;
@@ -1250,9 +1513,12 @@ void CoreWorker::RequestObjectFromOwner(const ObjectId& id, const std::string& o
       }
       case proto::Value::STORED: {
         uint64_t size = value.getStored().getSize();
+        std::pair<NodeId, std::string> location{IdFrom<NodeId>(value.getStored().getNodeId()),
+                                                value.getStored().getNodeAddress().cStr()};
         SetObjectReady(id, [&](ObjectEntry& e) {
           e.kind = ObjectEntry::Kind::kStored;
           e.stored_size = size;
+          e.locations = {location};
         });
         break;
       }
@@ -1336,6 +1602,11 @@ void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
         conn.Close(absl::FailedPreconditionError("protocol version mismatch"));
         return;
       }
+      if (!IsLoopbackHost(options_.node_host) && msg.getHello().getToken() != HeadToken()) {
+        // Beyond loopback only holders of the cluster token may call us.
+        conn.Close(absl::PermissionDeniedError("peer without the right cluster token"));
+        return;
+      }
       conn.context() = true;
       return;
     case proto::Envelope::ACTOR_STATE:
@@ -1358,6 +1629,13 @@ void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
     return;
   }
   switch (msg.which()) {
+    case proto::Envelope::ADD_OBJECT_LOCATION: {
+      auto location = msg.getAddObjectLocation();
+      OnObjectLocationAdded(IdFrom<ObjectId>(location.getObjectId()),
+                            IdFrom<NodeId>(location.getNodeId()),
+                            location.getNodeAddress().cStr());
+      return;
+    }
     case proto::Envelope::WAIT_OBJECT: {
       auto data = msg.getWaitObject();
       ObjectId id = IdFrom<ObjectId>(data);
@@ -1480,6 +1758,9 @@ void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
             a.is_stored = true;
             a.stored = IdFrom<ObjectId>(d);
             a.size = arg.getStored().getSize();
+            a.node = IdFrom<NodeId>(arg.getStored().getNodeId());
+            a.node_address = arg.getStored().getNodeAddress().cStr();
+            a.owner = spec.getOwnerAddress().cStr();
             break;
           }
           case proto::Value::ERROR:
@@ -1627,10 +1908,10 @@ void CoreWorker::ExecuteTask(TaskToRun& task) {
           args.push_back(internal::ObjectBytes{arg.value, nullptr});
           continue;
         }
-        StoreResult got = CallStore(kGet, arg.stored, 0);
+        StoreResult got = GetOrPull(arg.stored, arg.size, arg.node, arg.node_address, arg.owner);
         if (!got.status.ok()) {
           throw ObjectLostError(absl::StrCat("argument object ", arg.stored.Hex(),
-                                             " is not in the store: ", got.status.message()));
+                                             " is lost: ", got.status.message()));
         }
         args.push_back(PinnedBytes(arg.stored, got.offset, got.size));
       }
@@ -1701,6 +1982,8 @@ void CoreWorker::ExecuteTask(TaskToRun& task) {
       auto stored = r.initResult().initStored();
       stored.setObjectId(DataOf(id));
       stored.setSize(result.size());
+      stored.setNodeId(DataOf(node_id_));
+      stored.setNodeAddress(node_address_);
     }
   }
   if (failure) {

@@ -24,6 +24,7 @@
 #include "absl/container/node_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "lumen/common/address.h"
 #include "lumen/common/connection.h"
 #include "lumen/common/ids.h"
 #include "lumen/internal/runtime.h"
@@ -34,6 +35,7 @@ namespace lumen::runtime {
 struct CoreWorkerOptions {
   bool is_worker = false;
   std::string node_socket;  // the node daemon's Unix socket
+  std::string node_host = "127.0.0.1";  // where this node's processes listen (TCP)
   std::string session_dir;
   std::string head_address;  // for named actors
   JobId job_id;             // driver: nil (the node assigns one); worker: its job
@@ -100,6 +102,7 @@ class CoreWorker {
 
  private:
   struct ObjectEntry;
+  struct LeaseShape;
   struct PendingTask;
   struct Lease;
   struct SchedulingQueue;
@@ -126,7 +129,21 @@ class CoreWorker {
   void OnTaskResolved(PendingTask* task);
   void DispatchQueue(SchedulingQueue& queue);
   void RequestLease(SchedulingQueue& queue);
-  void OnLeaseReply(SchedulingQueue* queue, proto::LeaseReply::Reader reply);
+  void OnLeaseReply(SchedulingQueue* queue, proto::LeaseReply::Reader reply,
+                    std::shared_ptr<Connection> node);
+  // Asks for a worker lease: from the local node, then wherever it spills the
+  // request to. `done` gets the final reply (granted or refused) and the node
+  // daemon that granted it.
+  using LeaseCallback =
+      std::function<void(proto::LeaseReply::Reader reply, std::shared_ptr<Connection> node)>;
+  void AcquireLease(const LeaseShape& shape, LeaseCallback done, std::string target = "",
+                    int attempt = 0);
+  // A connection to the node daemon at `address` (ours when empty or ours).
+  std::shared_ptr<Connection> NodeConnection(const std::string& address, absl::Status* error);
+  void OnRemoteNodeLost(Connection& conn, const absl::Status& why);
+  void SendNodeRequest(Connection& conn, const std::function<void(proto::Envelope::Builder)>& fill,
+                       std::function<void(proto::Envelope::Reader)> callback);
+  void SendLeaseEnd(const std::shared_ptr<Connection>& node, uint64_t lease_id, bool kill);
   void PushTask(Lease& lease, PendingTask* task);
   void OnTaskReply(Lease& lease, proto::TaskReply::Reader reply);
   void OnLeaseLost(Lease* lease, const absl::Status& why);
@@ -150,6 +167,13 @@ class CoreWorker {
                                        size_t num_ready,
                                        std::optional<std::chrono::milliseconds> timeout);
   StoreResult CallStore(int op, const ObjectId& id, uint64_t size);
+  // One blocking request to our node daemon, answered with a storeReply.
+  StoreResult CallNode(std::function<void(proto::Envelope::Builder)> fill);
+  // Pins a stored object in our node's store, first copying it from `node`
+  // when it is not here; tells `owner` of the new copy.
+  StoreResult GetOrPull(const ObjectId& id, uint64_t size, const NodeId& node,
+                        const std::string& node_address, const std::string& owner);
+  void OnObjectLocationAdded(const ObjectId& id, const NodeId& node, const std::string& address);
   void SendToNode(std::function<void(proto::Envelope::Builder)> fill);
   // `owned_result`: a task result this process owns, deleted from the store if
   // nobody wants it any more.
@@ -172,7 +196,8 @@ class CoreWorker {
 
   // actors, owner side (io thread)
   void StartActor(ActorRecord& record);
-  void OnActorLease(const ObjectId& id, int generation, proto::LeaseReply::Reader reply);
+  void OnActorLease(const ObjectId& id, int generation, proto::LeaseReply::Reader reply,
+                    std::shared_ptr<Connection> node);
   void OnActorCreated(const ObjectId& id, int generation, proto::TaskReply::Reader reply);
   void OnActorProcessLost(const ObjectId& id, int generation, const absl::Status& why);
   void SetActorDead(ActorRecord& record, std::string why);
@@ -200,6 +225,9 @@ class CoreWorker {
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
   std::thread io_thread_;
   std::unique_ptr<boost::asio::local::stream_protocol::acceptor> acceptor_;
+  std::unique_ptr<boost::asio::ip::tcp::acceptor> tcp_acceptor_;
+  std::string unix_path_;     // the Unix half of listen_address_
+  std::string node_address_;  // our node daemon's address (TCP and Unix)
   std::shared_ptr<Connection> node_conn_;
   // Shared with the pins of zero-copy views, which may outlive this runtime.
   std::shared_ptr<objectstore::ShmSegment> store_;
@@ -214,7 +242,14 @@ class CoreWorker {
 
   // io thread only
   uint64_t next_request_id_ = 1;
-  absl::flat_hash_map<uint64_t, std::function<void(proto::Envelope::Reader)>> node_requests_;
+  struct NodeRequest {
+    uint64_t conn_id = 0;  // the node connection it went out on
+    std::function<void(proto::Envelope::Reader)> callback;
+  };
+  absl::flat_hash_map<uint64_t, NodeRequest> node_requests_;
+  // Node daemons of other nodes we lease from or free objects on, by address.
+  absl::flat_hash_map<std::string, std::shared_ptr<Connection>> remote_nodes_;
+  absl::flat_hash_map<std::string, bool> warned_infeasible_;  // by lease shape name
   absl::flat_hash_map<uint64_t, std::function<void(proto::Envelope::Reader)>> peer_requests_;
   std::map<std::string, std::unique_ptr<SchedulingQueue>> queues_;
   absl::flat_hash_map<std::string, std::shared_ptr<Connection>> peers_;  // by address

@@ -21,10 +21,17 @@ extern thread_local bool in_task;
 
 enum StoreOp { kCreate, kSeal, kAbort, kGet, kRelease, kDelete };
 
+
 inline std::string QueueKey(const std::map<std::string, double>& resources) {
   std::string key;
   for (const auto& [name, qty] : resources) absl::StrAppend(&key, name, "=", qty, ";");
   return key;
+}
+
+inline std::string SchedulingKey(const internal::SchedulingOptions& s) {
+  if (s.kind == internal::SchedulingOptions::Kind::kDefault && s.placement_group.empty()) return "";
+  return absl::StrCat("|", static_cast<int>(s.kind), ":", s.node.Hex(), ":", s.soft, ":",
+                      s.placement_group, ":", s.bundle_index);
 }
 
 inline Failure FailureFromProto(proto::TaskFailure::Reader f) {
@@ -79,6 +86,9 @@ struct CoreWorker::ObjectEntry {
   enum class Kind { kInline, kStored, kFailed } kind = Kind::kInline;
   std::shared_ptr<const std::string> value;  // inline bytes, shared with readers
   uint64_t stored_size = 0;
+  // Stored: the nodes holding a copy (node id, its daemon's address); the first
+  // is where it was made. Owned objects learn of copies from their readers.
+  std::vector<std::pair<NodeId, std::string>> locations;
   Failure failure;
   int local_refs = 0;
   int pending_escapes = 0;       // owned: serialised copies not yet claimed
@@ -106,6 +116,8 @@ struct CoreWorker::ActorRecord {
   std::string address;
   int pid = 0;
   uint64_t lease_id = 0;
+  std::shared_ptr<Connection> lease_node;  // the node daemon that granted the lease
+  NodeId node_id;
   std::vector<int> gpu_ids;
   std::shared_ptr<Connection> conn;  // ours to the actor process
   bool kill_requested = false;  // Kill(no_restart) or out of scope
@@ -115,6 +127,16 @@ struct CoreWorker::ActorRecord {
   std::vector<std::function<void()>> on_change;  // run when alive or dead
 };
 
+// What a lease is asked for: a worker for one shape of work.
+struct CoreWorker::LeaseShape {
+  std::map<std::string, double> resources;  // held while leased
+  std::map<std::string, double> placement;  // needed to grant it (actors)
+  bool actor = false;
+  bool detached = false;
+  internal::SchedulingOptions scheduling;
+  std::string name;  // for warnings and listings
+};
+
 struct CoreWorker::PendingTask {
   TaskId task_id;
   ObjectId return_id;
@@ -122,6 +144,7 @@ struct CoreWorker::PendingTask {
   std::string display_name;  // SetName, or the function
   std::vector<internal::TaskArgument> args;  // holds the argument refs alive
   std::map<std::string, double> resources;
+  internal::SchedulingOptions scheduling;
   std::string queue_key;
   int retries_left = 0;
   int max_retries = 0;
@@ -158,6 +181,8 @@ struct CoreWorker::Lease {
   uint64_t lease_id = 0;
   WorkerId worker_id;
   int worker_pid = 0;
+  std::shared_ptr<Connection> node;  // the node daemon that granted it
+  NodeId node_id;
   std::shared_ptr<Connection> conn;
   SchedulingQueue* queue = nullptr;
   absl::flat_hash_map<TaskId, std::unique_ptr<PendingTask>> in_flight;
@@ -169,7 +194,7 @@ struct CoreWorker::Lease {
 
 struct CoreWorker::SchedulingQueue {
   std::string key;
-  std::map<std::string, double> resources;
+  LeaseShape shape;
   std::deque<std::unique_ptr<PendingTask>> ready;
   std::vector<std::unique_ptr<Lease>> leases;
   int pending_lease_requests = 0;
@@ -192,6 +217,9 @@ struct CoreWorker::TaskToRun {
     ObjectId stored;    // or a stored object
     bool is_stored = false;
     uint64_t size = 0;
+    NodeId node;               // where a copy of it is
+    std::string node_address;
+    std::string owner;         // who to tell when we make a copy here
   };
   std::vector<Arg> args;
 };

@@ -154,17 +154,26 @@ NodeView ToNodeView(proto::NodeStats::Reader n) {
       v.queued_leases = n.getQueuedLeases();
       v.active_leases = n.getActiveLeases();
       v.session_dir = n.getSessionDir().cStr();
+      v.transfer_address = n.getTransferAddress().cStr();
+      v.host = n.getHostAddress().cStr();
+      for (auto d : n.getInfeasible()) {
+        NodeView::Demand demand;
+        for (auto r : d.getResources()) demand.resources[r.getName().cStr()] = r.getQuantity();
+        demand.count = d.getCount();
+        demand.name = d.getName().cStr();
+        v.infeasible.push_back(std::move(demand));
+      }
       return v;
 }
 }  // namespace
 
 absl::StatusOr<NodeView> QueryNodeStats(const std::string& node_socket) {
   boost::asio::io_context io;
-  boost::asio::local::stream_protocol::socket socket(io);
-  boost::system::error_code ec;
-  socket.connect(boost::asio::local::stream_protocol::endpoint(node_socket), ec);
-  if (ec) return absl::UnavailableError(absl::StrCat("cannot reach the node at ", node_socket, ": ", ec.message()));
-  int fd = socket.native_handle();
+  auto socket = ConnectToAddress(io, node_socket, "");
+  if (!socket.ok()) return socket.status();
+  int fd = socket->native_handle();
+  timeval limit{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
   for (int i = 0; i < 2; ++i) {
     OutMessage out;
     auto env = out.Init();
@@ -173,6 +182,7 @@ absl::StatusOr<NodeView> QueryNodeStats(const std::string& node_socket) {
       hello.setProtocolVersion(proto::PROTOCOL_VERSION);
       hello.setRole(proto::Role::CLI);
       hello.setPid(::getpid());
+      hello.setToken(HeadToken());
     } else {
       env.setRequestId(1);
       env.setGetNodeStats();
@@ -200,9 +210,16 @@ absl::StatusOr<NodeView> FindLocalNode(const std::string& address) {
   if (!nodes.ok()) return nodes.status();
   char host[256] = {0};
   ::gethostname(host, sizeof(host) - 1);
+  // Several nodes may run on this machine: the one started with the head first.
+  const NodeView* found = nullptr;
   for (const auto& n : *nodes) {
-    if (n.alive && n.hostname == host && std::filesystem::exists(n.address)) return n;
+    if (!n.alive || n.hostname != host) continue;
+    if (!std::filesystem::exists(ParseAddress(n.address).unix_path)) continue;
+    bool with_head = std::filesystem::exists(n.session_dir + "/head_address");
+    if (found == nullptr || with_head) found = &n;
+    if (with_head) break;
   }
+  if (found != nullptr) return *found;
   return absl::NotFoundError(absl::StrCat("the cluster at ", *head, " has no live node on this machine"));
 }
 

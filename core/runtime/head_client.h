@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include <functional>
 
+#include "lumen/common/address.h"
 #include "lumen/common/connection.h"
 #include "lumen/common/ids.h"
 
@@ -16,7 +17,7 @@ namespace lumen::runtime {
 
 struct NodeView {
   NodeId id;
-  std::string address;  // the node daemon's socket
+  std::string address;  // the node daemon's address ("host:port;/unix/path")
   std::string hostname;
   int pid = 0;
   bool alive = false;
@@ -30,6 +31,14 @@ struct NodeView {
   uint32_t queued_leases = 0;
   uint32_t active_leases = 0;
   std::string session_dir;
+  std::string transfer_address;  // where other nodes pull its objects from
+  std::string host;              // the IP its processes listen on
+  struct Demand {
+    std::map<std::string, double> resources;
+    uint32_t count = 0;
+    std::string name;
+  };
+  std::vector<Demand> infeasible;  // lease requests no node can run yet
 };
 
 // The token sent in every hello to the head (from Config::token, --token or

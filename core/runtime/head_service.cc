@@ -9,11 +9,13 @@
 #include <optional>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "lumen/common/connection.h"
 #include "lumen/common/proto_util.h"
 #include "lumen/common/ids.h"
 #include "lumen/common/logging.h"
+#include "lumen/scheduler/cluster_view.h"
 
 namespace lumen::runtime {
 namespace {
@@ -23,7 +25,7 @@ namespace asio = boost::asio;
 class HeadService {
  public:
   explicit HeadService(const HeadOptions& options)
-      : options_(options), acceptor_(io_), signals_(io_, SIGTERM, SIGINT) {}
+      : options_(options), acceptor_(io_), signals_(io_, SIGTERM, SIGINT), health_timer_(io_) {}
 
   int Run() {
     logging::SetProcessTag("head");
@@ -61,6 +63,7 @@ class HeadService {
                                      [this, buf](const boost::system::error_code&, size_t) { Stop(); });
     }
     AcceptNext();
+    CheckHealth();
     if (options_.ready_fd >= 0) {
       std::string line = absl::StrCat("ready ", address_, "\n");
       ssize_t ignored = ::write(options_.ready_fd, line.data(), line.size());
@@ -83,6 +86,30 @@ class HeadService {
     std::string stats_frame;  // the node's last report, as a framed NodeStats message
     uint64_t conn_id = 0;
     bool alive = true;
+    std::chrono::steady_clock::time_point last_report;
+    std::map<std::string, double> total;
+    std::map<std::string, double> available;
+  };
+  // A placement group: PENDING (waiting to fit) -> PREPARING (phase 1 on its
+  // nodes) -> CREATED, back to PENDING when a node refuses (rolled back);
+  // REMOVED is final.
+  struct GroupEntry {
+    std::string id;
+    std::string name;
+    proto::PlacementStrategy strategy = proto::PlacementStrategy::PACK;
+    std::vector<std::map<std::string, double>> bundles;
+    std::string state = "PENDING";
+    std::vector<NodeId> nodes;  // per bundle, once placed
+    std::string error;          // why it is still pending
+    bool infeasible = false;
+    int outstanding = 0;        // replies awaited in the phase under way
+    bool failed = false;        // a node refused in this phase
+    struct Waiter {
+      std::weak_ptr<Connection> conn;
+      uint64_t request_id;
+      std::shared_ptr<asio::steady_timer> timer;
+    };
+    std::vector<Waiter> waiters;
   };
 
   void Stop() {
@@ -117,10 +144,119 @@ class HeadService {
       LUMEN_LOG(INFO) << "node " << node.Hex().substr(0, 12) << " joined ("
                       << stats.getAddress().cStr() << ")";
     }
+    bool joined = entry.conn_id == 0 || !entry.alive;
     entry.conn_id = conn.id();
     entry.alive = true;
+    entry.last_report = std::chrono::steady_clock::now();
+    entry.total.clear();
+    entry.available.clear();
+    for (auto r : stats.getTotal()) entry.total[r.getName().cStr()] = r.getQuantity();
+    for (auto r : stats.getAvailable()) entry.available[r.getName().cStr()] = r.getQuantity();
     entry.stats_frame.clear();
     AppendFrame(copy, &entry.stats_frame);
+    if (joined) {
+      BroadcastView();
+    } else {
+      SendView(conn);
+    }
+    SchedulePending();
+  }
+
+  void FillView(proto::ClusterView::Builder view) {
+    auto list = view.initNodes(nodes_.size());
+    size_t i = 0;
+    for (auto& [id, entry] : nodes_) {
+      const auto* words =
+          reinterpret_cast<const capnp::word*>(entry.stats_frame.data() + kFrameHeaderBytes);
+      size_t n = (entry.stats_frame.size() - kFrameHeaderBytes) / sizeof(capnp::word);
+      capnp::FlatArrayMessageReader reader(kj::arrayPtr(words, n));
+      list.setWithCaveats(i, reader.getRoot<proto::NodeStats>());
+      list[i].setAlive(entry.alive);
+      ++i;
+    }
+    auto jobs = view.initEndedJobs(ended_jobs_.size());
+    for (size_t j = 0; j < ended_jobs_.size(); ++j) jobs.set(j, DataOf(ended_jobs_[j]));
+    size_t bundles = 0, removed = 0;
+    for (const auto& [gid, g] : groups_) {
+      if (g.state == "CREATED") bundles += g.bundles.size();
+      if (g.state == "REMOVED") ++removed;
+    }
+    auto blist = view.initBundles(bundles);
+    auto rlist = view.initRemovedGroups(removed);
+    size_t b = 0, r = 0;
+    for (const auto& [gid, g] : groups_) {
+      if (g.state == "REMOVED") rlist.set(r++, StringData(gid));
+      if (g.state != "CREATED") continue;
+      for (size_t k = 0; k < g.bundles.size(); ++k, ++b) {
+        blist[b].setGroupId(StringData(gid));
+        blist[b].setIndex(static_cast<int32_t>(k));
+        blist[b].setNodeId(DataOf(g.nodes[k]));
+      }
+    }
+  }
+
+  static capnp::Data::Reader StringData(const std::string& s) {
+    return capnp::Data::Reader(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+  }
+
+  void SendView(Connection& conn) {
+    capnp::MallocMessageBuilder out;
+    FillView(out.initRoot<proto::Envelope>().initClusterView());
+    conn.Send(out);
+  }
+
+  void BroadcastView() {
+    capnp::MallocMessageBuilder out;
+    FillView(out.initRoot<proto::Envelope>().initClusterView());
+    std::string frame;
+    AppendFrame(out, &frame);
+    for (auto& [id, entry] : nodes_) {
+      if (!entry.alive) continue;
+      auto cit = conns_.find(entry.conn_id);
+      if (cit != conns_.end() && !cit->second->closed()) cit->second->SendFramed(frame);
+    }
+  }
+
+  // Health checks: a node that has not reported for `failure_threshold`
+  // periods is dead; it is told so (if it still listens) and must rejoin as new.
+  void CheckHealth() {
+    auto now = std::chrono::steady_clock::now();
+    auto limit = std::chrono::milliseconds(options_.health_check_period_ms) *
+                 options_.health_check_failure_threshold;
+    bool changed = false;
+    for (auto& [id, entry] : nodes_) {
+      if (!entry.alive || now - entry.last_report <= limit) continue;
+      LUMEN_LOG(WARNING) << "node " << id.Hex().substr(0, 12) << " is dead (no report for "
+                         << options_.health_check_failure_threshold << " health check periods of "
+                         << options_.health_check_period_ms << " ms)";
+      MarkDead(id, entry);
+      changed = true;
+    }
+    if (changed) BroadcastView();
+    health_timer_.expires_after(std::chrono::milliseconds(options_.health_check_period_ms));
+    health_timer_.async_wait([this](const boost::system::error_code& ec) {
+      if (!ec) CheckHealth();
+    });
+  }
+
+  void MarkDead(const NodeId& id, NodeEntry& entry) {
+    entry.alive = false;
+    dead_nodes_.insert(id);
+    auto cit = conns_.find(entry.conn_id);
+    if (cit != conns_.end() && !cit->second->closed()) {
+      OutMessage out;
+      out.Init().setMarkNodeDead(DataOf(id));
+      cit->second->Send(out.builder());
+    }
+    // Phase replies that will never come: the group's placement failed.
+    std::vector<uint64_t> lost;
+    for (const auto& [rid, pending] : bundle_requests_)
+      if (pending.first == entry.conn_id) lost.push_back(rid);
+    for (uint64_t rid : lost) {
+      auto cb = std::move(bundle_requests_[rid].second);
+      bundle_requests_.erase(rid);
+      cb(false, "the node died");
+    }
   }
 
   void OnFrame(Connection& conn, proto::Envelope::Reader msg) {
@@ -140,12 +276,53 @@ class HeadService {
       return;
     }
     switch (msg.which()) {
-      case proto::Envelope::REGISTER_NODE:
+      case proto::Envelope::REGISTER_NODE: {
+        NodeId id = IdFrom<NodeId>(msg.getRegisterNode().getNodeId());
+        if (dead_nodes_.contains(id)) {
+          // Declared dead once: its old incarnation may not come back.
+          OutMessage out;
+          out.Init().setMarkNodeDead(DataOf(id));
+          conn.Send(out.builder());
+          return;
+        }
         StoreReport(conn, msg.getRegisterNode());
         return;
+      }
       case proto::Envelope::REPORT_NODE:
         StoreReport(conn, msg.getReportNode());
         return;
+      case proto::Envelope::JOB_ENDED:
+        ended_jobs_.push_back(IdFrom<JobId>(msg.getJobEnded()));
+        if (ended_jobs_.size() > 1000) ended_jobs_.erase(ended_jobs_.begin());
+        BroadcastView();
+        return;
+      case proto::Envelope::BUNDLE_REPLY: {
+        auto it = bundle_requests_.find(msg.getRequestId());
+        if (it == bundle_requests_.end()) return;
+        auto cb = std::move(it->second.second);
+        bundle_requests_.erase(it);
+        cb(msg.getBundleReply().getOk(), msg.getBundleReply().getError().cStr());
+        return;
+      }
+      case proto::Envelope::CREATE_PLACEMENT_GROUP:
+        OnCreateGroup(conn, msg);
+        return;
+      case proto::Envelope::WAIT_PLACEMENT_GROUP:
+        OnWaitGroup(conn, msg);
+        return;
+      case proto::Envelope::REMOVE_PLACEMENT_GROUP:
+        OnRemoveGroup(conn, msg);
+        return;
+      case proto::Envelope::LIST_PLACEMENT_GROUPS: {
+        capnp::MallocMessageBuilder out;
+        auto env = out.initRoot<proto::Envelope>();
+        env.setRequestId(msg.getRequestId());
+        auto list = env.initPlacementGroups(groups_.size());
+        size_t i = 0;
+        for (const auto& [gid, g] : groups_) FillGroupState(list[i++], g);
+        conn.Send(out);
+        return;
+      }
       case proto::Envelope::GET_NODES: {
         capnp::MallocMessageBuilder out;
         auto env = out.initRoot<proto::Envelope>();
@@ -261,6 +438,242 @@ class HeadService {
     }
   }
 
+  void FillGroupState(proto::PlacementGroupState::Builder out, const GroupEntry& g) {
+    out.setGroupId(StringData(g.id));
+    out.setName(g.name);
+    out.setStrategy(g.strategy);
+    out.setState(g.infeasible && g.state == "PENDING" ? "INFEASIBLE" : g.state);
+    out.setError(g.error);
+    auto bundles = out.initBundles(g.bundles.size());
+    for (size_t i = 0; i < g.bundles.size(); ++i) {
+      bundles[i].setIndex(static_cast<int32_t>(i));
+      SetResources(bundles[i].initResources(g.bundles[i].size()), g.bundles[i]);
+      if (i < g.nodes.size()) bundles[i].setNodeId(DataOf(g.nodes[i]));
+    }
+  }
+
+  void ReplyGroupState(Connection& conn, uint64_t request_id, const GroupEntry& g) {
+    capnp::MallocMessageBuilder out;
+    auto env = out.initRoot<proto::Envelope>();
+    env.setRequestId(request_id);
+    FillGroupState(env.initPlacementGroupState(), g);
+    conn.Send(out);
+  }
+
+  void OnCreateGroup(Connection& conn, proto::Envelope::Reader msg) {
+    auto spec = msg.getCreatePlacementGroup();
+    std::string id(reinterpret_cast<const char*>(spec.getGroupId().begin()),
+                   spec.getGroupId().size());
+    auto [it, inserted] = groups_.try_emplace(id);
+    GroupEntry& g = it->second;
+    if (inserted) {
+      g.id = id;
+      g.name = spec.getName().cStr();
+      g.strategy = spec.getStrategy();
+      for (auto b : spec.getBundles()) g.bundles.push_back(ReadResources(b.getResources()));
+      group_order_.push_back(id);
+    }
+    ReplyGroupState(conn, msg.getRequestId(), g);
+    SchedulePending();
+  }
+
+  void OnWaitGroup(Connection& conn, proto::Envelope::Reader msg) {
+    auto wait = msg.getWaitPlacementGroup();
+    std::string id(reinterpret_cast<const char*>(wait.getGroupId().begin()),
+                   wait.getGroupId().size());
+    auto it = groups_.find(id);
+    if (it == groups_.end()) {
+      GroupEntry unknown;
+      unknown.id = id;
+      unknown.state = "REMOVED";
+      unknown.error = "no such placement group";
+      ReplyGroupState(conn, msg.getRequestId(), unknown);
+      return;
+    }
+    GroupEntry& g = it->second;
+    if (g.state == "CREATED" || g.state == "REMOVED" || wait.getTimeoutMs() == 0) {
+      ReplyGroupState(conn, msg.getRequestId(), g);
+      return;
+    }
+    auto timer = std::make_shared<asio::steady_timer>(
+        io_, std::chrono::milliseconds(wait.getTimeoutMs()));
+    uint64_t request_id = msg.getRequestId();
+    std::weak_ptr<Connection> weak = conn.weak_from_this();
+    g.waiters.push_back({weak, request_id, timer});
+    timer->async_wait([this, id, weak, request_id](const boost::system::error_code& ec) {
+      if (ec) return;
+      auto git = groups_.find(id);
+      auto c = weak.lock();
+      if (git == groups_.end() || !c) return;
+      auto& waiters = git->second.waiters;
+      for (auto w = waiters.begin(); w != waiters.end(); ++w) {
+        if (w->request_id == request_id && w->conn.lock() == c) {
+          waiters.erase(w);
+          ReplyGroupState(*c, request_id, git->second);
+          return;
+        }
+      }
+    });
+  }
+
+  void NotifyWaiters(GroupEntry& g) {
+    auto waiters = std::move(g.waiters);
+    g.waiters.clear();
+    for (auto& w : waiters) {
+      w.timer->cancel();
+      if (auto c = w.conn.lock()) ReplyGroupState(*c, w.request_id, g);
+    }
+  }
+
+  void OnRemoveGroup(Connection& conn, proto::Envelope::Reader msg) {
+    std::string id(reinterpret_cast<const char*>(msg.getRemovePlacementGroup().begin()),
+                   msg.getRemovePlacementGroup().size());
+    auto it = groups_.find(id);
+    if (it != groups_.end() && it->second.state != "REMOVED") {
+      GroupEntry& g = it->second;
+      bool placed = g.state == "CREATED" || g.state == "PREPARING";
+      if (placed) SendPhase(g, proto::Envelope::CANCEL_BUNDLES, nullptr);
+      g.state = "REMOVED";
+      NotifyWaiters(g);
+      BroadcastView();
+    }
+    SendAck(conn, msg.getRequestId());
+  }
+
+  // Sends one phase (prepare, commit or cancel) of group `g` to each node it
+  // uses; `done(ok, error)` runs once every node answered (not for cancel).
+  void SendPhase(GroupEntry& g, proto::Envelope::Which phase,
+                 std::function<void(bool, std::string)> done) {
+    std::map<NodeId, std::vector<size_t>> per_node;
+    for (size_t i = 0; i < g.nodes.size(); ++i) per_node[g.nodes[i]].push_back(i);
+    auto remaining = std::make_shared<int>(static_cast<int>(per_node.size()));
+    auto ok = std::make_shared<bool>(true);
+    auto error = std::make_shared<std::string>();
+    for (const auto& [node, indices] : per_node) {
+      auto nit = nodes_.find(node);
+      std::shared_ptr<Connection> conn;
+      if (nit != nodes_.end() && nit->second.alive) {
+        auto cit = conns_.find(nit->second.conn_id);
+        if (cit != conns_.end() && !cit->second->closed()) conn = cit->second;
+      }
+      auto finish = [remaining, ok, error, done](bool success, std::string why) {
+        if (!success) {
+          *ok = false;
+          if (error->empty()) *error = why;
+        }
+        if (--*remaining == 0 && done) done(*ok, *error);
+      };
+      if (!conn) {
+        finish(false, "a chosen node is gone");
+        continue;
+      }
+      uint64_t request_id = next_request_id_++;
+      OutMessage out;
+      auto env = out.Init();
+      env.setRequestId(request_id);
+      proto::BundleBatch::Builder batch = phase == proto::Envelope::PREPARE_BUNDLES
+                                              ? env.initPrepareBundles()
+                                          : phase == proto::Envelope::COMMIT_BUNDLES
+                                              ? env.initCommitBundles()
+                                              : env.initCancelBundles();
+      batch.setGroupId(StringData(g.id));
+      auto list = batch.initBundles(indices.size());
+      for (size_t k = 0; k < indices.size(); ++k) {
+        list[k].setIndex(static_cast<int32_t>(indices[k]));
+        SetResources(list[k].initResources(g.bundles[indices[k]].size()), g.bundles[indices[k]]);
+      }
+      if (phase != proto::Envelope::CANCEL_BUNDLES) {
+        bundle_requests_[request_id] = {conn->id(), finish};
+      }
+      conn->Send(out.builder());
+    }
+  }
+
+  // Places pending groups, one at a time, with a two-phase reservation.
+  void SchedulePending() {
+    for (const auto& id : group_order_) {
+      auto it = groups_.find(id);
+      if (it == groups_.end()) continue;
+      if (it->second.state == "PREPARING") return;  // one at a time
+    }
+    for (const auto& id : group_order_) {
+      auto it = groups_.find(id);
+      if (it == groups_.end() || it->second.state != "PENDING") continue;
+      GroupEntry& g = it->second;
+      scheduler::ClusterResourceView view;
+      for (const auto& [nid, entry] : nodes_) {
+        auto total = scheduler::ResourceSet::FromMap(entry.total);
+        auto available = scheduler::ResourceSet::FromMap(entry.available);
+        if (!total.ok() || !available.ok()) continue;
+        view.Upsert(std::string(reinterpret_cast<const char*>(nid.data()), NodeId::kSize),
+                    scheduler::NodeResources{*total, *available, entry.alive});
+      }
+      std::vector<scheduler::ResourceSet> bundles;
+      bool valid = true;
+      for (const auto& b : g.bundles) {
+        auto set = scheduler::ResourceSet::FromMap(b);
+        if (!set.ok()) {
+          valid = false;
+          g.error = std::string(set.status().message());
+          break;
+        }
+        bundles.push_back(*set);
+      }
+      if (!valid) continue;
+      auto placed = view.PlaceBundles(bundles, static_cast<scheduler::PlacementStrategy>(g.strategy));
+      if (!placed.ok()) {
+        bool infeasible = placed.status().code() == absl::StatusCode::kFailedPrecondition;
+        if (g.error != placed.status().message()) {
+          LUMEN_LOG(INFO) << "placement group " << g.name << " waits: " << placed.status().message();
+        }
+        g.error = std::string(placed.status().message());
+        g.infeasible = infeasible;
+        continue;
+      }
+      g.nodes.clear();
+      for (const auto& n : *placed) g.nodes.push_back(NodeId::FromBinary(n));
+      g.state = "PREPARING";
+      g.error.clear();
+      g.infeasible = false;
+      std::string gid = g.id;
+      SendPhase(g, proto::Envelope::PREPARE_BUNDLES, [this, gid](bool ok, std::string why) {
+        OnPrepared(gid, ok, why);
+      });
+      return;
+    }
+  }
+
+  void OnPrepared(const std::string& id, bool ok, const std::string& why) {
+    auto it = groups_.find(id);
+    if (it == groups_.end()) return;
+    GroupEntry& g = it->second;
+    if (g.state != "PREPARING") return;  // removed meanwhile (and cancelled)
+    if (!ok) {
+      // Roll back what the other nodes reserved; try again at the next report.
+      LUMEN_LOG(INFO) << "placement group " << g.name << ": a node refused (" << why
+                      << "); rolling back";
+      SendPhase(g, proto::Envelope::CANCEL_BUNDLES, nullptr);
+      g.state = "PENDING";
+      g.error = why;
+      ++rollbacks_;
+      return;
+    }
+    SendPhase(g, proto::Envelope::COMMIT_BUNDLES, [this, id](bool committed, std::string error) {
+      auto git = groups_.find(id);
+      if (git == groups_.end() || git->second.state != "PREPARING") return;
+      if (!committed) {
+        SendPhase(git->second, proto::Envelope::CANCEL_BUNDLES, nullptr);
+        git->second.state = "PENDING";
+        git->second.error = error;
+        return;
+      }
+      git->second.state = "CREATED";
+      NotifyWaiters(git->second);
+      BroadcastView();
+      SchedulePending();
+    });
+  }
+
   // The directory entry `entry` names, if it is for the same actor.
   std::map<std::string, ActorNameEntry>::iterator FindActorName(proto::ActorName::Reader entry) {
     auto it = actor_names_.find(entry.getName().cStr());
@@ -296,12 +709,15 @@ class HeadService {
         why.code() == absl::StatusCode::kPermissionDenied) {
       LUMEN_LOG(WARNING) << "head closed connection " << conn.id() << ": " << why;
     }
+    bool changed = false;
     for (auto& [id, entry] : nodes_) {
       if (entry.conn_id == conn.id() && entry.alive) {
-        entry.alive = false;
-        LUMEN_LOG(INFO) << "node " << id.Hex().substr(0, 12) << " is dead (connection lost)";
+        LUMEN_LOG(WARNING) << "node " << id.Hex().substr(0, 12) << " is dead (connection lost)";
+        MarkDead(id, entry);
+        changed = true;
       }
     }
+    if (changed) BroadcastView();
     auto keep = conns_[conn.id()];
     conns_.erase(conn.id());
     asio::post(io_, [keep] {});
@@ -318,16 +734,19 @@ class HeadService {
   std::map<NodeId, NodeEntry> nodes_;
   std::map<std::string, std::string> kv_;
   std::map<std::string, ActorNameEntry> actor_names_;
+  asio::steady_timer health_timer_;
+  absl::flat_hash_set<NodeId> dead_nodes_;
+  std::vector<JobId> ended_jobs_;
+  std::map<std::string, GroupEntry> groups_;
+  std::vector<std::string> group_order_;  // creation order
+  uint64_t next_request_id_ = 1;
+  uint64_t rollbacks_ = 0;
+  // Phase requests sent to nodes: request id -> (connection, callback).
+  absl::flat_hash_map<uint64_t, std::pair<uint64_t, std::function<void(bool, std::string)>>>
+      bundle_requests_;
 };
 
 }  // namespace
-
-bool IsLoopbackHost(const std::string& host) {
-  if (host == "localhost" || host == "::1") return true;
-  boost::system::error_code ec;
-  auto address = asio::ip::make_address(host, ec);
-  return !ec && address.is_loopback();
-}
 
 int RunHeadService(const HeadOptions& options) {
   HeadService head(options);

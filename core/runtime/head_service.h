@@ -6,6 +6,8 @@
 
 #include <string>
 
+#include "lumen/common/address.h"
+
 namespace lumen::runtime {
 
 struct HeadOptions {
@@ -16,10 +18,14 @@ struct HeadOptions {
   std::string session_dir;
   // Required in every hello when the head listens beyond loopback.
   std::string token;
+  // A node that misses `health_check_failure_threshold` reports in a row, one
+  // expected every `health_check_period_ms`, is declared dead.
+  int health_check_period_ms = 500;
+  int health_check_failure_threshold = 5;
 };
 
 // True for 127.0.0.0/8, ::1 and "localhost".
-bool IsLoopbackHost(const std::string& host);
+using lumen::IsLoopbackHost;
 
 int RunHeadService(const HeadOptions& options);
 

@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "lumen/common/connection.h"
 #include "lumen/common/proto_util.h"
@@ -23,6 +24,9 @@
 #include "lumen/objectstore/fd_passing.h"
 #include "lumen/objectstore/object_table.h"
 #include "lumen/objectstore/shm_segment.h"
+#include "lumen/objectstore/transfer.h"
+#include "lumen/common/address.h"
+#include "lumen/scheduler/cluster_view.h"
 #include "lumen/scheduler/gpu_assigner.h"
 #include "lumen/scheduler/resource_set.h"
 
@@ -39,7 +43,19 @@ struct Client {
   proto::Role role = proto::Role::CLI;
   JobId job;
   WorkerId worker;
+  bool is_driver = false;  // remoteOwner: the job's driver
 };
+
+// Store clients that are the daemon itself.
+constexpr objectstore::ClientId kPullClient = ~0ull;       // copies being pulled in
+constexpr objectstore::ClientId kTransferClient = ~0ull - 1;  // copies being served out
+
+std::string Bytes(capnp::Data::Reader data) {
+  return std::string(reinterpret_cast<const char*>(data.begin()), data.size());
+}
+capnp::Data::Reader DataOfString(const std::string& s) {
+  return capnp::Data::Reader(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+}
 
 class NodeDaemon {
  public:
@@ -71,6 +87,7 @@ class NodeDaemon {
   struct Job {
     std::string exe_path;
     uint64_t driver_conn = 0;
+    bool remote = false;  // its driver runs on another node: no prestarted pool
     std::deque<WorkerId> idle;
     int starting = 0;
     int failed_starts = 0;  // workers that exited before saying hello, in a row
@@ -84,6 +101,13 @@ class NodeDaemon {
     bool reclaim_asked = false;  // its holder was asked to return it when idle
     bool detached = false;       // a detached actor: outlives its holder and job
     std::vector<int> gpu_ids;    // devices it holds (whole or a share)
+    std::string bundle;          // the placement group bundle it runs in, or ""
+  };
+  // A placement group bundle reserved on this node: prepared (resources taken
+  // from the node), then committed (leases may use it).
+  struct Bundle {
+    std::unique_ptr<LocalResourceManager> resources;
+    bool committed = false;
   };
   struct LeaseRequest {
     std::weak_ptr<Connection> conn;
@@ -92,14 +116,49 @@ class NodeDaemon {
     ResourceSet placement;  // must be free to grant it
     JobId job;
     bool detached = false;
+    std::string group;   // placement group (binary id), or ""
+    int bundle_index = -1;
+    std::string name;
   };
+  // A lease request no node can run yet (infeasible), or whose placement
+  // group is not placed yet; looked at again whenever the cluster changes.
+  struct ParkedRequest {
+    std::weak_ptr<Connection> conn;
+    uint64_t request_id = 0;
+    std::string frame;  // the original request, framed
+    bool infeasible = false;  // no node fits it (else: its placement group is not placed yet)
+    std::string name;
+    std::map<std::string, double> resources;
+  };
+  static std::string QueueKeyOf(const std::map<std::string, double>& r) {
+    std::string key;
+    for (const auto& [name, qty] : r) absl::StrAppend(&key, name, "=", qty, ";");
+    return key;
+  }
 
   absl::Status Setup();
   void AcceptNext();
+  void AcceptTcp();
+  void StartClient(Socket socket);
   void OnFrame(Connection& conn, proto::Envelope::Reader msg);
   void OnClose(Connection& conn, const absl::Status& why);
   void OnHello(Connection& conn, proto::Hello::Reader hello);
   void OnStoreRequest(Connection& conn, proto::Envelope::Reader msg);
+  std::string LocalKey() const { return std::string(reinterpret_cast<const char*>(node_id_.data()), NodeId::kSize); }
+  void OnLeaseRequest(Connection& conn, proto::Envelope::Reader msg, bool replayed);
+  void Spillback(Connection& conn, uint64_t request_id, const std::string& node_id);
+  void Park(Connection& conn, proto::Envelope::Reader msg, bool replayed, bool infeasible,
+            const std::string& name, const std::map<std::string, double>& resources);
+  void ReplayParked();
+  void OnHeadFrame(proto::Envelope::Reader msg);
+  void OnClusterView(proto::ClusterView::Reader view);
+  void OnBundles(proto::Envelope::Reader msg);
+  void RemoveBundle(const std::string& key);
+  void OnPull(Connection& conn, proto::Envelope::Reader msg);
+  void FinishPull(const ObjectId& id, absl::Status status);
+  void EndJob(const JobId& job_id);
+  LocalResourceManager* PoolFor(const std::string& bundle);
+  std::string FindBundleWithRoom(const std::string& group, int index, const ResourceSet& need);
   void StartWorker(const JobId& job_id);
   void DispatchLeases();
   void ReleaseLease(uint64_t lease_id);
@@ -124,6 +183,8 @@ class NodeDaemon {
   NodeId node_id_;
   asio::io_context io_;
   asio::local::stream_protocol::acceptor acceptor_;
+  std::unique_ptr<asio::ip::tcp::acceptor> tcp_acceptor_;
+  std::string address_;  // "host:port;/unix/path"
   asio::signal_set signals_;
   asio::signal_set child_signal_;
   asio::steady_timer report_timer_;
@@ -146,6 +207,21 @@ class NodeDaemon {
   std::deque<LeaseRequest> lease_queue_;
   absl::flat_hash_map<ObjectId, JobId> object_jobs_;  // which job created each object
   uint64_t next_lease_id_ = 1;
+
+  // The cluster as the head last described it (this node's own entry is kept current).
+  scheduler::ClusterResourceView view_;
+  absl::flat_hash_map<std::string, std::string> node_addresses_;   // node id bytes -> address
+  absl::flat_hash_map<std::string, std::string> node_transfer_;    // node id bytes -> transfer address
+  absl::flat_hash_map<std::string, std::string> bundle_nodes_;     // "group/index" -> node id bytes
+  absl::flat_hash_set<std::string> removed_groups_;
+  absl::flat_hash_set<JobId> ended_jobs_;
+  absl::flat_hash_map<std::string, Bundle> bundles_;               // "group/index" -> bundle
+  std::deque<ParkedRequest> parked_;
+  bool replaying_ = false;
+  std::unique_ptr<objectstore::TransferServer> transfer_server_;
+  std::unique_ptr<objectstore::TransferClient> transfer_client_;
+  // Pulls in progress: who waits for each.
+  absl::flat_hash_map<ObjectId, std::vector<std::pair<std::weak_ptr<Connection>, uint64_t>>> pulls_;
 };
 
 absl::Status NodeDaemon::Setup() {
@@ -171,6 +247,25 @@ absl::Status NodeDaemon::Setup() {
   if (!ec) acceptor_.bind(asio::local::stream_protocol::endpoint(socket_path_), ec);
   if (!ec) acceptor_.listen(512, ec);
   if (ec) return absl::UnavailableError(absl::StrCat("cannot listen on ", socket_path_, ": ", ec.message()));
+  auto tcp = ListenTcp(io_, options_.host, 0);
+  if (!tcp.ok()) return tcp.status();
+  tcp_acceptor_ = std::move(*tcp);
+  address_ = FormatAddress(
+      {absl::StrCat(options_.host, ":", tcp_acceptor_->local_endpoint().port()), socket_path_});
+
+  // Other nodes pull copies of our objects through the transfer server.
+  std::string token = IsLoopbackHost(options_.host) ? "" : HeadToken();
+  transfer_server_ = std::make_unique<objectstore::TransferServer>(
+      io_,
+      [this](const ObjectId& id) -> absl::StatusOr<std::span<const uint8_t>> {
+        auto loc = store_->Get(kTransferClient, id);
+        if (!loc.ok()) return loc.status();
+        return std::span<const uint8_t>(segment_->readonly_base() + loc->offset, loc->size);
+      },
+      [this](const ObjectId& id) { store_->Release(kTransferClient, id); }, token);
+  if (auto s = transfer_server_->Listen(options_.host, 0); !s.ok()) return s;
+  transfer_client_ = std::make_unique<objectstore::TransferClient>(io_, HeadToken());
+  view_.Upsert(LocalKey(), scheduler::NodeResources{resources_->total(), resources_->available(), true});
   return absl::OkStatus();
 }
 
@@ -187,6 +282,7 @@ int NodeDaemon::Run() {
   }
   WatchSignals();
   AcceptNext();
+  AcceptTcp();
   ReapIdleWorkers();
   if (options_.parent_fd >= 0) {
     parent_watch_.emplace(io_, options_.parent_fd);
@@ -198,12 +294,12 @@ int NodeDaemon::Run() {
   }
   if (!options_.head_address.empty()) ConnectHead();
   if (options_.ready_fd >= 0) {
-    std::string line = absl::StrCat("ready ", socket_path_, "\n");
+    std::string line = absl::StrCat("ready ", address_, "\n");
     ssize_t ignored = ::write(options_.ready_fd, line.data(), line.size());
     (void)ignored;
     ::close(options_.ready_fd);
   }
-  LUMEN_LOG(INFO) << "node " << node_id_.Hex().substr(0, 12) << " serving on " << socket_path_
+  LUMEN_LOG(INFO) << "node " << node_id_.Hex().substr(0, 12) << " serving on " << address_
                   << " with " << resources_->total().ToString();
   io_.run();
   return 0;
@@ -229,13 +325,26 @@ void NodeDaemon::AcceptNext() {
                                 asio::local::stream_protocol::socket socket) {
     if (ec) return;
     int fd = socket.release();
-    auto conn = Connection::Create(Socket(io_, asio::generic::stream_protocol(AF_UNIX, 0), fd));
-    conn->context() = Client{};
-    clients_[conn->id()] = conn;
-    conn->Start([this](Connection& c, proto::Envelope::Reader m) { OnFrame(c, m); },
-                [this](Connection& c, const absl::Status& why) { OnClose(c, why); });
+    StartClient(Socket(io_, asio::generic::stream_protocol(AF_UNIX, 0), fd));
     AcceptNext();
   });
+}
+
+void NodeDaemon::AcceptTcp() {
+  tcp_acceptor_->async_accept([this](const boost::system::error_code& ec,
+                                     asio::ip::tcp::socket socket) {
+    if (ec) return;
+    StartClient(AdoptTcp(io_, std::move(socket)));
+    AcceptTcp();
+  });
+}
+
+void NodeDaemon::StartClient(Socket socket) {
+  auto conn = Connection::Create(std::move(socket));
+  conn->context() = Client{};
+  clients_[conn->id()] = conn;
+  conn->Start([this](Connection& c, proto::Envelope::Reader m) { OnFrame(c, m); },
+              [this](Connection& c, const absl::Status& why) { OnClose(c, why); });
 }
 
 void NodeDaemon::OnHello(Connection& conn, proto::Hello::Reader hello) {
@@ -250,9 +359,26 @@ void NodeDaemon::OnHello(Connection& conn, proto::Hello::Reader hello) {
     conn.Close(absl::FailedPreconditionError("protocol version mismatch"));
     return;
   }
+  if (!IsLoopbackHost(options_.host) && hello.getToken() != HeadToken()) {
+    conn.Close(absl::PermissionDeniedError(hello.getToken().size() == 0
+                                               ? "connection without the cluster token"
+                                               : "connection with a wrong cluster token"));
+    return;
+  }
   client.role = hello.getRole();
   client.job = IdFrom<JobId>(hello.getJobId());
   client.worker = IdFrom<WorkerId>(hello.getWorkerId());
+  client.is_driver = hello.getIsDriver();
+  if (client.role == proto::Role::REMOTE_OWNER) {
+    if (ended_jobs_.contains(client.job)) {
+      conn.Close(absl::FailedPreconditionError("this job has ended"));
+      return;
+    }
+    // A job whose driver runs elsewhere: its workers here run the same binary.
+    auto [jit, inserted] = jobs_.try_emplace(client.job);
+    if (inserted) jit->second.remote = true;
+    if (jit->second.exe_path.empty()) jit->second.exe_path = hello.getExePath().cStr();
+  }
   if (client.role == proto::Role::WORKER) {
     auto it = workers_.find(client.worker);
     if (it == workers_.end() || it->second.state != WorkerState::kStarting) {
@@ -276,6 +402,8 @@ void NodeDaemon::OnHello(Connection& conn, proto::Hello::Reader hello) {
   reply.setStoreSize(segment_->size());
   reply.setSessionDir(options_.session_dir);
   reply.setJobId(DataOf(client.job));
+  reply.setNodeHost(options_.host);
+  reply.setNodeAddress(address_);
   if (client.role == proto::Role::DRIVER || client.role == proto::Role::WORKER) {
     // The store's fd travels with the hello reply (SCM_RIGHTS).
     std::string frame;
@@ -299,6 +427,7 @@ void NodeDaemon::OnHello(Connection& conn, proto::Hello::Reader hello) {
     DispatchLeases();
   } else if (client.role == proto::Role::DRIVER) {
     // Prestart a pool for the new job.
+    jobs_[client.job].remote = false;
     for (int i = 0; i < PoolSize(); ++i) StartWorker(client.job);
   }
 }
@@ -314,37 +443,12 @@ void NodeDaemon::OnFrame(Connection& conn, proto::Envelope::Reader msg) {
     return;
   }
   switch (msg.which()) {
-    case proto::Envelope::REQUEST_LEASE: {
-      std::map<std::string, double> wanted = ReadResources(msg.getRequestLease().getResources());
-      std::map<std::string, double> placement =
-          ReadResources(msg.getRequestLease().getPlacement());
-      for (const auto& [name, qty] : wanted) placement[name] = std::max(placement[name], qty);
-      auto request = ResourceSet::FromMap(wanted);
-      auto placement_set = ResourceSet::FromMap(placement);
-      if (request.ok() && !placement_set.ok()) request = placement_set.status();
-      if (request.ok()) {
-        if (auto s = scheduler::GpuAssigner::Validate(placement[std::string(scheduler::kGPU)]);
-            !s.ok()) {
-          request = s;
-        }
-      }
-      bool can_lease = (client.role == proto::Role::DRIVER || client.role == proto::Role::WORKER) &&
-                       jobs_.contains(client.job);
-      if (!can_lease || !request.ok() || !resources_->IsFeasible(*placement_set)) {
-        RefuseLease(conn, msg.getRequestId(),
-                    !can_lease ? std::string("only a driver or worker of a live job can lease")
-                    : request.ok()
-                        ? absl::StrCat("infeasible: the task needs ", placement_set->ToString(),
-                                       " but this node has only ", resources_->total().ToString())
-                        : std::string(request.status().message()));
-        return;
-      }
-      lease_queue_.push_back(LeaseRequest{conn.weak_from_this(), msg.getRequestId(), *request,
-                                          *placement_set, client.job,
-                                          msg.getRequestLease().getDetached()});
-      DispatchLeases();
+    case proto::Envelope::REQUEST_LEASE:
+      OnLeaseRequest(conn, msg, /*replayed=*/false);
       return;
-    }
+    case proto::Envelope::PULL_OBJECT:
+      OnPull(conn, msg);
+      return;
     case proto::Envelope::RETURN_LEASE:
     case proto::Envelope::KILL_LEASE: {
       bool kill = msg.isKillLease();
@@ -373,17 +477,19 @@ void NodeDaemon::OnFrame(Connection& conn, proto::Envelope::Reader msg) {
       auto lit = leases_.find(it->second.lease_id);
       if (lit == leases_.end()) return;
       Lease& lease = lit->second;
+      LocalResourceManager* pool = PoolFor(lease.bundle);
+      if (pool == nullptr) return;
       ResourceSet cpu;
       cpu.Set(scheduler::kCPU, lease.resources.Get(scheduler::kCPU));
       if (msg.isWorkerBlocked() && !lease.cpu_released) {
         // A worker waiting in Get gives its CPU back so its children can run.
-        resources_->Release(cpu);
+        pool->Release(cpu);
         lease.cpu_released = true;
         DispatchLeases();
       } else if (msg.isWorkerUnblocked() && lease.cpu_released) {
         // Take it back if free; otherwise run oversubscribed until the lease ends
         // (and the lease then gives back no CPU).
-        if (resources_->TryAcquire(cpu)) lease.cpu_released = false;
+        if (pool->TryAcquire(cpu)) lease.cpu_released = false;
       }
       return;
     }
@@ -400,10 +506,430 @@ void NodeDaemon::OnFrame(Connection& conn, proto::Envelope::Reader msg) {
   }
 }
 
+void NodeDaemon::OnLeaseRequest(Connection& conn, proto::Envelope::Reader msg, bool replayed) {
+  const Client& client = std::any_cast<Client&>(conn.context());
+  auto req = msg.getRequestLease();
+  std::map<std::string, double> wanted = ReadResources(req.getResources());
+  std::map<std::string, double> placement = ReadResources(req.getPlacement());
+  for (const auto& [name, qty] : wanted) placement[name] = std::max(placement[name], qty);
+  auto request = ResourceSet::FromMap(wanted);
+  auto placement_set = ResourceSet::FromMap(placement);
+  if (request.ok() && !placement_set.ok()) request = placement_set.status();
+  if (request.ok()) {
+    if (auto s = scheduler::GpuAssigner::Validate(placement[std::string(scheduler::kGPU)]);
+        !s.ok()) {
+      request = s;
+    }
+  }
+  bool can_lease = (client.role == proto::Role::DRIVER || client.role == proto::Role::WORKER ||
+                    client.role == proto::Role::REMOTE_OWNER) &&
+                   jobs_.contains(client.job);
+  if (!can_lease || !request.ok()) {
+    RefuseLease(conn, msg.getRequestId(),
+                !can_lease ? std::string("only a driver or worker of a live job can lease")
+                           : std::string(request.status().message()));
+    return;
+  }
+  std::string name = req.getName().cStr();
+  auto enqueue = [&](std::string group, int index) {
+    lease_queue_.push_back(LeaseRequest{conn.weak_from_this(), msg.getRequestId(), *request,
+                                        *placement_set, client.job, req.getDetached(),
+                                        std::move(group), index, name});
+    DispatchLeases();
+  };
+  std::string group = Bytes(req.getPlacementGroup());
+  int index = req.getBundleIndex();
+  if (!group.empty()) {
+    if (removed_groups_.contains(group)) {
+      RefuseLease(conn, msg.getRequestId(),
+                  absl::StrCat("placement group ", group, " was removed"));
+      return;
+    }
+    std::string here;
+    for (const auto& [key, bundle] : bundles_) {
+      if (!bundle.committed || key.rfind(group + "/", 0) != 0) continue;
+      if (index >= 0 && key != absl::StrCat(group, "/", index)) continue;
+      if (!bundle.resources->IsFeasible(*placement_set)) continue;
+      here = key;
+    }
+    if (!here.empty()) {
+      enqueue(group, index);
+      return;
+    }
+    std::string target;
+    for (const auto& [key, node] : bundle_nodes_) {
+      if (key.rfind(group + "/", 0) != 0) continue;
+      if (index >= 0 && key != absl::StrCat(group, "/", index)) continue;
+      target = node;
+      if (node != LocalKey()) break;
+    }
+    if (!target.empty() && target != LocalKey() && !req.getGrantOrReject() &&
+        node_addresses_.contains(target)) {
+      Spillback(conn, msg.getRequestId(), target);
+      return;
+    }
+    if (!target.empty() && target == LocalKey() && !bundles_.empty()) {
+      // Ours, but the bundle cannot hold this request.
+      RefuseLease(conn, msg.getRequestId(),
+                  absl::StrCat(name, " needs ", placement_set->ToString(),
+                               ", more than its placement group bundle holds"));
+      return;
+    }
+    Park(conn, msg, replayed, /*infeasible=*/false, name, placement);
+    return;
+  }
+  if (req.getGrantOrReject()) {
+    // Another node sent it here: run it here if it can ever fit, else start over.
+    if (resources_->IsFeasible(*placement_set)) {
+      enqueue("", -1);
+    } else {
+      OutMessage out;
+      auto env = out.Init();
+      env.setRequestId(msg.getRequestId());
+      env.initLeaseReply().setRetry(true);
+      conn.Send(out.builder());
+    }
+    return;
+  }
+  view_.Upsert(LocalKey(), scheduler::NodeResources{resources_->total(), resources_->available(),
+                                                    !shutting_down_});
+  scheduler::SchedulingStrategy strategy;
+  strategy.kind = static_cast<scheduler::StrategyKind>(req.getStrategy());
+  strategy.node_id = Bytes(req.getAffinityNode());
+  strategy.soft = req.getAffinitySoft();
+  auto pick = view_.PickNode(*placement_set, strategy, LocalKey());
+  if (!pick.ok()) {
+    if (strategy.kind == scheduler::StrategyKind::kNodeAffinity && !strategy.soft) {
+      NodeId wanted_node = NodeId::FromBinary(strategy.node_id);
+      RefuseLease(conn, msg.getRequestId(),
+                  absl::StrCat(name, " must run on node ", wanted_node.Hex(),
+                               " (NodeAffinity, soft=false), which cannot run it: ",
+                               pick.status().message()));
+      return;
+    }
+    Park(conn, msg, replayed, /*infeasible=*/true, name, placement);
+    return;
+  }
+  if (pick->node_id == LocalKey() || !node_addresses_.contains(pick->node_id)) {
+    enqueue("", -1);
+    return;
+  }
+  view_.Subtract(pick->node_id, *placement_set);
+  Spillback(conn, msg.getRequestId(), pick->node_id);
+}
+
+void NodeDaemon::Spillback(Connection& conn, uint64_t request_id, const std::string& node_id) {
+  OutMessage out;
+  auto env = out.Init();
+  env.setRequestId(request_id);
+  auto reply = env.initLeaseReply();
+  reply.setGranted(false);
+  reply.setSpillbackNode(DataOfString(node_id));
+  reply.setSpillbackAddress(node_addresses_[node_id]);
+  conn.Send(out.builder());
+}
+
+void NodeDaemon::Park(Connection& conn, proto::Envelope::Reader msg, bool replayed,
+                      bool infeasible, const std::string& name,
+                      const std::map<std::string, double>& resources) {
+  ParkedRequest parked;
+  parked.conn = conn.weak_from_this();
+  parked.request_id = msg.getRequestId();
+  parked.infeasible = infeasible;
+  parked.name = name;
+  parked.resources = resources;
+  capnp::MallocMessageBuilder copy;
+  copy.setRoot(msg);
+  AppendFrame(copy, &parked.frame);
+  parked_.push_back(std::move(parked));
+  if (infeasible && !replayed) {
+    // Tell the requester (its driver logs it) and keep it until a node fits.
+    std::string totals;
+    for (const auto& [id, node] : view_.nodes()) {
+      if (node.alive) absl::StrAppend(&totals, totals.empty() ? "" : ", ", node.total.ToString());
+    }
+    auto need = ResourceSet::FromMap(resources);
+    OutMessage out;
+    auto env = out.Init();
+    env.setRequestId(msg.getRequestId());
+    auto reply = env.initLeaseReply();
+    reply.setWaiting(true);
+    reply.setError(absl::StrCat(
+        "no node in the cluster can run ", name, ": it needs ",
+        need.ok() ? need->ToString() : std::string("?"), " and the alive nodes have ", totals,
+        ". It waits until a node that fits joins (`lumen status` lists it)."));
+    conn.Send(out.builder());
+  }
+}
+
+void NodeDaemon::ReplayParked() {
+  if (replaying_ || parked_.empty()) return;
+  replaying_ = true;
+  std::deque<ParkedRequest> parked;
+  parked.swap(parked_);
+  for (auto& p : parked) {
+    auto conn = p.conn.lock();
+    if (!conn || conn->closed()) continue;
+    const auto* words = reinterpret_cast<const capnp::word*>(p.frame.data() + kFrameHeaderBytes);
+    size_t n = (p.frame.size() - kFrameHeaderBytes) / sizeof(capnp::word);
+    capnp::FlatArrayMessageReader reader(kj::arrayPtr(words, n));
+    OnLeaseRequest(*conn, reader.getRoot<proto::Envelope>(), /*replayed=*/true);
+  }
+  replaying_ = false;
+}
+
+void NodeDaemon::OnHeadFrame(proto::Envelope::Reader msg) {
+  switch (msg.which()) {
+    case proto::Envelope::CLUSTER_VIEW:
+      OnClusterView(msg.getClusterView());
+      return;
+    case proto::Envelope::PREPARE_BUNDLES:
+    case proto::Envelope::COMMIT_BUNDLES:
+    case proto::Envelope::CANCEL_BUNDLES:
+      OnBundles(msg);
+      return;
+    case proto::Envelope::MARK_NODE_DEAD:
+      LUMEN_LOG(ERROR) << "the head declared this node dead (it missed its health checks); "
+                          "stopping";
+      Shutdown("declared dead by the head");
+      return;
+    default:
+      return;
+  }
+}
+
+void NodeDaemon::OnClusterView(proto::ClusterView::Reader view) {
+  for (auto n : view.getNodes()) {
+    std::string key = Bytes(n.getNodeId());
+    if (key == LocalKey()) continue;
+    auto total = ResourceSet::FromMap(ReadResources(n.getTotal()));
+    auto available = ResourceSet::FromMap(ReadResources(n.getAvailable()));
+    if (!total.ok() || !available.ok()) continue;
+    view_.Upsert(key, scheduler::NodeResources{*total, *available, n.getAlive()});
+    node_addresses_[key] = n.getAddress().cStr();
+    node_transfer_[key] = n.getTransferAddress().cStr();
+  }
+  for (auto job : view.getEndedJobs()) {
+    JobId id = IdFrom<JobId>(job);
+    if (!ended_jobs_.contains(id)) EndJob(id);
+  }
+  bundle_nodes_.clear();
+  for (auto b : view.getBundles()) {
+    bundle_nodes_[absl::StrCat(Bytes(b.getGroupId()), "/", b.getIndex())] = Bytes(b.getNodeId());
+  }
+  for (auto g : view.getRemovedGroups()) {
+    std::string group = Bytes(g);
+    if (!removed_groups_.insert(group).second) continue;
+    std::vector<std::string> keys;
+    for (const auto& [key, bundle] : bundles_)
+      if (key.rfind(group + "/", 0) == 0) keys.push_back(key);
+    for (const auto& key : keys) RemoveBundle(key);
+  }
+  ReplayParked();
+  DispatchLeases();
+}
+
+void NodeDaemon::OnBundles(proto::Envelope::Reader msg) {
+  proto::BundleBatch::Reader batch = msg.isPrepareBundles()  ? msg.getPrepareBundles()
+                                     : msg.isCommitBundles() ? msg.getCommitBundles()
+                                                             : msg.getCancelBundles();
+  std::string group = Bytes(batch.getGroupId());
+  absl::Status status;
+  if (msg.isPrepareBundles()) {
+    // All of them or none: reserve each bundle out of the node's free resources.
+    std::vector<std::string> done;
+    for (auto b : batch.getBundles()) {
+      std::string key = absl::StrCat(group, "/", b.getIndex());
+      auto need = ResourceSet::FromMap(ReadResources(b.getResources()));
+      if (!need.ok()) {
+        status = need.status();
+        break;
+      }
+      if (bundles_.contains(key)) {
+        done.push_back(key);
+        continue;
+      }
+      if (!resources_->TryAcquire(*need)) {
+        status = absl::ResourceExhaustedError(absl::StrCat(
+            "bundle ", b.getIndex(), " needs ", need->ToString(), " but only ",
+            resources_->available().ToString(), " is free here"));
+        break;
+      }
+      bundles_[key] = Bundle{std::make_unique<LocalResourceManager>(*need), false};
+      done.push_back(key);
+    }
+    if (!status.ok()) {
+      for (const auto& key : done) RemoveBundle(key);
+    }
+  } else if (msg.isCommitBundles()) {
+    for (auto b : batch.getBundles()) {
+      auto it = bundles_.find(absl::StrCat(group, "/", b.getIndex()));
+      if (it == bundles_.end()) {
+        status = absl::NotFoundError("bundle was not prepared here");
+        break;
+      }
+      it->second.committed = true;
+      bundle_nodes_[it->first] = LocalKey();
+    }
+  } else {
+    for (auto b : batch.getBundles()) RemoveBundle(absl::StrCat(group, "/", b.getIndex()));
+  }
+  if (head_conn_ && !head_conn_->closed()) {
+    OutMessage out;
+    auto env = out.Init();
+    env.setRequestId(msg.getRequestId());
+    auto reply = env.initBundleReply();
+    reply.setOk(status.ok());
+    reply.setError(std::string(status.message()));
+    head_conn_->Send(out.builder());
+  }
+  if (msg.isCommitBundles()) ReplayParked();
+  DispatchLeases();
+}
+
+void NodeDaemon::RemoveBundle(const std::string& key) {
+  auto it = bundles_.find(key);
+  if (it == bundles_.end()) return;
+  // What runs in it ends; the reserved resources go back to the node.
+  std::vector<uint64_t> ended;
+  for (const auto& [lease_id, lease] : leases_)
+    if (lease.bundle == key) ended.push_back(lease_id);
+  for (uint64_t lease_id : ended) {
+    Lease lease = leases_[lease_id];
+    leases_.erase(lease_id);
+    gpus_->Release(lease.gpu_ids, lease.resources.Get(scheduler::kGPU));
+    auto wit = workers_.find(lease.worker);
+    if (wit != workers_.end()) {
+      wit->second.lease_id = 0;
+      ::kill(wit->second.pid, SIGKILL);
+    }
+  }
+  resources_->Release(it->second.resources->total());
+  bundles_.erase(it);
+  bundle_nodes_.erase(key);
+  std::string group = key.substr(0, key.rfind('/'));
+  bool any_left = false;
+  for (const auto& [k, b] : bundles_) any_left |= k.rfind(group + "/", 0) == 0;
+  if (!any_left) {
+    for (auto qit = lease_queue_.begin(); qit != lease_queue_.end();) {
+      if (qit->group != group) {
+        ++qit;
+        continue;
+      }
+      if (auto conn = qit->conn.lock()) {
+        RefuseLease(*conn, qit->request_id, "its placement group was removed");
+      }
+      qit = lease_queue_.erase(qit);
+    }
+  }
+}
+
+LocalResourceManager* NodeDaemon::PoolFor(const std::string& bundle) {
+  if (bundle.empty()) return resources_.get();
+  auto it = bundles_.find(bundle);
+  return it == bundles_.end() ? nullptr : it->second.resources.get();
+}
+
+std::string NodeDaemon::FindBundleWithRoom(const std::string& group, int index,
+                                           const ResourceSet& need) {
+  if (index >= 0) {
+    std::string key = absl::StrCat(group, "/", index);
+    auto it = bundles_.find(key);
+    return it != bundles_.end() && it->second.committed ? key : "";
+  }
+  std::string any;
+  for (const auto& [key, bundle] : bundles_) {
+    if (!bundle.committed || key.rfind(group + "/", 0) != 0) continue;
+    if (need.IsSubsetOf(bundle.resources->available())) return key;
+    if (any.empty()) any = key;
+  }
+  return any;
+}
+
+void NodeDaemon::OnPull(Connection& conn, proto::Envelope::Reader msg) {
+  const Client& client = std::any_cast<Client&>(conn.context());
+  auto pull = msg.getPullObject();
+  ObjectId id = IdFrom<ObjectId>(pull.getObjectId());
+  auto reply = [request_id = msg.getRequestId()](Connection& c, const absl::Status& status) {
+    OutMessage out;
+    auto env = out.Init();
+    env.setRequestId(request_id);
+    auto r = env.initStoreReply();
+    r.setOk(status.ok());
+    r.setCode(static_cast<uint32_t>(status.code()));
+    r.setError(std::string(status.message()));
+    c.Send(out.builder());
+  };
+  if (client.role != proto::Role::DRIVER && client.role != proto::Role::WORKER) {
+    reply(conn, absl::PermissionDeniedError("only local drivers and workers pull objects"));
+    return;
+  }
+  auto pending = pulls_.find(id);
+  if (pending != pulls_.end()) {
+    pending->second.emplace_back(conn.weak_from_this(), msg.getRequestId());
+    return;
+  }
+  auto state = store_->GetState(id);
+  if (state.ok() && *state == objectstore::ObjectState::kSealed) {
+    reply(conn, absl::OkStatus());
+    return;
+  }
+  std::string node = Bytes(pull.getNodeId());
+  auto tit = node_transfer_.find(node);
+  const scheduler::NodeResources* source = view_.Find(node);
+  if (tit == node_transfer_.end() || tit->second.empty() || source == nullptr || !source->alive) {
+    reply(conn, absl::UnavailableError(absl::StrCat(
+                    "the only copy was on node ", IdFrom<NodeId>(pull.getNodeId()).Hex(),
+                    source == nullptr ? ", which is unknown" : ", which is dead")));
+    return;
+  }
+  uint64_t size = pull.getSize();
+  auto offset = store_->Create(kPullClient, id, size);
+  if (!offset.ok()) {
+    reply(conn, offset.status());
+    return;
+  }
+  object_jobs_[id] = IdFrom<JobId>(pull.getJobId());
+  pulls_[id].emplace_back(conn.weak_from_this(), msg.getRequestId());
+  segment_->PrefaultForWrite(*offset, size);
+  transfer_client_->Pull(tit->second, id, size, segment_->writable_base() + *offset,
+                         [this, id](absl::Status status) { FinishPull(id, std::move(status)); });
+}
+
+void NodeDaemon::FinishPull(const ObjectId& id, absl::Status status) {
+  if (shutting_down_) return;
+  if (status.ok()) {
+    status = store_->Seal(kPullClient, id);
+  } else {
+    (void)store_->Abort(kPullClient, id);
+    object_jobs_.erase(id);
+    LUMEN_LOG(WARNING) << "pulling object " << id.Hex() << " failed: " << status;
+  }
+  auto waiters = std::move(pulls_[id]);
+  pulls_.erase(id);
+  for (auto& [weak, request_id] : waiters) {
+    auto conn = weak.lock();
+    if (!conn || conn->closed()) continue;
+    OutMessage out;
+    auto env = out.Init();
+    env.setRequestId(request_id);
+    auto r = env.initStoreReply();
+    r.setOk(status.ok());
+    r.setCode(static_cast<uint32_t>(status.ok() ? absl::StatusCode::kOk
+                                                 : absl::StatusCode::kUnavailable));
+    r.setError(std::string(status.message()));
+    conn->Send(out.builder());
+  }
+}
+
 void NodeDaemon::OnStoreRequest(Connection& conn, proto::Envelope::Reader msg) {
   objectstore::ClientId client = conn.id();
   const Client& client_info = std::any_cast<Client&>(conn.context());
-  if (client_info.role != proto::Role::DRIVER && client_info.role != proto::Role::WORKER) {
+  bool local_client =
+      client_info.role == proto::Role::DRIVER || client_info.role == proto::Role::WORKER;
+  bool remote_delete =
+      client_info.role == proto::Role::REMOTE_OWNER && msg.isStoreDelete();
+  if (!local_client && !remote_delete) {
     conn.Close(absl::PermissionDeniedError("store requests need a driver or worker hello"));
     return;
   }
@@ -477,6 +1003,7 @@ void NodeDaemon::StartWorker(const JobId& job_id) {
   spawn.executable = jit->second.exe_path;
   spawn.env = {{"LUMEN_ROLE", "worker"},
                {"LUMEN_NODE_SOCKET", socket_path_},
+               {"LUMEN_NODE_HOST", options_.host},
                {"LUMEN_SESSION_DIR", options_.session_dir},
                {"LUMEN_WORKER_ID", id.Hex()},
                {"LUMEN_JOB_ID", job_id.Hex()},
@@ -513,7 +1040,14 @@ void NodeDaemon::DispatchLeases() {
       continue;
     }
     Job& job = jit->second;
-    if (!it->placement.IsSubsetOf(resources_->available())) {
+    LocalResourceManager* pool = resources_.get();
+    std::string bundle;
+    if (!it->group.empty()) {
+      // Within the group's bundle(s) here, never the node's free resources.
+      bundle = FindBundleWithRoom(it->group, it->bundle_index, it->placement);
+      pool = bundle.empty() ? nullptr : PoolFor(bundle);
+    }
+    if (pool == nullptr || !it->placement.IsSubsetOf(pool->available())) {
       AskHoldersForIdleLeases(conn->id());
       ++it;
       continue;
@@ -535,7 +1069,7 @@ void NodeDaemon::DispatchLeases() {
       ++it;
       continue;
     }
-    resources_->TryAcquire(it->resources);
+    pool->TryAcquire(it->resources);
     WorkerId wid = job.idle.front();
     job.idle.pop_front();
     job.failed_starts = 0;
@@ -543,7 +1077,8 @@ void NodeDaemon::DispatchLeases() {
     uint64_t lease_id = next_lease_id_++;
     w.state = WorkerState::kLeased;
     w.lease_id = lease_id;
-    leases_[lease_id] = Lease{wid, it->resources, conn->id(), false, false, it->detached, *gpu_ids};
+    leases_[lease_id] =
+        Lease{wid, it->resources, conn->id(), false, false, it->detached, *gpu_ids, bundle};
     OutMessage out;
     auto env = out.Init();
     env.setRequestId(it->request_id);
@@ -553,6 +1088,7 @@ void NodeDaemon::DispatchLeases() {
     reply.setWorkerId(DataOf(wid));
     reply.setWorkerAddress(w.address);
     reply.setWorkerPid(w.pid);
+    reply.setNodeId(DataOf(node_id_));
     auto ids = reply.initGpuIds(gpu_ids->size());
     for (size_t i = 0; i < gpu_ids->size(); ++i) ids.set(i, (*gpu_ids)[i]);
     conn->Send(out.builder());
@@ -581,7 +1117,8 @@ void NodeDaemon::AskHoldersForIdleLeases(uint64_t requester) {
 void NodeDaemon::FreeLeaseResources(const Lease& lease) {
   ResourceSet held = lease.resources;
   if (lease.cpu_released) held.Set(scheduler::kCPU, 0);
-  resources_->Release(held);
+  // A removed bundle gave all of its resources back already.
+  if (LocalResourceManager* pool = PoolFor(lease.bundle)) pool->Release(held);
   gpus_->Release(lease.gpu_ids, lease.resources.Get(scheduler::kGPU));
 }
 
@@ -628,25 +1165,15 @@ void NodeDaemon::OnClose(Connection& conn, const absl::Status& why) {
   }
   if (client.role == proto::Role::DRIVER && jobs_.contains(client.job) &&
       jobs_[client.job].driver_conn == id) {
-    // The job is over: its workers and its objects go with it, except detached
-    // actors, which keep the job's entry (its binary) for their own work.
-    KillJobWorkers(client.job);
-    bool has_detached = false;
-    for (const auto& [wid, w] : workers_) has_detached |= w.job == client.job && IsDetached(w);
-    if (has_detached) {
-      jobs_[client.job].driver_conn = 0;
-      jobs_[client.job].idle.clear();
-    } else {
-      jobs_.erase(client.job);
+    // The job is over, here and (through the head) on every node.
+    EndJob(client.job);
+    if (head_conn_ && !head_conn_->closed()) {
+      OutMessage out;
+      out.Init().setJobEnded(DataOf(client.job));
+      head_conn_->Send(out.builder());
     }
-    for (auto oit = object_jobs_.begin(); oit != object_jobs_.end();) {
-      if (oit->second == client.job) {
-        store_->Delete(oit->first);
-        object_jobs_.erase(oit++);
-      } else {
-        ++oit;
-      }
-    }
+  } else if (client.role == proto::Role::REMOTE_OWNER && client.is_driver) {
+    EndJob(client.job);
   } else if (client.role == proto::Role::WORKER) {
     auto wit = workers_.find(client.worker);
     if (wit != workers_.end()) {
@@ -662,6 +1189,30 @@ void NodeDaemon::OnClose(Connection& conn, const absl::Status& why) {
   clients_.erase(id);
   asio::post(io_, [keep] {});
   DispatchLeases();
+}
+
+void NodeDaemon::EndJob(const JobId& job_id) {
+  ended_jobs_.insert(job_id);
+  if (!jobs_.contains(job_id)) return;
+  // Its workers and its objects go with it, except detached actors, which keep
+  // the job's entry (its binary) for their own work.
+  KillJobWorkers(job_id);
+  bool has_detached = false;
+  for (const auto& [wid, w] : workers_) has_detached |= w.job == job_id && IsDetached(w);
+  if (has_detached) {
+    jobs_[job_id].driver_conn = 0;
+    jobs_[job_id].idle.clear();
+  } else {
+    jobs_.erase(job_id);
+  }
+  for (auto oit = object_jobs_.begin(); oit != object_jobs_.end();) {
+    if (oit->second == job_id) {
+      store_->Delete(oit->first);
+      object_jobs_.erase(oit++);
+    } else {
+      ++oit;
+    }
+  }
 }
 
 void NodeDaemon::FailJobLeaseRequests(const JobId& job_id, const std::string& why) {
@@ -747,12 +1298,14 @@ void NodeDaemon::OnWorkerGone(Worker& w, const std::string& why) {
     idle.erase(std::remove(idle.begin(), idle.end(), w.id), idle.end());
   }
   if (w.conn) w.conn->Close(absl::CancelledError("worker exited"));
-  if (!w.address.empty()) ::unlink(w.address.c_str());
+  if (!w.address.empty()) ::unlink(ParseAddress(w.address).unix_path.c_str());
 }
 
 void NodeDaemon::FillStats(proto::NodeStats::Builder stats) {
   stats.setNodeId(DataOf(node_id_));
-  stats.setAddress(socket_path_);
+  stats.setAddress(address_);
+  stats.setTransferAddress(transfer_server_ ? transfer_server_->address() : "");
+  stats.setHostAddress(options_.host);
   char host[256] = {0};
   ::gethostname(host, sizeof(host) - 1);
   stats.setHostname(host);
@@ -770,35 +1323,41 @@ void NodeDaemon::FillStats(proto::NodeStats::Builder stats) {
   for (const auto& [id, job] : jobs_) idle += job.idle.size();
   stats.setWorkers(workers_.size());
   stats.setIdleWorkers(idle);
-  stats.setQueuedLeases(lease_queue_.size());
+  stats.setQueuedLeases(lease_queue_.size() + parked_.size());
   stats.setActiveLeases(leases_.size());
   stats.setSessionDir(options_.session_dir);
+  // Infeasible demand, grouped by what it needs.
+  std::map<std::pair<std::string, std::string>, std::pair<uint32_t, std::map<std::string, double>>>
+      demand;
+  for (const auto& p : parked_) {
+    if (!p.infeasible || p.conn.expired()) continue;
+    auto& d = demand[{p.name, QueueKeyOf(p.resources)}];
+    ++d.first;
+    d.second = p.resources;
+  }
+  auto list = stats.initInfeasible(demand.size());
+  size_t i = 0;
+  for (const auto& [key, d] : demand) {
+    list[i].setName(key.first);
+    list[i].setCount(d.first);
+    SetResources(list[i].initResources(d.second.size()), d.second);
+    ++i;
+  }
 }
 
 void NodeDaemon::ConnectHead() {
-  auto colon = options_.head_address.rfind(':');
-  std::string host = options_.head_address.substr(0, colon);
-  std::string port = options_.head_address.substr(colon + 1);
-  asio::ip::tcp::resolver resolver(io_);
-  boost::system::error_code ec;
-  auto endpoints = resolver.resolve(host, port, ec);
-  asio::ip::tcp::socket socket(io_);
-  if (!ec) asio::connect(socket, endpoints, ec);
-  if (ec) {
+  auto socket = ConnectToAddress(io_, options_.head_address, "");
+  if (!socket.ok()) {
     LUMEN_LOG(WARNING) << "cannot reach the head at " << options_.head_address << ": "
-                       << ec.message() << "; retrying";
+                       << socket.status().message() << "; retrying";
     head_retry_timer_.expires_after(std::chrono::seconds(1));
     head_retry_timer_.async_wait([this](const boost::system::error_code& e) {
       if (!e && !shutting_down_) ConnectHead();
     });
     return;
   }
-  socket.set_option(asio::ip::tcp::no_delay(true));
-  auto protocol = socket.local_endpoint().protocol();
-  int fd = socket.release();
-  head_conn_ = Connection::Create(
-      Socket(io_, asio::generic::stream_protocol(protocol.family(), protocol.protocol()), fd));
-  head_conn_->Start([](Connection&, proto::Envelope::Reader) {},
+  head_conn_ = Connection::Create(std::move(*socket));
+  head_conn_->Start([this](Connection&, proto::Envelope::Reader m) { OnHeadFrame(m); },
                     [this](Connection&, const absl::Status& why) {
                       if (shutting_down_) return;
                       LUMEN_LOG(WARNING) << "lost the head: " << why << "; reconnecting";
@@ -869,10 +1428,13 @@ void NodeDaemon::Shutdown(const std::string& why) {
   for (auto& [wid, w] : workers_) ::kill(w.pid, SIGKILL);
   for (auto& [wid, w] : workers_) {
     WaitForChildExit(w.pid, 2000);
-    if (!w.address.empty()) ::unlink(w.address.c_str());
+    if (!w.address.empty()) ::unlink(ParseAddress(w.address).unix_path.c_str());
   }
   boost::system::error_code ignored;
   acceptor_.close(ignored);
+  if (tcp_acceptor_) tcp_acceptor_->close(ignored);
+  transfer_client_.reset();
+  transfer_server_.reset();
   ::unlink(socket_path_.c_str());
   if (options_.remove_session_dir) std::filesystem::remove_all(options_.session_dir, ignored);
   io_.stop();

@@ -13,11 +13,13 @@ namespace lumen::runtime {
 struct NodeDaemonOptions {
   std::string session_dir;
   std::string head_address;  // host:port of the head service
+  std::string host = "127.0.0.1";  // the IP this node's daemon and workers listen on
   std::map<std::string, double> resources;
   uint64_t object_store_bytes = 0;
   int parent_fd = -1;  // EOF on it: the driver that started us died; exit
   int ready_fd = -1;   // our socket path is written here once we serve
   bool remove_session_dir = false;  // at exit (embedded clusters)
+  // Reports to the head (its health check) this often.
   int report_period_ms = 500;
   int prestart_workers = -1;  // -1: the CPU count
   // Idle workers beyond the pool size (the prestart count) exit after this long.

@@ -140,7 +140,7 @@ TEST_CASE("malformed and oversized frames close one connection and the daemons k
   auto nodes = lumen::runtime::QueryNodes(lumen::internal::ClusterAddress());
   REQUIRE(nodes.ok());
   REQUIRE(nodes->size() == 1);
-  std::string node_socket = nodes->front().address;
+  std::string node_socket = lumen::ParseAddress(nodes->front().address).unix_path;
   const uint32_t kMagic = 0x4c4d4e46;
   // Not a Lumen frame at all.
   REQUIRE(SendRawAndExpectClose(node_socket, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"));

@@ -13,6 +13,7 @@ enum Role {
   node @2;
   cli @3;
   peer @4;     # a driver or worker calling another one's owner service
+  remoteOwner @5;  # a driver or worker of another node: leases here, frees its objects here
 }
 
 struct Resource {
@@ -29,7 +30,8 @@ struct Hello {
   workerId @4 :Data;
   jobId @5 :Data;
   exePath @6 :Text;            # driver: the binary its workers re-execute
-  listenAddress @7 :Text;      # driver/worker: its owner service socket
+  listenAddress @7 :Text;      # driver/worker: its owner service address
+  isDriver @8 :Bool;           # remoteOwner: the job's driver (its exit ends the job here)
 }
 
 struct HelloReply {
@@ -39,6 +41,8 @@ struct HelloReply {
   storeSize @3 :UInt64;        # node: the segment's size; its fd travels with this frame
   sessionDir @4 :Text;
   jobId @5 :Data;
+  nodeHost @6 :Text;           # the address the node's processes listen on (TCP)
+  nodeAddress @7 :Text;        # the node daemon's own address (TCP and Unix)
 }
 
 # A value as it travels: inline bytes (codec-encoded) or a sealed object in the
@@ -54,7 +58,8 @@ struct Value {
 struct StoredObject {
   objectId @0 :Data;
   size @1 :UInt64;
-  nodeId @2 :Data;
+  nodeId @2 :Data;         # where a copy is
+  nodeAddress @3 :Text;    # that node daemon's address
 }
 
 enum FailureKind {
@@ -109,11 +114,25 @@ struct TaskReply {
   actorExiting @5 :Bool;   # the actor called ExitActor: it ends after this reply
 }
 
+enum SchedulingKind {
+  default @0;
+  spread @1;
+  pack @2;
+  nodeAffinity @3;
+}
+
 struct LeaseRequest {
   resources @0 :List(Resource);    # held while the lease lasts
   placement @1 :List(Resource);    # needed to grant it (actors: CPU 1, held 0)
   actor @2 :Bool;                  # a dedicated worker for an actor
   detached @3 :Bool;               # the actor outlives its owner and job
+  strategy @4 :SchedulingKind;
+  affinityNode @5 :Data;
+  affinitySoft @6 :Bool;
+  grantOrReject @7 :Bool;          # spilled here already: queue here, never spill again
+  placementGroup @8 :Data;         # run inside this group's bundle
+  bundleIndex @9 :Int32 = -1;      # -1: any bundle of the group on this node
+  name @10 :Text;                  # what it is for (warnings, listings)
 }
 
 struct LeaseReply {
@@ -124,6 +143,11 @@ struct LeaseReply {
   workerAddress @4 :Text;
   workerPid @5 :Int32;
   gpuIds @6 :List(Int32);      # the GPUs the lease holds (its CUDA_VISIBLE_DEVICES)
+  spillbackNode @7 :Data;      # not granted here: ask this node instead
+  spillbackAddress @8 :Text;
+  waiting @9 :Bool;            # a notice, not the answer: no node can run it yet (infeasible)
+  nodeId @10 :Data;            # the granting node
+  retry @11 :Bool;             # refused for now (e.g. stale view): ask the local node again
 }
 
 struct StoreRequest {
@@ -155,6 +179,81 @@ struct NodeStats {
   queuedLeases @12 :UInt32;
   activeLeases @13 :UInt32;
   sessionDir @14 :Text;
+  transferAddress @15 :Text;       # where other nodes pull objects from
+  infeasible @16 :List(Demand);    # lease requests no node can run yet
+  bundles @17 :List(Bundle);       # placement group bundles reserved here
+  hostAddress @18 :Text;           # the IP its processes listen on
+}
+
+struct Demand {
+  resources @0 :List(Resource);
+  count @1 :UInt32;
+  name @2 :Text;
+}
+
+enum PlacementStrategy {
+  pack @0;
+  spread @1;
+  strictPack @2;
+  strictSpread @3;
+}
+
+struct Bundle {
+  groupId @0 :Data;
+  index @1 :Int32;
+  resources @2 :List(Resource);
+  nodeId @3 :Data;
+}
+
+struct PlacementGroupSpec {
+  groupId @0 :Data;
+  name @1 :Text;
+  strategy @2 :PlacementStrategy;
+  bundles @3 :List(Bundle);
+  jobId @4 :Data;
+}
+
+struct PlacementGroupState {
+  groupId @0 :Data;
+  name @1 :Text;
+  strategy @2 :PlacementStrategy;
+  state @3 :Text;          # PENDING, CREATED, REMOVED, INFEASIBLE
+  bundles @4 :List(Bundle);
+  error @5 :Text;
+}
+
+struct WaitPlacementGroup {
+  groupId @0 :Data;
+  timeoutMs @1 :UInt64;
+}
+
+struct BundleBatch {
+  groupId @0 :Data;
+  bundles @1 :List(Bundle);
+}
+
+struct BundleReply {
+  ok @0 :Bool;
+  error @1 :Text;
+}
+
+struct ClusterView {
+  nodes @0 :List(NodeStats);
+  endedJobs @1 :List(Data);
+  bundles @2 :List(Bundle);    # every committed bundle, for routing leases
+  removedGroups @3 :List(Data);
+}
+
+struct PullRequest {
+  objectId @0 :Data;
+  size @1 :UInt64;
+  nodeId @2 :Data;          # where a copy is
+  nodeAddress @3 :Text;
+  jobId @4 :Data;           # who may free the local copy
+}
+
+struct StateRow {
+  fields @0 :List(KeyValue);   # values are text
 }
 
 struct ObjectStatusReply {
@@ -207,6 +306,23 @@ struct Envelope {
     actorExiting @41 :Void;              # actor process -> owner: ExitActor was called
     updateActorAddress @42 :ActorName;   # owner -> head (detached actors)
     lookupActorById @43 :Data;           # anyone -> head: a detached actor's address
+    clusterView @44 :ClusterView;        # head -> node, after each report
+    createPlacementGroup @45 :PlacementGroupSpec;   # driver -> head
+    placementGroupState @46 :PlacementGroupState;
+    waitPlacementGroup @47 :WaitPlacementGroup;     # answered when created or at the timeout
+    removePlacementGroup @48 :Data;
+    listPlacementGroups @49 :Void;
+    placementGroups @50 :List(PlacementGroupState);
+    prepareBundles @51 :BundleBatch;     # head -> node: reserve (phase 1)
+    commitBundles @52 :BundleBatch;      # head -> node: make usable (phase 2)
+    cancelBundles @53 :BundleBatch;      # head -> node: roll back or remove
+    bundleReply @54 :BundleReply;
+    pullObject @55 :PullRequest;         # worker/driver -> its node: copy it here
+    addObjectLocation @56 :StoredObject; # reader -> owner: a copy is now also there
+    jobEnded @57 :Data;                  # node -> head -> every node (in the view)
+    listState @58 :Text;                 # cli -> node -> clients: actors | tasks | objects
+    stateRows @59 :List(StateRow);
+    markNodeDead @60 :Data;              # head -> node: you were declared dead; exit
   }
 }
 

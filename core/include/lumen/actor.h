@@ -33,6 +33,7 @@
 #include "lumen/errors.h"
 #include "lumen/internal/runtime.h"
 #include "lumen/object_ref.h"
+#include "lumen/scheduling.h"
 
 namespace lumen {
 
@@ -130,6 +131,15 @@ class ActorCreator {
   ActorCreator& SetNumCpus(double n) { return SetResource("CPU", n); }
   ActorCreator& SetNumGpus(double n) { return SetResource("GPU", n); }
   ActorCreator& SetMemory(uint64_t bytes) { return SetResource("memory", static_cast<double>(bytes)); }
+  ActorCreator& SetSchedulingStrategy(const SchedulingStrategy& strategy) {
+    internal::ApplyStrategy(options_.scheduling, strategy);
+    return *this;
+  }
+  // Runs within bundle `bundle_index` of `group` (-1: any of its bundles).
+  ActorCreator& SetPlacementGroup(const PlacementGroup& group, int bundle_index = -1) {
+    internal::ApplyPlacementGroup(options_.scheduling, group, bundle_index);
+    return *this;
+  }
 
   template <class... A>
   ActorHandle<Class> Remote(A&&... args) {

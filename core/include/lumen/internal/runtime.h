@@ -58,10 +58,21 @@ struct TaskArgument {
   std::shared_ptr<RefHandle> ref;
 };
 
+// Where a task or actor may run (see lumen::SchedulingStrategy).
+struct SchedulingOptions {
+  enum class Kind { kDefault, kSpread, kPack, kNodeAffinity };
+  Kind kind = Kind::kDefault;
+  NodeId node;         // kNodeAffinity
+  bool soft = false;   // kNodeAffinity: elsewhere when that node cannot
+  std::string placement_group;  // binary group id, or empty
+  int bundle_index = -1;        // -1: any bundle of the group
+};
+
 struct TaskOptions {
   int max_retries = 3;
   std::map<std::string, double> resources;  // empty: {CPU: 1}
   std::string name;
+  SchedulingOptions scheduling;
 };
 
 std::shared_ptr<RefHandle> SubmitTask(std::string_view function, std::vector<TaskArgument> args,
@@ -138,6 +149,7 @@ struct ActorOptions {
   int max_concurrency = 1;
   std::string name;
   bool detached = false;
+  SchedulingOptions scheduling;
 };
 
 // Starts creating an actor; the returned handle's id is the actor's id.
@@ -151,5 +163,25 @@ void KillActor(const RefHandle& actor, bool no_restart);
 std::shared_ptr<RefHandle> GetNamedActor(const std::string& name);
 // Inside an actor method: the actor exits after this call returns.
 void ExitActorAfterCall();
+
+// --- placement groups -----------------------------------------------------
+
+struct PlacementGroupRequest {
+  std::string name;
+  std::vector<std::map<std::string, double>> bundles;
+  int strategy = 0;  // lumen::PlacementStrategy
+};
+// Returns the new group's binary id; throws lumen::PlacementGroupError.
+std::string CreatePlacementGroup(const PlacementGroupRequest& request);
+// True once every bundle is reserved; false at the timeout. Throws
+// PlacementGroupError when the group was removed.
+bool WaitPlacementGroup(const std::string& group_id, std::chrono::milliseconds timeout);
+void RemovePlacementGroup(const std::string& group_id);
+// "PENDING", "CREATED", "REMOVED", and where each bundle is (node ids, hex).
+struct PlacementGroupInfo {
+  std::string state;
+  std::vector<std::string> bundle_nodes;
+};
+PlacementGroupInfo GetPlacementGroupInfo(const std::string& group_id);
 
 }  // namespace lumen::internal

@@ -1,0 +1,92 @@
+#include "lumen/common/address.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace lumen {
+
+namespace asio = boost::asio;
+
+Endpoint ParseAddress(std::string_view address) {
+  Endpoint out;
+  std::string_view rest = address;
+  while (!rest.empty()) {
+    size_t semi = rest.find(';');
+    std::string_view part = rest.substr(0, semi);
+    if (!part.empty()) {
+      if (part.front() == '/') {
+        out.unix_path = std::string(part);
+      } else {
+        out.tcp = std::string(part);
+      }
+    }
+    if (semi == std::string_view::npos) break;
+    rest.remove_prefix(semi + 1);
+  }
+  return out;
+}
+
+std::string FormatAddress(const Endpoint& endpoint) {
+  if (endpoint.tcp.empty()) return endpoint.unix_path;
+  if (endpoint.unix_path.empty()) return endpoint.tcp;
+  return absl::StrCat(endpoint.tcp, ";", endpoint.unix_path);
+}
+
+Socket AdoptTcp(asio::io_context& io, asio::ip::tcp::socket socket) {
+  boost::system::error_code ignored;
+  socket.set_option(asio::ip::tcp::no_delay(true), ignored);
+  auto protocol = socket.local_endpoint(ignored).protocol();
+  int fd = socket.release();
+  return Socket(io, asio::generic::stream_protocol(protocol.family(), protocol.protocol()), fd);
+}
+
+absl::StatusOr<Socket> ConnectToAddress(asio::io_context& io, const std::string& address,
+                                        const std::string& local_session_dir) {
+  Endpoint endpoint = ParseAddress(address);
+  bool same_node = !endpoint.unix_path.empty() && !local_session_dir.empty() &&
+                   endpoint.unix_path.rfind(local_session_dir + "/", 0) == 0;
+  boost::system::error_code ec;
+  if (!endpoint.unix_path.empty() && (same_node || endpoint.tcp.empty())) {
+    asio::local::stream_protocol::socket s(io);
+    s.connect(asio::local::stream_protocol::endpoint(endpoint.unix_path), ec);
+    if (ec) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot reach ", endpoint.unix_path, ": ", ec.message()));
+    }
+    int fd = s.release();
+    return Socket(io, asio::generic::stream_protocol(AF_UNIX, 0), fd);
+  }
+  if (endpoint.tcp.empty()) return absl::InvalidArgumentError(absl::StrCat("bad address '", address, "'"));
+  auto colon = endpoint.tcp.rfind(':');
+  if (colon == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("bad address '", address, "' (want host:port)"));
+  }
+  asio::ip::tcp::resolver resolver(io);
+  auto results = resolver.resolve(endpoint.tcp.substr(0, colon), endpoint.tcp.substr(colon + 1), ec);
+  asio::ip::tcp::socket s(io);
+  if (!ec) asio::connect(s, results, ec);
+  if (ec) return absl::UnavailableError(absl::StrCat("cannot reach ", endpoint.tcp, ": ", ec.message()));
+  return AdoptTcp(io, std::move(s));
+}
+
+absl::StatusOr<std::unique_ptr<asio::ip::tcp::acceptor>> ListenTcp(asio::io_context& io,
+                                                                   const std::string& host,
+                                                                   int port) {
+  boost::system::error_code ec;
+  asio::ip::tcp::endpoint endpoint(asio::ip::make_address(host, ec), static_cast<uint16_t>(port));
+  auto acceptor = std::make_unique<asio::ip::tcp::acceptor>(io);
+  if (!ec) acceptor->open(endpoint.protocol(), ec);
+  if (!ec && port != 0) acceptor->set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor->bind(endpoint, ec);
+  if (!ec) acceptor->listen(512, ec);
+  if (ec) return absl::UnavailableError(absl::StrCat("cannot listen on ", host, ":", port, ": ", ec.message()));
+  return acceptor;
+}
+
+bool IsLoopbackHost(const std::string& host) {
+  if (host == "localhost" || host == "::1") return true;
+  boost::system::error_code ec;
+  auto address = asio::ip::make_address(host, ec);
+  return !ec && address.is_loopback();
+}
+
+}  // namespace lumen
