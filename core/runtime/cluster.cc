@@ -189,6 +189,8 @@ absl::StatusOr<ClusterProcesses> StartCluster(const ClusterSpec& spec) {
     if (!pid.ok()) return fail(pid.status());
     cluster.pids.push_back(*pid);
     cluster.head_address = address;
+    // Marks the node started with the head: drivers on this machine attach to it.
+    std::ofstream(cluster.session_dir + "/head_node").flush();
   } else {
     cluster.head_address = spec.head_address;
   }

@@ -226,7 +226,8 @@ void CoreWorker::Stop() {
     boost::system::error_code ignored;
     if (acceptor_) acceptor_->close(ignored);
     if (tcp_acceptor_) tcp_acceptor_->close(ignored);
-    for (auto& [address, conn] : remote_nodes_) conn->Close(absl::CancelledError("shutdown"));
+    auto remotes = remote_nodes_;  // closing erases from remote_nodes_
+    for (auto& [address, conn] : remotes) conn->Close(absl::CancelledError("shutdown"));
     if (node_conn_) node_conn_->Close(absl::CancelledError("shutdown"));
     for (auto& [key, queue] : queues_) {
       for (auto& lease : queue->leases) {
@@ -737,8 +738,8 @@ internal::ObjectBytes CoreWorker::PinnedBytes(const ObjectId& id, uint64_t offse
 std::vector<CoreWorker::ObjectEntry*> CoreWorker::AwaitReady(
     const std::vector<const internal::RefHandle*>& refs, size_t num_ready,
     std::optional<std::chrono::milliseconds> timeout) {
-  auto deadline = timeout ? std::optional(std::chrono::steady_clock::now() + *timeout)
-                          : std::nullopt;
+  const auto deadline =
+      std::chrono::steady_clock::now() + timeout.value_or(std::chrono::milliseconds(0));
   std::vector<ObjectEntry*> entries;
   entries.reserve(refs.size());
   {
@@ -773,8 +774,8 @@ std::vector<CoreWorker::ObjectEntry*> CoreWorker::AwaitReady(
   if (!SpinFor(std::chrono::microseconds(50), enough_ready)) {
     NotifyBlocked(true);
     absl::Condition cond(&enough_ready);
-    if (deadline) {
-      mu_.LockWhenWithDeadline(cond, absl::FromChrono(*deadline - std::chrono::steady_clock::now() +
+    if (timeout) {
+      mu_.LockWhenWithDeadline(cond, absl::FromChrono(deadline - std::chrono::steady_clock::now() +
                                                       std::chrono::system_clock::now()));
     } else {
       mu_.LockWhen(cond);

@@ -215,7 +215,7 @@ absl::StatusOr<NodeView> FindLocalNode(const std::string& address) {
   for (const auto& n : *nodes) {
     if (!n.alive || n.hostname != host) continue;
     if (!std::filesystem::exists(ParseAddress(n.address).unix_path)) continue;
-    bool with_head = std::filesystem::exists(n.session_dir + "/head_address");
+    bool with_head = std::filesystem::exists(n.session_dir + "/head_node");
     if (found == nullptr || with_head) found = &n;
     if (with_head) break;
   }

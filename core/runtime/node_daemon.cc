@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <boost/asio.hpp>
+#include <cstdlib>
 #include <deque>
 #include <filesystem>
 #include <memory>
@@ -218,6 +219,11 @@ class NodeDaemon {
   absl::flat_hash_map<std::string, Bundle> bundles_;               // "group/index" -> bundle
   std::deque<ParkedRequest> parked_;
   bool replaying_ = false;
+  // Fault injection for tests: refuse this many bundle prepares.
+  int testing_refuse_prepares_ = [] {
+    const char* v = std::getenv("LUMEN_TESTING_REFUSE_PREPARES");
+    return v ? std::atoi(v) : 0;
+  }();
   std::unique_ptr<objectstore::TransferServer> transfer_server_;
   std::unique_ptr<objectstore::TransferClient> transfer_client_;
   // Pulls in progress: who waits for each.
@@ -591,8 +597,16 @@ void NodeDaemon::OnLeaseRequest(Connection& conn, proto::Envelope::Reader msg, b
     }
     return;
   }
-  view_.Upsert(LocalKey(), scheduler::NodeResources{resources_->total(), resources_->available(),
-                                                    !shutting_down_});
+  // This node as the policy sees it: what is free minus what queued requests
+  // will take once their workers are ready.
+  ResourceSet free_now = resources_->available();
+  for (const auto& queued : lease_queue_) {
+    if (!queued.group.empty()) continue;
+    for (const auto& [rname, qty] : queued.placement.ToMap()) {
+      free_now.Set(rname, std::max(0.0, free_now.Get(rname) - qty));
+    }
+  }
+  view_.Upsert(LocalKey(), scheduler::NodeResources{resources_->total(), free_now, !shutting_down_});
   scheduler::SchedulingStrategy strategy;
   strategy.kind = static_cast<scheduler::StrategyKind>(req.getStrategy());
   strategy.node_id = Bytes(req.getAffinityNode());
@@ -748,6 +762,11 @@ void NodeDaemon::OnBundles(proto::Envelope::Reader msg) {
       if (bundles_.contains(key)) {
         done.push_back(key);
         continue;
+      }
+      if (testing_refuse_prepares_ > 0) {
+        --testing_refuse_prepares_;
+        status = absl::UnavailableError("refused on purpose (LUMEN_TESTING_REFUSE_PREPARES)");
+        break;
       }
       if (!resources_->TryAcquire(*need)) {
         status = absl::ResourceExhaustedError(absl::StrCat(

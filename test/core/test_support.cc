@@ -6,11 +6,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
+#include "core/runtime/cluster.h"
 #include "core/runtime/head_client.h"
 
 namespace lumen::test {
@@ -29,6 +31,86 @@ ScopedCluster::ScopedCluster(Config config) {
 }
 
 ScopedCluster::~ScopedCluster() { Shutdown(); }
+
+struct ClusterHandle {
+  runtime::ClusterProcesses processes;
+};
+
+MultiNodeCluster::MultiNodeCluster(std::vector<NodeSpec> nodes,
+                                   std::map<std::string, std::string> env) {
+  env.try_emplace("LUMEN_HEALTH_CHECK_PERIOD_MS", "100");
+  for (const auto& [name, value] : env) {
+    const char* old = std::getenv(name.c_str());
+    saved_env_.emplace_back(name, old ? old : "");
+    ::setenv(name.c_str(), value.c_str(), 1);
+  }
+  for (const auto& spec : nodes) AddNode(spec);
+  Config config;
+  config.address = head_address_;
+  Init(config);
+}
+
+size_t MultiNodeCluster::AddNode(const NodeSpec& spec) {
+  runtime::ClusterSpec cluster;
+  cluster.embedded = true;  // dies with this process, whatever happens
+  cluster.start_head = head_address_.empty();
+  cluster.head_address = head_address_;
+  cluster.resources = spec.resources;
+  if (!cluster.resources.contains("memory")) cluster.resources["memory"] = 1024.0 * 1024 * 1024;
+  cluster.object_store_bytes = spec.store_bytes;
+  for (const auto& [name, value] : spec.env) ::setenv(name.c_str(), value.c_str(), 1);
+  auto started = runtime::StartCluster(cluster);
+  for (const auto& [name, value] : spec.env) ::unsetenv(name.c_str());
+  if (!started.ok()) throw Error(std::string(started.status().message()));
+  auto handle = std::make_unique<ClusterHandle>();
+  handle->processes = std::move(*started);
+  head_address_ = handle->processes.head_address;
+  std::string address = handle->processes.node_socket;
+  std::string id;
+  WaitUntil([&] {
+    auto listed = runtime::QueryNodes(head_address_);
+    if (!listed.ok()) return false;
+    for (const auto& n : *listed) {
+      if (n.address == address && n.alive) id = n.id.Hex();
+    }
+    return !id.empty();
+  });
+  if (id.empty()) throw Error("a node did not join the head in time");
+  node_ids_.push_back(id);
+  clusters_.push_back(std::move(handle));
+  return node_ids_.size() - 1;
+}
+
+MultiNodeCluster::~MultiNodeCluster() {
+  Shutdown();
+  // Nodes first, the head (in the first cluster) last.
+  for (auto it = clusters_.rbegin(); it != clusters_.rend(); ++it) {
+    runtime::StopCluster((*it)->processes);
+  }
+  for (const auto& [name, value] : saved_env_) {
+    if (value.empty()) {
+      ::unsetenv(name.c_str());
+    } else {
+      ::setenv(name.c_str(), value.c_str(), 1);
+    }
+  }
+}
+
+size_t MultiNodeCluster::index_of(const std::string& node_id) const {
+  for (size_t i = 0; i < node_ids_.size(); ++i)
+    if (node_ids_[i] == node_id) return i;
+  return node_ids_.size();
+}
+
+pid_t MultiNodeCluster::daemon_pid(size_t i) const {
+  return clusters_.at(i)->processes.pids.back();
+}
+
+std::string MultiNodeCluster::node_address(size_t i) const {
+  return clusters_.at(i)->processes.node_socket;
+}
+
+void MultiNodeCluster::KillNode(size_t i) { ::kill(daemon_pid(i), SIGKILL); }
 
 std::string ScopedCluster::session_dir() const { return session_dir_; }
 

@@ -6,6 +6,8 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -24,6 +26,37 @@ class ScopedCluster {
 
  private:
   std::string session_dir_;
+};
+
+// A head and one node daemon per spec on loopback, each node its own process
+// with its own store segment, ports and session directory, as `lumen start
+// --address` makes them; and this process as a driver attached to the first
+// node. Health checks run every 100 ms. Everything stops at scope exit.
+class MultiNodeCluster {
+ public:
+  struct NodeSpec {
+    std::map<std::string, double> resources;  // CPU etc.; memory defaults to 1 GiB
+    uint64_t store_bytes = 384ull << 20;
+    std::map<std::string, std::string> env;  // for this node's daemon
+  };
+  explicit MultiNodeCluster(std::vector<NodeSpec> nodes,
+                            std::map<std::string, std::string> env = {});
+  ~MultiNodeCluster();
+  // Starts one more node and waits until the head lists it; returns its index.
+  size_t AddNode(const NodeSpec& spec);
+  const std::string& node_id(size_t i) const { return node_ids_.at(i); }
+  size_t index_of(const std::string& node_id) const;
+  pid_t daemon_pid(size_t i) const;
+  std::string node_address(size_t i) const;
+  std::string head_address() const { return head_address_; }
+  // SIGKILLs node i's daemon (its workers die with it).
+  void KillNode(size_t i);
+
+ private:
+  std::vector<std::pair<std::string, std::string>> saved_env_;
+  std::string head_address_;
+  std::vector<std::string> node_ids_;
+  std::vector<std::unique_ptr<struct ClusterHandle>> clusters_;
 };
 
 // Polls `condition` until it holds or `timeout` passes; returns whether it held.

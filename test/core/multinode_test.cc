@@ -1,0 +1,398 @@
+// Multi-node integration tests: a head and three node daemons on loopback
+// (distinct ports, store segments and session directories), as separate
+// processes, with this test binary as the driver attached to node 0.
+#include <signal.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/runtime/head_client.h"
+#include "lumen/common/process.h"
+#include "lumen/lumen.h"
+#include "test/core/test_support.h"
+
+namespace {
+
+using lumen::test::MultiNodeCluster;
+using lumen::test::WaitUntil;
+
+std::string HereNode() { return lumen::GetNodeId(); }
+
+// Arrives at a barrier of `parties` tasks (files in `dir`), then says where it ran.
+std::string MeetAt(std::string dir, int parties) {
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/" + std::to_string(::getpid()) + "-" + lumen::GetNodeId()).flush();
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    int n = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+      (void)entry;
+      ++n;
+    }
+    if (n >= parties) return lumen::GetNodeId();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // polling files: no event
+  }
+  throw std::runtime_error("barrier timed out: the tasks did not run at the same time");
+}
+
+LUMEN_REMOTE(HereNode, MeetAt);
+
+MultiNodeCluster::NodeSpec Cpus(double n) { return {{{"CPU", n}}}; }
+
+}  // namespace
+
+TEST_CASE("SPREAD puts 3 tasks on 3 distinct nodes") {
+  MultiNodeCluster cluster({Cpus(2), Cpus(2), Cpus(2)});
+  std::string dir = std::filesystem::temp_directory_path() /
+                    ("lumen-spread-" + std::to_string(::getpid()));
+  std::vector<lumen::ObjectRef<std::string>> refs;
+  for (int i = 0; i < 3; ++i) {
+    refs.push_back(lumen::Task(MeetAt).SetSchedulingStrategy(lumen::Spread()).Remote(dir, 3));
+  }
+  std::set<std::string> nodes;
+  for (const auto& node : lumen::Get(refs)) nodes.insert(*node);
+  std::filesystem::remove_all(dir);
+  REQUIRE(nodes.size() == 3);
+  for (const auto& node : nodes) REQUIRE(cluster.index_of(node) < 3);
+}
+
+namespace {
+
+std::string GpuInfo() {
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  std::string ids;
+  for (int id : lumen::GetGpuIds()) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+  return lumen::GetNodeId() + "|" + (visible ? visible : "<unset>") + "|" + ids;
+}
+
+// Meets the others at a barrier, then reports where it ran and on which GPUs.
+std::string GpuMeet(std::string dir, int parties) {
+  MeetAt(dir, parties);
+  return GpuInfo();
+}
+
+std::vector<uint8_t> MakeBlob(uint64_t size) {
+  std::vector<uint8_t> blob(size);
+  for (uint64_t i = 0; i < size; ++i) blob[i] = static_cast<uint8_t>((i * 31 + 7) & 0xff);
+  return blob;
+}
+
+std::string Checksum(std::vector<uint8_t> blob) {
+  uint64_t sum = 0;
+  for (uint64_t i = 0; i < blob.size(); i += 4096) sum = sum * 1315423911u + blob[i];
+  return lumen::GetNodeId() + ":" + std::to_string(blob.size()) + ":" + std::to_string(sum);
+}
+
+// Says it started (a file named after its node in `dir`), waits for `gate`.
+std::string WaitForGate(std::string dir, std::string gate) {
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/" + std::to_string(::getpid()) + "-" + lumen::GetNodeId()).flush();
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!std::filesystem::exists(gate) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // polling a file: no event
+  }
+  return lumen::GetNodeId();
+}
+
+class Where {
+ public:
+  static Where* Create() { return new Where(); }
+  std::string Node() { return lumen::GetNodeId(); }
+  int Bump() { return ++calls_; }
+
+ private:
+  int calls_ = 0;
+};
+
+LUMEN_REMOTE(GpuInfo, GpuMeet, MakeBlob, Checksum, WaitForGate, Where::Create, &Where::Node,
+             &Where::Bump);
+
+std::string ScratchDir(const std::string& what) {
+  return (std::filesystem::temp_directory_path() /
+          ("lumen-" + what + "-" + std::to_string(::getpid())))
+      .string();
+}
+
+int CountFiles(const std::string& dir) {
+  int n = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    (void)entry;
+    ++n;
+  }
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("Pack fills one node before the next") {
+  MultiNodeCluster cluster({Cpus(2), Cpus(2), Cpus(2)});
+  std::string dir = ScratchDir("pack");
+  std::vector<lumen::ObjectRef<std::string>> refs;
+  for (int i = 0; i < 3; ++i) {
+    refs.push_back(lumen::Task(MeetAt).SetSchedulingStrategy(lumen::Pack()).Remote(dir, 3));
+  }
+  std::map<std::string, int> per_node;
+  for (const auto& node : lumen::Get(refs)) ++per_node[*node];
+  std::filesystem::remove_all(dir);
+  // Two CPUs per node: the first node is full before a second one is used.
+  REQUIRE(per_node.size() == 2);
+  std::vector<int> counts;
+  for (const auto& [node, n] : per_node) counts.push_back(n);
+  std::sort(counts.begin(), counts.end());
+  REQUIRE(counts == std::vector<int>{1, 2});
+}
+
+TEST_CASE("GPU and fractional GPU and memory and custom resources pick the nodes that have them") {
+  MultiNodeCluster cluster({Cpus(2),
+                            {{{"CPU", 2}, {"ssd", 1}}},
+                            {{{"CPU", 4}, {"GPU", 2}, {"memory", 4.0 * (1 << 30)}}}});
+  // A whole GPU: only node 2 has GPUs; the worker sees exactly its device.
+  std::string info = *lumen::Get(lumen::Task(GpuInfo).SetNumGpus(1).Remote());
+  std::string node = info.substr(0, info.find('|'));
+  REQUIRE(node == cluster.node_id(2));
+  std::string rest = info.substr(info.find('|') + 1);
+  std::string visible = rest.substr(0, rest.find('|'));
+  REQUIRE((visible == "0" || visible == "1"));
+  REQUIRE(rest.substr(rest.find('|') + 1) == visible);  // GetGpuIds agrees
+
+  // Half GPUs: two tasks share one device, at the same time.
+  std::string dir = ScratchDir("halves");
+  auto a = lumen::Task(GpuMeet).SetNumGpus(0.5).Remote(dir, 2);
+  auto b = lumen::Task(GpuMeet).SetNumGpus(0.5).Remote(dir, 2);
+  std::string ia = *lumen::Get(a), ib = *lumen::Get(b);
+  std::filesystem::remove_all(dir);
+  REQUIRE(ia.substr(0, ia.find('|')) == cluster.node_id(2));
+  REQUIRE(ia == ib);  // same node, same single device
+
+  // 2 GiB of memory: only node 2 declares that much.
+  REQUIRE(*lumen::Get(lumen::Task(HereNode).SetMemory(2ull << 30).Remote()) == cluster.node_id(2));
+  // A custom resource only node 1 has.
+  REQUIRE(*lumen::Get(lumen::Task(HereNode).SetResource("ssd", 1).Remote()) == cluster.node_id(1));
+  // CPU-only work stays off nothing in particular, but never fails.
+  REQUIRE(cluster.index_of(*lumen::Get(lumen::Task(HereNode).Remote())) < 3);
+}
+
+TEST_CASE("node affinity: hard runs there or fails naming the node; soft falls back") {
+  MultiNodeCluster cluster({Cpus(2), Cpus(2), Cpus(2)});
+  for (size_t i = 0; i < 3; ++i) {
+    auto hard = lumen::NodeAffinity(cluster.node_id(i), false);
+    REQUIRE(*lumen::Get(lumen::Task(HereNode).SetSchedulingStrategy(hard).Remote()) ==
+            cluster.node_id(i));
+  }
+  auto soft = lumen::NodeAffinity(cluster.node_id(2), true);
+  REQUIRE(*lumen::Get(lumen::Task(HereNode).SetSchedulingStrategy(soft).Remote()) ==
+          cluster.node_id(2));
+  std::string unknown = lumen::NodeId::Random().Hex();
+  try {
+    lumen::Get(lumen::Task(HereNode)
+                   .SetSchedulingStrategy(lumen::NodeAffinity(unknown, false))
+                   .Remote(),
+               std::chrono::seconds(30));
+    FAIL("a hard affinity to an unknown node must fail");
+  } catch (const lumen::Error& e) {
+    REQUIRE(std::string(e.what()).find(unknown) != std::string::npos);
+  }
+  REQUIRE(cluster.index_of(*lumen::Get(lumen::Task(HereNode)
+                                           .SetSchedulingStrategy(lumen::NodeAffinity(unknown, true))
+                                           .Remote())) < 3);
+  // Actors too.
+  auto actor = lumen::Actor(Where::Create)
+                   .SetSchedulingStrategy(lumen::NodeAffinity(cluster.node_id(1), false))
+                   .Remote();
+  REQUIRE(*lumen::Get(actor.Task(&Where::Node).Remote()) == cluster.node_id(1));
+}
+
+TEST_CASE("placement groups: every strategy; tasks and actors in bundles; infeasible; removal") {
+  MultiNodeCluster cluster({Cpus(4), Cpus(4), Cpus(4)});
+  auto spread = lumen::CreatePlacementGroup(
+      {.name = "strict-spread",
+       .bundles = {{{"CPU", 1}}, {{"CPU", 1}}, {{"CPU", 1}}},
+       .strategy = lumen::PlacementStrategy::STRICT_SPREAD});
+  REQUIRE(spread.Wait(std::chrono::seconds(20)));
+  auto info = spread.Info();
+  REQUIRE(info.state == "CREATED");
+  REQUIRE(std::set<std::string>(info.bundle_nodes.begin(), info.bundle_nodes.end()).size() == 3);
+  // A task in bundle 2 runs where bundle 2 is; an actor in bundle 0 where that is.
+  REQUIRE(*lumen::Get(lumen::Task(HereNode).SetPlacementGroup(spread, 2).Remote()) ==
+          info.bundle_nodes[2]);
+  auto actor = lumen::Actor(Where::Create).SetPlacementGroup(spread, 0).Remote();
+  REQUIRE(*lumen::Get(actor.Task(&Where::Node).Remote()) == info.bundle_nodes[0]);
+
+  auto pack = lumen::CreatePlacementGroup({.bundles = {{{"CPU", 1}}, {{"CPU", 1}}},
+                                           .strategy = lumen::PlacementStrategy::STRICT_PACK});
+  REQUIRE(pack.Wait(std::chrono::seconds(20)));
+  auto pack_nodes = pack.Info().bundle_nodes;
+  REQUIRE(pack_nodes[0] == pack_nodes[1]);
+
+  auto soft_pack = lumen::CreatePlacementGroup({.bundles = {{{"CPU", 1}}, {{"CPU", 1}}},
+                                                .strategy = lumen::PlacementStrategy::PACK});
+  REQUIRE(soft_pack.Wait(std::chrono::seconds(20)));
+  REQUIRE(soft_pack.Info().bundle_nodes[0] == soft_pack.Info().bundle_nodes[1]);
+
+  auto soft_spread = lumen::CreatePlacementGroup(
+      {.bundles = {{{"CPU", 1}}, {{"CPU", 1}}, {{"CPU", 1}}},
+       .strategy = lumen::PlacementStrategy::SPREAD});
+  REQUIRE(soft_spread.Wait(std::chrono::seconds(20)));
+  auto ss = soft_spread.Info().bundle_nodes;
+  REQUIRE(std::set<std::string>(ss.begin(), ss.end()).size() == 3);
+
+  // Four bundles on distinct nodes cannot fit three nodes: it waits, infeasible.
+  auto impossible = lumen::CreatePlacementGroup(
+      {.bundles = {{{"CPU", 1}}, {{"CPU", 1}}, {{"CPU", 1}}, {{"CPU", 1}}},
+       .strategy = lumen::PlacementStrategy::STRICT_SPREAD});
+  REQUIRE_FALSE(impossible.Wait(std::chrono::milliseconds(300)));
+  REQUIRE(impossible.Info().state == "INFEASIBLE");
+  std::string status;
+  REQUIRE(lumen::test::RunCommand(std::string(LUMEN_CLI_PATH) + " list placement-groups --address " +
+                                      cluster.head_address(),
+                                  &status) == 0);
+  REQUIRE(status.find("INFEASIBLE") != std::string::npos);
+  REQUIRE(status.find("strict-spread") != std::string::npos);
+
+  // Removing a group ends what runs in it and frees its resources.
+  double before = lumen::AvailableResources()["CPU"];
+  lumen::RemovePlacementGroup(spread.GetID());
+  REQUIRE_THROWS_AS(lumen::Get(actor.Task(&Where::Node).Remote(), std::chrono::seconds(30)),
+                    lumen::ActorDiedError);
+  REQUIRE_THROWS_AS(spread.Wait(std::chrono::seconds(1)), lumen::PlacementGroupError);
+  REQUIRE(WaitUntil([&] { return lumen::AvailableResources()["CPU"] >= before + 3; }));
+  lumen::RemovePlacementGroup(impossible.GetID());
+}
+
+TEST_CASE("a placement group a node refuses is rolled back and placed again") {
+  // Node 2 refuses its first prepare: the bundles reserved on nodes 0 and 1
+  // are released (rolled back) and the group is placed on the next try.
+  MultiNodeCluster cluster(
+      {Cpus(2), Cpus(2), {{{"CPU", 2}}, 384ull << 20, {{"LUMEN_TESTING_REFUSE_PREPARES", "1"}}}});
+  auto pg = lumen::CreatePlacementGroup({.bundles = {{{"CPU", 2}}, {{"CPU", 2}}, {{"CPU", 2}}},
+                                         .strategy = lumen::PlacementStrategy::STRICT_SPREAD});
+  REQUIRE(pg.Wait(std::chrono::seconds(20)));
+  // Exactly one reservation per node: nothing of the rolled-back attempt leaked.
+  for (size_t i = 0; i < 3; ++i) {
+    auto stats = lumen::runtime::QueryNodeStats(cluster.node_address(i));
+    REQUIRE(stats.ok());
+    REQUIRE(stats->available["CPU"] == 0);
+  }
+  lumen::RemovePlacementGroup(pg.GetID());
+  REQUIRE(WaitUntil([&] {
+    for (size_t i = 0; i < 3; ++i) {
+      auto stats = lumen::runtime::QueryNodeStats(cluster.node_address(i));
+      if (!stats.ok() || stats->available["CPU"] != 2) return false;
+    }
+    return true;
+  }));
+}
+
+TEST_CASE("cross-node Get of a 256 MiB object: bytes intact and one copy per node") {
+  MultiNodeCluster cluster({Cpus(2), Cpus(2), Cpus(2)});
+  const uint64_t size = 256ull << 20;
+  auto blob = lumen::Task(MakeBlob)
+                  .SetSchedulingStrategy(lumen::NodeAffinity(cluster.node_id(1), false))
+                  .Remote(size);
+  // The driver (node 0) pulls it from node 1's store.
+  auto bytes = lumen::Get(blob);
+  REQUIRE(bytes->size() == size);
+  bool intact = true;
+  for (uint64_t i = 0; i < size && intact; ++i) {
+    intact = (*bytes)[i] == static_cast<uint8_t>((i * 31 + 7) & 0xff);
+  }
+  REQUIRE(intact);
+  bytes.reset();
+  // Two readers on node 2: the first pulls a copy, the second uses it.
+  auto objects_before = lumen::runtime::QueryNodeStats(cluster.node_address(2))->store_objects;
+  auto on2 = lumen::NodeAffinity(cluster.node_id(2), false);
+  std::string first = *lumen::Get(lumen::Task(Checksum).SetSchedulingStrategy(on2).Remote(blob));
+  std::string second = *lumen::Get(lumen::Task(Checksum).SetSchedulingStrategy(on2).Remote(blob));
+  REQUIRE(first == second);
+  REQUIRE(first.rfind(cluster.node_id(2), 0) == 0);
+  REQUIRE(lumen::runtime::QueryNodeStats(cluster.node_address(2))->store_objects ==
+          objects_before + 1);
+  // When the last reference goes, every copy goes.
+  blob = lumen::ObjectRef<std::vector<uint8_t>>();
+  REQUIRE(WaitUntil([&] {
+    for (size_t i = 0; i < 3; ++i) {
+      auto stats = lumen::runtime::QueryNodeStats(cluster.node_address(i));
+      if (!stats.ok() || stats->store_used != 0) return false;
+    }
+    return true;
+  }));
+}
+
+TEST_CASE("kill -9 of a node daemon: its tasks retry and its actor restarts elsewhere") {
+  MultiNodeCluster cluster({Cpus(2), Cpus(4), Cpus(2)});
+  std::string victim = cluster.node_id(1);
+  std::string dir = ScratchDir("victim");
+  std::string gate = dir + "-gate";
+  auto near_victim = lumen::NodeAffinity(victim, /*soft=*/true);
+  std::vector<lumen::ObjectRef<std::string>> refs;
+  for (int i = 0; i < 2; ++i) {
+    refs.push_back(lumen::Task(WaitForGate).SetSchedulingStrategy(near_victim).Remote(dir, gate));
+  }
+  auto actor =
+      lumen::Actor(Where::Create).SetMaxRestarts(1).SetSchedulingStrategy(near_victim).Remote();
+  REQUIRE(*lumen::Get(actor.Task(&Where::Node).Remote()) == victim);
+  REQUIRE(*lumen::Get(actor.Task(&Where::Bump).Remote()) == 1);
+  // An object whose only copy is in the victim's store.
+  auto only_there = lumen::Task(MakeBlob)
+                        .SetSchedulingStrategy(lumen::NodeAffinity(victim, false))
+                        .Remote(uint64_t{1} << 20);
+  REQUIRE(lumen::Wait(std::vector{only_there}, 1, std::chrono::seconds(30)).ready.size() == 1);
+  REQUIRE(WaitUntil([&] { return CountFiles(dir) == 2; }));
+
+  std::vector<pid_t> workers;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    workers.push_back(std::stoi(entry.path().filename().string()));
+  }
+  cluster.KillNode(1);
+  // Its workers die with it (before the gate opens, so they cannot finish).
+  REQUIRE(lumen::WaitForChildExit(cluster.daemon_pid(1), 10000));
+  REQUIRE(WaitUntil([&] {
+    for (pid_t pid : workers)
+      if (lumen::ProcessAlive(pid)) return false;
+    return true;
+  }));
+  std::ofstream(gate).flush();
+  for (const auto& node : lumen::Get(refs, std::chrono::seconds(60))) {
+    INFO("nodes: " << cluster.node_id(0) << " " << cluster.node_id(1) << " " << cluster.node_id(2));
+    REQUIRE(*node != victim);
+    REQUIRE(cluster.index_of(*node) < 3);
+  }
+  std::string actor_node = *lumen::Get(actor.Task(&Where::Node).Remote(), std::chrono::seconds(60));
+  REQUIRE(actor_node != victim);
+  REQUIRE(*lumen::Get(actor.Task(&Where::Bump).Remote()) == 1);  // a new instance
+  REQUIRE_THROWS_AS(lumen::Get(only_there, std::chrono::seconds(30)), lumen::ObjectLostError);
+  // The head saw it die.
+  REQUIRE(WaitUntil([&] {
+    for (const auto& n : lumen::Nodes())
+      if (n.id == victim) return !n.alive;
+    return false;
+  }));
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove(gate);
+}
+
+TEST_CASE("infeasible work waits and shows in lumen status and runs when a node that fits joins") {
+  MultiNodeCluster cluster({Cpus(2), Cpus(2)});
+  auto ref = lumen::Task(HereNode).SetResource("tpu", 1).Remote();
+  REQUIRE_THROWS_AS(lumen::Get(ref, std::chrono::milliseconds(300)), lumen::GetTimeoutError);
+  std::string status;
+  REQUIRE(WaitUntil([&] {
+    lumen::test::RunCommand(std::string(LUMEN_CLI_PATH) + " status --address " +
+                                cluster.head_address(),
+                            &status);
+    return status.find("tpu") != std::string::npos;
+  }));
+  REQUIRE(status.find("nfeasible") != std::string::npos);
+  size_t added = cluster.AddNode({{{"CPU", 1}, {"tpu", 1}}});
+  REQUIRE(*lumen::Get(ref, std::chrono::seconds(30)) == cluster.node_id(added));
+}
