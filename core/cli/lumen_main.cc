@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -37,8 +38,12 @@ commands:
         [--num-cpus N] [--num-gpus N] [--memory BYTES] [--object-store-memory BYTES]
         [--resources '{"name": qty, ...}']
   stop                                      stop every cluster started by `lumen start` here
-  status [--address HOST:PORT]              nodes, resources, object store, workers, queues
-  list nodes [--address HOST:PORT]          one line per node
+  status [--address HOST:PORT]              nodes (alive/dead), resources used/total, object
+                                            stores, workers, waiting and infeasible demand,
+                                            placement groups that wait
+  list nodes|actors|tasks|objects|placement-groups [--address HOST:PORT]
+                                            one line each (actors, tasks and objects: as
+                                            their owners know them right now)
   microbenchmark [--quick]                  Ray's microbenchmark metrics on a local cluster
 
 A head listening beyond loopback requires its token on every connection: pass it
@@ -275,6 +280,121 @@ int Status(const Flags& flags, bool list_only) {
     std::cout << absl::StrFormat("  workers: %d (%d idle); leases: %d active; lease requests (tasks) waiting: %d\n",
                                  n.workers, n.idle_workers, n.active_leases, n.queued_leases);
   }
+  // Demand no node can meet yet, as each node that holds it reports it.
+  bool header = false;
+  for (const auto& n : *nodes) {
+    if (!n.alive) continue;
+    for (const auto& d : n.infeasible) {
+      if (!header) {
+        std::cout << "\nInfeasible demand (waits for a node that fits):\n";
+        header = true;
+      }
+      std::string need;
+      for (const auto& [name, qty] : d.resources) {
+        absl::StrAppend(&need, need.empty() ? "" : ", ", name, ": ", FormatQuantity(name, qty));
+      }
+      std::cout << absl::StrFormat("  %d x %s {%s}\n", d.count, d.name, need);
+    }
+  }
+  auto groups = lumen::runtime::QueryPlacementGroups(*head);
+  if (groups.ok()) {
+    bool pending_header = false;
+    for (const auto& g : *groups) {
+      if (g.state == "CREATED" || g.state == "REMOVED") continue;
+      if (!pending_header) {
+        std::cout << "\nPlacement groups waiting:\n";
+        pending_header = true;
+      }
+      std::cout << "  " << g.name << " (" << g.strategy << ", " << g.bundles.size()
+                << " bundles): " << g.state << (g.error.empty() ? "" : ": " + g.error) << "\n";
+    }
+  }
+  return 0;
+}
+
+void PrintTable(const std::vector<lumen::runtime::StateRow>& rows) {
+  if (rows.empty()) {
+    std::cout << "(none)\n";
+    return;
+  }
+  std::vector<std::string> columns;
+  for (const auto& row : rows) {
+    for (const auto& [key, value] : row) {
+      if (std::find(columns.begin(), columns.end(), key) == columns.end()) columns.push_back(key);
+    }
+  }
+  std::vector<size_t> widths(columns.size());
+  for (size_t c = 0; c < columns.size(); ++c) widths[c] = columns[c].size();
+  auto value_of = [](const lumen::runtime::StateRow& row, const std::string& key) {
+    for (const auto& [k, v] : row)
+      if (k == key) return v;
+    return std::string();
+  };
+  for (const auto& row : rows) {
+    for (size_t c = 0; c < columns.size(); ++c) {
+      widths[c] = std::max(widths[c], value_of(row, columns[c]).size());
+    }
+  }
+  for (size_t c = 0; c < columns.size(); ++c) {
+    std::cout << absl::StrFormat("%-*s  ", static_cast<int>(widths[c]), columns[c]);
+  }
+  std::cout << "\n";
+  for (const auto& row : rows) {
+    for (size_t c = 0; c < columns.size(); ++c) {
+      std::cout << absl::StrFormat("%-*s  ", static_cast<int>(widths[c]), value_of(row, columns[c]));
+    }
+    std::cout << "\n";
+  }
+}
+
+int List(const Flags& flags, const std::string& what) {
+  if (what == "nodes") return Status(flags, true);
+  if (flags.Has("token")) lumen::runtime::SetHeadToken(flags.Get("token"));
+  auto head = lumen::runtime::ResolveHeadAddress(flags.Get("address"));
+  if (!head.ok()) return Fail(std::string(head.status().message()));
+  if (what == "placement-groups") {
+    auto groups = lumen::runtime::QueryPlacementGroups(*head);
+    if (!groups.ok()) return Fail(std::string(groups.status().message()));
+    std::vector<lumen::runtime::StateRow> rows;
+    for (const auto& g : *groups) {
+      std::string bundles, nodes;
+      for (size_t i = 0; i < g.bundles.size(); ++i) {
+        std::string one;
+        for (const auto& [name, qty] : g.bundles[i]) {
+          absl::StrAppend(&one, one.empty() ? "" : " ", name, ":", FormatQuantity(name, qty));
+        }
+        absl::StrAppend(&bundles, i ? " | " : "", one);
+        absl::StrAppend(&nodes, i ? "," : "",
+                        g.bundle_nodes[i].empty() ? "-" : g.bundle_nodes[i].substr(0, 12));
+      }
+      rows.push_back({{"GROUP_ID", g.id.substr(0, 16)},
+                      {"NAME", g.name},
+                      {"STRATEGY", g.strategy},
+                      {"STATE", g.state},
+                      {"BUNDLES", bundles},
+                      {"NODES", nodes},
+                      {"WHY_WAITING", g.error}});
+    }
+    PrintTable(rows);
+    return 0;
+  }
+  if (what != "actors" && what != "tasks" && what != "objects") {
+    return Fail("list supports: nodes, actors, tasks, objects, placement-groups");
+  }
+  auto nodes = lumen::runtime::QueryNodes(*head);
+  if (!nodes.ok()) return Fail(std::string(nodes.status().message()));
+  std::vector<lumen::runtime::StateRow> rows;
+  for (const auto& n : *nodes) {
+    if (!n.alive) continue;
+    auto part = lumen::runtime::QueryNodeState(n.address, what);
+    if (!part.ok()) {
+      std::cerr << "lumen: node " << n.id.Hex().substr(0, 12)
+                << " did not answer: " << part.status().message() << "\n";
+      continue;
+    }
+    rows.insert(rows.end(), part->begin(), part->end());
+  }
+  PrintTable(rows);
   return 0;
 }
 
@@ -294,12 +414,7 @@ int main(int argc, char** argv) {
   if (command == "start") return Start(flags);
   if (command == "stop") return Stop();
   if (command == "status") return Status(flags, false);
-  if (command == "list") {
-    std::string what = flags.positional.empty() ? "" : flags.positional[0];
-    if (what == "nodes") return Status(flags, true);
-    return Fail("list supports: nodes (actors, tasks, objects and placement-groups are not "
-                "tracked yet)");
-  }
+  if (command == "list") return List(flags, flags.positional.empty() ? "" : flags.positional[0]);
   if (command == "microbenchmark") return lumen::bench::RunMicrobenchmark(argc - 1, argv + 1);
   std::cerr << kUsage;
   return Fail("unknown command '" + command + "'");

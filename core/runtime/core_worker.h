@@ -120,6 +120,9 @@ class CoreWorker {
 
   // io thread
   void OnNodeFrame(Connection& conn, proto::Envelope::Reader msg);
+  // `lumen list actors|tasks|objects`: what this process owns, one row each.
+  void SendStateRows(Connection& conn, uint64_t request_id, const std::string& what);
+  void RecordFinished(const PendingTask& task, const char* state);
   void OnPeerAccepted(Socket socket);
   void OnPeerFrame(Connection& conn, proto::Envelope::Reader msg);
   void OnBorrowerChange(uint64_t conn_id, const ObjectId& id, int delta);
@@ -258,6 +261,14 @@ class CoreWorker {
   absl::flat_hash_map<uint64_t, absl::flat_hash_map<ObjectId, int>> borrowed_by_;
 
   absl::flat_hash_map<ObjectId, std::unique_ptr<ActorRecord>> owned_actors_;
+  // The last finished tasks this process submitted, for `lumen list tasks`.
+  struct FinishedTask {
+    TaskId id;
+    std::string name;
+    const char* state;
+  };
+  std::deque<FinishedTask> finished_tasks_;
+  uint64_t finished_count_ = 0;
   absl::flat_hash_map<ObjectId, std::unique_ptr<ActorClient>> actor_clients_;
 
   // worker mode, actor process: the instance and how to reach its owner

@@ -167,9 +167,13 @@ NodeView ToNodeView(proto::NodeStats::Reader n) {
 }
 }  // namespace
 
-absl::StatusOr<NodeView> QueryNodeStats(const std::string& node_socket) {
+namespace {
+
+// One request to a node daemon (hello first); returns the reply's words.
+absl::StatusOr<std::vector<capnp::word>> CallNode(
+    const std::string& node_address, const std::function<void(proto::Envelope::Builder)>& fill) {
   boost::asio::io_context io;
-  auto socket = ConnectToAddress(io, node_socket, "");
+  auto socket = ConnectToAddress(io, node_address, "");
   if (!socket.ok()) return socket.status();
   int fd = socket->native_handle();
   timeval limit{5, 0};
@@ -185,22 +189,90 @@ absl::StatusOr<NodeView> QueryNodeStats(const std::string& node_socket) {
       hello.setToken(HeadToken());
     } else {
       env.setRequestId(1);
-      env.setGetNodeStats();
+      fill(env);
     }
     if (auto s = WriteFrameBlocking(fd, out.builder()); !s.ok()) return s;
   }
   std::vector<capnp::word> words;
-  for (int i = 0; i < 2; ++i) {  // the hello reply, then the stats
+  for (int i = 0; i < 2; ++i) {  // the hello reply, then the answer
     if (auto s = ReadFrameBlocking(fd, 64 << 20, &words); !s.ok()) return s;
   }
+  return words;
+}
+
+}  // namespace
+
+absl::StatusOr<NodeView> QueryNodeStats(const std::string& node_address) {
+  auto words = CallNode(node_address, [](proto::Envelope::Builder env) { env.setGetNodeStats(); });
+  if (!words.ok()) return words.status();
   try {
-    capnp::FlatArrayMessageReader reader(kj::arrayPtr(words.data(), words.size()));
+    capnp::FlatArrayMessageReader reader(kj::arrayPtr(words->data(), words->size()));
     auto env = reader.getRoot<proto::Envelope>();
     if (!env.isNodeStats()) return absl::InternalError("unexpected reply from the node");
     return ToNodeView(env.getNodeStats());
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("bad reply from the node: ", e.what()));
   }
+}
+
+absl::StatusOr<std::vector<StateRow>> QueryNodeState(const std::string& node_address,
+                                                     const std::string& what) {
+  auto words =
+      CallNode(node_address, [&](proto::Envelope::Builder env) { env.setListState(what); });
+  if (!words.ok()) return words.status();
+  std::vector<StateRow> rows;
+  try {
+    capnp::FlatArrayMessageReader reader(kj::arrayPtr(words->data(), words->size()));
+    auto env = reader.getRoot<proto::Envelope>();
+    if (!env.isStateRows()) return absl::InternalError("unexpected reply from the node");
+    for (auto row : env.getStateRows()) {
+      StateRow out;
+      for (auto f : row.getFields()) {
+        out.emplace_back(f.getKey().cStr(),
+                         std::string(reinterpret_cast<const char*>(f.getValue().begin()),
+                                     f.getValue().size()));
+      }
+      rows.push_back(std::move(out));
+    }
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("bad reply from the node: ", e.what()));
+  }
+  return rows;
+}
+
+absl::StatusOr<std::vector<PlacementGroupView>> QueryPlacementGroups(
+    const std::string& head_address) {
+  auto reply =
+      CallHead(head_address, [](proto::Envelope::Builder env) { env.setListPlacementGroups(); });
+  if (!reply.ok()) return reply.status();
+  std::vector<PlacementGroupView> groups;
+  try {
+    capnp::FlatArrayMessageReader reader(kj::arrayPtr(reply->data(), reply->size()));
+    auto env = reader.getRoot<proto::Envelope>();
+    if (!env.isPlacementGroups()) return absl::InternalError("unexpected reply from the head");
+    static constexpr const char* kStrategies[] = {"PACK", "SPREAD", "STRICT_PACK",
+                                                  "STRICT_SPREAD"};
+    for (auto g : env.getPlacementGroups()) {
+      PlacementGroupView view;
+      view.id = std::string(reinterpret_cast<const char*>(g.getGroupId().begin()),
+                            g.getGroupId().size());
+      view.name = g.getName().cStr();
+      view.strategy = kStrategies[static_cast<int>(g.getStrategy()) & 3];
+      view.state = g.getState().cStr();
+      view.error = g.getError().cStr();
+      for (auto b : g.getBundles()) {
+        std::map<std::string, double> resources;
+        for (auto r : b.getResources()) resources[r.getName().cStr()] = r.getQuantity();
+        view.bundles.push_back(std::move(resources));
+        view.bundle_nodes.push_back(b.getNodeId().size() ? IdFrom<NodeId>(b.getNodeId()).Hex()
+                                                         : "");
+      }
+      groups.push_back(std::move(view));
+    }
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("bad reply from the head: ", e.what()));
+  }
+  return groups;
 }
 
 absl::StatusOr<NodeView> FindLocalNode(const std::string& address) {

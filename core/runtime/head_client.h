@@ -56,6 +56,24 @@ absl::StatusOr<std::string> ResolveHeadAddress(const std::string& address);
 absl::StatusOr<std::vector<NodeView>> QueryNodes(const std::string& head_address);
 // Asks one node daemon directly (fresher than the head's last report).
 absl::StatusOr<NodeView> QueryNodeStats(const std::string& node_socket);
+struct PlacementGroupView {
+  std::string id;
+  std::string name;
+  std::string strategy;
+  std::string state;  // PENDING, INFEASIBLE, PREPARING, CREATED, REMOVED
+  std::string error;  // why it waits
+  std::vector<std::map<std::string, double>> bundles;
+  std::vector<std::string> bundle_nodes;  // hex node ids, "" while unplaced
+};
+absl::StatusOr<std::vector<PlacementGroupView>> QueryPlacementGroups(
+    const std::string& head_address);
+
+// One row per actor, task or object (`what`) owned by the processes of the node
+// at `node_address`; each row is (column, value) pairs.
+using StateRow = std::vector<std::pair<std::string, std::string>>;
+absl::StatusOr<std::vector<StateRow>> QueryNodeState(const std::string& node_address,
+                                                     const std::string& what);
+
 // The alive node on this host that a driver should attach to.
 absl::StatusOr<NodeView> FindLocalNode(const std::string& address);
 

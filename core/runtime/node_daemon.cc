@@ -156,6 +156,17 @@ class NodeDaemon {
   void OnBundles(proto::Envelope::Reader msg);
   void RemoveBundle(const std::string& key);
   void OnPull(Connection& conn, proto::Envelope::Reader msg);
+  // `lumen list actors|tasks|objects`: asks every local driver and worker.
+  struct Listing {
+    std::weak_ptr<Connection> requester;
+    uint64_t request_id = 0;
+    int pending = 0;
+    bool done = false;
+    std::vector<std::vector<std::pair<std::string, std::string>>> rows;
+    std::unique_ptr<asio::steady_timer> timer;
+  };
+  void OnListState(Connection& conn, proto::Envelope::Reader msg);
+  void FinishListing(const std::shared_ptr<Listing>& listing);
   void FinishPull(const ObjectId& id, absl::Status status);
   void EndJob(const JobId& job_id);
   LocalResourceManager* PoolFor(const std::string& bundle);
@@ -219,6 +230,8 @@ class NodeDaemon {
   absl::flat_hash_map<std::string, Bundle> bundles_;               // "group/index" -> bundle
   std::deque<ParkedRequest> parked_;
   bool replaying_ = false;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Listing>> state_requests_;
+  uint64_t next_request_id_ = 1;
   // Fault injection for tests: refuse this many bundle prepares.
   int testing_refuse_prepares_ = [] {
     const char* v = std::getenv("LUMEN_TESTING_REFUSE_PREPARES");
@@ -455,6 +468,22 @@ void NodeDaemon::OnFrame(Connection& conn, proto::Envelope::Reader msg) {
     case proto::Envelope::PULL_OBJECT:
       OnPull(conn, msg);
       return;
+    case proto::Envelope::LIST_STATE:
+      OnListState(conn, msg);
+      return;
+    case proto::Envelope::STATE_ROWS: {
+      auto it = state_requests_.find(msg.getRequestId());
+      if (it == state_requests_.end()) return;
+      auto listing = it->second;
+      state_requests_.erase(it);
+      for (auto row : msg.getStateRows()) {
+        std::vector<std::pair<std::string, std::string>> fields;
+        for (auto f : row.getFields()) fields.emplace_back(f.getKey().cStr(), Bytes(f.getValue()));
+        listing->rows.push_back(std::move(fields));
+      }
+      if (--listing->pending == 0) FinishListing(listing);
+      return;
+    }
     case proto::Envelope::RETURN_LEASE:
     case proto::Envelope::KILL_LEASE: {
       bool kill = msg.isKillLease();
@@ -913,6 +942,68 @@ void NodeDaemon::OnPull(Connection& conn, proto::Envelope::Reader msg) {
   segment_->PrefaultForWrite(*offset, size);
   transfer_client_->Pull(tit->second, id, size, segment_->writable_base() + *offset,
                          [this, id](absl::Status status) { FinishPull(id, std::move(status)); });
+}
+
+void NodeDaemon::OnListState(Connection& conn, proto::Envelope::Reader msg) {
+  auto listing = std::make_shared<Listing>();
+  listing->requester = conn.weak_from_this();
+  listing->request_id = msg.getRequestId();
+  std::string what = msg.getListState().cStr();
+  for (const auto& [id, client_conn] : clients_) {
+    const Client& c = std::any_cast<Client&>(client_conn->context());
+    if (!c.hello_done || client_conn->closed() ||
+        (c.role != proto::Role::DRIVER && c.role != proto::Role::WORKER)) {
+      continue;
+    }
+    uint64_t request_id = next_request_id_++;
+    state_requests_[request_id] = listing;
+    ++listing->pending;
+    OutMessage out;
+    auto env = out.Init();
+    env.setRequestId(request_id);
+    env.setListState(what);
+    client_conn->Send(out.builder());
+  }
+  if (listing->pending == 0) {
+    FinishListing(listing);
+    return;
+  }
+  // A process busy in a long task answers from its io thread; one that does
+  // not answer in time is left out.
+  listing->timer = std::make_unique<asio::steady_timer>(io_, std::chrono::seconds(2));
+  listing->timer->async_wait([this, listing](const boost::system::error_code& ec) {
+    if (!ec) FinishListing(listing);
+  });
+}
+
+void NodeDaemon::FinishListing(const std::shared_ptr<Listing>& listing) {
+  if (listing->done) return;
+  listing->done = true;
+  if (listing->timer) listing->timer->cancel();
+  for (auto it = state_requests_.begin(); it != state_requests_.end();) {
+    if (it->second == listing) {
+      state_requests_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  auto conn = listing->requester.lock();
+  if (!conn || conn->closed()) return;
+  capnp::MallocMessageBuilder out;
+  auto env = out.initRoot<proto::Envelope>();
+  env.setRequestId(listing->request_id);
+  auto list = env.initStateRows(listing->rows.size());
+  for (size_t i = 0; i < listing->rows.size(); ++i) {
+    auto fields = list[i].initFields(listing->rows[i].size() + 1);
+    fields[0].setKey("NODE_DAEMON");
+    std::string node = node_id_.Hex().substr(0, 12);
+    fields[0].setValue(DataOfString(node));
+    for (size_t j = 0; j < listing->rows[i].size(); ++j) {
+      fields[j + 1].setKey(listing->rows[i][j].first);
+      fields[j + 1].setValue(DataOfString(listing->rows[i][j].second));
+    }
+  }
+  conn->Send(out);
 }
 
 void NodeDaemon::FinishPull(const ObjectId& id, absl::Status status) {

@@ -396,3 +396,27 @@ TEST_CASE("infeasible work waits and shows in lumen status and runs when a node 
   size_t added = cluster.AddNode({{{"CPU", 1}, {"tpu", 1}}});
   REQUIRE(*lumen::Get(ref, std::chrono::seconds(30)) == cluster.node_id(added));
 }
+
+TEST_CASE("lumen list shows actors and tasks and objects across nodes") {
+  MultiNodeCluster cluster({Cpus(2), Cpus(2)});
+  auto actor = lumen::Actor(Where::Create)
+                   .SetName("listed-actor")
+                   .SetSchedulingStrategy(lumen::NodeAffinity(cluster.node_id(1), false))
+                   .Remote();
+  REQUIRE(*lumen::Get(actor.Task(&Where::Node).Remote()) == cluster.node_id(1));
+  REQUIRE(*lumen::Get(lumen::Task(HereNode).SetName("named-task").Remote()) != "");
+  auto big = lumen::Put(std::vector<uint8_t>(1 << 20, 7));
+  std::string cli = std::string(LUMEN_CLI_PATH);
+  std::string out;
+  REQUIRE(lumen::test::RunCommand(cli + " list actors --address " + cluster.head_address(), &out) == 0);
+  REQUIRE(out.find("Where::Create") != std::string::npos);
+  REQUIRE(out.find("listed-actor") != std::string::npos);
+  REQUIRE(out.find("ALIVE") != std::string::npos);
+  REQUIRE(out.find(cluster.node_id(1).substr(0, 12)) != std::string::npos);
+  REQUIRE(lumen::test::RunCommand(cli + " list tasks --address " + cluster.head_address(), &out) == 0);
+  REQUIRE(out.find("named-task") != std::string::npos);
+  REQUIRE(out.find("FINISHED") != std::string::npos);
+  REQUIRE(lumen::test::RunCommand(cli + " list objects --address " + cluster.head_address(), &out) == 0);
+  REQUIRE(out.find(big.ID().Hex().substr(0, 16)) != std::string::npos);
+  REQUIRE(out.find("STORED") != std::string::npos);
+}

@@ -151,8 +151,9 @@ class TransferClient {
 };
 
 // Bytes per second of a plain loopback TCP copy of `bytes` (one sender
-// thread, one receiver, 4 MiB writes/reads), the practical upper bound for
-// TransferClient on this machine.
+// thread, one receiver, 4 MiB writes/reads, the socket options of a transfer
+// connection), the practical upper bound for TransferClient on this machine.
+// Returns 0 if the copy failed.
 double MeasureLoopbackTcpBytesPerSecond(uint64_t bytes);
 
 }  // namespace lumen::objectstore
