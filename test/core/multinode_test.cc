@@ -86,14 +86,14 @@ std::vector<uint8_t> MakeBlob(uint64_t size) {
   return blob;
 }
 
-std::string Checksum(std::vector<uint8_t> blob) {
+std::string BlobChecksum(std::vector<uint8_t> blob) {
   uint64_t sum = 0;
   for (uint64_t i = 0; i < blob.size(); i += 4096) sum = sum * 1315423911u + blob[i];
   return lumen::GetNodeId() + ":" + std::to_string(blob.size()) + ":" + std::to_string(sum);
 }
 
 // Says it started (a file named after its node in `dir`), waits for `gate`.
-std::string WaitForGate(std::string dir, std::string gate) {
+std::string AnnounceThenAwait(std::string dir, std::string gate) {
   std::filesystem::create_directories(dir);
   std::ofstream(dir + "/" + std::to_string(::getpid()) + "-" + lumen::GetNodeId()).flush();
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
@@ -113,7 +113,7 @@ class Where {
   int calls_ = 0;
 };
 
-LUMEN_REMOTE(GpuInfo, GpuMeet, MakeBlob, Checksum, WaitForGate, Where::Create, &Where::Node,
+LUMEN_REMOTE(GpuInfo, GpuMeet, MakeBlob, BlobChecksum, AnnounceThenAwait, Where::Create, &Where::Node,
              &Where::Bump);
 
 std::string ScratchDir(const std::string& what) {
@@ -182,7 +182,7 @@ TEST_CASE("GPU and fractional GPU and memory and custom resources pick the nodes
   REQUIRE(cluster.index_of(*lumen::Get(lumen::Task(HereNode).Remote())) < 3);
 }
 
-TEST_CASE("node affinity: hard runs there or fails naming the node; soft falls back") {
+TEST_CASE("node affinity: hard runs there or fails naming the node and soft falls back") {
   MultiNodeCluster cluster({Cpus(2), Cpus(2), Cpus(2)});
   for (size_t i = 0; i < 3; ++i) {
     auto hard = lumen::NodeAffinity(cluster.node_id(i), false);
@@ -212,7 +212,7 @@ TEST_CASE("node affinity: hard runs there or fails naming the node; soft falls b
   REQUIRE(*lumen::Get(actor.Task(&Where::Node).Remote()) == cluster.node_id(1));
 }
 
-TEST_CASE("placement groups: every strategy; tasks and actors in bundles; infeasible; removal") {
+TEST_CASE("placement groups: every strategy with tasks and actors in bundles and infeasible and removal") {
   MultiNodeCluster cluster({Cpus(4), Cpus(4), Cpus(4)});
   auto spread = lumen::CreatePlacementGroup(
       {.name = "strict-spread",
@@ -311,8 +311,8 @@ TEST_CASE("cross-node Get of a 256 MiB object: bytes intact and one copy per nod
   // Two readers on node 2: the first pulls a copy, the second uses it.
   auto objects_before = lumen::runtime::QueryNodeStats(cluster.node_address(2))->store_objects;
   auto on2 = lumen::NodeAffinity(cluster.node_id(2), false);
-  std::string first = *lumen::Get(lumen::Task(Checksum).SetSchedulingStrategy(on2).Remote(blob));
-  std::string second = *lumen::Get(lumen::Task(Checksum).SetSchedulingStrategy(on2).Remote(blob));
+  std::string first = *lumen::Get(lumen::Task(BlobChecksum).SetSchedulingStrategy(on2).Remote(blob));
+  std::string second = *lumen::Get(lumen::Task(BlobChecksum).SetSchedulingStrategy(on2).Remote(blob));
   REQUIRE(first == second);
   REQUIRE(first.rfind(cluster.node_id(2), 0) == 0);
   REQUIRE(lumen::runtime::QueryNodeStats(cluster.node_address(2))->store_objects ==
@@ -336,7 +336,7 @@ TEST_CASE("kill -9 of a node daemon: its tasks retry and its actor restarts else
   auto near_victim = lumen::NodeAffinity(victim, /*soft=*/true);
   std::vector<lumen::ObjectRef<std::string>> refs;
   for (int i = 0; i < 2; ++i) {
-    refs.push_back(lumen::Task(WaitForGate).SetSchedulingStrategy(near_victim).Remote(dir, gate));
+    refs.push_back(lumen::Task(AnnounceThenAwait).SetSchedulingStrategy(near_victim).Remote(dir, gate));
   }
   auto actor =
       lumen::Actor(Where::Create).SetMaxRestarts(1).SetSchedulingStrategy(near_victim).Remote();

@@ -185,7 +185,7 @@ TEST_CASE("Transfer: sizes that are not a multiple of the chunk", "[transfer]") 
   }
 }
 
-TEST_CASE("Transfer: a zero-size object, server and client on one io_context", "[transfer]") {
+TEST_CASE("Transfer: a zero-size object with server and client on one io_context", "[transfer]") {
   asio::io_context io;
   std::map<ObjectId, std::vector<uint8_t>> objects;
   ObjectId empty = ObjectId::ForPut();
@@ -351,7 +351,7 @@ TEST_CASE("Transfer: an unreachable server fails with Unavailable", "[transfer]"
   CHECK(bad.code() == absl::StatusCode::kInvalidArgument);
 }
 
-TEST_CASE("Transfer: a server destroyed mid-transfer fails the pull; the next pull reconnects",
+TEST_CASE("Transfer: a server destroyed mid-transfer fails the pull and the next pull reconnects",
           "[transfer]") {
   ObjectId id = ObjectId::ForPut();
   std::vector<uint8_t> dest(64 * kMiB);
