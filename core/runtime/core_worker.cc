@@ -579,6 +579,10 @@ void CoreWorker::OnNodeFrame(Connection& conn, proto::Envelope::Reader msg) {
     SendStateRows(conn, msg.getRequestId(), msg.getListState().cStr());
     return;
   }
+  if (msg.isMarkNodeDead()) {
+    OnRemoteNodeDead(IdFrom<NodeId>(msg.getMarkNodeDead()));
+    return;
+  }
   uint64_t request_id = msg.getRequestId();
   auto it = node_requests_.find(request_id);
   if (it == node_requests_.end()) {
@@ -1035,6 +1039,23 @@ std::shared_ptr<Connection> CoreWorker::NodeConnection(const std::string& addres
   conn->Send(out.builder());
   remote_nodes_[address] = conn;
   return conn;
+}
+
+void CoreWorker::OnRemoteNodeDead(const NodeId& node) {
+  // Its workers may still be running, but the cluster gave up on them: what
+  // they run is retried (or fails) as if they had died.
+  absl::Status why = absl::UnavailableError(
+      absl::StrCat("node ", node.Hex().substr(0, 12), " was declared dead"));
+  std::vector<std::shared_ptr<Connection>> doomed;
+  for (auto& [key, queue] : queues_) {
+    for (auto& lease : queue->leases) {
+      if (lease->node_id == node && lease->conn) doomed.push_back(lease->conn);
+    }
+  }
+  for (auto& [id, record] : owned_actors_) {
+    if (record->node_id == node && record->conn) doomed.push_back(record->conn);
+  }
+  for (auto& conn : doomed) conn->Close(why);
 }
 
 void CoreWorker::OnRemoteNodeLost(Connection& conn, const absl::Status& why) {

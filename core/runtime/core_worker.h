@@ -144,6 +144,7 @@ class CoreWorker {
   // A connection to the node daemon at `address` (ours when empty or ours).
   std::shared_ptr<Connection> NodeConnection(const std::string& address, absl::Status* error);
   void OnRemoteNodeLost(Connection& conn, const absl::Status& why);
+  void OnRemoteNodeDead(const NodeId& node);
   void SendNodeRequest(Connection& conn, const std::function<void(proto::Envelope::Builder)>& fill,
                        std::function<void(proto::Envelope::Reader)> callback);
   void SendLeaseEnd(const std::shared_ptr<Connection>& node, uint64_t lease_id, bool kill);

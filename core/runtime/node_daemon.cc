@@ -748,6 +748,21 @@ void NodeDaemon::OnClusterView(proto::ClusterView::Reader view) {
     auto total = ResourceSet::FromMap(ReadResources(n.getTotal()));
     auto available = ResourceSet::FromMap(ReadResources(n.getAvailable()));
     if (!total.ok() || !available.ok()) continue;
+    const scheduler::NodeResources* known = view_.Find(key);
+    if (known != nullptr && known->alive && !n.getAlive()) {
+      // Work our clients run there is lost (even if its processes still run,
+      // the cluster no longer counts on them): tell them, so they retry it.
+      for (const auto& [id, client_conn] : clients_) {
+        const Client& c = std::any_cast<Client&>(client_conn->context());
+        if (!c.hello_done || client_conn->closed() ||
+            (c.role != proto::Role::DRIVER && c.role != proto::Role::WORKER)) {
+          continue;
+        }
+        OutMessage out;
+        out.Init().setMarkNodeDead(n.getNodeId());
+        client_conn->Send(out.builder());
+      }
+    }
     view_.Upsert(key, scheduler::NodeResources{*total, *available, n.getAlive()});
     node_addresses_[key] = n.getAddress().cStr();
     node_transfer_[key] = n.getTransferAddress().cStr();

@@ -420,3 +420,32 @@ TEST_CASE("lumen list shows actors and tasks and objects across nodes") {
   REQUIRE(out.find(big.ID().Hex().substr(0, 16)) != std::string::npos);
   REQUIRE(out.find("STORED") != std::string::npos);
 }
+
+TEST_CASE("a node that stops answering health checks is declared dead and its tasks run elsewhere") {
+  MultiNodeCluster cluster({Cpus(2), Cpus(4), Cpus(2)});
+  std::string victim = cluster.node_id(1);
+  std::string dir = ScratchDir("frozen");
+  std::string gate = dir + "-gate";
+  std::vector<lumen::ObjectRef<std::string>> refs;
+  for (int i = 0; i < 2; ++i) {
+    refs.push_back(lumen::Task(AnnounceThenAwait)
+                       .SetSchedulingStrategy(lumen::NodeAffinity(victim, true))
+                       .Remote(dir, gate));
+  }
+  REQUIRE(WaitUntil([&] { return CountFiles(dir) == 2; }));
+  // Frozen, not dead: its sockets stay open, only its reports stop.
+  REQUIRE(::kill(cluster.daemon_pid(1), SIGSTOP) == 0);
+  REQUIRE(WaitUntil([&] {
+    for (const auto& n : lumen::Nodes())
+      if (n.id == victim) return !n.alive;
+    return false;
+  }));
+  std::ofstream(gate).flush();
+  for (const auto& node : lumen::Get(refs, std::chrono::seconds(60))) REQUIRE(*node != victim);
+  // Woken up, it learns it was declared dead and stops (a new incarnation
+  // would have to join again).
+  REQUIRE(::kill(cluster.daemon_pid(1), SIGCONT) == 0);
+  REQUIRE(lumen::WaitForChildExit(cluster.daemon_pid(1), 20000));
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove(gate);
+}
