@@ -12,9 +12,14 @@
 #include <string>
 #include <vector>
 
+#include <thread>
+
 #include "absl/strings/numbers.h"
+#include "core/runtime/cluster.h"
+#include "core/runtime/head_client.h"
 #include "lumen/common/process.h"
 #include "lumen/lumen.h"
+#include "lumen/objectstore/transfer.h"
 
 namespace lumen::bench {
 namespace {
@@ -48,9 +53,13 @@ int ClientOfOwnActor(int calls, bool with_arg) {
   return calls;
 }
 
+// A `bytes`-long array made where it runs (for the cross-node transfer).
+std::vector<uint8_t> MakeBytes(uint64_t bytes) { return std::vector<uint8_t>(bytes, 1); }
+
 }  // namespace
 }  // namespace lumen::bench
 
+LUMEN_REMOTE(lumen::bench::MakeBytes);
 LUMEN_REMOTE(lumen::bench::Noop, lumen::bench::Echo, lumen::bench::Pinger::Create,
              &lumen::bench::Pinger::Ping, &lumen::bench::Pinger::PingWith,
              lumen::bench::ClientOfOwnActor);
@@ -113,6 +122,8 @@ int RunClient(double budget) {
 }
 
 }  // namespace
+
+int RunMultiNode(bool quick, double budget);
 
 int RunMicrobenchmark(int argc, char** argv) {
   bool quick = false;
@@ -269,6 +280,84 @@ int RunMicrobenchmark(int argc, char** argv) {
          }),
          "waits/s");
   Shutdown();
+  return RunMultiNode(quick, budget);
+}
+
+int RunMultiNode(bool quick, double budget) {
+  // A head and three node daemons on loopback, each with its own store and
+  // ports, this process attached to the first as the driver.
+  const uint64_t object_bytes = 256ull << 20;
+  std::vector<runtime::ClusterProcesses> clusters;
+  std::string head;
+  for (int i = 0; i < 3; ++i) {
+    runtime::ClusterSpec spec;
+    spec.start_head = head.empty();
+    spec.head_address = head;
+    spec.resources = {{"CPU", 2}};
+    spec.object_store_bytes = 3 * object_bytes;
+    auto cluster = runtime::StartCluster(spec);
+    if (!cluster.ok()) {
+      std::fprintf(stderr, "cannot start the 3-node cluster: %s\n",
+                   std::string(cluster.status().message()).c_str());
+      return 1;
+    }
+    head = cluster->head_address;
+    clusters.push_back(std::move(*cluster));
+  }
+  Config config;
+  config.address = head;
+  // Joining nodes register asynchronously: wait until all three are listed.
+  while (true) {
+    auto nodes = runtime::QueryNodes(head);
+    if (nodes.ok() && nodes->size() == 3) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  Init(config);
+  std::vector<std::string> node_ids;
+  for (const auto& node : Nodes()) node_ids.push_back(node.id);
+
+  Report("multi_node_tasks_async", Rate(budget, 10000, [] {
+           std::vector<ObjectRef<int>> refs;
+           refs.reserve(10000);
+           for (int i = 0; i < 10000; ++i) {
+             refs.push_back(Task(Noop).SetSchedulingStrategy(Spread()).Remote());
+           }
+           Get(refs);
+         }),
+         "tasks/s");
+  Report("placement_group_create/removal", Rate(budget, 1, [] {
+           auto pg = CreatePlacementGroup({.bundles = {{{"CPU", 1}}}});
+           pg.Wait(std::chrono::seconds(30));
+           RemovePlacementGroup(pg.GetID());
+         }),
+         "groups/s");
+
+  // Cross-node transfer: an array made on another node, read here (the read
+  // pulls it into this node's store, then maps it).
+  std::string other;
+  for (const auto& id : node_ids)
+    if (id != GetNodeId()) other = id;
+  int rounds = quick ? 2 : 6;
+  double seconds = 0, loopback_bytes_per_second = 0;
+  for (int i = 0; i < rounds; ++i) {
+    // The limit, measured in turn with the transfers (this machine is noisy).
+    loopback_bytes_per_second +=
+        objectstore::MeasureLoopbackTcpBytesPerSecond(object_bytes) / rounds;
+    auto ref = Task(MakeBytes).SetSchedulingStrategy(NodeAffinity(other)).Remote(object_bytes);
+    Wait(std::vector{ref}, 1);
+    auto t0 = Clock::now();
+    auto view = GetArray(ref);
+    seconds += Seconds(t0);
+    if (view.size() != object_bytes || view[object_bytes - 1] != 1) {
+      std::fprintf(stderr, "cross-node object arrived damaged\n");
+      return 1;
+    }
+  }
+  Report("cross_node_object_gigabytes", rounds * static_cast<double>(object_bytes) / seconds / 1e9,
+         "GB/s");
+  Report("loopback_tcp_gigabytes", loopback_bytes_per_second / 1e9, "GB/s");
+  Shutdown();
+  for (auto it = clusters.rbegin(); it != clusters.rend(); ++it) runtime::StopCluster(*it);
   return 0;
 }
 

@@ -954,7 +954,6 @@ void NodeDaemon::OnPull(Connection& conn, proto::Envelope::Reader msg) {
   }
   object_jobs_[id] = IdFrom<JobId>(pull.getJobId());
   pulls_[id].emplace_back(conn.weak_from_this(), msg.getRequestId());
-  segment_->PrefaultForWrite(*offset, size);
   transfer_client_->Pull(tit->second, id, size, segment_->writable_base() + *offset,
                          [this, id](absl::Status status) { FinishPull(id, std::move(status)); });
 }
