@@ -14,6 +14,8 @@
 #include <thread>
 #include <vector>
 
+#include <boost/asio.hpp>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -35,6 +37,9 @@ commands:
   start --head [--port P] [--host H]       start a head and a node daemon in the background
                                             (a host beyond loopback makes a token; see below)
   start --address HOST:PORT                 start one more node daemon joined to that head
+                                            (again for each further node on this machine)
+        [--node-ip-address IP]              where this node listens (default: the address
+                                            this machine reaches the head from)
         [--num-cpus N] [--num-gpus N] [--memory BYTES] [--object-store-memory BYTES]
         [--resources '{"name": qty, ...}']
   stop                                      stop every cluster started by `lumen start` here
@@ -138,6 +143,27 @@ std::string FormatQuantity(const std::string& name, double v) {
   return absl::StrFormat("%g", v);
 }
 
+// The local IP a connection toward `host` would leave from (no packet is sent),
+// or loopback when there is no route.
+std::string LocalAddressToward(const std::string& host) {
+  if (lumen::runtime::IsLoopbackHost(host)) return "127.0.0.1";
+  boost::asio::io_context io;
+  boost::system::error_code ec;
+  auto address = boost::asio::ip::make_address(host, ec);
+  if (ec) {
+    boost::asio::ip::udp::resolver resolver(io);
+    auto results = resolver.resolve(boost::asio::ip::udp::v4(), host, "9", ec);
+    if (ec || results.empty()) return "127.0.0.1";
+    address = results.begin()->endpoint().address();
+  }
+  boost::asio::ip::udp::socket probe(io);
+  probe.open(address.is_v4() ? boost::asio::ip::udp::v4() : boost::asio::ip::udp::v6(), ec);
+  if (!ec) probe.connect(boost::asio::ip::udp::endpoint(address, 9), ec);
+  if (ec) return "127.0.0.1";
+  auto local = probe.local_endpoint(ec);
+  return ec ? "127.0.0.1" : local.address().to_string();
+}
+
 int Start(const Flags& flags) {
   lumen::runtime::ClusterSpec spec;
   spec.embedded = false;
@@ -152,6 +178,15 @@ int Start(const Flags& flags) {
     return Fail("--port needs a number");
   }
   if (flags.Has("host")) spec.head_host = flags.Get("host");
+  // The address this node's daemon and workers listen on: given, or the one
+  // this machine reaches the head from (loopback for a local head).
+  if (flags.Has("node-ip-address")) {
+    spec.node_host = flags.Get("node-ip-address");
+  } else if (!spec.start_head) {
+    spec.node_host = LocalAddressToward(spec.head_address.substr(0, spec.head_address.rfind(':')));
+  } else if (!lumen::runtime::IsLoopbackHost(spec.head_host)) {
+    spec.node_host = spec.head_host == "0.0.0.0" ? LocalAddressToward("192.0.2.1") : spec.head_host;
+  }
   if (flags.Has("token")) lumen::runtime::SetHeadToken(flags.Get("token"));
   spec.token = lumen::runtime::HeadToken();
   if (spec.start_head && !lumen::runtime::IsLoopbackHost(spec.head_host) && spec.token.empty()) {
@@ -208,7 +243,8 @@ int Start(const Flags& flags) {
                    "Config::token in a driver\n";
     }
   } else {
-    std::cout << "Started a Lumen node joined to " << cluster->head_address << ".\n"
+    std::cout << "Started a Lumen node joined to " << cluster->head_address << " (listening on "
+              << spec.node_host << ").\n"
               << "  session: " << cluster->session_dir << "\n";
   }
   return 0;

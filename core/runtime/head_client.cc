@@ -28,6 +28,7 @@ absl::StatusOr<std::string> ResolveHeadAddress(const std::string& address) {
     if (entry.path().filename().string().rfind("lumen-session-", 0) != 0) continue;
     auto file = entry.path() / "head_address";
     if (!std::filesystem::exists(file, ec)) continue;
+    if (!std::filesystem::exists(entry.path() / "head_node", ec)) continue;  // a joined node
     // Skip a session whose head (the first pid listed) is gone.
     std::ifstream pids(entry.path() / "cluster.pids");
     pid_t head_pid = 0;

@@ -2,8 +2,12 @@
 // `lumen stop`; and the quickstart example as a new user runs it.
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <chrono>
 #include <fstream>
+#include <set>
 #include <string>
+#include <thread>
+#include <unistd.h>
 
 #include "lumen/lumen.h"
 #include "test/core/test_support.h"
@@ -57,6 +61,64 @@ TEST_CASE("lumen start --head a driver joins lumen status shows it lumen stop cl
   REQUIRE(out.find("Stopped") != std::string::npos);
   REQUIRE_FALSE(std::filesystem::exists(session));
   REQUIRE(WaitUntil([&] { return lumen::test::ProcessesMentioning(session).empty(); }));
+}
+
+namespace {
+// Waits until `parties` tasks arrived (files in `dir`), then says where it ran.
+std::string GatherAt(std::string dir, int parties) {
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/" + std::to_string(::getpid())).flush();
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    int n = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(dir)) n += entry.exists() ? 1 : 0;
+    if (n >= parties) return lumen::GetNodeId();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // polling files: no event
+  }
+  throw std::runtime_error("the tasks did not run at the same time");
+}
+}  // namespace
+LUMEN_REMOTE(GatherAt);
+
+TEST_CASE("lumen start --address twice on one machine makes a 3-node cluster that lumen stop stops") {
+  std::string out;
+  std::string cli = LUMEN_CLI_PATH;
+  lumen::test::StopClustersAtExit guard(cli);
+  auto sessions_before = lumen::test::SessionDirs();
+  REQUIRE(RunCommand(cli + " start --head --num-cpus 1 --object-store-memory 134217728", &out) == 0);
+  for (int i = 0; i < 2; ++i) {
+    REQUIRE(RunCommand(cli + " start --address auto --num-cpus 1 --object-store-memory 134217728",
+                       &out) == 0);
+    INFO(out);
+    REQUIRE(out.find("Started a Lumen node joined to 127.0.0.1:") != std::string::npos);
+  }
+  auto sessions = lumen::test::SessionDirs();
+  REQUIRE(sessions.size() == sessions_before.size() + 3);  // its own directory per node
+  REQUIRE(RunCommand(cli + " list nodes", &out) == 0);
+  INFO(out);
+  size_t alive = 0;
+  for (size_t at = out.find("ALIVE"); at != std::string::npos; at = out.find("ALIVE", at + 1)) ++alive;
+  REQUIRE(alive == 3);
+  {
+    lumen::Config config;
+    config.address = "auto";
+    lumen::Init(config);
+    // Three tasks that must run at once on three 1-CPU nodes.
+    std::string dir = *sessions.begin() + "-gather";
+    std::vector<lumen::ObjectRef<std::string>> refs;
+    for (int i = 0; i < 3; ++i) {
+      refs.push_back(lumen::Task(GatherAt).SetSchedulingStrategy(lumen::Spread()).Remote(dir, 3));
+    }
+    std::set<std::string> nodes;
+    for (const auto& node : lumen::Get(refs)) nodes.insert(*node);
+    std::filesystem::remove_all(dir);
+    REQUIRE(nodes.size() == 3);
+    lumen::Shutdown();
+  }
+  REQUIRE(RunCommand(cli + " stop", &out) == 0);
+  INFO(out);
+  REQUIRE(out.find("Stopped 4 Lumen processes") != std::string::npos);
+  for (const auto& s : lumen::test::SessionDirs()) REQUIRE(sessions_before.contains(s));
 }
 
 TEST_CASE("a driver given a bad address gets a clear error") {
