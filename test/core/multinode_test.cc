@@ -227,6 +227,23 @@ TEST_CASE("placement groups: every strategy with tasks and actors in bundles and
           info.bundle_nodes[2]);
   auto actor = lumen::Actor(Where::Create).SetPlacementGroup(spread, 0).Remote();
   REQUIRE(*lumen::Get(actor.Task(&Where::Node).Remote()) == info.bundle_nodes[0]);
+  // Work in a bundle runs within the bundle's resources only: bundle 1 holds one
+  // CPU, so a second task waits for the first even though its node has three
+  // more CPUs free; and a task bigger than the bundle is refused.
+  std::string dir = ScratchDir("bundle"), gate = ScratchDir("bundle-gate");
+  auto first = lumen::Task(AnnounceThenAwait).SetPlacementGroup(spread, 1).Remote(dir, gate);
+  REQUIRE(WaitUntil([&] { return CountFiles(dir) == 1; }));
+  auto second = lumen::Task(HereNode).SetPlacementGroup(spread, 1).Remote();
+  REQUIRE(lumen::Wait(std::vector{second}, 1, std::chrono::milliseconds(300)).ready.empty());
+  std::ofstream(gate).flush();
+  REQUIRE(*lumen::Get(first) == info.bundle_nodes[1]);
+  REQUIRE(*lumen::Get(second) == info.bundle_nodes[1]);
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove(gate);
+  REQUIRE_THROWS_WITH(
+      lumen::Get(lumen::Task(HereNode).SetNumCpus(2).SetPlacementGroup(spread, 1).Remote(),
+                 std::chrono::seconds(30)),
+      Catch::Contains("more than its placement group bundle holds"));
 
   auto pack = lumen::CreatePlacementGroup({.bundles = {{{"CPU", 1}}, {{"CPU", 1}}},
                                            .strategy = lumen::PlacementStrategy::STRICT_PACK});
