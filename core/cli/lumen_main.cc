@@ -228,11 +228,17 @@ int Start(const Flags& flags) {
     if (listed) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling the head's table
   }
+  // Where others reach the head: a wildcard listen address is not one.
+  std::string reach = cluster->head_address;
+  if (spec.head_host == "0.0.0.0" || spec.head_host == "::") {
+    reach = spec.node_host + cluster->head_address.substr(cluster->head_address.rfind(':'));
+  }
   if (spec.start_head) {
-    std::cout << "Started a Lumen head at " << cluster->head_address << " and one node.\n"
+    std::cout << "Started a Lumen head at " << cluster->head_address << " and one node (listening on "
+              << spec.node_host << ").\n"
               << "  session: " << cluster->session_dir << "\n"
-              << "  join another node:   lumen start --address " << cluster->head_address << "\n"
-              << "  connect a driver:    LUMEN_ADDRESS=" << cluster->head_address
+              << "  join another node:   lumen start --address " << reach << "\n"
+              << "  connect a driver:    LUMEN_ADDRESS=" << reach
               << " ./your_program   (or Config::address)\n"
               << "  show the cluster:    lumen status\n"
               << "  stop everything:     lumen stop\n";

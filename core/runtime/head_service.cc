@@ -291,6 +291,17 @@ class HeadService {
       case proto::Envelope::REPORT_NODE:
         StoreReport(conn, msg.getReportNode());
         return;
+      case proto::Envelope::MARK_NODE_DEAD: {
+        // A node leaving on purpose (lumen stop, its driver exited).
+        NodeId id = IdFrom<NodeId>(msg.getMarkNodeDead());
+        auto it = nodes_.find(id);
+        if (it != nodes_.end() && it->second.alive && it->second.conn_id == conn.id()) {
+          LUMEN_LOG(INFO) << "node " << id.Hex().substr(0, 12) << " left";
+          MarkDead(id, it->second);
+          BroadcastView();
+        }
+        return;
+      }
       case proto::Envelope::JOB_ENDED:
         ended_jobs_.push_back(IdFrom<JobId>(msg.getJobEnded()));
         if (ended_jobs_.size() > 1000) ended_jobs_.erase(ended_jobs_.begin());

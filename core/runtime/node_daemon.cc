@@ -1549,6 +1549,15 @@ void NodeDaemon::Shutdown(const std::string& why) {
   if (shutting_down_) return;
   shutting_down_ = true;
   LUMEN_LOG(DEBUG) << "node daemon stopping: " << why;
+  if (head_conn_ && !head_conn_->closed()) {
+    // Leaving on purpose: the head marks us dead now, without a warning.
+    // (Best effort: sent now unless other frames are still queued.)
+    OutMessage out;
+    out.Init().setMarkNodeDead(DataOf(node_id_));
+    std::string frame;
+    AppendFrame(out.builder(), &frame);
+    (void)head_conn_->TrySendNow(frame);
+  }
   for (auto& [wid, w] : workers_) ::kill(w.pid, SIGKILL);
   for (auto& [wid, w] : workers_) {
     WaitForChildExit(w.pid, 2000);

@@ -9,6 +9,7 @@
 #include <thread>
 #include <unistd.h>
 
+#include "core/runtime/head_client.h"
 #include "lumen/lumen.h"
 #include "test/core/test_support.h"
 
@@ -202,5 +203,18 @@ TEST_CASE("a head beyond loopback refuses connections without its token") {
                      &out) == 0);
   REQUIRE(RunCommand(cli + " status --address " + address + " --token " + token, &out) == 0);
   REQUIRE(out.find("2 nodes") != std::string::npos);
+  // The node daemons listen beyond loopback too: they refuse a wrong token.
+  lumen::runtime::SetHeadToken(token);
+  auto nodes = lumen::runtime::QueryNodes(address);
+  REQUIRE(nodes.ok());
+  for (const auto& node : *nodes) {
+    std::string tcp = lumen::ParseAddress(node.address).tcp;
+    if (lumen::IsLoopbackHost(tcp.substr(0, tcp.rfind(':')))) continue;  // no route off loopback here
+    lumen::runtime::SetHeadToken("wrong-token");
+    REQUIRE_FALSE(lumen::runtime::QueryNodeStats(tcp).ok());
+    lumen::runtime::SetHeadToken(token);
+    REQUIRE(lumen::runtime::QueryNodeStats(tcp).ok());
+  }
+  lumen::runtime::SetHeadToken("");
   REQUIRE(RunCommand(cli + " stop", &out) == 0);
 }
