@@ -195,6 +195,10 @@ absl::StatusOr<ClusterProcesses> StartCluster(const ClusterSpec& spec) {
     cluster.head_address = spec.head_address;
   }
 
+  if (!spec.start_node) {
+    if (parent_pipe[0] >= 0) ::close(parent_pipe[0]);
+    return cluster;
+  }
   std::map<std::string, double> resources = spec.resources;
   if (!resources.contains("CPU")) resources["CPU"] = DetectCpus();
   if (!resources.contains("GPU") && DetectGpus() > 0) resources["GPU"] = DetectGpus();

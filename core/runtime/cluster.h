@@ -15,6 +15,7 @@ namespace lumen::runtime {
 
 struct ClusterSpec {
   bool start_head = true;
+  bool start_node = true;      // false: the head alone
   std::string head_address;    // when not starting a head: the one to join
   std::string head_host = "127.0.0.1";
   int head_port = 0;

@@ -466,3 +466,20 @@ TEST_CASE("a node that stops answering health checks is declared dead and its ta
   std::filesystem::remove_all(dir);
   std::filesystem::remove(gate);
 }
+
+TEST_CASE("nodes that lose the head retry and join a new head on the same address") {
+  MultiNodeCluster cluster({Cpus(2), Cpus(2)});
+  cluster.RestartHead();
+  REQUIRE(WaitUntil([&] {
+    auto nodes = lumen::runtime::QueryNodes(cluster.head_address());
+    if (!nodes.ok()) return false;
+    int alive = 0;
+    for (const auto& n : *nodes) alive += n.alive ? 1 : 0;
+    return alive == 2;
+  }));
+  // The cluster works on: tasks still reach the other node.
+  REQUIRE(*lumen::Get(lumen::Task(HereNode)
+                          .SetSchedulingStrategy(lumen::NodeAffinity(cluster.node_id(1), false))
+                          .Remote(),
+                      std::chrono::seconds(30)) == cluster.node_id(1));
+}

@@ -14,6 +14,7 @@
 
 #include "core/runtime/cluster.h"
 #include "core/runtime/head_client.h"
+#include "lumen/common/process.h"
 
 namespace lumen::test {
 
@@ -111,6 +112,22 @@ std::string MultiNodeCluster::node_address(size_t i) const {
 }
 
 void MultiNodeCluster::KillNode(size_t i) { ::kill(daemon_pid(i), SIGKILL); }
+
+void MultiNodeCluster::RestartHead() {
+  pid_t head = clusters_.front()->processes.pids.front();
+  ::kill(head, SIGKILL);
+  WaitForChildExit(head, 10000);
+  runtime::ClusterSpec spec;
+  spec.embedded = true;
+  spec.start_node = false;
+  spec.head_port = std::stoi(head_address_.substr(head_address_.rfind(':') + 1));
+  auto started = runtime::StartCluster(spec);
+  if (!started.ok()) throw Error(std::string(started.status().message()));
+  if (started->head_address != head_address_) throw Error("the new head got another address");
+  auto handle = std::make_unique<ClusterHandle>();
+  handle->processes = std::move(*started);
+  clusters_.push_back(std::move(handle));
+}
 
 std::string ScopedCluster::session_dir() const { return session_dir_; }
 

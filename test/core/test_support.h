@@ -51,6 +51,9 @@ class MultiNodeCluster {
   std::string head_address() const { return head_address_; }
   // SIGKILLs node i's daemon (its workers die with it).
   void KillNode(size_t i);
+  // SIGKILLs the head, then starts a new one on the same port (with none of
+  // the old one's state: the nodes must join it again).
+  void RestartHead();
 
  private:
   std::vector<std::pair<std::string, std::string>> saved_env_;
