@@ -415,6 +415,7 @@ void CoreWorker::SetObjectReady(const ObjectId& id, std::function<void(ObjectEnt
                                 bool owned_result) {
   std::vector<std::function<void()>> callbacks;
   bool orphan_stored = false;
+  std::vector<std::string> orphan_locations;
   {
     absl::MutexLock lock(&mu_);
     auto it = objects_.find(id);
@@ -424,6 +425,7 @@ void CoreWorker::SetObjectReady(const ObjectId& id, std::function<void(ObjectEnt
       ObjectEntry scratch;
       fill(scratch);
       orphan_stored = owned_result && scratch.kind == ObjectEntry::Kind::kStored;
+      for (const auto& [node, address] : scratch.locations) orphan_locations.push_back(address);
     } else if (!it->second.ready) {
       fill(it->second);
       it->second.ready.store(true, std::memory_order_release);
@@ -431,8 +433,16 @@ void CoreWorker::SetObjectReady(const ObjectId& id, std::function<void(ObjectEnt
     }
   }
   if (orphan_stored) {
-    SendToNode([id](proto::Envelope::Builder env) {
-      env.initStoreDelete().setObjectId(DataOf(id));
+    if (orphan_locations.empty()) orphan_locations.push_back("");
+    PostToIo([this, id, orphan_locations] {
+      for (const auto& address : orphan_locations) {
+        absl::Status error;
+        auto conn = NodeConnection(address, &error);
+        if (!conn || conn->closed()) continue;
+        OutMessage out;
+        out.Init().initStoreDelete().setObjectId(DataOf(id));
+        conn->Send(out.builder());
+      }
     });
   }
   if (!callbacks.empty()) {
@@ -509,8 +519,10 @@ CoreWorker::StoreResult CoreWorker::GetOrPull(const ObjectId& id, uint64_t size,
                                               const NodeId& node, const std::string& node_address,
                                               const std::string& owner) {
   StoreResult got = CallStore(kGet, id, 0);
-  if (got.status.ok() || got.status.code() != absl::StatusCode::kNotFound || node.IsNil() ||
-      node == node_id_ || node_address.empty()) {
+  // NotFound: not here; Unavailable: being pulled here by another reader.
+  bool absent = got.status.code() == absl::StatusCode::kNotFound ||
+                got.status.code() == absl::StatusCode::kUnavailable;
+  if (got.status.ok() || !absent || node.IsNil() || node == node_id_ || node_address.empty()) {
     return got;
   }
   // Another node has it: our daemon copies it here (once, however many ask).
@@ -969,6 +981,7 @@ void CoreWorker::DispatchQueue(SchedulingQueue& queue) {
   while (!queue.ready.empty()) {
     Lease* best = nullptr;
     for (auto& lease : queue.leases) {
+      if (lease->node_dead) continue;
       if (static_cast<int>(lease->in_flight.size()) >= depth) continue;
       if (lease->worker_blocked && !lease->in_flight.empty()) continue;
       if (best == nullptr || lease->in_flight.size() < best->in_flight.size()) best = lease.get();
@@ -1049,11 +1062,20 @@ void CoreWorker::OnRemoteNodeDead(const NodeId& node) {
   std::vector<std::shared_ptr<Connection>> doomed;
   for (auto& [key, queue] : queues_) {
     for (auto& lease : queue->leases) {
-      if (lease->node_id == node && lease->conn) doomed.push_back(lease->conn);
+      if (lease->node_id != node) continue;
+      // Nothing more goes to it while the others close (retries would pick it).
+      lease->node_dead = true;
+      if (lease->conn) doomed.push_back(lease->conn);
+      if (lease->node && lease->node != node_conn_) doomed.push_back(lease->node);
     }
   }
   for (auto& [id, record] : owned_actors_) {
     if (record->node_id == node && record->conn) doomed.push_back(record->conn);
+  }
+  // Requests waiting at that node's daemon are answered by its closing.
+  for (const auto& [address, conn] : remote_nodes_) {
+    auto it = remote_node_ids_.find(address);
+    if (it != remote_node_ids_.end() && it->second == node) doomed.push_back(conn);
   }
   for (auto& conn : doomed) conn->Close(why);
 }
@@ -1121,47 +1143,7 @@ void CoreWorker::AcquireLease(const LeaseShape& shape, LeaseCallback done, std::
                           : absl::StrCat("cannot reach node ", target, ": ", error.message()));
     return;
   }
-  auto on_reply = std::make_shared<std::function<void(proto::Envelope::Reader)>>();
-  uint64_t conn_id = node->id();
-  *on_reply = [this, shape, done, target, attempt, node, conn_id,
-               on_reply](proto::Envelope::Reader msg) mutable {
-    if (!msg.isLeaseReply()) {
-      // The node went away before answering.
-      if (!target.empty()) {
-        AcquireLease(shape, std::move(done), "", attempt + 1);
-      } else {
-        capnp::MallocMessageBuilder message;
-        auto reply = message.initRoot<proto::LeaseReply>();
-        reply.setGranted(false);
-        reply.setError("lost the connection to the node daemon");
-        done(reply.asReader(), nullptr);
-      }
-      return;
-    }
-    auto reply = msg.getLeaseReply();
-    if (reply.getWaiting()) {
-      // Not an answer: nothing in the cluster can run it yet. Say so once per shape.
-      if (!warned_infeasible_[shape.name]) {
-        warned_infeasible_[shape.name] = true;
-        LUMEN_LOG(WARNING) << reply.getError().cStr();
-      }
-      node_requests_[msg.getRequestId()] = NodeRequest{conn_id, *on_reply};
-      return;
-    }
-    if (reply.getSpillbackAddress().size() > 0 && attempt < 100) {
-      AcquireLease(shape, std::move(done), reply.getSpillbackAddress().cStr(), attempt + 1);
-      return;
-    }
-    if (reply.getRetry() && attempt < 100) {
-      auto timer = std::make_shared<boost::asio::steady_timer>(io_, std::chrono::milliseconds(20));
-      timer->async_wait([this, timer, shape, done = std::move(done), attempt](
-                            const boost::system::error_code&) mutable {
-        AcquireLease(shape, std::move(done), "", attempt + 1);
-      });
-      return;
-    }
-    done(reply, reply.getGranted() ? node : nullptr);
-  };
+  LeaseAttempt pending{shape, std::move(done), target, attempt, node};
   SendNodeRequest(
       *node,
       [&](proto::Envelope::Builder env) {
@@ -1182,7 +1164,65 @@ void CoreWorker::AcquireLease(const LeaseShape& shape, LeaseCallback done, std::
         lease.setBundleIndex(shape.scheduling.bundle_index);
         lease.setName(shape.name);
       },
-      *on_reply);
+      [this, pending = std::move(pending)](proto::Envelope::Reader msg) mutable {
+        OnAcquireLeaseReply(std::move(pending), msg);
+      });
+}
+
+void CoreWorker::OnAcquireLeaseReply(LeaseAttempt pending, proto::Envelope::Reader msg) {
+  auto give_up = [&](const std::string& why) {
+    capnp::MallocMessageBuilder message;
+    auto reply = message.initRoot<proto::LeaseReply>();
+    reply.setGranted(false);
+    reply.setError(why);
+    pending.done(reply.asReader(), nullptr);
+  };
+  if (!msg.isLeaseReply()) {
+    // The node went away before answering: ours is gone for good, another
+    // node's means asking ours again.
+    if (!pending.target.empty()) {
+      AcquireLease(pending.shape, std::move(pending.done), "", pending.attempt + 1);
+    } else {
+      give_up("lost the connection to the node daemon");
+    }
+    return;
+  }
+  auto reply = msg.getLeaseReply();
+  if (reply.getWaiting()) {
+    // Not an answer: nothing in the cluster can run it yet. Say so once per shape.
+    if (!warned_infeasible_[pending.shape.name]) {
+      warned_infeasible_[pending.shape.name] = true;
+      LUMEN_LOG(WARNING) << reply.getError().cStr();
+    }
+    uint64_t conn_id = pending.node->id();
+    node_requests_[msg.getRequestId()] = NodeRequest{
+        conn_id, [this, pending = std::move(pending)](proto::Envelope::Reader next) mutable {
+          OnAcquireLeaseReply(std::move(pending), next);
+        }};
+    return;
+  }
+  constexpr int kMaxAttempts = 100;
+  bool more = reply.getSpillbackAddress().size() > 0 || reply.getRetry();
+  if (more && pending.attempt >= kMaxAttempts) {
+    give_up(absl::StrCat("no node granted a worker for ", pending.shape.name, " after ",
+                         kMaxAttempts, " spillbacks and retries"));
+    return;
+  }
+  if (reply.getSpillbackAddress().size() > 0) {
+    remote_node_ids_[reply.getSpillbackAddress().cStr()] = IdFrom<NodeId>(reply.getSpillbackNode());
+    AcquireLease(pending.shape, std::move(pending.done), reply.getSpillbackAddress().cStr(),
+                 pending.attempt + 1);
+    return;
+  }
+  if (reply.getRetry()) {
+    auto timer = std::make_shared<boost::asio::steady_timer>(io_, std::chrono::milliseconds(20));
+    timer->async_wait([this, timer, shape = pending.shape, done = std::move(pending.done),
+                       attempt = pending.attempt](const boost::system::error_code&) mutable {
+      AcquireLease(shape, std::move(done), "", attempt + 1);
+    });
+    return;
+  }
+  pending.done(reply, reply.getGranted() ? pending.node : nullptr);
 }
 
 void CoreWorker::OnLeaseReply(SchedulingQueue* queue, proto::LeaseReply::Reader reply,
@@ -1251,6 +1291,7 @@ void CoreWorker::FillValue(proto::Value::Builder out, const ObjectEntry& entry) 
         stored.setNodeId(DataOf(entry.locations.front().first));
         stored.setNodeAddress(entry.locations.front().second);
       }
+      stored.setOwnerAddress(entry.owned ? listen_address_ : entry.owner_address);
       break;
     }
     case ObjectEntry::Kind::kFailed:
@@ -1892,7 +1933,7 @@ void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
             a.size = arg.getStored().getSize();
             a.node = IdFrom<NodeId>(arg.getStored().getNodeId());
             a.node_address = arg.getStored().getNodeAddress().cStr();
-            a.owner = spec.getOwnerAddress().cStr();
+            a.owner = arg.getStored().getOwnerAddress().cStr();
             break;
           }
           case proto::Value::ERROR:

@@ -141,6 +141,8 @@ class CoreWorker {
       std::function<void(proto::LeaseReply::Reader reply, std::shared_ptr<Connection> node)>;
   void AcquireLease(const LeaseShape& shape, LeaseCallback done, std::string target = "",
                     int attempt = 0);
+  struct LeaseAttempt;
+  void OnAcquireLeaseReply(LeaseAttempt pending, proto::Envelope::Reader msg);
   // A connection to the node daemon at `address` (ours when empty or ours).
   std::shared_ptr<Connection> NodeConnection(const std::string& address, absl::Status* error);
   void OnRemoteNodeLost(Connection& conn, const absl::Status& why);
@@ -253,6 +255,7 @@ class CoreWorker {
   absl::flat_hash_map<uint64_t, NodeRequest> node_requests_;
   // Node daemons of other nodes we lease from or free objects on, by address.
   absl::flat_hash_map<std::string, std::shared_ptr<Connection>> remote_nodes_;
+  absl::flat_hash_map<std::string, NodeId> remote_node_ids_;  // address -> node, from spillbacks
   absl::flat_hash_map<std::string, bool> warned_infeasible_;  // by lease shape name
   absl::flat_hash_map<uint64_t, std::function<void(proto::Envelope::Reader)>> peer_requests_;
   std::map<std::string, std::unique_ptr<SchedulingQueue>> queues_;

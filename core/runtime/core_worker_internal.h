@@ -137,6 +137,15 @@ struct CoreWorker::LeaseShape {
   std::string name;  // for warnings and listings
 };
 
+// One lease request in flight: what it is for, and where it was sent.
+struct CoreWorker::LeaseAttempt {
+  LeaseShape shape;
+  LeaseCallback done;
+  std::string target;  // "" for our own node
+  int attempt = 0;
+  std::shared_ptr<Connection> node;
+};
+
 struct CoreWorker::PendingTask {
   TaskId task_id;
   ObjectId return_id;
@@ -189,6 +198,7 @@ struct CoreWorker::Lease {
   std::unique_ptr<boost::asio::steady_timer> idle_timer;
   std::vector<int> gpu_ids;       // its worker's GPUs
   bool return_when_idle = false;  // the node asked for it back
+  bool node_dead = false;         // its node was declared dead: being closed
   bool worker_blocked = false;    // its worker waits in Get: send it nothing more
 };
 

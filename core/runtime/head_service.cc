@@ -191,6 +191,7 @@ class HeadService {
         blist[b].setGroupId(StringData(gid));
         blist[b].setIndex(static_cast<int32_t>(k));
         blist[b].setNodeId(DataOf(g.nodes[k]));
+        SetResources(blist[b].initResources(g.bundles[k].size()), g.bundles[k]);
       }
     }
   }
@@ -288,9 +289,12 @@ class HeadService {
         StoreReport(conn, msg.getRegisterNode());
         return;
       }
-      case proto::Envelope::REPORT_NODE:
+      case proto::Envelope::REPORT_NODE: {
+        NodeId id = IdFrom<NodeId>(msg.getReportNode().getNodeId());
+        if (dead_nodes_.contains(id)) return;  // late: it was declared dead
         StoreReport(conn, msg.getReportNode());
         return;
+      }
       case proto::Envelope::MARK_NODE_DEAD: {
         // A node leaving on purpose (lumen stop, its driver exited).
         NodeId id = IdFrom<NodeId>(msg.getMarkNodeDead());

@@ -168,6 +168,8 @@ class NodeDaemon {
   void OnListState(Connection& conn, proto::Envelope::Reader msg);
   void FinishListing(const std::shared_ptr<Listing>& listing);
   void FinishPull(const ObjectId& id, absl::Status status);
+  void AnswerPull(const std::vector<std::pair<std::weak_ptr<Connection>, uint64_t>>& waiters,
+                  const absl::Status& status);
   void EndJob(const JobId& job_id);
   LocalResourceManager* PoolFor(const std::string& bundle);
   std::string FindBundleWithRoom(const std::string& group, int index, const ResourceSet& need);
@@ -225,6 +227,7 @@ class NodeDaemon {
   absl::flat_hash_map<std::string, std::string> node_addresses_;   // node id bytes -> address
   absl::flat_hash_map<std::string, std::string> node_transfer_;    // node id bytes -> transfer address
   absl::flat_hash_map<std::string, std::string> bundle_nodes_;     // "group/index" -> node id bytes
+  absl::flat_hash_map<std::string, ResourceSet> bundle_sizes_;     // "group/index" -> its resources
   absl::flat_hash_set<std::string> removed_groups_;
   absl::flat_hash_set<JobId> ended_jobs_;
   absl::flat_hash_map<std::string, Bundle> bundles_;               // "group/index" -> bundle
@@ -240,7 +243,12 @@ class NodeDaemon {
   std::unique_ptr<objectstore::TransferServer> transfer_server_;
   std::unique_ptr<objectstore::TransferClient> transfer_client_;
   // Pulls in progress: who waits for each.
-  absl::flat_hash_map<ObjectId, std::vector<std::pair<std::weak_ptr<Connection>, uint64_t>>> pulls_;
+  struct Pull {
+    std::string source;  // node id bytes
+    bool answered = false;  // its waiters were told it failed (the copy still runs)
+    std::vector<std::pair<std::weak_ptr<Connection>, uint64_t>> waiters;
+  };
+  absl::flat_hash_map<ObjectId, Pull> pulls_;
 };
 
 absl::Status NodeDaemon::Setup() {
@@ -591,25 +599,40 @@ void NodeDaemon::OnLeaseRequest(Connection& conn, proto::Envelope::Reader msg, b
       enqueue(group, index);
       return;
     }
+    // Where a bundle that can hold it is (alive nodes only).
     std::string target;
-    for (const auto& [key, node] : bundle_nodes_) {
+    bool any_bundle = false;
+    for (const auto& [key, where] : bundle_nodes_) {
       if (key.rfind(group + "/", 0) != 0) continue;
       if (index >= 0 && key != absl::StrCat(group, "/", index)) continue;
-      target = node;
-      if (node != LocalKey()) break;
+      any_bundle = true;
+      auto size = bundle_sizes_.find(key);
+      if (size != bundle_sizes_.end() && !placement_set->IsSubsetOf(size->second)) continue;
+      const scheduler::NodeResources* node = view_.Find(where);
+      if (where != LocalKey() && (node == nullptr || !node->alive)) continue;
+      target = where;
+      if (where != LocalKey()) break;
     }
-    if (!target.empty() && target != LocalKey() && !req.getGrantOrReject() &&
-        node_addresses_.contains(target)) {
+    if (req.getGrantOrReject()) {
+      // Sent here for a bundle we do not have (any more): start over.
+      OutMessage out;
+      auto env = out.Init();
+      env.setRequestId(msg.getRequestId());
+      env.initLeaseReply().setRetry(true);
+      conn.Send(out.builder());
+      return;
+    }
+    if (!target.empty() && target != LocalKey() && node_addresses_.contains(target)) {
       Spillback(conn, msg.getRequestId(), target);
       return;
     }
-    if (!target.empty() && target == LocalKey() && !bundles_.empty()) {
-      // Ours, but the bundle cannot hold this request.
+    if (any_bundle && target.empty()) {
       RefuseLease(conn, msg.getRequestId(),
                   absl::StrCat(name, " needs ", placement_set->ToString(),
                                ", more than its placement group bundle holds"));
       return;
     }
+    // The group is not placed yet (or its bundle's node just died): wait.
     Park(conn, msg, replayed, /*infeasible=*/false, name, placement);
     return;
   }
@@ -750,6 +773,16 @@ void NodeDaemon::OnClusterView(proto::ClusterView::Reader view) {
     if (!total.ok() || !available.ok()) continue;
     const scheduler::NodeResources* known = view_.Find(key);
     if (known != nullptr && known->alive && !n.getAlive()) {
+      // Copies from it will not finish: tell their readers now (a frozen node
+      // keeps its sockets open), keep the memory until the transfer ends.
+      for (auto& [object, pull] : pulls_) {
+        if (pull.source != key || pull.answered) continue;
+        pull.answered = true;
+        AnswerPull(pull.waiters, absl::UnavailableError(absl::StrCat(
+                                     "the only copy was on node ",
+                                     IdFrom<NodeId>(n.getNodeId()).Hex(), ", which died")));
+        pull.waiters.clear();
+      }
       // Work our clients run there is lost (even if its processes still run,
       // the cluster no longer counts on them): tell them, so they retry it.
       for (const auto& [id, client_conn] : clients_) {
@@ -772,8 +805,12 @@ void NodeDaemon::OnClusterView(proto::ClusterView::Reader view) {
     if (!ended_jobs_.contains(id)) EndJob(id);
   }
   bundle_nodes_.clear();
+  bundle_sizes_.clear();
   for (auto b : view.getBundles()) {
-    bundle_nodes_[absl::StrCat(Bytes(b.getGroupId()), "/", b.getIndex())] = Bytes(b.getNodeId());
+    std::string key = absl::StrCat(Bytes(b.getGroupId()), "/", b.getIndex());
+    bundle_nodes_[key] = Bytes(b.getNodeId());
+    auto size = ResourceSet::FromMap(ReadResources(b.getResources()));
+    if (size.ok()) bundle_sizes_[key] = *size;
   }
   for (auto g : view.getRemovedGroups()) {
     std::string group = Bytes(g);
@@ -803,10 +840,7 @@ void NodeDaemon::OnBundles(proto::Envelope::Reader msg) {
         status = need.status();
         break;
       }
-      if (bundles_.contains(key)) {
-        done.push_back(key);
-        continue;
-      }
+      if (bundles_.contains(key)) continue;  // a repeated prepare: keep it as it is
       if (testing_refuse_prepares_ > 0) {
         --testing_refuse_prepares_;
         status = absl::UnavailableError("refused on purpose (LUMEN_TESTING_REFUSE_PREPARES)");
@@ -880,7 +914,16 @@ void NodeDaemon::RemoveBundle(const std::string& key) {
         continue;
       }
       if (auto conn = qit->conn.lock()) {
-        RefuseLease(*conn, qit->request_id, "its placement group was removed");
+        if (removed_groups_.contains(group)) {
+          RefuseLease(*conn, qit->request_id, "its placement group was removed");
+        } else {
+          // Rolled back here (it may be placed again elsewhere): ask again.
+          OutMessage out;
+          auto env = out.Init();
+          env.setRequestId(qit->request_id);
+          env.initLeaseReply().setRetry(true);
+          conn->Send(out.builder());
+        }
       }
       qit = lease_queue_.erase(qit);
     }
@@ -928,8 +971,12 @@ void NodeDaemon::OnPull(Connection& conn, proto::Envelope::Reader msg) {
     return;
   }
   auto pending = pulls_.find(id);
+  if (pending != pulls_.end() && !pending->second.answered) {
+    pending->second.waiters.emplace_back(conn.weak_from_this(), msg.getRequestId());
+    return;
+  }
   if (pending != pulls_.end()) {
-    pending->second.emplace_back(conn.weak_from_this(), msg.getRequestId());
+    reply(conn, absl::UnavailableError("its source node died during the copy"));
     return;
   }
   auto state = store_->GetState(id);
@@ -953,7 +1000,9 @@ void NodeDaemon::OnPull(Connection& conn, proto::Envelope::Reader msg) {
     return;
   }
   object_jobs_[id] = IdFrom<JobId>(pull.getJobId());
-  pulls_[id].emplace_back(conn.weak_from_this(), msg.getRequestId());
+  Pull& entry = pulls_[id];
+  entry.source = node;
+  entry.waiters.emplace_back(conn.weak_from_this(), msg.getRequestId());
   transfer_client_->Pull(tit->second, id, size, segment_->writable_base() + *offset,
                          [this, id](absl::Status status) { FinishPull(id, std::move(status)); });
 }
@@ -1022,16 +1071,27 @@ void NodeDaemon::FinishListing(const std::shared_ptr<Listing>& listing) {
 
 void NodeDaemon::FinishPull(const ObjectId& id, absl::Status status) {
   if (shutting_down_) return;
-  if (status.ok()) {
+  auto it = pulls_.find(id);
+  if (it == pulls_.end()) return;
+  bool answered = it->second.answered;
+  if (status.ok() && !answered) {
     status = store_->Seal(kPullClient, id);
   } else {
+    // Its memory is free again only now that nothing writes into it.
     (void)store_->Abort(kPullClient, id);
     object_jobs_.erase(id);
-    LUMEN_LOG(WARNING) << "pulling object " << id.Hex() << " failed: " << status;
+    if (!status.ok()) LUMEN_LOG(WARNING) << "pulling object " << id.Hex() << " failed: " << status;
+    if (status.ok()) status = absl::UnavailableError("its source node died during the copy");
   }
-  auto waiters = std::move(pulls_[id]);
-  pulls_.erase(id);
-  for (auto& [weak, request_id] : waiters) {
+  auto waiters = std::move(it->second.waiters);
+  pulls_.erase(it);
+  AnswerPull(waiters, status);
+}
+
+void NodeDaemon::AnswerPull(
+    const std::vector<std::pair<std::weak_ptr<Connection>, uint64_t>>& waiters,
+    const absl::Status& status) {
+  for (const auto& [weak, request_id] : waiters) {
     auto conn = weak.lock();
     if (!conn || conn->closed()) continue;
     OutMessage out;
@@ -1141,6 +1201,13 @@ void NodeDaemon::StartWorker(const JobId& job_id) {
   auto pid = SpawnProcess(spawn);
   if (!pid.ok()) {
     LUMEN_LOG(ERROR) << "cannot start a worker: " << pid.status();
+    if (++jit->second.failed_starts >= kMaxFailedStarts) {
+      // Answered outside the dispatch loop that may be running now.
+      std::string why = std::string(pid.status().message());
+      asio::post(io_, [this, job_id, why] {
+        if (jobs_.contains(job_id)) FailJobLeaseRequests(job_id, why);
+      });
+    }
     return;
   }
   Worker& w = workers_[id];

@@ -60,6 +60,7 @@ struct StoredObject {
   size @1 :UInt64;
   nodeId @2 :Data;         # where a copy is
   nodeAddress @3 :Text;    # that node daemon's address
+  ownerAddress @4 :Text;   # who to tell of a new copy
 }
 
 enum FailureKind {
