@@ -1,10 +1,15 @@
 #include "lumen/common/address.h"
 
+#include <poll.h>
+#include <sys/socket.h>
+
 #include "absl/strings/str_cat.h"
 
 namespace lumen {
 
 namespace asio = boost::asio;
+
+constexpr int kConnectTimeoutMs = 3000;
 
 Endpoint ParseAddress(std::string_view address) {
   Endpoint out;
@@ -62,10 +67,32 @@ absl::StatusOr<Socket> ConnectToAddress(asio::io_context& io, const std::string&
   }
   asio::ip::tcp::resolver resolver(io);
   auto results = resolver.resolve(endpoint.tcp.substr(0, colon), endpoint.tcp.substr(colon + 1), ec);
-  asio::ip::tcp::socket s(io);
-  if (!ec) asio::connect(s, results, ec);
   if (ec) return absl::UnavailableError(absl::StrCat("cannot reach ", endpoint.tcp, ": ", ec.message()));
-  return AdoptTcp(io, std::move(s));
+  // Bounded: an unreachable host (no RST, no route) must not stall the
+  // caller's event loop for the kernel's minutes-long SYN timeout.
+  for (const auto& candidate : results) {
+    asio::ip::tcp::socket s(io);
+    s.open(candidate.endpoint().protocol(), ec);
+    if (ec) continue;
+    s.non_blocking(true, ec);
+    s.connect(candidate.endpoint(), ec);
+    if (ec == asio::error::would_block || ec == asio::error::in_progress) {
+      pollfd p{s.native_handle(), POLLOUT, 0};
+      int ready = ::poll(&p, 1, kConnectTimeoutMs);
+      if (ready <= 0) {
+        ec = asio::error::timed_out;
+        continue;
+      }
+      int error = 0;
+      socklen_t len = sizeof(error);
+      ::getsockopt(s.native_handle(), SOL_SOCKET, SO_ERROR, &error, &len);
+      ec = boost::system::error_code(error, boost::system::system_category());
+    }
+    if (ec) continue;
+    s.non_blocking(false, ec);
+    return AdoptTcp(io, std::move(s));
+  }
+  return absl::UnavailableError(absl::StrCat("cannot reach ", endpoint.tcp, ": ", ec.message()));
 }
 
 absl::StatusOr<std::unique_ptr<asio::ip::tcp::acceptor>> ListenTcp(asio::io_context& io,

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <boost/asio.hpp>
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <optional>
@@ -89,6 +90,7 @@ class HeadService {
     std::chrono::steady_clock::time_point last_report;
     std::map<std::string, double> total;
     std::map<std::string, double> available;
+    std::vector<JobId> drivers;  // jobs whose driver is attached to this node
   };
   // A placement group: PENDING (waiting to fit) -> PREPARING (phase 1 on its
   // nodes) -> CREATED, back to PENDING when a node refuses (rolled back);
@@ -152,6 +154,8 @@ class HeadService {
     entry.available.clear();
     for (auto r : stats.getTotal()) entry.total[r.getName().cStr()] = r.getQuantity();
     for (auto r : stats.getAvailable()) entry.available[r.getName().cStr()] = r.getQuantity();
+    entry.drivers.clear();
+    for (auto d : stats.getDrivers()) entry.drivers.push_back(IdFrom<JobId>(d));
     entry.stats_frame.clear();
     AppendFrame(copy, &entry.stats_frame);
     if (joined) {
@@ -233,7 +237,10 @@ class HeadService {
       MarkDead(id, entry);
       changed = true;
     }
-    if (changed) BroadcastView();
+    if (changed) {
+      BroadcastView();
+      SchedulePending();
+    }
     health_timer_.expires_after(std::chrono::milliseconds(options_.health_check_period_ms));
     health_timer_.async_wait([this](const boost::system::error_code& ec) {
       if (!ec) CheckHealth();
@@ -248,6 +255,23 @@ class HeadService {
       OutMessage out;
       out.Init().setMarkNodeDead(DataOf(id));
       cit->second->Send(out.builder());
+    }
+    // Its drivers are gone with it: their jobs end on every node.
+    for (const auto& job : entry.drivers) {
+      if (std::find(ended_jobs_.begin(), ended_jobs_.end(), job) == ended_jobs_.end()) {
+        ended_jobs_.push_back(job);
+      }
+    }
+    // Groups with a bundle there are placed again, whole (what ran in their
+    // other bundles ends too, and restarts within its limits).
+    for (auto& [gid, g] : groups_) {
+      if (g.state != "CREATED") continue;
+      if (std::find(g.nodes.begin(), g.nodes.end(), id) == g.nodes.end()) continue;
+      LUMEN_LOG(WARNING) << "placement group " << g.name << " lost a bundle on node "
+                         << id.Hex().substr(0, 12) << "; placing it again";
+      SendPhase(g, proto::Envelope::CANCEL_BUNDLES, nullptr);
+      g.state = "PENDING";
+      g.error = "a node holding one of its bundles died";
     }
     // Phase replies that will never come: the group's placement failed.
     std::vector<uint64_t> lost;
@@ -303,6 +327,7 @@ class HeadService {
           LUMEN_LOG(INFO) << "node " << id.Hex().substr(0, 12) << " left";
           MarkDead(id, it->second);
           BroadcastView();
+          SchedulePending();
         }
         return;
       }
@@ -732,7 +757,10 @@ class HeadService {
         changed = true;
       }
     }
-    if (changed) BroadcastView();
+    if (changed) {
+      BroadcastView();
+      SchedulePending();
+    }
     auto keep = conns_[conn.id()];
     conns_.erase(conn.id());
     asio::post(io_, [keep] {});

@@ -1497,6 +1497,11 @@ void NodeDaemon::FillStats(proto::NodeStats::Builder stats) {
   stats.setAddress(address_);
   stats.setTransferAddress(transfer_server_ ? transfer_server_->address() : "");
   stats.setHostAddress(options_.host);
+  std::vector<JobId> drivers;
+  for (const auto& [job_id, job] : jobs_)
+    if (!job.remote && job.driver_conn != 0) drivers.push_back(job_id);
+  auto driver_list = stats.initDrivers(drivers.size());
+  for (size_t d = 0; d < drivers.size(); ++d) driver_list.set(d, DataOf(drivers[d]));
   char host[256] = {0};
   ::gethostname(host, sizeof(host) - 1);
   stats.setHostname(host);

@@ -483,3 +483,24 @@ TEST_CASE("nodes that lose the head retry and join a new head on the same addres
                           .Remote(),
                       std::chrono::seconds(30)) == cluster.node_id(1));
 }
+
+TEST_CASE("a placement group that loses a node is placed again and its actor restarts in it") {
+  // Node 0 (the driver's) has no "slot": the group lands on nodes 1 to 3.
+  MultiNodeCluster::NodeSpec slot{{{"CPU", 2}, {"slot", 1}}};
+  MultiNodeCluster cluster({Cpus(2), slot, slot, slot});
+  auto pg = lumen::CreatePlacementGroup({.bundles = {{{"CPU", 1}, {"slot", 1}}, {{"CPU", 1}, {"slot", 1}}},
+                                         .strategy = lumen::PlacementStrategy::STRICT_SPREAD});
+  REQUIRE(pg.Wait(std::chrono::seconds(20)));
+  std::string lost = pg.Info().bundle_nodes[0];
+  auto actor = lumen::Actor(Where::Create).SetMaxRestarts(1).SetPlacementGroup(pg, 0).Remote();
+  REQUIRE(*lumen::Get(actor.Task(&Where::Node).Remote()) == lost);
+  cluster.KillNode(cluster.index_of(lost));
+  REQUIRE(WaitUntil([&] {
+    auto info = pg.Info();
+    return info.state == "CREATED" && info.bundle_nodes[0] != lost && info.bundle_nodes[1] != lost;
+  }));
+  auto info = pg.Info();
+  REQUIRE(info.bundle_nodes[0] != info.bundle_nodes[1]);
+  REQUIRE(*lumen::Get(actor.Task(&Where::Node).Remote(), std::chrono::seconds(60)) ==
+          info.bundle_nodes[0]);
+}

@@ -184,6 +184,7 @@ struct NodeStats {
   infeasible @16 :List(Demand);    # lease requests no node can run yet
   bundles @17 :List(Bundle);       # placement group bundles reserved here
   hostAddress @18 :Text;           # the IP its processes listen on
+  drivers @19 :List(Data);         # jobs whose driver is attached here (they end if it dies)
 }
 
 struct Demand {

@@ -26,7 +26,8 @@ std::string FormatAddress(const Endpoint& endpoint);
 
 // Connects (blocking) to `address`: over its Unix socket when the socket lies
 // under `local_session_dir` (the caller's own node) or there is no TCP part,
-// else over TCP (with TCP_NODELAY).
+// else over TCP (with TCP_NODELAY), giving up on a host that does not answer
+// within 3 s.
 absl::StatusOr<Socket> ConnectToAddress(boost::asio::io_context& io, const std::string& address,
                                         const std::string& local_session_dir);
 
