@@ -391,17 +391,7 @@ void CoreWorker::MaybeFreeLocked(absl::node_hash_map<ObjectId, ObjectEntry>::ite
     ObjectId id = it->first;
     std::vector<std::string> addresses;
     for (const auto& [node, address] : entry.locations) addresses.push_back(address);
-    if (addresses.empty()) addresses.push_back("");
-    PostToIo([this, id, addresses] {
-      for (const auto& address : addresses) {
-        absl::Status error;
-        auto conn = NodeConnection(address, &error);
-        if (!conn || conn->closed()) continue;
-        OutMessage out;
-        out.Init().initStoreDelete().setObjectId(DataOf(id));
-        conn->Send(out.builder());
-      }
-    });
+    DeleteCopies(id, std::move(addresses));
   }
   if (entry.owned && entry.is_actor && !stopped_) {
     // No handle to the actor is left anywhere: it ends (unless detached).
@@ -432,19 +422,7 @@ void CoreWorker::SetObjectReady(const ObjectId& id, std::function<void(ObjectEnt
       callbacks.swap(it->second.on_ready);
     }
   }
-  if (orphan_stored) {
-    if (orphan_locations.empty()) orphan_locations.push_back("");
-    PostToIo([this, id, orphan_locations] {
-      for (const auto& address : orphan_locations) {
-        absl::Status error;
-        auto conn = NodeConnection(address, &error);
-        if (!conn || conn->closed()) continue;
-        OutMessage out;
-        out.Init().initStoreDelete().setObjectId(DataOf(id));
-        conn->Send(out.builder());
-      }
-    });
-  }
+  if (orphan_stored) DeleteCopies(id, std::move(orphan_locations));
   if (!callbacks.empty()) {
     PostToIo([this, id, callbacks = std::move(callbacks)] {
       for (auto& cb : callbacks) cb();
@@ -558,6 +536,20 @@ CoreWorker::StoreResult CoreWorker::GetOrPull(const ObjectId& id, uint64_t size,
   return got;
 }
 
+void CoreWorker::DeleteCopies(const ObjectId& id, std::vector<std::string> node_addresses) {
+  if (node_addresses.empty()) node_addresses.push_back("");  // our node
+  PostToIo([this, id, node_addresses = std::move(node_addresses)] {
+    for (const auto& address : node_addresses) {
+      absl::Status error;
+      auto conn = NodeConnection(address, &error);
+      if (!conn || conn->closed()) continue;
+      OutMessage out;
+      out.Init().initStoreDelete().setObjectId(DataOf(id));
+      conn->Send(out.builder());
+    }
+  });
+}
+
 void CoreWorker::OnObjectLocationAdded(const ObjectId& id, const NodeId& node,
                                        const std::string& address) {
   absl::MutexLock lock(&mu_);
@@ -566,15 +558,7 @@ void CoreWorker::OnObjectLocationAdded(const ObjectId& id, const NodeId& node,
     return;  // not ours to track
   }
   if (it == objects_.end()) {
-    // Freed meanwhile: the new copy goes too.
-    PostToIo([this, id, address] {
-      absl::Status error;
-      auto conn = NodeConnection(address, &error);
-      if (!conn) return;
-      OutMessage out;
-      out.Init().initStoreDelete().setObjectId(DataOf(id));
-      conn->Send(out.builder());
-    });
+    DeleteCopies(id, {address});  // freed meanwhile: the new copy goes too
     return;
   }
   for (const auto& [n, a] : it->second.locations)

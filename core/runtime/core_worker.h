@@ -180,6 +180,8 @@ class CoreWorker {
   StoreResult GetOrPull(const ObjectId& id, uint64_t size, const NodeId& node,
                         const std::string& node_address, const std::string& owner);
   void OnObjectLocationAdded(const ObjectId& id, const NodeId& node, const std::string& address);
+  // Any thread: deletes the copies of an object on these nodes ("" is ours).
+  void DeleteCopies(const ObjectId& id, std::vector<std::string> node_addresses);
   void SendToNode(std::function<void(proto::Envelope::Builder)> fill);
   // `owned_result`: a task result this process owns, deleted from the store if
   // nobody wants it any more.

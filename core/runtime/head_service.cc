@@ -166,8 +166,8 @@ class HeadService {
     SchedulePending();
   }
 
-  void FillView(proto::ClusterView::Builder view) {
-    auto list = view.initNodes(nodes_.size());
+  // Every node's last report, with the head's verdict on whether it is alive.
+  void FillNodes(capnp::List<proto::NodeStats>::Builder list) {
     size_t i = 0;
     for (auto& [id, entry] : nodes_) {
       const auto* words =
@@ -178,6 +178,10 @@ class HeadService {
       list[i].setAlive(entry.alive);
       ++i;
     }
+  }
+
+  void FillView(proto::ClusterView::Builder view) {
+    FillNodes(view.initNodes(nodes_.size()));
     auto jobs = view.initEndedJobs(ended_jobs_.size());
     for (size_t j = 0; j < ended_jobs_.size(); ++j) jobs.set(j, DataOf(ended_jobs_[j]));
     size_t bundles = 0, removed = 0;
@@ -367,17 +371,7 @@ class HeadService {
         capnp::MallocMessageBuilder out;
         auto env = out.initRoot<proto::Envelope>();
         env.setRequestId(msg.getRequestId());
-        auto list = env.initNodes(nodes_.size());
-        size_t i = 0;
-        for (auto& [id, entry] : nodes_) {
-          const auto* words = reinterpret_cast<const capnp::word*>(entry.stats_frame.data() +
-                                                                   kFrameHeaderBytes);
-          size_t n = (entry.stats_frame.size() - kFrameHeaderBytes) / sizeof(capnp::word);
-          capnp::FlatArrayMessageReader reader(kj::arrayPtr(words, n));
-          list.setWithCaveats(i, reader.getRoot<proto::NodeStats>());
-          list[i].setAlive(entry.alive);
-          ++i;
-        }
+        FillNodes(env.initNodes(nodes_.size()));
         conn.Send(out);
         return;
       }

@@ -148,6 +148,8 @@ class NodeDaemon {
   std::string LocalKey() const { return std::string(reinterpret_cast<const char*>(node_id_.data()), NodeId::kSize); }
   void OnLeaseRequest(Connection& conn, proto::Envelope::Reader msg, bool replayed);
   void Spillback(Connection& conn, uint64_t request_id, const std::string& node_id);
+  // Not here after all: the requester starts over at its own node.
+  void AskAgain(Connection& conn, uint64_t request_id);
   void Park(Connection& conn, proto::Envelope::Reader msg, bool replayed, bool infeasible,
             const std::string& name, const std::map<std::string, double>& resources);
   void ReplayParked();
@@ -615,11 +617,7 @@ void NodeDaemon::OnLeaseRequest(Connection& conn, proto::Envelope::Reader msg, b
     }
     if (req.getGrantOrReject()) {
       // Sent here for a bundle we do not have (any more): start over.
-      OutMessage out;
-      auto env = out.Init();
-      env.setRequestId(msg.getRequestId());
-      env.initLeaseReply().setRetry(true);
-      conn.Send(out.builder());
+      AskAgain(conn, msg.getRequestId());
       return;
     }
     if (!target.empty() && target != LocalKey() && node_addresses_.contains(target)) {
@@ -641,11 +639,7 @@ void NodeDaemon::OnLeaseRequest(Connection& conn, proto::Envelope::Reader msg, b
     if (resources_->IsFeasible(*placement_set)) {
       enqueue("", -1);
     } else {
-      OutMessage out;
-      auto env = out.Init();
-      env.setRequestId(msg.getRequestId());
-      env.initLeaseReply().setRetry(true);
-      conn.Send(out.builder());
+      AskAgain(conn, msg.getRequestId());
     }
     return;
   }
@@ -682,6 +676,14 @@ void NodeDaemon::OnLeaseRequest(Connection& conn, proto::Envelope::Reader msg, b
   }
   view_.Subtract(pick->node_id, *placement_set);
   Spillback(conn, msg.getRequestId(), pick->node_id);
+}
+
+void NodeDaemon::AskAgain(Connection& conn, uint64_t request_id) {
+  OutMessage out;
+  auto env = out.Init();
+  env.setRequestId(request_id);
+  env.initLeaseReply().setRetry(true);
+  conn.Send(out.builder());
 }
 
 void NodeDaemon::Spillback(Connection& conn, uint64_t request_id, const std::string& node_id) {
@@ -918,11 +920,7 @@ void NodeDaemon::RemoveBundle(const std::string& key) {
           RefuseLease(*conn, qit->request_id, "its placement group was removed");
         } else {
           // Rolled back here (it may be placed again elsewhere): ask again.
-          OutMessage out;
-          auto env = out.Init();
-          env.setRequestId(qit->request_id);
-          env.initLeaseReply().setRetry(true);
-          conn->Send(out.builder());
+          AskAgain(*conn, qit->request_id);
         }
       }
       qit = lease_queue_.erase(qit);
