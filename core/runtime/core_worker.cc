@@ -88,6 +88,7 @@ absl::Status CoreWorker::Connect() {
     hello.setJobId(DataOf(options_.job_id));
     hello.setExePath(exe_path_);
     hello.setListenAddress(listen_address_);
+    hello.setToken(HeadToken());
     if (auto s = WriteFrameBlocking(node_socket.native_handle(), out.builder()); !s.ok()) return s;
   }
   std::vector<capnp::word> reply_words(512);

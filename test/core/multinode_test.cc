@@ -25,6 +25,22 @@ namespace {
 using lumen::test::MultiNodeCluster;
 using lumen::test::WaitUntil;
 
+// A scratch directory for barriers (and a gate file next to it), removed at
+// scope exit, also when the test fails.
+struct Scratch {
+  explicit Scratch(const std::string& what)
+      : dir((std::filesystem::temp_directory_path() /
+             ("lumen-" + what + "-" + std::to_string(::getpid())))
+                .string()),
+        gate(dir + "-gate") {}
+  ~Scratch() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+    std::filesystem::remove(gate, ec);
+  }
+  std::string dir, gate;
+};
+
 std::string HereNode() { return lumen::GetNodeId(); }
 
 // Arrives at a barrier of `parties` tasks (files in `dir`), then says where it ran.
@@ -52,15 +68,14 @@ MultiNodeCluster::NodeSpec Cpus(double n) { return {{{"CPU", n}}}; }
 
 TEST_CASE("SPREAD puts 3 tasks on 3 distinct nodes") {
   MultiNodeCluster cluster({Cpus(2), Cpus(2), Cpus(2)});
-  std::string dir = std::filesystem::temp_directory_path() /
-                    ("lumen-spread-" + std::to_string(::getpid()));
+  Scratch scratch("spread");
+  const std::string& dir = scratch.dir;
   std::vector<lumen::ObjectRef<std::string>> refs;
   for (int i = 0; i < 3; ++i) {
     refs.push_back(lumen::Task(MeetAt).SetSchedulingStrategy(lumen::Spread()).Remote(dir, 3));
   }
   std::set<std::string> nodes;
   for (const auto& node : lumen::Get(refs)) nodes.insert(*node);
-  std::filesystem::remove_all(dir);
   REQUIRE(nodes.size() == 3);
   for (const auto& node : nodes) REQUIRE(cluster.index_of(node) < 3);
 }
@@ -116,11 +131,7 @@ class Where {
 LUMEN_REMOTE(GpuInfo, GpuMeet, MakeBlob, BlobChecksum, AnnounceThenAwait, Where::Create, &Where::Node,
              &Where::Bump);
 
-std::string ScratchDir(const std::string& what) {
-  return (std::filesystem::temp_directory_path() /
-          ("lumen-" + what + "-" + std::to_string(::getpid())))
-      .string();
-}
+
 
 int CountFiles(const std::string& dir) {
   int n = 0;
@@ -136,14 +147,14 @@ int CountFiles(const std::string& dir) {
 
 TEST_CASE("Pack fills one node before the next") {
   MultiNodeCluster cluster({Cpus(2), Cpus(2), Cpus(2)});
-  std::string dir = ScratchDir("pack");
+  Scratch scratch("pack");
+  const std::string& dir = scratch.dir;
   std::vector<lumen::ObjectRef<std::string>> refs;
   for (int i = 0; i < 3; ++i) {
     refs.push_back(lumen::Task(MeetAt).SetSchedulingStrategy(lumen::Pack()).Remote(dir, 3));
   }
   std::map<std::string, int> per_node;
   for (const auto& node : lumen::Get(refs)) ++per_node[*node];
-  std::filesystem::remove_all(dir);
   // Two CPUs per node: the first node is full before a second one is used.
   REQUIRE(per_node.size() == 2);
   std::vector<int> counts;
@@ -166,11 +177,11 @@ TEST_CASE("GPU and fractional GPU and memory and custom resources pick the nodes
   REQUIRE(rest.substr(rest.find('|') + 1) == visible);  // GetGpuIds agrees
 
   // Half GPUs: two tasks share one device, at the same time.
-  std::string dir = ScratchDir("halves");
+  Scratch scratch("halves");
+  const std::string& dir = scratch.dir;
   auto a = lumen::Task(GpuMeet).SetNumGpus(0.5).Remote(dir, 2);
   auto b = lumen::Task(GpuMeet).SetNumGpus(0.5).Remote(dir, 2);
   std::string ia = *lumen::Get(a), ib = *lumen::Get(b);
-  std::filesystem::remove_all(dir);
   REQUIRE(ia.substr(0, ia.find('|')) == cluster.node_id(2));
   REQUIRE(ia == ib);  // same node, same single device
 
@@ -230,7 +241,8 @@ TEST_CASE("placement groups: every strategy with tasks and actors in bundles and
   // Work in a bundle runs within the bundle's resources only: bundle 1 holds one
   // CPU, so a second task waits for the first even though its node has three
   // more CPUs free; and a task bigger than the bundle is refused.
-  std::string dir = ScratchDir("bundle"), gate = ScratchDir("bundle-gate");
+  Scratch scratch("bundle");
+  const std::string &dir = scratch.dir, &gate = scratch.gate;
   auto first = lumen::Task(AnnounceThenAwait).SetPlacementGroup(spread, 1).Remote(dir, gate);
   REQUIRE(WaitUntil([&] { return CountFiles(dir) == 1; }));
   auto second = lumen::Task(HereNode).SetPlacementGroup(spread, 1).Remote();
@@ -238,8 +250,6 @@ TEST_CASE("placement groups: every strategy with tasks and actors in bundles and
   std::ofstream(gate).flush();
   REQUIRE(*lumen::Get(first) == info.bundle_nodes[1]);
   REQUIRE(*lumen::Get(second) == info.bundle_nodes[1]);
-  std::filesystem::remove_all(dir);
-  std::filesystem::remove(gate);
   REQUIRE_THROWS_WITH(
       lumen::Get(lumen::Task(HereNode).SetNumCpus(2).SetPlacementGroup(spread, 1).Remote(),
                  std::chrono::seconds(30)),
@@ -348,8 +358,8 @@ TEST_CASE("cross-node Get of a 256 MiB object: bytes intact and one copy per nod
 TEST_CASE("kill -9 of a node daemon: its tasks retry and its actor restarts elsewhere") {
   MultiNodeCluster cluster({Cpus(2), Cpus(4), Cpus(2)});
   std::string victim = cluster.node_id(1);
-  std::string dir = ScratchDir("victim");
-  std::string gate = dir + "-gate";
+  Scratch scratch("victim");
+  const std::string &dir = scratch.dir, &gate = scratch.gate;
   auto near_victim = lumen::NodeAffinity(victim, /*soft=*/true);
   std::vector<lumen::ObjectRef<std::string>> refs;
   for (int i = 0; i < 2; ++i) {
@@ -394,8 +404,6 @@ TEST_CASE("kill -9 of a node daemon: its tasks retry and its actor restarts else
       if (n.id == victim) return !n.alive;
     return false;
   }));
-  std::filesystem::remove_all(dir);
-  std::filesystem::remove(gate);
 }
 
 TEST_CASE("infeasible work waits and shows in lumen status and runs when a node that fits joins") {
@@ -441,8 +449,8 @@ TEST_CASE("lumen list shows actors and tasks and objects across nodes") {
 TEST_CASE("a node that stops answering health checks is declared dead and its tasks run elsewhere") {
   MultiNodeCluster cluster({Cpus(2), Cpus(4), Cpus(2)});
   std::string victim = cluster.node_id(1);
-  std::string dir = ScratchDir("frozen");
-  std::string gate = dir + "-gate";
+  Scratch scratch("frozen");
+  const std::string &dir = scratch.dir, &gate = scratch.gate;
   std::vector<lumen::ObjectRef<std::string>> refs;
   for (int i = 0; i < 2; ++i) {
     refs.push_back(lumen::Task(AnnounceThenAwait)
@@ -463,8 +471,6 @@ TEST_CASE("a node that stops answering health checks is declared dead and its ta
   // would have to join again).
   REQUIRE(::kill(cluster.daemon_pid(1), SIGCONT) == 0);
   REQUIRE(lumen::WaitForChildExit(cluster.daemon_pid(1), 20000));
-  std::filesystem::remove_all(dir);
-  std::filesystem::remove(gate);
 }
 
 TEST_CASE("nodes that lose the head retry and join a new head on the same address") {

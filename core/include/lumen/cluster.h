@@ -17,7 +17,7 @@ namespace lumen {
 
 struct NodeInfo {
   std::string id;       // hex
-  std::string address;  // the node daemon's socket
+  std::string address;  // the node daemon's address ("host:port;/unix/path")
   bool alive = false;
   std::map<std::string, double> resources;  // totals
 };
