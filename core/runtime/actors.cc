@@ -234,14 +234,7 @@ void CoreWorker::OnActorLease(const ObjectId& id, int generation,
       [this, id, generation](Connection&, const absl::Status& why) {
         if (!stopped_) OnActorProcessLost(id, generation, why);
       });
-  OutMessage out;
-  auto env = out.Init();
-  auto hello = env.initHello();
-  hello.setProtocolVersion(proto::PROTOCOL_VERSION);
-  hello.setRole(proto::Role::PEER);
-  hello.setPid(::getpid());
-  hello.setToken(HeadToken());
-  record->conn->Send(out.builder());
+  SendPeerHello(*record->conn);
   PendingTask creation;
   creation.task_id = TaskId::Random();
   creation.function = record->factory;
@@ -531,13 +524,7 @@ void CoreWorker::OnActorResolved(const ObjectId& id, bool alive, std::string add
       [this, id, conn_ptr](Connection&, const absl::Status&) {
         if (!stopped_) OnActorConnectionLost(id, conn_ptr);
       });
-  OutMessage out;
-  auto hello = out.Init().initHello();
-  hello.setProtocolVersion(proto::PROTOCOL_VERSION);
-  hello.setRole(proto::Role::PEER);
-  hello.setPid(::getpid());
-  hello.setToken(HeadToken());
-  client.conn->Send(out.builder());
+  SendPeerHello(*client.conn);
   // Calls that were running when the previous incarnation died: retried first,
   // in their order, if the actor allows it; otherwise they fail.
   std::vector<std::unique_ptr<PendingTask>> interrupted = std::move(client.interrupted);

@@ -1249,15 +1249,7 @@ void CoreWorker::OnLeaseReply(SchedulingQueue* queue, proto::LeaseReply::Reader 
       [this, l](Connection&, const absl::Status& why) {
         if (!stopped_) OnLeaseLost(l, why);
       });
-  {
-    OutMessage out;
-    auto hello = out.Init().initHello();
-    hello.setProtocolVersion(proto::PROTOCOL_VERSION);
-    hello.setRole(proto::Role::PEER);
-    hello.setPid(::getpid());
-    hello.setToken(HeadToken());
-    lease->conn->Send(out.builder());
-  }
+  SendPeerHello(*lease->conn);
   queue->leases.push_back(std::move(lease));
   DispatchQueue(*queue);
   MaybeReturnLease(*l);
@@ -1588,6 +1580,16 @@ void CoreWorker::OnReclaimLeases() {
 // ---------------------------------------------------------------------------
 // Peers: borrowers asking for objects, owners pushing tasks (worker mode).
 
+void CoreWorker::SendPeerHello(Connection& conn) {
+  OutMessage out;
+  auto hello = out.Init().initHello();
+  hello.setProtocolVersion(proto::PROTOCOL_VERSION);
+  hello.setRole(proto::Role::PEER);
+  hello.setPid(::getpid());
+  hello.setToken(HeadToken());
+  conn.Send(out.builder());
+}
+
 std::shared_ptr<Connection> CoreWorker::PeerConnection(const std::string& address,
                                                        absl::Status* error) {
   auto it = peers_.find(address);
@@ -1630,13 +1632,7 @@ std::shared_ptr<Connection> CoreWorker::PeerConnection(const std::string& addres
                   });
                 }
               });
-  OutMessage out;
-  auto hello = out.Init().initHello();
-  hello.setProtocolVersion(proto::PROTOCOL_VERSION);
-  hello.setRole(proto::Role::PEER);
-  hello.setPid(::getpid());
-  hello.setToken(HeadToken());
-  conn->Send(out.builder());
+  SendPeerHello(*conn);
   peers_[address] = conn;
   return conn;
 }

@@ -162,6 +162,8 @@ class CoreWorker {
   void SendObjectStatus(Connection& conn, uint64_t request_id, const ObjectId& id);
   void RequestObjectFromOwner(const ObjectId& id, const std::string& owner);
   std::shared_ptr<Connection> PeerConnection(const std::string& address, absl::Status* error);
+  // The first frame on a connection we open to another process's owner service.
+  static void SendPeerHello(Connection& conn);
   void FillValue(proto::Value::Builder out, const ObjectEntry& entry);
 
   // any thread
