@@ -691,37 +691,49 @@ void CoreWorker::NotifyBlocked(bool blocked) {
 }
 
 internal::ObjectBytes CoreWorker::ReadyBytes(const ObjectId& id) {
-  ObjectEntry::Kind kind;
-  std::shared_ptr<const std::string> value;
-  Failure failure;
-  std::pair<NodeId, std::string> location;
-  uint64_t size = 0;
-  std::string owner;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = objects_.find(id);
-    if (it == objects_.end()) throw ObjectLostError("object " + id.Hex() + " is not known");
-    kind = it->second.kind;
-    value = it->second.value;
-    failure = it->second.failure;
-    size = it->second.stored_size;
-    if (!it->second.locations.empty()) location = it->second.locations.front();
-    owner = it->second.owned ? listen_address_ : it->second.owner_address;
+  // A copy can vanish with its node while we read: when our node says so (it
+  // tells us of the death before it answers the pull), the entry names another
+  // copy or says the object is lost, and we look again.
+  std::pair<NodeId, std::string> tried;
+  std::string last_error;
+  for (int attempt = 0;; ++attempt) {
+    ObjectEntry::Kind kind;
+    std::shared_ptr<const std::string> value;
+    Failure failure;
+    std::pair<NodeId, std::string> location;
+    uint64_t size = 0;
+    std::string owner;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = objects_.find(id);
+      if (it == objects_.end()) throw ObjectLostError("object " + id.Hex() + " is not known");
+      kind = it->second.kind;
+      value = it->second.value;
+      failure = it->second.failure;
+      size = it->second.stored_size;
+      if (!it->second.locations.empty()) location = it->second.locations.front();
+      owner = it->second.owned ? listen_address_ : it->second.owner_address;
+    }
+    switch (kind) {
+      case ObjectEntry::Kind::kInline:
+        return internal::ObjectBytes{*value, value};
+      case ObjectEntry::Kind::kFailed:
+        ThrowFailure(failure);
+      case ObjectEntry::Kind::kStored:
+        break;
+    }
+    if (attempt > 0 && location == tried) {
+      throw ObjectLostError(absl::StrCat("object ", id.Hex(), " is lost: ", last_error));
+    }
+    tried = location;
+    StoreResult got = GetOrPull(id, size, location.first, location.second, owner);
+    if (got.status.ok()) {
+      // The pin is released when the last reader of these bytes lets go.
+      return PinnedBytes(id, got.offset, got.size);
+    }
+    last_error = std::string(got.status.message());
+    if (attempt >= 3) throw ObjectLostError(absl::StrCat("object ", id.Hex(), " is lost: ", last_error));
   }
-  switch (kind) {
-    case ObjectEntry::Kind::kInline:
-      return internal::ObjectBytes{*value, value};
-    case ObjectEntry::Kind::kFailed:
-      ThrowFailure(failure);
-    case ObjectEntry::Kind::kStored:
-      break;
-  }
-  StoreResult got = GetOrPull(id, size, location.first, location.second, owner);
-  if (!got.status.ok()) {
-    throw ObjectLostError(absl::StrCat("object ", id.Hex(), " is lost: ", got.status.message()));
-  }
-  // The pin is released when the last reader of these bytes lets go.
-  return PinnedBytes(id, got.offset, got.size);
 }
 
 internal::ObjectBytes CoreWorker::PinnedBytes(const ObjectId& id, uint64_t offset, uint64_t size) {
@@ -1063,6 +1075,24 @@ void CoreWorker::OnRemoteNodeDead(const NodeId& node) {
     if (it != remote_node_ids_.end() && it->second == node) doomed.push_back(conn);
   }
   for (auto& conn : doomed) conn->Close(why);
+  // Copies there are gone: readers are sent to the others; an object with no
+  // copy left is lost (no lineage reconstruction).
+  absl::MutexLock lock(&mu_);
+  for (auto& [id, entry] : objects_) {
+    if (!entry.owned || !entry.ready || entry.kind != ObjectEntry::Kind::kStored) continue;
+    auto& copies = entry.locations;
+    auto before = copies.size();
+    copies.erase(std::remove_if(copies.begin(), copies.end(),
+                                [&](const auto& copy) { return copy.first == node; }),
+                 copies.end());
+    if (copies.empty() && before > 0) {
+      entry.kind = ObjectEntry::Kind::kFailed;
+      entry.failure = Failure{proto::FailureKind::OBJECT_LOST, "lumen::ObjectLostError",
+                              absl::StrCat("object ", id.Hex(), ": its only copy was on node ",
+                                           node.Hex(), ", which died"),
+                              ""};
+    }
+  }
 }
 
 void CoreWorker::OnRemoteNodeLost(Connection& conn, const absl::Status& why) {

@@ -374,6 +374,24 @@ TEST_CASE("kill -9 of a node daemon: its tasks retry and its actor restarts else
                         .SetSchedulingStrategy(lumen::NodeAffinity(victim, false))
                         .Remote(uint64_t{1} << 20);
   REQUIRE(lumen::Wait(std::vector{only_there}, 1, std::chrono::seconds(30)).ready.size() == 1);
+  // And one that a reader on node 2 copied: it survives in node 2's store.
+  auto copied = lumen::Task(MakeBlob)
+                    .SetSchedulingStrategy(lumen::NodeAffinity(victim, false))
+                    .Remote(uint64_t{2} << 20);
+  REQUIRE(lumen::Get(lumen::Task(BlobChecksum)
+                         .SetSchedulingStrategy(lumen::NodeAffinity(cluster.node_id(2), false))
+                         .Remote(copied))
+              ->rfind(cluster.node_id(2), 0) == 0);
+  std::string listing;
+  REQUIRE(WaitUntil([&] {  // the owner has heard of the copy
+    lumen::test::RunCommand(std::string(LUMEN_CLI_PATH) + " list objects --address " +
+                                cluster.head_address(),
+                            &listing);
+    auto at = listing.find(copied.ID().Hex().substr(0, 16));
+    if (at == std::string::npos) return false;
+    std::string line = listing.substr(at, listing.find('\n', at) - at);
+    return line.find(cluster.node_id(2).substr(0, 12)) != std::string::npos;
+  }));
   REQUIRE(WaitUntil([&] { return CountFiles(dir) == 2; }));
 
   std::vector<pid_t> workers;
@@ -404,6 +422,10 @@ TEST_CASE("kill -9 of a node daemon: its tasks retry and its actor restarts else
       if (n.id == victim) return !n.alive;
     return false;
   }));
+  // The copy on node 2 outlives it: Get reads that one.
+  auto survivor = lumen::Get(copied, std::chrono::seconds(30));
+  REQUIRE(survivor->size() == (2u << 20));
+  REQUIRE((*survivor)[12345] == static_cast<uint8_t>((12345 * 31 + 7) & 0xff));
 }
 
 TEST_CASE("infeasible work waits and shows in lumen status and runs when a node that fits joins") {
