@@ -116,7 +116,7 @@ int RunClient(double budget) {
     AsyncTasks(1000);
     tasks += 1000;
   } while (Seconds(start) < budget);
-  std::printf("%lld %lld %lld\n", tasks, begin, wall());
+  std::printf("%lld %lld %lld\n", tasks, begin, static_cast<long long>(wall()));
   Shutdown();
   return 0;
 }

@@ -80,15 +80,12 @@ absl::Status CoreWorker::Connect() {
   }
   {
     OutMessage out;
-    auto hello = out.Init().initHello();
-    hello.setProtocolVersion(proto::PROTOCOL_VERSION);
-    hello.setRole(options_.is_worker ? proto::Role::WORKER : proto::Role::DRIVER);
-    hello.setPid(::getpid());
+    auto hello =
+        InitHello(out.Init(), options_.is_worker ? proto::Role::WORKER : proto::Role::DRIVER);
     hello.setWorkerId(DataOf(options_.worker_id));
     hello.setJobId(DataOf(options_.job_id));
     hello.setExePath(exe_path_);
     hello.setListenAddress(listen_address_);
-    hello.setToken(HeadToken());
     if (auto s = WriteFrameBlocking(node_socket.native_handle(), out.builder()); !s.ok()) return s;
   }
   std::vector<capnp::word> reply_words(512);
@@ -1036,16 +1033,12 @@ std::shared_ptr<Connection> CoreWorker::NodeConnection(const std::string& addres
   conn->Start([this](Connection& c, proto::Envelope::Reader m) { OnNodeFrame(c, m); },
               [this](Connection& c, const absl::Status& why) { OnRemoteNodeLost(c, why); });
   OutMessage out;
-  auto hello = out.Init().initHello();
-  hello.setProtocolVersion(proto::PROTOCOL_VERSION);
-  hello.setRole(proto::Role::REMOTE_OWNER);
-  hello.setPid(::getpid());
+  auto hello = InitHello(out.Init(), proto::Role::REMOTE_OWNER);
   hello.setWorkerId(DataOf(options_.worker_id));
   hello.setJobId(DataOf(options_.job_id));
   hello.setExePath(exe_path_);
   hello.setListenAddress(listen_address_);
   hello.setIsDriver(!options_.is_worker);
-  hello.setToken(HeadToken());
   conn->Send(out.builder());
   remote_nodes_[address] = conn;
   return conn;
@@ -1067,7 +1060,15 @@ void CoreWorker::OnRemoteNodeDead(const NodeId& node) {
     }
   }
   for (auto& [id, record] : owned_actors_) {
-    if (record->node_id == node && record->conn) doomed.push_back(record->conn);
+    if (record->node_id != node || !record->conn) continue;
+    doomed.push_back(record->conn);
+    // Our own calls to it go to its next incarnation, not to a process the
+    // cluster has given up on (which may linger a moment after its node).
+    auto client = actor_clients_.find(id);
+    if (client != actor_clients_.end() && client->second->conn &&
+        client->second->address == record->address) {
+      doomed.push_back(client->second->conn);
+    }
   }
   // Requests waiting at that node's daemon are answered by its closing.
   for (const auto& [address, conn] : remote_nodes_) {
@@ -1368,10 +1369,9 @@ void CoreWorker::OnTaskReply(Lease& lease, proto::TaskReply::Reader reply) {
   MaybeReturnLease(lease);
 }
 
-void CoreWorker::RecordFinished(const PendingTask& task, const char* state) {
+void CoreWorker::RecordFinished(PendingTask& task, const char* state) {
   if (task.kind == proto::TaskKind::ACTOR_CREATION) return;
-  ++finished_count_;
-  finished_tasks_.push_back(FinishedTask{task.task_id, task.display_name, state});
+  finished_tasks_.push_back(FinishedTask{task.task_id, std::move(task.display_name), state});
   if (finished_tasks_.size() > 1000) finished_tasks_.pop_front();
 }
 
@@ -1612,11 +1612,7 @@ void CoreWorker::OnReclaimLeases() {
 
 void CoreWorker::SendPeerHello(Connection& conn) {
   OutMessage out;
-  auto hello = out.Init().initHello();
-  hello.setProtocolVersion(proto::PROTOCOL_VERSION);
-  hello.setRole(proto::Role::PEER);
-  hello.setPid(::getpid());
-  hello.setToken(HeadToken());
+  InitHello(out.Init(), proto::Role::PEER);
   conn.Send(out.builder());
 }
 

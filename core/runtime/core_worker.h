@@ -122,7 +122,8 @@ class CoreWorker {
   void OnNodeFrame(Connection& conn, proto::Envelope::Reader msg);
   // `lumen list actors|tasks|objects`: what this process owns, one row each.
   void SendStateRows(Connection& conn, uint64_t request_id, const std::string& what);
-  void RecordFinished(const PendingTask& task, const char* state);
+  // The task ends here: its name moves into the record (io thread).
+  void RecordFinished(PendingTask& task, const char* state);
   void OnPeerAccepted(Socket socket);
   void OnPeerFrame(Connection& conn, proto::Envelope::Reader msg);
   void OnBorrowerChange(uint64_t conn_id, const ObjectId& id, int delta);
@@ -276,7 +277,6 @@ class CoreWorker {
     const char* state;
   };
   std::deque<FinishedTask> finished_tasks_;
-  uint64_t finished_count_ = 0;
   absl::flat_hash_map<ObjectId, std::unique_ptr<ActorClient>> actor_clients_;
 
   // worker mode, actor process: the instance and how to reach its owner

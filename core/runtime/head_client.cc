@@ -73,6 +73,15 @@ std::string HeadToken() {
   return *head_token;
 }
 
+proto::Hello::Builder InitHello(proto::Envelope::Builder env, proto::Role role) {
+  auto hello = env.initHello();
+  hello.setProtocolVersion(proto::PROTOCOL_VERSION);
+  hello.setRole(role);
+  hello.setPid(::getpid());
+  hello.setToken(HeadToken());
+  return hello;
+}
+
 absl::StatusOr<std::vector<capnp::word>> CallHead(
     const std::string& head_address, const std::function<void(proto::Envelope::Builder)>& fill) {
   auto colon = head_address.rfind(':');
@@ -93,11 +102,7 @@ absl::StatusOr<std::vector<capnp::word>> CallHead(
   ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));
   {
     OutMessage out;
-    auto hello = out.Init().initHello();
-    hello.setProtocolVersion(proto::PROTOCOL_VERSION);
-    hello.setRole(proto::Role::CLI);
-    hello.setPid(::getpid());
-    hello.setToken(HeadToken());
+    InitHello(out.Init(), proto::Role::CLI);
     if (auto s = WriteFrameBlocking(fd, out.builder()); !s.ok()) return s;
   }
   {
@@ -183,11 +188,7 @@ absl::StatusOr<std::vector<capnp::word>> CallNode(
     OutMessage out;
     auto env = out.Init();
     if (i == 0) {
-      auto hello = env.initHello();
-      hello.setProtocolVersion(proto::PROTOCOL_VERSION);
-      hello.setRole(proto::Role::CLI);
-      hello.setPid(::getpid());
-      hello.setToken(HeadToken());
+      InitHello(env, proto::Role::CLI);
     } else {
       env.setRequestId(1);
       fill(env);

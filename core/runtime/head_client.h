@@ -46,6 +46,10 @@ struct NodeView {
 void SetHeadToken(std::string token);
 std::string HeadToken();
 
+// Starts `env` as this process's hello: protocol version, `role`, pid and the
+// cluster token (every first frame carries them; callers add the rest).
+proto::Hello::Builder InitHello(proto::Envelope::Builder env, proto::Role role);
+
 // One blocking request to the head: sends a hello and the envelope `fill`
 // builds, returns the reply's words.
 absl::StatusOr<std::vector<capnp::word>> CallHead(

@@ -188,6 +188,7 @@ class NodeDaemon {
   void FailJobLeaseRequests(const JobId& job_id, const std::string& why);
   void FillStats(proto::NodeStats::Builder stats);
   void ConnectHead();
+  void RetryHeadLater();
   void ReportToHead();
   int PoolSize() const;
   void ReapIdleWorkers();
@@ -1539,15 +1540,19 @@ void NodeDaemon::FillStats(proto::NodeStats::Builder stats) {
   }
 }
 
+void NodeDaemon::RetryHeadLater() {
+  head_retry_timer_.expires_after(std::chrono::seconds(1));
+  head_retry_timer_.async_wait([this](const boost::system::error_code& e) {
+    if (!e && !shutting_down_) ConnectHead();
+  });
+}
+
 void NodeDaemon::ConnectHead() {
   auto socket = ConnectToAddress(io_, options_.head_address, "");
   if (!socket.ok()) {
     LUMEN_LOG(WARNING) << "cannot reach the head at " << options_.head_address << ": "
                        << socket.status().message() << "; retrying";
-    head_retry_timer_.expires_after(std::chrono::seconds(1));
-    head_retry_timer_.async_wait([this](const boost::system::error_code& e) {
-      if (!e && !shutting_down_) ConnectHead();
-    });
+    RetryHeadLater();
     return;
   }
   head_conn_ = Connection::Create(std::move(*socket));
@@ -1555,18 +1560,11 @@ void NodeDaemon::ConnectHead() {
                     [this](Connection&, const absl::Status& why) {
                       if (shutting_down_) return;
                       LUMEN_LOG(WARNING) << "lost the head: " << why << "; reconnecting";
-                      head_retry_timer_.expires_after(std::chrono::seconds(1));
-                      head_retry_timer_.async_wait([this](const boost::system::error_code& e) {
-                        if (!e && !shutting_down_) ConnectHead();
-                      });
+                      RetryHeadLater();
                     });
   {
     OutMessage out;
-    auto hello = out.Init().initHello();
-    hello.setProtocolVersion(proto::PROTOCOL_VERSION);
-    hello.setRole(proto::Role::NODE);
-    hello.setPid(::getpid());
-    hello.setToken(HeadToken());
+    InitHello(out.Init(), proto::Role::NODE);
     head_conn_->Send(out.builder());
   }
   OutMessage out;

@@ -520,7 +520,14 @@ TEST_CASE("a placement group that loses a node is placed again and its actor res
                                          .strategy = lumen::PlacementStrategy::STRICT_SPREAD});
   REQUIRE(pg.Wait(std::chrono::seconds(20)));
   std::string lost = pg.Info().bundle_nodes[0];
-  auto actor = lumen::Actor(Where::Create).SetMaxRestarts(1).SetPlacementGroup(pg, 0).Remote();
+  // A call made just after the death may still reach the dying process (the
+  // head can re-place the group before this driver hears of the death): it is
+  // retried on the next incarnation, as in Ray.
+  auto actor = lumen::Actor(Where::Create)
+                   .SetMaxRestarts(1)
+                   .SetMaxTaskRetries(1)
+                   .SetPlacementGroup(pg, 0)
+                   .Remote();
   REQUIRE(*lumen::Get(actor.Task(&Where::Node).Remote()) == lost);
   cluster.KillNode(cluster.index_of(lost));
   REQUIRE(WaitUntil([&] {
