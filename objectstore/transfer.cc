@@ -17,6 +17,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "lumen/common/connection.h"
 #include "lumen/common/logging.h"
 
 namespace lumen::objectstore {
@@ -106,13 +107,6 @@ absl::StatusCode CodeFromWire(uint32_t code) {
   return static_cast<absl::StatusCode>(code);
 }
 
-bool ConstantTimeEquals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -123,6 +117,9 @@ struct TransferServer::Shared {
   PinFn pin;
   UnpinFn unpin;
   std::string token;
+  // A connection must present its token within this; a rejected one is closed
+  // by then too.
+  std::chrono::milliseconds hello_timeout = ServerLimits::FromEnv().hello_timeout;
   bool stopped = false;
   absl::flat_hash_set<std::shared_ptr<Session>> sessions;
 };
@@ -130,13 +127,21 @@ struct TransferServer::Shared {
 class TransferServer::Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket socket, std::shared_ptr<Shared> shared)
-      : socket_(std::move(socket)), shared_(std::move(shared)) {
+      : socket_(std::move(socket)), shared_(std::move(shared)), deadline_(socket_.get_executor()) {
     boost::system::error_code ec;
     auto ep = socket_.remote_endpoint(ec);
     peer_ = ec ? std::string("?") : FormatEndpoint(ep);
   }
 
-  void Start() { ReadHello(); }
+  void Start() {
+    deadline_.expires_after(shared_->hello_timeout);
+    deadline_.async_wait([this, self = shared_from_this()](const boost::system::error_code& ec) {
+      if (ec || closed_) return;
+      CloseWithWarning(rejected_ ? "a rejected peer stayed connected past the hello deadline"
+                                 : "no hello before the deadline");
+    });
+    ReadHello();
+  }
 
   // Closes the socket (cancelling what is in flight), releases the pin, and
   // forgets the session. Idempotent.
@@ -144,6 +149,7 @@ class TransferServer::Session : public std::enable_shared_from_this<Session> {
     if (closed_) return;
     closed_ = true;
     boost::system::error_code ignored;
+    deadline_.cancel();
     socket_.close(ignored);
     ReleasePin();
     queue_.clear();
@@ -164,7 +170,7 @@ class TransferServer::Session : public std::enable_shared_from_this<Session> {
 
   void CloseWithWarning(const std::string& why) {
     if (closed_) return;
-    LUMEN_LOG(WARNING) << "transfer server: closing connection from " << peer_ << ": " << why;
+    LogRejectedConnection("transfer server", peer_, absl::PermissionDeniedError(why));
     Close();
   }
 
@@ -194,9 +200,11 @@ class TransferServer::Session : public std::enable_shared_from_this<Session> {
 
   void OnToken() {
     if (!shared_->token.empty() && !ConstantTimeEquals(token_, shared_->token)) {
-      LUMEN_LOG(WARNING) << "transfer server: connection from " << peer_
-                         << " presented a wrong or missing token; closing it";
+      LogRejectedConnection("transfer server", peer_,
+                            absl::PermissionDeniedError("wrong or missing cluster token"));
       rejected_ = true;
+    } else {
+      deadline_.cancel();
     }
     in_.resize(64 * kTransferRequestBytes);
     ReadRequests();
@@ -324,6 +332,7 @@ class TransferServer::Session : public std::enable_shared_from_this<Session> {
 
   tcp::socket socket_;
   std::shared_ptr<Shared> shared_;
+  asio::steady_timer deadline_;  // hello deadline; for a rejected peer, its end
   std::string peer_;
   bool closed_ = false;
   bool rejected_ = false;  // Wrong token: answer the first request with an error.

@@ -1,15 +1,21 @@
 #include "lumen/common/connection.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <kj/exception.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "lumen/common/logging.h"
 
@@ -107,8 +113,109 @@ absl::Status ReadFrameBlocking(int fd, size_t max_frame_bytes, std::vector<capnp
   if (auto s = ReadAll(fd, reinterpret_cast<char*>(header), sizeof(header)); !s.ok()) return s;
   auto len = ParseFrameHeader(header, max_frame_bytes);
   if (!len.ok()) return len.status();
-  words->resize(*len / sizeof(capnp::word));
-  return ReadAll(fd, reinterpret_cast<char*>(words->data()), *len);
+  // Grow with what arrives, never to the declared length at once.
+  constexpr size_t kStepBytes = 1u << 20;
+  words->clear();
+  size_t done = 0;
+  while (done < *len) {
+    size_t step = std::min(kStepBytes, *len - done);
+    words->resize((done + step) / sizeof(capnp::word));
+    if (auto s = ReadAll(fd, reinterpret_cast<char*>(words->data()) + done, step); !s.ok()) {
+      return s;
+    }
+    done += step;
+  }
+  return absl::OkStatus();
+}
+
+bool ConstantTimeEquals(std::string_view a, std::string_view b) {
+  // The length of the secret is not hidden; its content is.
+  if (a.size() != b.size()) return false;
+  volatile unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+std::string DescribePeer(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "unknown peer";
+  char host[INET6_ADDRSTRLEN] = {};
+  if (addr.ss_family == AF_INET) {
+    auto* in = reinterpret_cast<sockaddr_in*>(&addr);
+    ::inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+    return absl::StrCat(host, ":", ntohs(in->sin_port));
+  }
+  if (addr.ss_family == AF_INET6) {
+    auto* in6 = reinterpret_cast<sockaddr_in6*>(&addr);
+    ::inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+    return absl::StrCat("[", host, "]:", ntohs(in6->sin6_port));
+  }
+  if (addr.ss_family == AF_UNIX) {
+    ucred cred{};
+    socklen_t cred_len = sizeof(cred);
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) == 0) {
+      return absl::StrCat("unix socket (pid ", cred.pid, ", uid ", cred.uid, ")");
+    }
+    return "unix socket";
+  }
+  return "unknown peer";
+}
+
+void LogRejectedConnection(std::string_view who, std::string_view peer, const absl::Status& why) {
+  static logging::RateLimiter* limiter = new logging::RateLimiter(5, std::chrono::seconds(1));
+  uint64_t suppressed = 0;
+  if (!limiter->Allow(&suppressed)) return;
+  LUMEN_LOG(WARNING) << who << " closed the connection from " << peer << ": " << why
+                     << (suppressed > 0
+                             ? absl::StrCat(" (", suppressed,
+                                            " similar messages suppressed)")
+                             : std::string());
+}
+
+namespace {
+
+size_t EnvSize(const char* name, size_t fallback) {
+  const char* v = std::getenv(name);
+  uint64_t parsed = 0;
+  if (v == nullptr || !absl::SimpleAtoi(v, &parsed)) return fallback;
+  return static_cast<size_t>(parsed);
+}
+
+}  // namespace
+
+ServerLimits ServerLimits::FromEnv() {
+  ServerLimits limits;
+  limits.hello_timeout = std::chrono::milliseconds(
+      EnvSize("LUMEN_HELLO_TIMEOUT_MS", static_cast<size_t>(limits.hello_timeout.count())));
+  limits.max_pending_hellos = EnvSize("LUMEN_MAX_PENDING_HELLOS", limits.max_pending_hellos);
+  limits.max_send_queue_bytes = EnvSize("LUMEN_MAX_SEND_QUEUE_BYTES", limits.max_send_queue_bytes);
+  limits.send_stall_timeout = std::chrono::milliseconds(EnvSize(
+      "LUMEN_SEND_STALL_TIMEOUT_MS", static_cast<size_t>(limits.send_stall_timeout.count())));
+  return limits;
+}
+
+HelloAdmission::HelloAdmission(ServerLimits limits, std::string who)
+    : limits_(limits), who_(std::move(who)), pending_(std::make_shared<size_t>(0)) {}
+
+std::shared_ptr<Connection> HelloAdmission::Admit(Socket socket, ConnectionOptions base) {
+  if (*pending_ >= limits_.max_pending_hellos) {
+    LogRejectedConnection(
+        who_, DescribePeer(socket.native_handle()),
+        absl::ResourceExhaustedError(absl::StrCat(
+            limits_.max_pending_hellos,
+            " connections are already waiting to say hello (LUMEN_MAX_PENDING_HELLOS)")));
+    boost::system::error_code ignored;
+    socket.close(ignored);
+    return nullptr;
+  }
+  ++*pending_;
+  base.max_frame_bytes_before_hello = limits_.max_frame_bytes_before_hello;
+  base.hello_timeout = limits_.hello_timeout;
+  base.max_send_queue_bytes = limits_.max_send_queue_bytes;
+  base.send_stall_timeout = limits_.send_stall_timeout;
+  base.on_hello_phase_end = [pending = pending_] { --*pending; };
+  return Connection::Create(std::move(socket), std::move(base));
 }
 
 std::shared_ptr<Connection> Connection::Create(Socket socket, ConnectionOptions options) {
@@ -116,8 +223,12 @@ std::shared_ptr<Connection> Connection::Create(Socket socket, ConnectionOptions 
 }
 
 Connection::Connection(Socket socket, ConnectionOptions options)
-    : socket_(std::move(socket)), options_(options), id_(next_connection_id.fetch_add(1)) {
-  read_buffer_.resize(8192);
+    : socket_(std::move(socket)),
+      options_(std::move(options)),
+      id_(next_connection_id.fetch_add(1)),
+      peer_(DescribePeer(socket_.native_handle())) {
+  hello_accepted_ = options_.max_frame_bytes_before_hello == 0;
+  read_buffer_.resize(kInitialReadBufferBytes / sizeof(capnp::word));
 }
 
 Connection::~Connection() = default;
@@ -125,28 +236,61 @@ Connection::~Connection() = default;
 void Connection::Start(FrameHandler on_frame, CloseHandler on_close) {
   on_frame_ = std::move(on_frame);
   on_close_ = std::move(on_close);
+  if (!hello_accepted_ && options_.hello_timeout.count() > 0) {
+    hello_timer_.emplace(socket_.get_executor());
+    hello_timer_->expires_after(options_.hello_timeout);
+    hello_timer_->async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+      if (ec || self->hello_accepted_ || self->closed_) return;
+      self->Close(absl::DeadlineExceededError(absl::StrCat(
+          "no hello within ", self->options_.hello_timeout.count(), " ms")));
+    });
+  }
   ReadMore();
 }
 
+void Connection::AcceptHello() {
+  if (hello_accepted_) return;
+  hello_accepted_ = true;
+  if (hello_timer_) hello_timer_->cancel();
+  EndHelloPhase();
+}
+
+void Connection::EndHelloPhase() {
+  if (options_.on_hello_phase_end) {
+    auto done = std::move(options_.on_hello_phase_end);
+    options_.on_hello_phase_end = nullptr;
+    done();
+  }
+}
+
 void Connection::ReadMore() {
-  if (closed_) return;
+  if (closed_ || reading_paused_ || read_in_flight_) return;
   size_t capacity = read_buffer_.size() * sizeof(capnp::word);
-  if (read_begin_ > 0 && (read_end_ == read_begin_ || capacity - read_end_ < 4096)) {
+  size_t live = read_end_ - read_begin_;
+  if (read_begin_ > 0 && (live == 0 || capacity - read_end_ < kMinReadBytes)) {
     // Compact: keep the partial frame at the (aligned) start of the buffer.
-    size_t live = read_end_ - read_begin_;
     char* base = reinterpret_cast<char*>(read_buffer_.data());
     std::memmove(base, base + read_begin_, live);
     read_begin_ = 0;
     read_end_ = live;
   }
-  if (capacity - read_end_ < 4096) {
+  if (live == 0 && capacity > kMaxIdleReadBufferBytes) {
+    // A large frame has been handled: an idle connection keeps a small buffer.
+    std::vector<capnp::word>(kInitialReadBufferBytes / sizeof(capnp::word)).swap(read_buffer_);
+    capacity = kInitialReadBufferBytes;
+  }
+  if (capacity - read_end_ < kMinReadBytes) {
+    // Grow with the bytes that have arrived (at most doubling), never to the
+    // length a header claims: a peer must send bytes to make us hold them.
     read_buffer_.resize(read_buffer_.size() * 2);
     capacity = read_buffer_.size() * sizeof(capnp::word);
   }
   char* base = reinterpret_cast<char*>(read_buffer_.data());
+  read_in_flight_ = true;
   socket_.async_read_some(
       boost::asio::buffer(base + read_end_, capacity - read_end_),
       [self = shared_from_this()](const boost::system::error_code& ec, size_t n) {
+        self->read_in_flight_ = false;
         if (ec) {
           self->Close(ec == boost::asio::error::eof
                           ? absl::UnavailableError("peer closed the connection")
@@ -159,27 +303,22 @@ void Connection::ReadMore() {
 
 void Connection::OnRead(size_t bytes) {
   read_end_ += bytes;
-  const uint8_t* base = reinterpret_cast<const uint8_t*>(read_buffer_.data());
-  while (!closed_ && read_end_ - read_begin_ >= kFrameHeaderBytes) {
-    auto len = ParseFrameHeader(base + read_begin_, options_.max_frame_bytes);
+  ProcessFrames();
+}
+
+void Connection::ProcessFrames() {
+  while (!closed_ && !reading_paused_ && read_end_ - read_begin_ >= kFrameHeaderBytes) {
+    const uint8_t* base = reinterpret_cast<const uint8_t*>(read_buffer_.data());
+    auto len = ParseFrameHeader(base + read_begin_, frame_limit());
     if (!len.ok()) {
-      Close(len.status());
+      Close(hello_accepted_ ? len.status()
+                            : absl::Status(len.status().code(),
+                                           absl::StrCat(len.status().message(),
+                                                        " before the hello was accepted")));
       return;
     }
     size_t frame_bytes = kFrameHeaderBytes + *len;
-    if (read_end_ - read_begin_ < frame_bytes) {
-      // Make room for the whole frame (its size is already checked against the limit).
-      size_t needed_words = (frame_bytes + 4096) / sizeof(capnp::word) + 1;
-      if (read_buffer_.size() < needed_words) {
-        size_t live = read_end_ - read_begin_;
-        std::vector<capnp::word> bigger(needed_words);
-        std::memcpy(bigger.data(), base + read_begin_, live);
-        read_buffer_.swap(bigger);
-        read_begin_ = 0;
-        read_end_ = live;
-      }
-      break;
-    }
+    if (read_end_ - read_begin_ < frame_bytes) break;  // ReadMore grows the buffer as bytes come
     const capnp::word* payload =
         reinterpret_cast<const capnp::word*>(base + read_begin_ + kFrameHeaderBytes);
     read_begin_ += frame_bytes;
@@ -198,10 +337,51 @@ void Connection::OnRead(size_t bytes) {
       Close(absl::InvalidArgumentError(absl::StrCat("bad message: ", e.what())));
       return;
     }
-    base = reinterpret_cast<const uint8_t*>(read_buffer_.data());
+    CheckSendQueue();
   }
   if (read_begin_ == read_end_) read_begin_ = read_end_ = 0;
   ReadMore();
+}
+
+size_t Connection::send_queue_bytes() const {
+  absl::MutexLock lock(&write_mu_);
+  return pending_writes_.size() + writing_bytes_;
+}
+
+void Connection::CheckSendQueue() {
+  if (options_.max_send_queue_bytes == 0 || closed_) return;
+  size_t queued = send_queue_bytes();
+  if (queued > options_.max_send_queue_bytes) {
+    // Stop taking requests from a peer that does not take our replies.
+    reading_paused_ = true;
+    if (!stall_timer_) {
+      stall_timer_.emplace(socket_.get_executor());
+      stall_timer_->expires_after(options_.send_stall_timeout);
+      stall_timer_->async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+        if (ec || self->closed_ || !self->stall_timer_) return;
+        self->Close(absl::ResourceExhaustedError(absl::StrCat(
+            "the peer left ", self->send_queue_bytes(), " bytes unread for ",
+            self->options_.send_stall_timeout.count(), " ms (limit ",
+            self->options_.max_send_queue_bytes, " bytes, LUMEN_MAX_SEND_QUEUE_BYTES)")));
+      });
+    }
+    return;
+  }
+  if (reading_paused_ && queued <= options_.max_send_queue_bytes / 2) {
+    reading_paused_ = false;
+    if (stall_timer_) {
+      stall_timer_->cancel();
+      stall_timer_.reset();
+    }
+    // Frames already buffered first, then more from the socket (posted: this may
+    // run inside a write completion or a Send from a frame handler).
+    boost::asio::post(socket_.get_executor(), [self = shared_from_this()] {
+      if (!self->closed_ && !self->reading_paused_) self->ProcessFrames();
+    });
+  } else if (!reading_paused_ && stall_timer_) {
+    stall_timer_->cancel();
+    stall_timer_.reset();
+  }
 }
 
 void Connection::Send(capnp::MessageBuilder& message) {
@@ -239,12 +419,14 @@ bool Connection::TrySendNow(std::string_view frames) {
 void Connection::Flush() { FlushWrites(); }
 
 void Connection::FlushWrites() {
+  CheckSendQueue();
   {
     absl::MutexLock lock(&write_mu_);
     if (write_in_flight_ || pending_writes_.empty() || closed_) return;
     write_in_flight_ = true;
     writing_.clear();
     writing_.swap(pending_writes_);
+    writing_bytes_ = writing_.size();
   }
   boost::asio::async_write(
       socket_, boost::asio::buffer(writing_),
@@ -252,6 +434,7 @@ void Connection::FlushWrites() {
         {
           absl::MutexLock lock(&self->write_mu_);
           self->write_in_flight_ = false;
+          self->writing_bytes_ = 0;
         }
         if (ec) {
           self->Close(absl::UnavailableError(ec.message()));
@@ -271,6 +454,12 @@ void Connection::Close(const absl::Status& reason) {
     socket_.shutdown(Socket::shutdown_both, ignored);
     socket_.close(ignored);
   }
+  if (hello_timer_) hello_timer_->cancel();
+  if (stall_timer_) {
+    stall_timer_->cancel();
+    stall_timer_.reset();
+  }
+  EndHelloPhase();
   if (on_close_) {
     auto handler = std::move(on_close_);
     on_close_ = nullptr;

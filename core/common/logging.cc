@@ -33,6 +33,23 @@ Level MinLevel() {
 
 void SetProcessTag(std::string tag) { ProcessTag() = std::move(tag); }
 
+bool RateLimiter::Allow(uint64_t* suppressed) {
+  absl::MutexLock lock(&mu_);
+  auto now = std::chrono::steady_clock::now();
+  if (now - window_start_ >= period_) {
+    window_start_ = now;
+    used_ = 0;
+  }
+  if (used_ >= lines_) {
+    ++suppressed_;
+    return false;
+  }
+  ++used_;
+  *suppressed = suppressed_;
+  suppressed_ = 0;
+  return true;
+}
+
 LogMessage::LogMessage(Level level, const char* file, int line) : level_(level) {
   static constexpr const char* kNames[] = {"D", "I", "W", "E", "F"};
   auto now = std::chrono::system_clock::now();

@@ -20,7 +20,10 @@
 #include <any>
 #include <atomic>
 #include <boost/asio.hpp>
+#include <chrono>
 #include <cstdint>
+#include <optional>
+#include <string_view>
 #include <functional>
 #include <memory>
 #include <string>
@@ -43,7 +46,77 @@ struct ConnectionOptions {
   size_t max_frame_bytes = 64u << 20;
   // Cap'n Proto nesting limit for decoding.
   int nesting_limit = 64;
+
+  // Server side: until AcceptHello() frames are limited to this many bytes
+  // (0: no hello phase, `max_frame_bytes` from the start) ...
+  size_t max_frame_bytes_before_hello = 0;
+  // ... and the connection closes (DeadlineExceeded) if AcceptHello() has not
+  // been called this long after Start() (0: no deadline).
+  std::chrono::milliseconds hello_timeout{0};
+  // Runs once, on the io thread, when the hello phase ends: at AcceptHello() or
+  // when the connection closes before it.
+  std::function<void()> on_hello_phase_end;
+
+  // Backpressure (0: unbounded). While more than this many bytes wait to be
+  // written, frames from the peer are not read; once the queue is down to half of
+  // it, reading resumes. A queue that stays above it for `send_stall_timeout`
+  // closes the connection (ResourceExhausted).
+  size_t max_send_queue_bytes = 0;
+  std::chrono::milliseconds send_stall_timeout{30000};
 };
+
+// A daemon's limits for the connections it accepts, from the environment:
+//   LUMEN_HELLO_TIMEOUT_MS          (default 5000)  hello deadline
+//   LUMEN_MAX_PENDING_HELLOS        (default 128)   connections awaiting hello, per listener
+//   LUMEN_MAX_SEND_QUEUE_BYTES      (default 16 MiB) outgoing bytes before reads pause
+//   LUMEN_SEND_STALL_TIMEOUT_MS     (default 30000) how long a peer may leave them unread
+struct ServerLimits {
+  size_t max_frame_bytes_before_hello = 16u << 10;
+  std::chrono::milliseconds hello_timeout{5000};
+  size_t max_pending_hellos = 128;
+  size_t max_send_queue_bytes = 16u << 20;
+  std::chrono::milliseconds send_stall_timeout{30000};
+
+  static ServerLimits FromEnv();
+};
+
+// The connections one listener has accepted that have not said hello yet, and
+// the cap on how many there may be. Only on the listener's io thread.
+//
+//   HelloAdmission admission(io, ServerLimits::FromEnv(), "head");
+//   acceptor.async_accept([&](auto ec, auto socket) {
+//     auto conn = admission.Admit(ToSocket(socket));   // nullptr: refused and logged
+//     if (conn) conn->Start(on_frame, on_close);        // call conn->AcceptHello() later
+//   });
+class HelloAdmission {
+ public:
+  // `who` names the daemon in log lines.
+  HelloAdmission(ServerLimits limits, std::string who);
+  // A Connection with the hello-phase limits, or nullptr (the socket closed and a
+  // rate-limited warning naming the peer logged) when `max_pending_hellos` are
+  // already waiting for their hello.
+  std::shared_ptr<class Connection> Admit(Socket socket, ConnectionOptions base = {});
+  size_t pending() const { return *pending_; }
+  const ServerLimits& limits() const { return limits_; }
+
+ private:
+  ServerLimits limits_;
+  std::string who_;
+  std::shared_ptr<size_t> pending_;  // shared with the connections' hello-phase callbacks
+};
+
+// True when `a` equals `b`, in time that does not depend on where they differ
+// (for comparing secrets such as the cluster token).
+bool ConstantTimeEquals(std::string_view a, std::string_view b);
+
+// "ADDRESS:PORT" for TCP, "unix socket (pid P, uid U)" for a Unix peer, or
+// "unknown peer".
+std::string DescribePeer(int fd);
+
+// Logs, as a WARNING, that `who` closed or refused the connection from `peer`
+// and why. Rate-limited process-wide (a few lines a second); the next line that
+// gets through says how many were suppressed.
+void LogRejectedConnection(std::string_view who, std::string_view peer, const absl::Status& why);
 
 // Serialises `message` as one frame (header + flat array), appended to `out`.
 void AppendFrame(capnp::MessageBuilder& message, std::string* out);
@@ -88,6 +161,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void Close(const absl::Status& reason);
   bool closed() const { return closed_; }
+
+  // Server side: the peer's hello was accepted; frames up to `max_frame_bytes`
+  // are allowed from now on and the hello deadline is off (io thread).
+  void AcceptHello();
+  bool hello_accepted() const { return hello_accepted_; }
+  // Who the peer is, for log lines (see DescribePeer); fixed at creation.
+  const std::string& peer() const { return peer_; }
+  // Bytes queued or being written; the read buffer's size (for tests and stats).
+  size_t send_queue_bytes() const;
+  size_t read_buffer_bytes() const { return read_buffer_.size() * sizeof(capnp::word); }
+  // Reading is paused for backpressure (io thread).
+  bool reading_paused() const { return reading_paused_; }
   // Nothing queued or being written.
   bool idle() const {
     absl::MutexLock lock(&write_mu_);
@@ -100,14 +185,35 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::any& context() { return context_; }
 
  private:
+  static constexpr size_t kInitialReadBufferBytes = 8192;
+  static constexpr size_t kMinReadBytes = 4096;
+  static constexpr size_t kMaxIdleReadBufferBytes = 1u << 20;
+
   Connection(Socket socket, ConnectionOptions options);
   void ReadMore();
   void OnRead(size_t bytes);
+  // Handles the complete frames in the read buffer, then reads more unless
+  // paused or closed.
+  void ProcessFrames();
   void FlushWrites();
+  size_t frame_limit() const {
+    return hello_accepted_ ? options_.max_frame_bytes : options_.max_frame_bytes_before_hello;
+  }
+  void EndHelloPhase();
+  // Backpressure: pauses reading / arms the stall deadline when the send queue is
+  // over its limit, resumes when it has drained (io thread).
+  void CheckSendQueue();
 
   Socket socket_;
   ConnectionOptions options_;
   uint64_t id_;
+  std::string peer_;
+  // True when there is no hello phase, or once AcceptHello() ran (io thread).
+  bool hello_accepted_ = true;
+  bool reading_paused_ = false;     // io thread
+  bool read_in_flight_ = false;     // io thread
+  std::optional<boost::asio::steady_timer> hello_timer_;  // io thread
+  std::optional<boost::asio::steady_timer> stall_timer_;  // io thread; armed while over the limit
   FrameHandler on_frame_;
   CloseHandler on_close_;
   std::atomic<bool> closed_{false};
@@ -119,6 +225,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   mutable absl::Mutex write_mu_;
   std::string pending_writes_ ABSL_GUARDED_BY(write_mu_);
   std::string writing_;  // owned by the write in flight
+  size_t writing_bytes_ ABSL_GUARDED_BY(write_mu_) = 0;  // writing_.size(), for other threads
   bool write_in_flight_ ABSL_GUARDED_BY(write_mu_) = false;
   std::any context_;
 };

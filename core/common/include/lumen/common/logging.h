@@ -7,8 +7,13 @@
 // Each line is written with a single write(2): thread-safe and not interleaved.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <sstream>
 #include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 namespace lumen::logging {
 
@@ -27,6 +32,29 @@ class LogMessage {
  private:
   Level level_;
   std::ostringstream stream_;
+};
+
+// Allows at most `lines` log lines per `period` and counts the rest, for log
+// sites a remote peer can trigger. Thread-safe.
+//
+//   static auto* limiter = new RateLimiter(5, std::chrono::seconds(1));
+//   uint64_t suppressed;
+//   if (limiter->Allow(&suppressed)) LUMEN_LOG(WARNING) << ... << suppressed << " suppressed";
+class RateLimiter {
+ public:
+  RateLimiter(int lines, std::chrono::steady_clock::duration period)
+      : lines_(lines), period_(period) {}
+  // True when a line may be written now; then `*suppressed` is the number of
+  // lines refused since the last one allowed.
+  bool Allow(uint64_t* suppressed);
+
+ private:
+  const int lines_;
+  const std::chrono::steady_clock::duration period_;
+  absl::Mutex mu_;
+  std::chrono::steady_clock::time_point window_start_ ABSL_GUARDED_BY(mu_);
+  int used_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t suppressed_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 struct Voidify {
