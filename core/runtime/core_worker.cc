@@ -399,6 +399,32 @@ void CoreWorker::MaybeFreeLocked(absl::node_hash_map<ObjectId, ObjectEntry>::ite
   objects_.erase(it);
 }
 
+namespace {
+// Steps taken by Get/Wait waiters: refs scanned when registering, countdowns,
+// entries visited when unregistering (internal::AwaitStepsForTesting).
+std::atomic<uint64_t> await_steps{0};
+}  // namespace
+
+}  // namespace lumen::runtime
+
+namespace lumen::internal {
+uint64_t AwaitStepsForTesting() {
+  return runtime::await_steps.load(std::memory_order_relaxed);
+}
+}  // namespace lumen::internal
+
+namespace lumen::runtime {
+
+void CoreWorker::WakeWaitersLocked(ObjectEntry& entry) {
+  if (entry.waiters.empty()) return;
+  await_steps.fetch_add(entry.waiters.size(), std::memory_order_relaxed);
+  for (Waiter* waiter : entry.waiters) {
+    // A Wait already satisfied stays registered until its thread unregisters.
+    if (waiter->remaining > 0 && --waiter->remaining == 0) waiter->done.Notify();
+  }
+  std::vector<Waiter*>().swap(entry.waiters);
+}
+
 void CoreWorker::SetObjectReady(const ObjectId& id, std::function<void(ObjectEntry&)> fill,
                                 bool owned_result) {
   std::vector<std::function<void()>> callbacks;
@@ -418,6 +444,7 @@ void CoreWorker::SetObjectReady(const ObjectId& id, std::function<void(ObjectEnt
       fill(it->second);
       it->second.ready.store(true, std::memory_order_release);
       callbacks.swap(it->second.on_ready);
+      WakeWaitersLocked(it->second);
     }
   }
   if (orphan_stored) DeleteCopies(id, std::move(orphan_locations));
@@ -757,8 +784,13 @@ std::vector<CoreWorker::ObjectEntry*> CoreWorker::AwaitReady(
       std::chrono::steady_clock::now() + timeout.value_or(std::chrono::milliseconds(0));
   std::vector<ObjectEntry*> entries;
   entries.reserve(refs.size());
+  // One scan under mu_: find the entries, count the ready ones and, when that is
+  // not enough, register the waiter on the others. From then on only objects
+  // becoming ready touch it (WakeWaitersLocked), once each.
+  Waiter waiter;
   {
     absl::MutexLock lock(&mu_);
+    size_t ready = 0;
     for (const auto* ref : refs) {
       auto it = objects_.find(ref->id());
       if (it == objects_.end()) throw ObjectLostError("object " + ref->id().Hex() + " is unknown");
@@ -770,33 +802,44 @@ std::vector<CoreWorker::ObjectEntry*> CoreWorker::AwaitReady(
         std::string owner = e.owner_address;
         PostToIo([this, id, owner] { RequestObjectFromOwner(id, owner); });
       }
+      if (e.ready.load(std::memory_order_relaxed)) ++ready;
       entries.push_back(&e);
+    }
+    await_steps.fetch_add(entries.size(), std::memory_order_relaxed);
+    if (ready >= num_ready) return entries;
+    waiter.remaining = num_ready - ready;
+    for (ObjectEntry* e : entries) {
+      if (!e->ready.load(std::memory_order_relaxed)) e->waiters.push_back(&waiter);
     }
   }
   // Entries stay put: node_hash_map nodes are stable and `refs` keep them alive.
-  // Evaluated while spinning and on every unlock of mu_: stop as soon as the
-  // answer is known (for Get, at the first entry not ready).
-  auto enough_ready = [&] {
-    size_t n = 0, left = entries.size();
-    for (auto* e : entries) {
-      if (n >= num_ready) return true;
-      if (n + left < num_ready) return false;
-      n += e->ready.load(std::memory_order_acquire) ? 1 : 0;
-      --left;
-    }
-    return n >= num_ready;
-  };
-  if (!SpinFor(std::chrono::microseconds(50), enough_ready)) {
+  bool done = SpinFor(std::chrono::microseconds(50), [&] { return waiter.done.HasBeenNotified(); });
+  if (!done) {
     NotifyBlocked(true);
-    absl::Condition cond(&enough_ready);
     if (timeout) {
-      mu_.LockWhenWithDeadline(cond, absl::FromChrono(deadline - std::chrono::steady_clock::now() +
-                                                      std::chrono::system_clock::now()));
+      waiter.done.WaitForNotificationWithTimeout(
+          absl::FromChrono(deadline - std::chrono::steady_clock::now()));
     } else {
-      mu_.LockWhen(cond);
+      waiter.done.WaitForNotification();
     }
-    mu_.Unlock();
     NotifyBlocked(false);
+  }
+  {
+    // Unregister from whatever is still not ready (a timeout, or a Wait that
+    // needed fewer than all). Ready objects dropped their waiters already, and
+    // after this nobody touches `waiter`: it is only counted down and notified
+    // under mu_, so taking mu_ here also waits for a Notify() still returning.
+    absl::MutexLock lock(&mu_);
+    if (waiter.remaining > 0 || num_ready < entries.size()) {
+      uint64_t visited = 0;
+      for (ObjectEntry* e : entries) {
+        if (e->ready.load(std::memory_order_relaxed)) continue;
+        ++visited;
+        std::erase(e->waiters, &waiter);
+        if (e->waiters.empty()) std::vector<Waiter*>().swap(e->waiters);
+      }
+      await_steps.fetch_add(visited, std::memory_order_relaxed);
+    }
   }
   return entries;
 }

@@ -102,6 +102,7 @@ class CoreWorker {
 
  private:
   struct ObjectEntry;
+  struct Waiter;
   struct LeaseShape;
   struct PendingTask;
   struct Lease;
@@ -193,6 +194,8 @@ class CoreWorker {
   void OnNodeLost(const absl::Status& why);
   void MaybeFreeLocked(absl::node_hash_map<ObjectId, ObjectEntry>::iterator it)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts down the Get/Wait calls waiting on an object that just became ready.
+  void WakeWaitersLocked(ObjectEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   internal::ObjectBytes ReadyBytes(const ObjectId& id);
   internal::ObjectBytes PinnedBytes(const ObjectId& id, uint64_t offset, uint64_t size);
   [[noreturn]] void ThrowFailure(const Failure& failure);

@@ -13,6 +13,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "core/runtime/core_worker.h"
 
 namespace lumen::runtime {
@@ -97,6 +98,20 @@ struct CoreWorker::ObjectEntry {
   bool requested = false;        // borrowed: the owner was asked for the value
   bool is_actor = false;         // owned: the handle object of an actor we created
   std::vector<std::function<void()>> on_ready;  // run on the io thread
+  // Threads in Get/Wait counting this object down (one per occurrence in
+  // their list); cleared when it becomes ready. Guarded by mu_.
+  std::vector<Waiter*> waiters;
+};
+
+// One call of Get or Wait that has to block (see AwaitReady). It is registered
+// on each of its objects that is not ready yet; each of them becoming ready
+// counts `remaining` down once (under mu_), and the one that brings it to zero
+// notifies the waiting thread. Nothing re-evaluates the whole list: a Get or
+// Wait of N refs costs O(N) to register and unregister, plus O(1) per object
+// that becomes ready.
+struct CoreWorker::Waiter {
+  size_t remaining = 0;  // guarded by mu_
+  absl::Notification done;
 };
 
 // An actor this process created and so manages: its creation, restarts, and

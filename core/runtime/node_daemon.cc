@@ -1218,48 +1218,61 @@ void NodeDaemon::StartWorker(const JobId& job_id) {
 }
 
 void NodeDaemon::DispatchLeases() {
-  for (auto it = lease_queue_.begin(); it != lease_queue_.end();) {
-    auto conn = it->conn.lock();
+  // One pass, O(queued requests + leases per requester connection): the
+  // requests that stay are moved to `kept` (erasing from the middle of a deque
+  // is linear, so erasing each grant was quadratic), each job's queued requests
+  // are counted once up front (not rescanned per request), and holders are
+  // asked for idle leases once per requester connection per pass.
+  absl::flat_hash_map<JobId, int> waiting;  // requests of each job still queued
+  for (const auto& r : lease_queue_) ++waiting[r.job];
+  absl::flat_hash_set<uint64_t> asked_for;  // requester connections
+  auto ask_holders = [&](uint64_t requester) {
+    if (asked_for.insert(requester).second) AskHoldersForIdleLeases(requester);
+  };
+  std::deque<LeaseRequest> queue;
+  queue.swap(lease_queue_);
+  std::deque<LeaseRequest> kept;
+  for (auto& request : queue) {
+    auto conn = request.conn.lock();
     if (!conn || conn->closed()) {
-      it = lease_queue_.erase(it);
+      --waiting[request.job];
       continue;
     }
-    auto jit = jobs_.find(it->job);
+    auto jit = jobs_.find(request.job);
     if (jit == jobs_.end()) {
-      it = lease_queue_.erase(it);
+      --waiting[request.job];
       continue;
     }
     Job& job = jit->second;
     LocalResourceManager* pool = resources_.get();
     std::string bundle;
-    if (!it->group.empty()) {
+    if (!request.group.empty()) {
       // Within the group's bundle(s) here, never the node's free resources.
-      bundle = FindBundleWithRoom(it->group, it->bundle_index, it->placement);
+      bundle = FindBundleWithRoom(request.group, request.bundle_index, request.placement);
       pool = bundle.empty() ? nullptr : PoolFor(bundle);
     }
-    if (pool == nullptr || !it->placement.IsSubsetOf(pool->available())) {
-      AskHoldersForIdleLeases(conn->id());
-      ++it;
+    if (pool == nullptr || !request.placement.IsSubsetOf(pool->available())) {
+      ask_holders(conn->id());
+      kept.push_back(std::move(request));
       continue;
     }
     // Drop idle workers that died since they were pooled.
     while (!job.idle.empty() && !workers_.contains(job.idle.front())) job.idle.pop_front();
     if (job.idle.empty()) {
       // Start enough workers for the requests of this job that fit right now.
-      int waiting = 0;
-      for (const auto& r : lease_queue_) waiting += r.job == it->job ? 1 : 0;
-      if (job.starting < std::min(waiting, 64)) StartWorker(it->job);
-      ++it;
+      if (job.starting < std::min(waiting[request.job], 64)) StartWorker(request.job);
+      kept.push_back(std::move(request));
       continue;
     }
     // The GPUs themselves: whole ones alone, fractions sharing one device.
-    std::optional<std::vector<int>> gpu_ids = gpus_->Assign(it->resources.Get(scheduler::kGPU));
+    std::optional<std::vector<int>> gpu_ids =
+        gpus_->Assign(request.resources.Get(scheduler::kGPU));
     if (!gpu_ids) {
-      AskHoldersForIdleLeases(conn->id());
-      ++it;
+      ask_holders(conn->id());
+      kept.push_back(std::move(request));
       continue;
     }
-    pool->TryAcquire(it->resources);
+    pool->TryAcquire(request.resources);
     WorkerId wid = job.idle.front();
     job.idle.pop_front();
     job.failed_starts = 0;
@@ -1268,10 +1281,10 @@ void NodeDaemon::DispatchLeases() {
     w.state = WorkerState::kLeased;
     w.lease_id = lease_id;
     leases_[lease_id] =
-        Lease{wid, it->resources, conn->id(), false, false, it->detached, *gpu_ids, bundle};
+        Lease{wid, request.resources, conn->id(), false, false, request.detached, *gpu_ids, bundle};
     OutMessage out;
     auto env = out.Init();
-    env.setRequestId(it->request_id);
+    env.setRequestId(request.request_id);
     auto reply = env.initLeaseReply();
     reply.setGranted(true);
     reply.setLeaseId(lease_id);
@@ -1282,8 +1295,12 @@ void NodeDaemon::DispatchLeases() {
     auto ids = reply.initGpuIds(gpu_ids->size());
     for (size_t i = 0; i < gpu_ids->size(); ++i) ids.set(i, (*gpu_ids)[i]);
     conn->Send(out.builder());
-    it = lease_queue_.erase(it);
+    --waiting[request.job];
   }
+  // Requests queued while this pass ran (none are expected: nothing above
+  // enqueues synchronously) go after the ones that were waiting.
+  for (auto& late : lease_queue_) kept.push_back(std::move(late));
+  lease_queue_.swap(kept);
 }
 
 void NodeDaemon::AskHoldersForIdleLeases(uint64_t requester) {

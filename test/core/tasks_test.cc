@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
@@ -49,6 +50,10 @@ void Nothing(std::string gate) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 }
+int GatedOne(std::string gate) {
+  Nothing(std::move(gate));
+  return 1;
+}
 int Pid() { return static_cast<int>(::getpid()); }
 int Square(int x) { return x * x; }
 int Increment(int x) { return x + 1; }
@@ -70,8 +75,8 @@ int SumOfSquaresViaTasks(int n) {
 
 }  // namespace
 
-LUMEN_REMOTE(Zero, Add, AddMany, Concat, Histogram, Midpoint, MaybeTuple, Nothing, Pid, Square,
-             Increment, NestedDepth, SumOfSquaresViaTasks);
+LUMEN_REMOTE(Zero, Add, AddMany, Concat, Histogram, Midpoint, MaybeTuple, Nothing, GatedOne, Pid,
+             Square, Increment, NestedDepth, SumOfSquaresViaTasks);
 
 using lumen::test::ScopedCluster;
 
@@ -183,4 +188,117 @@ TEST_CASE("workers started beyond the pool exit once idle") {
   REQUIRE(workers() >= 4);  // one per blocked level
   REQUIRE(lumen::test::WaitUntil([&] { return workers() == 1; }));
   REQUIRE(*lumen::Get(lumen::Task(Square).Remote(7)) == 49);
+}
+
+// Issue 17: a Get or Wait of N refs registers one waiter on the objects that
+// are not ready and is counted down once per object as it becomes ready. It
+// never rescans the list per completion (the old wait re-evaluated a condition
+// over the ready prefix on every unlock of the runtime's mutex: about N^2/2
+// entries for a Get of N queued tasks, 2e8 for 20,000). Counted, not timed.
+TEST_CASE("Get and Wait of many refs take steps linear in the refs, not per completion") {
+  ScopedCluster cluster;
+  constexpr uint64_t kN = 20000;
+  auto submit = [](uint64_t n) {
+    std::vector<lumen::ObjectRef<int>> refs;
+    refs.reserve(n);
+    for (uint64_t i = 0; i < n; ++i) refs.push_back(lumen::Task(Square).Remote(int(i % 1000)));
+    return refs;
+  };
+  {
+    auto refs = submit(kN);
+    uint64_t before = lumen::internal::AwaitStepsForTesting();
+    auto values = lumen::Get(refs);
+    uint64_t steps = lumen::internal::AwaitStepsForTesting() - before;
+    INFO("steps for a Get of " << kN << " refs: " << steps);
+    REQUIRE(values.size() == kN);
+    for (uint64_t i = 0; i < kN; ++i) REQUIRE(*values[i] == int(i % 1000) * int(i % 1000));
+    // A scan on entry, at most one countdown per ref, nothing to unregister (2N).
+    REQUIRE(steps <= 3 * kN);
+  }
+  {
+    // Wait for half, then Get the rest: each call one scan plus its countdowns
+    // plus (Wait) unregistering from what is still pending.
+    auto refs = submit(kN);
+    uint64_t before = lumen::internal::AwaitStepsForTesting();
+    auto half = lumen::Wait(refs, kN / 2);
+    REQUIRE(half.ready.size() >= kN / 2);
+    REQUIRE(half.ready.size() + half.unready.size() == kN);
+    lumen::Get(half.unready);
+    uint64_t steps = lumen::internal::AwaitStepsForTesting() - before;
+    INFO("steps for Wait(" << kN << ", " << kN / 2 << ") then Get of the rest: " << steps);
+    REQUIRE(steps <= 5 * kN);
+  }
+  {
+    // Wait(refs, 1) over a shrinking list: each call costs O(its length) (one
+    // scan, one unregistration), however many tasks complete meanwhile.
+    auto refs = submit(2000);
+    uint64_t before = lumen::internal::AwaitStepsForTesting();
+    uint64_t scanned = 0;
+    size_t calls = 0;
+    while (!refs.empty()) {
+      scanned += refs.size();
+      ++calls;
+      auto result = lumen::Wait(refs, 1);
+      REQUIRE(!result.ready.empty());
+      refs = std::move(result.unready);
+    }
+    uint64_t steps = lumen::internal::AwaitStepsForTesting() - before;
+    INFO(calls << " calls of Wait(refs, 1) over " << scanned << " refs in all: " << steps
+               << " steps");
+    REQUIRE(steps <= 3 * scanned);
+  }
+  {
+    // Several threads Get overlapping lists at once; each is woken once.
+    auto refs = submit(4000);
+    uint64_t before = lumen::internal::AwaitStepsForTesting();
+    std::vector<std::thread> threads;
+    std::vector<int> sums(4, 0);
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&, t] {
+        std::vector<lumen::ObjectRef<int>> mine(refs.begin() + t * 500, refs.end());
+        for (const auto& v : lumen::Get(mine)) sums[t] += *v;
+      });
+    }
+    for (auto& thread : threads) thread.join();
+    uint64_t steps = lumen::internal::AwaitStepsForTesting() - before;
+    int expected = 0;
+    for (int i = 1500; i < 4000; ++i) expected += (i % 1000) * (i % 1000);
+    REQUIRE(sums[3] == expected);
+    REQUIRE(steps <= 2 * 4 * 4000);
+  }
+}
+
+TEST_CASE("a Get or Wait that times out unregisters; the objects still fill later") {
+  ScopedCluster cluster;
+  std::string gate = cluster.session_dir() + "/gate";
+  std::vector<lumen::ObjectRef<int>> gated;
+  for (int i = 0; i < 3; ++i) gated.push_back(lumen::Task(GatedOne).Remote(gate));
+  auto fast = lumen::Task(Square).Remote(3);
+  REQUIRE_THROWS_AS(lumen::Get(gated, std::chrono::milliseconds(100)), lumen::GetTimeoutError);
+  auto waited = lumen::Wait(gated, 2, std::chrono::milliseconds(100));
+  REQUIRE(waited.ready.empty());
+  REQUIRE(waited.unready.size() == 3);
+  // From other threads too, at the same time.
+  std::vector<std::thread> threads;
+  std::atomic<int> timed_out{0};
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&] {
+      try {
+        lumen::Get(gated, std::chrono::milliseconds(50));
+      } catch (const lumen::GetTimeoutError&) {
+        ++timed_out;
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  REQUIRE(timed_out == 3);
+  // No registration of those calls is left to be counted down: the gated
+  // objects becoming ready now touch only the Get below.
+  std::ofstream(gate) << "open";
+  REQUIRE(*lumen::Get(fast) == 9);
+  auto values = lumen::Get(gated, std::chrono::seconds(30));
+  REQUIRE(values.size() == 3);
+  REQUIRE(*values[2] == 1);
+  auto all = lumen::Wait(gated, 3, std::chrono::seconds(1));
+  REQUIRE(all.ready.size() == 3);
 }

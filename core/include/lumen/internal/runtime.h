@@ -102,6 +102,11 @@ std::vector<ObjectBytes> GetObjects(const std::vector<const RefHandle*>& refs,
 std::vector<bool> WaitObjects(const std::vector<const RefHandle*>& refs, size_t num_returns,
                               std::optional<std::chrono::milliseconds> timeout);
 
+// For tests: the steps this process's Get/Wait calls have taken so far (refs
+// scanned on entry, countdowns as objects became ready, registrations removed).
+// O(N) per call of N refs; a count that grows faster means a quadratic wait.
+uint64_t AwaitStepsForTesting();
+
 // Throws lumen::TypeMismatchError / lumen::Error for a decode failure.
 [[noreturn]] void ThrowDecodeError(const std::string& message, bool type_mismatch);
 
