@@ -206,6 +206,8 @@ void CoreWorker::OnActorLease(const ObjectId& id, int generation,
   record->lease_node = node;
   record->node_id = IdFrom<NodeId>(reply.getNodeId());
   record->pid = reply.getWorkerPid();
+  record->worker_id = IdFrom<WorkerId>(reply.getWorkerId());
+  record->dying = false;
   record->address = reply.getWorkerAddress().cStr();
   record->gpu_ids.clear();
   for (int gpu : reply.getGpuIds()) record->gpu_ids.push_back(gpu);
@@ -290,9 +292,10 @@ void CoreWorker::OnActorProcessLost(const ObjectId& id, int generation, const ab
   auto it = owned_actors_.find(id);
   if (it == owned_actors_.end() || it->second->generation != generation) return;
   ActorRecord& record = *it->second;
-  if (record.state == ActorRecord::State::kDead) return;
+  if (record.state == ActorRecord::State::kDead || record.dying) return;
   // Make sure the process is gone and its resources are free.
   SendLeaseEnd(record.lease_node, record.lease_id, /*kill=*/true);
+  std::shared_ptr<Connection> lease_node = std::move(record.lease_node);
   record.lease_id = 0;
   record.lease_node.reset();
   record.conn.reset();
@@ -308,12 +311,38 @@ void CoreWorker::OnActorProcessLost(const ObjectId& id, int generation, const ab
     record.state = ActorRecord::State::kRestarting;
     StartActor(record);
   } else {
-    SetActorDead(record,
-                 absl::StrCat("the actor's process (pid ", record.pid, ") died unexpectedly: ",
-                              why.message(),
-                              record.options.max_restarts > 0
-                                  ? absl::StrCat(" (after ", record.restarts, " restarts)")
-                                  : std::string()));
+    // Dead for good: first learn from its node daemon how the process ended
+    // (its socket closes before the daemon reaps it), so the error says why.
+    // Callers wait meanwhile as they would for a restart.
+    record.dying = true;
+    std::string closed(why.message());
+    AskWorkerExitCause(lease_node, record.worker_id,
+                       [this, id, generation, closed](std::string cause) {
+                         auto rit = owned_actors_.find(id);
+                         if (rit == owned_actors_.end() || rit->second->generation != generation) {
+                           return;
+                         }
+                         ActorRecord& r = *rit->second;
+                         r.dying = false;
+                         if (r.state == ActorRecord::State::kDead) return;
+                         if (r.kill_requested) {
+                           SetActorDead(r, r.kill_reason);
+                           return;
+                         }
+                         SetActorDead(r, absl::StrCat(
+                                             "the actor's process (pid ", r.pid, ", actor ",
+                                             r.options.name.empty()
+                                                 ? r.factory
+                                                 : absl::StrCat("'", r.options.name, "' (",
+                                                                r.factory, ")"),
+                                             ", on node ",
+                                             r.node_id.IsNil() ? "?" : r.node_id.Hex().substr(0, 12),
+                                             ") died unexpectedly: ",
+                                             cause.empty() ? closed : cause,
+                                             r.options.max_restarts > 0
+                                                 ? absl::StrCat(" (after ", r.restarts, " restarts)")
+                                                 : std::string()));
+                       });
   }
 }
 
@@ -362,7 +391,8 @@ void CoreWorker::WhenActorSettled(
   ActorRecord& record = *it->second;
   if (record.state == ActorRecord::State::kDead) {
     cb(false, "", record.death);
-  } else if (record.state == ActorRecord::State::kAlive && record.address != failed_address) {
+  } else if (record.state == ActorRecord::State::kAlive && !record.dying &&
+             record.address != failed_address) {
     cb(true, record.address, "");
   } else {
     record.on_change.push_back([this, id, failed_address, cb = std::move(cb)]() mutable {
@@ -390,7 +420,13 @@ void CoreWorker::PumpActorClient(ActorClient& client) {
                     absl::StrCat("the actor ", client.actor_id.Hex().substr(0, 12),
                                  " is dead: ", client.death),
                     ""};
-    for (auto& task : client.interrupted) FailTask(task.release(), failure);
+    for (auto& task : client.interrupted) {
+      // It was running when the actor died: say so, with the cause.
+      Failure running = failure;
+      running.message = absl::StrCat("the actor ", client.actor_id.Hex().substr(0, 12),
+                                     " died while running ", task->function, ": ", client.death);
+      FailTask(task.release(), running);
+    }
     client.interrupted.clear();
     for (auto it = client.queue.begin(); it != client.queue.end();) {
       if ((*it)->resolved) {

@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "core/runtime/cluster.h"
@@ -55,6 +56,14 @@ std::string Env(const char* name) {
   return v ? v : "";
 }
 
+// Settings of the runtime that come from the environment (drivers and workers).
+void ApplyEnvironment(runtime::CoreWorkerOptions& options) {
+  int64_t ms = 0;
+  if (absl::SimpleAtoi(Env("LUMEN_WORKER_EXIT_CAUSE_TIMEOUT_MS"), &ms) && ms >= 0) {
+    options.worker_exit_cause_timeout = std::chrono::milliseconds(ms);
+  }
+}
+
 runtime::CoreWorker& Core() {
   runtime::CoreWorker* core = runtime::CurrentCoreWorker();
   if (core == nullptr) throw Error("lumen is not initialized: call lumen::Init first");
@@ -71,6 +80,7 @@ runtime::CoreWorker& Core() {
   options.worker_id = WorkerId::FromHex(Env("LUMEN_WORKER_ID"));
   options.job_id = JobId::FromHex(Env("LUMEN_JOB_ID"));
   options.head_address = Env("LUMEN_HEAD_ADDRESS");
+  ApplyEnvironment(options);
   auto core = runtime::CoreWorker::Start(options);
   if (!core.ok()) {
     LUMEN_LOG(ERROR) << "worker cannot start: " << core.status();
@@ -214,6 +224,7 @@ void InitRuntime(const Config& config, int argc, char** argv) {
     options.session_dir = node->session_dir;
   }
   options.head_address = state.head_address;
+  ApplyEnvironment(options);
   auto core = runtime::CoreWorker::Start(options);
   if (!core.ok()) {
     if (state.cluster) runtime::StopCluster(*state.cluster);

@@ -644,7 +644,12 @@ std::shared_ptr<internal::RefHandle> CoreWorker::PutWithWriter(
     throw Error(absl::StrCat("Put failed: ", created.status.message()));
   }
   store_->PrefaultForWrite(created.offset, size);
-  write(store_->writable_base() + created.offset);
+  try {
+    write(store_->writable_base() + created.offset);
+  } catch (...) {
+    CallStore(kAbort, id, size);  // the half-written object goes
+    throw;
+  }
   StoreResult sealed = CallStore(kSeal, id, size);
   if (!sealed.status.ok()) {
     CallStore(kAbort, id, size);
@@ -1050,9 +1055,9 @@ void CoreWorker::RequestLease(SchedulingQueue& queue) {
   });
 }
 
-void CoreWorker::SendNodeRequest(Connection& conn,
-                                 const std::function<void(proto::Envelope::Builder)>& fill,
-                                 std::function<void(proto::Envelope::Reader)> callback) {
+uint64_t CoreWorker::SendNodeRequest(Connection& conn,
+                                     const std::function<void(proto::Envelope::Builder)>& fill,
+                                     std::function<void(proto::Envelope::Reader)> callback) {
   uint64_t request_id = next_request_id_++;
   node_requests_[request_id] = NodeRequest{conn.id(), std::move(callback)};
   OutMessage out;
@@ -1060,6 +1065,53 @@ void CoreWorker::SendNodeRequest(Connection& conn,
   env.setRequestId(request_id);
   fill(env);
   conn.Send(out.builder());
+  return request_id;
+}
+
+void CoreWorker::AskWorkerExitCause(const std::shared_ptr<Connection>& node,
+                                    const WorkerId& worker,
+                                    std::function<void(std::string cause)> done) {
+  auto timeout = options_.worker_exit_cause_timeout;
+  if (!node || node->closed() || worker.IsNil() || timeout.count() <= 0 || stopped_) {
+    done("");
+    return;
+  }
+  // Answered by the reply, the deadline or the node's connection closing,
+  // whichever comes first; `done` runs once.
+  struct State {
+    std::function<void(std::string)> done;
+    std::unique_ptr<boost::asio::steady_timer> timer;
+    uint64_t request_id = 0;
+  };
+  auto state = std::make_shared<State>();
+  state->done = std::move(done);
+  auto finish = [state](std::string cause) {
+    if (!state->done) return;
+    auto done = std::move(state->done);
+    state->done = nullptr;
+    if (state->timer) state->timer->cancel();
+    done(std::move(cause));
+  };
+  state->request_id = SendNodeRequest(
+      *node,
+      [&](proto::Envelope::Builder env) {
+        auto query = env.initGetWorkerExit();
+        query.setWorkerId(DataOf(worker));
+        query.setTimeoutMs(static_cast<uint32_t>(timeout.count()));
+      },
+      [finish](proto::Envelope::Reader msg) {
+        bool known = msg.isWorkerExit() && msg.getWorkerExit().getKnown();
+        finish(known ? std::string(msg.getWorkerExit().getCause().cStr()) : std::string());
+      });
+  if (!state->done) return;  // answered already (the connection was closing)
+  // The daemon answers at the same deadline; a little slack lets its answer win.
+  state->timer = std::make_unique<boost::asio::steady_timer>(
+      io_, timeout + std::chrono::milliseconds(200));
+  state->timer->async_wait([this, state, finish](const boost::system::error_code& ec) {
+    if (ec || !state->done) return;
+    node_requests_.erase(state->request_id);
+    finish("");
+  });
 }
 
 std::shared_ptr<Connection> CoreWorker::NodeConnection(const std::string& address,
@@ -1576,6 +1628,7 @@ void CoreWorker::OnLeaseLost(Lease* lease, const absl::Status& why) {
   // The worker may be alive but unreachable: its node ends it and frees the lease.
   SendLeaseEnd(owned->node, owned->lease_id, /*kill=*/true);
   std::vector<std::unique_ptr<PendingTask>> retry;
+  auto failed = std::make_shared<std::vector<std::unique_ptr<PendingTask>>>();
   for (auto& [id, task] : owned->in_flight) {
     if (task->retries_left > 0) {
       --task->retries_left;
@@ -1584,15 +1637,34 @@ void CoreWorker::OnLeaseLost(Lease* lease, const absl::Status& why) {
                       << "; retrying (attempt " << task->attempt + 1 << ")";
       retry.push_back(std::move(task));
     } else {
-      std::string message =
-          absl::StrCat("the worker (pid ", owned->worker_pid, ") running task ", task->display_name,
-                       " died: ", why.message(), "; no retries left (max_retries=",
-                       task->max_retries, ")");
-      FailTask(task.release(), Failure{proto::FailureKind::WORKER_CRASHED, "", message, ""});
+      failed->push_back(std::move(task));
     }
   }
   for (auto it = retry.rbegin(); it != retry.rend(); ++it) queue.ready.push_front(std::move(*it));
   owned->in_flight.clear();
+  if (!failed->empty()) {
+    // These fail for good: first learn from the worker's node daemon how the
+    // process ended (its socket closes before the daemon reaps it), so the
+    // error says why; the old text if the daemon cannot say in time.
+    int pid = owned->worker_pid;
+    std::string node = owned->node_id.IsNil() ? "?" : owned->node_id.Hex().substr(0, 12);
+    std::string closed = std::string(why.message());
+    auto fail_all = [this, failed, pid, node, closed](std::string cause) {
+      for (auto& task : *failed) {
+        std::string message = absl::StrCat(
+            "the worker (pid ", pid, ") running task ", task->display_name, " on node ", node,
+            " died: ", cause.empty() ? closed : cause, "; no retries left (max_retries=",
+            task->max_retries, ")");
+        FailTask(task.release(), Failure{proto::FailureKind::WORKER_CRASHED, "", message, ""});
+      }
+      failed->clear();
+    };
+    if (owned->node_dead) {
+      fail_all("");
+    } else {
+      AskWorkerExitCause(owned->node, owned->worker_id, std::move(fail_all));
+    }
+  }
   // Closing callbacks may still reference the connection; keep it until they ran.
   PostToIo([keep = std::shared_ptr<Lease>(std::move(owned))] {});
   DispatchQueue(queue);

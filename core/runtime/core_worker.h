@@ -45,6 +45,10 @@ struct CoreWorkerOptions {
   std::chrono::milliseconds lease_idle_timeout{200};
   int max_tasks_in_flight_per_worker = 16;
   int max_pending_lease_requests = 4;
+  // When a worker dies with a task or actor that fails for good, how long its
+  // owner waits for the node daemon to say how the process ended
+  // (LUMEN_WORKER_EXIT_CAUSE_TIMEOUT_MS); the error then names the cause.
+  std::chrono::milliseconds worker_exit_cause_timeout{2000};
 };
 
 // Why a value is not there: the payload of a failed object.
@@ -149,8 +153,15 @@ class CoreWorker {
   std::shared_ptr<Connection> NodeConnection(const std::string& address, absl::Status* error);
   void OnRemoteNodeLost(Connection& conn, const absl::Status& why);
   void OnRemoteNodeDead(const NodeId& node);
-  void SendNodeRequest(Connection& conn, const std::function<void(proto::Envelope::Builder)>& fill,
-                       std::function<void(proto::Envelope::Reader)> callback);
+  // Returns the request's id.
+  uint64_t SendNodeRequest(Connection& conn,
+                           const std::function<void(proto::Envelope::Builder)>& fill,
+                           std::function<void(proto::Envelope::Reader)> callback);
+  // Asks the node daemon `node` how worker `worker` ended. `done` runs once on
+  // the io thread with the cause ("killed by signal 11 (SIGSEGV)"), or with ""
+  // when the daemon does not know within options_.worker_exit_cause_timeout.
+  void AskWorkerExitCause(const std::shared_ptr<Connection>& node, const WorkerId& worker,
+                          std::function<void(std::string cause)> done);
   void SendLeaseEnd(const std::shared_ptr<Connection>& node, uint64_t lease_id, bool kill);
   void PushTask(Lease& lease, PendingTask* task);
   void OnTaskReply(Lease& lease, proto::TaskReply::Reader reply);

@@ -130,6 +130,7 @@ struct CoreWorker::ActorRecord {
   int generation = 0;  // bumped per incarnation; stale callbacks compare it
   std::string address;
   int pid = 0;
+  WorkerId worker_id;
   uint64_t lease_id = 0;
   std::shared_ptr<Connection> lease_node;  // the node daemon that granted the lease
   NodeId node_id;
@@ -137,6 +138,9 @@ struct CoreWorker::ActorRecord {
   std::shared_ptr<Connection> conn;  // ours to the actor process
   bool kill_requested = false;  // Kill(no_restart) or out of scope
   bool exiting = false;         // it called ExitActor
+  // Its process died for good: waiting (briefly) for its node daemon to say
+  // how, before it is DEAD. Callers wait as for a restart.
+  bool dying = false;
   std::string kill_reason;
   std::string death;
   std::vector<std::function<void()>> on_change;  // run when alive or dead

@@ -11,11 +11,15 @@
 #include <cstdlib>
 #include <deque>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <optional>
+#include <sstream>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "lumen/common/connection.h"
 #include "lumen/common/proto_util.h"
@@ -58,6 +62,42 @@ capnp::Data::Reader DataOfString(const std::string& s) {
   return capnp::Data::Reader(reinterpret_cast<const uint8_t*>(s.data()), s.size());
 }
 
+// How a child process ended, in words: "killed by signal 11 (SIGSEGV)",
+// "exited with code 0". `kill_reason`: why the daemon itself sent SIGKILL, if it did.
+std::string DescribeExit(int status, const std::string& kill_reason) {
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    if (sig == SIGKILL) {
+      if (!kill_reason.empty()) {
+        return absl::StrCat("killed by SIGKILL from its node daemon (", kill_reason, ")");
+      }
+      return "killed by SIGKILL (possibly the out-of-memory killer)";
+    }
+    const char* abbrev = ::sigabbrev_np(sig);
+    if (abbrev == nullptr) return absl::StrCat("killed by signal ", sig);
+    return absl::StrCat("killed by signal ", sig, " (SIG", abbrev, ")");
+  }
+  if (WIFEXITED(status)) return absl::StrCat("exited with code ", WEXITSTATUS(status));
+  return absl::StrCat("ended with wait status ", status);
+}
+
+// Whether a process is already on its way out (a zombie, or exiting: the
+// kernel's PF_EXITING flag), e.g. killed by a signal whose socket closing we
+// just saw. A signal sent now no longer changes how it ends.
+bool ProcessExiting(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t comm_end = stat.rfind(')');
+  if (comm_end == std::string::npos) return true;  // gone
+  std::istringstream fields(stat.substr(comm_end + 1));
+  std::string state;
+  unsigned long ppid = 0, pgrp = 0, session = 0, tpgid = 0, flags = 0;
+  long tty = 0;
+  fields >> state >> ppid >> pgrp >> session >> tty >> tpgid >> flags;
+  constexpr unsigned long kPfExiting = 0x4;
+  return state == "Z" || state == "X" || (flags & kPfExiting) != 0;
+}
+
 class NodeDaemon {
  public:
   explicit NodeDaemon(const NodeDaemonOptions& options)
@@ -84,7 +124,28 @@ class NodeDaemon {
     std::string address;
     uint64_t lease_id = 0;
     std::chrono::steady_clock::time_point idle_since;
+    // Set when this daemon sends it SIGKILL: an exit by SIGKILL then names why.
+    std::string kill_reason;
   };
+  // How a worker process ended, kept a while for lease holders that ask
+  // (getWorkerExit) after it was reaped.
+  struct WorkerExit {
+    JobId job;
+    pid_t pid = 0;
+    std::string cause;
+    int signal = 0;
+    int exit_code = -1;
+  };
+  // A getWorkerExit waiting for its worker to be reaped.
+  struct ExitWaiter {
+    std::weak_ptr<Connection> conn;
+    uint64_t conn_id = 0;
+    uint64_t request_id = 0;
+    std::shared_ptr<asio::steady_timer> timer;
+  };
+  static constexpr size_t kMaxRecentExits = 1024;
+  static constexpr size_t kMaxExitWaitersPerConnection = 256;
+  static constexpr uint32_t kMaxExitWaitMs = 10000;
   struct Job {
     std::string exe_path;
     uint64_t driver_conn = 0;
@@ -182,6 +243,11 @@ class NodeDaemon {
   void AskHoldersForIdleLeases(uint64_t requester);
   void ReapChildren();
   void OnWorkerGone(Worker& worker, const std::string& why);
+  // Sends SIGKILL to a worker and remembers why (for its exit cause).
+  void KillWorker(Worker& worker, const char* reason);
+  void OnGetWorkerExit(Connection& conn, proto::Envelope::Reader msg);
+  void SendWorkerExit(Connection& conn, uint64_t request_id, const WorkerExit* exit);
+  void RecordWorkerExit(const WorkerId& id, WorkerExit exit);
   void KillJobWorkers(const JobId& job_id);
   bool IsDetached(const Worker& w) const;
   void RefuseLease(Connection& conn, uint64_t request_id, const std::string& why);
@@ -219,6 +285,12 @@ class NodeDaemon {
   absl::flat_hash_map<uint64_t, std::shared_ptr<Connection>> clients_;
   absl::flat_hash_map<WorkerId, Worker> workers_;
   absl::flat_hash_map<pid_t, WorkerId> worker_pids_;
+  // Recently reaped workers (at most kMaxRecentExits, oldest dropped first),
+  // and the getWorkerExit requests waiting for a worker still running.
+  absl::flat_hash_map<WorkerId, WorkerExit> recent_exits_;
+  std::deque<WorkerId> recent_exit_order_;
+  absl::flat_hash_map<WorkerId, std::vector<ExitWaiter>> exit_waiters_;
+  absl::flat_hash_map<uint64_t, size_t> exit_waiters_per_conn_;
   absl::flat_hash_map<JobId, Job> jobs_;
   absl::flat_hash_map<uint64_t, Lease> leases_;
   std::deque<LeaseRequest> lease_queue_;
@@ -509,7 +581,7 @@ void NodeDaemon::OnFrame(Connection& conn, proto::Envelope::Reader msg) {
         if (wit != workers_.end()) {
           auto& idle = jobs_[wit->second.job].idle;
           idle.erase(std::remove(idle.begin(), idle.end(), wid), idle.end());
-          ::kill(wit->second.pid, SIGKILL);
+          KillWorker(wit->second, "its lease holder ended the lease");
         }
       }
       DispatchLeases();
@@ -539,6 +611,9 @@ void NodeDaemon::OnFrame(Connection& conn, proto::Envelope::Reader msg) {
       }
       return;
     }
+    case proto::Envelope::GET_WORKER_EXIT:
+      OnGetWorkerExit(conn, msg);
+      return;
     case proto::Envelope::GET_NODE_STATS: {
       OutMessage out;
       auto env = out.Init();
@@ -901,7 +976,7 @@ void NodeDaemon::RemoveBundle(const std::string& key) {
     auto wit = workers_.find(lease.worker);
     if (wit != workers_.end()) {
       wit->second.lease_id = 0;
-      ::kill(wit->second.pid, SIGKILL);
+      KillWorker(wit->second, "its placement group bundle was removed");
     }
   }
   resources_->Release(it->second.resources->total());
@@ -1367,7 +1442,7 @@ void NodeDaemon::OnClose(Connection& conn, const absl::Status& why) {
     if (wit != workers_.end()) {
       auto& idle = jobs_[wit->second.job].idle;
       idle.erase(std::remove(idle.begin(), idle.end(), wid), idle.end());
-      ::kill(wit->second.pid, SIGKILL);
+      KillWorker(wit->second, "its lease holder disconnected");
     }
   }
   if (client.role == proto::Role::DRIVER && jobs_.contains(client.job) &&
@@ -1389,7 +1464,9 @@ void NodeDaemon::OnClose(Connection& conn, const absl::Status& why) {
         auto& idle = jit->second.idle;
         idle.erase(std::remove(idle.begin(), idle.end(), client.worker), idle.end());
       }
-      if (ProcessAlive(wit->second.pid)) ::kill(wit->second.pid, SIGKILL);
+      if (ProcessAlive(wit->second.pid)) {
+        KillWorker(wit->second, "its connection to the node daemon closed");
+      }
     }
   }
   auto keep = clients_[id];
@@ -1457,7 +1534,7 @@ bool NodeDaemon::IsDetached(const Worker& w) const {
 
 void NodeDaemon::KillJobWorkers(const JobId& job_id) {
   for (auto& [wid, w] : workers_) {
-    if (w.job == job_id && !IsDetached(w)) ::kill(w.pid, SIGKILL);
+    if (w.job == job_id && !IsDetached(w)) KillWorker(w, "its job ended");
   }
 }
 
@@ -1472,8 +1549,14 @@ void NodeDaemon::ReapChildren() {
     worker_pids_.erase(it);
     auto wit = workers_.find(wid);
     if (wit == workers_.end()) continue;
-    std::string why = WIFSIGNALED(status) ? absl::StrCat("killed by signal ", WTERMSIG(status))
-                                          : absl::StrCat("exited with code ", WEXITSTATUS(status));
+    WorkerExit exit;
+    exit.job = wit->second.job;
+    exit.pid = pid;
+    exit.cause = DescribeExit(status, wit->second.kill_reason);
+    exit.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+    exit.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    std::string why = exit.cause;
+    RecordWorkerExit(wid, std::move(exit));
     // Handling may re-enter (closing its connection dispatches leases, which can
     // start workers): work on a copy of an entry already erased.
     Worker gone = std::move(wit->second);
@@ -1506,6 +1589,99 @@ void NodeDaemon::OnWorkerGone(Worker& w, const std::string& why) {
   }
   if (w.conn) w.conn->Close(absl::CancelledError("worker exited"));
   if (!w.address.empty()) ::unlink(ParseAddress(w.address).unix_path.c_str());
+}
+
+void NodeDaemon::KillWorker(Worker& w, const char* reason) {
+  // Only a kill that ends the process is its cause (not one that reaches a
+  // process already dying, e.g. of someone else's SIGKILL).
+  if (w.kill_reason.empty() && !ProcessExiting(w.pid)) w.kill_reason = reason;
+  ::kill(w.pid, SIGKILL);
+}
+
+void NodeDaemon::RecordWorkerExit(const WorkerId& id, WorkerExit exit) {
+  auto waiters = exit_waiters_.extract(id);
+  if (!waiters.empty()) {
+    for (auto& waiter : waiters.mapped()) {
+      waiter.timer->cancel();
+      auto count = exit_waiters_per_conn_.find(waiter.conn_id);
+      if (count != exit_waiters_per_conn_.end() && --count->second == 0) {
+        exit_waiters_per_conn_.erase(count);
+      }
+      auto conn = waiter.conn.lock();
+      if (conn && !conn->closed()) SendWorkerExit(*conn, waiter.request_id, &exit);
+    }
+  }
+  if (recent_exits_.size() >= kMaxRecentExits && !recent_exit_order_.empty()) {
+    recent_exits_.erase(recent_exit_order_.front());
+    recent_exit_order_.pop_front();
+  }
+  if (recent_exits_.insert_or_assign(id, std::move(exit)).second) {
+    recent_exit_order_.push_back(id);
+  }
+}
+
+void NodeDaemon::SendWorkerExit(Connection& conn, uint64_t request_id, const WorkerExit* exit) {
+  OutMessage out;
+  auto env = out.Init();
+  env.setRequestId(request_id);
+  auto info = env.initWorkerExit();
+  info.setNodeId(DataOf(node_id_));
+  info.setKnown(exit != nullptr);
+  info.setExitCode(-1);
+  if (exit != nullptr) {
+    info.setPid(exit->pid);
+    info.setCause(exit->cause);
+    info.setSignal(exit->signal);
+    info.setExitCode(exit->exit_code);
+  }
+  conn.Send(out.builder());
+}
+
+void NodeDaemon::OnGetWorkerExit(Connection& conn, proto::Envelope::Reader msg) {
+  const Client& client = std::any_cast<Client&>(conn.context());
+  uint64_t request_id = msg.getRequestId();
+  auto query = msg.getGetWorkerExit();
+  WorkerId id = IdFrom<WorkerId>(query.getWorkerId());
+  bool may_ask = client.role == proto::Role::DRIVER || client.role == proto::Role::WORKER ||
+                 client.role == proto::Role::REMOTE_OWNER;
+  // Only processes of the worker's own job learn how it ended.
+  if (auto it = recent_exits_.find(id); may_ask && it != recent_exits_.end()) {
+    SendWorkerExit(conn, request_id, it->second.job == client.job ? &it->second : nullptr);
+    return;
+  }
+  auto wit = workers_.find(id);
+  size_t& pending = exit_waiters_per_conn_[conn.id()];
+  if (!may_ask || wit == workers_.end() || wit->second.job != client.job ||
+      pending >= kMaxExitWaitersPerConnection || query.getTimeoutMs() == 0) {
+    if (pending == 0) exit_waiters_per_conn_.erase(conn.id());
+    SendWorkerExit(conn, request_id, nullptr);
+    return;
+  }
+  // Still running (its socket closes before it is reaped): answer when it is,
+  // or at the deadline.
+  ++pending;
+  auto timer = std::make_shared<asio::steady_timer>(
+      io_, std::chrono::milliseconds(std::min(query.getTimeoutMs(), kMaxExitWaitMs)));
+  uint64_t conn_id = conn.id();
+  exit_waiters_[id].push_back(ExitWaiter{conn.weak_from_this(), conn_id, request_id, timer});
+  timer->async_wait([this, id, request_id, conn_id](const boost::system::error_code& ec) {
+    if (ec) return;  // answered
+    auto wit = exit_waiters_.find(id);
+    if (wit == exit_waiters_.end()) return;
+    auto& list = wit->second;
+    for (auto it = list.begin(); it != list.end(); ++it) {
+      if (it->request_id != request_id || it->conn_id != conn_id) continue;
+      auto conn = it->conn.lock();
+      list.erase(it);
+      if (list.empty()) exit_waiters_.erase(wit);
+      auto count = exit_waiters_per_conn_.find(conn_id);
+      if (count != exit_waiters_per_conn_.end() && --count->second == 0) {
+        exit_waiters_per_conn_.erase(count);
+      }
+      if (conn && !conn->closed()) SendWorkerExit(*conn, request_id, nullptr);
+      return;
+    }
+  });
 }
 
 void NodeDaemon::FillStats(proto::NodeStats::Builder stats) {
@@ -1609,7 +1785,7 @@ void NodeDaemon::ReapIdleWorkers() {
         continue;
       }
       if (now - wit->second.idle_since < timeout) break;
-      ::kill(wit->second.pid, SIGKILL);  // reaped through SIGCHLD
+      KillWorker(wit->second, "it was idle");  // reaped through SIGCHLD
       job.idle.pop_front();
     }
   }

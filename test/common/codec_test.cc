@@ -541,3 +541,38 @@ TEST_CASE("EncodeArrayPrefix plus raw bytes equals the vector's encoding") {
     REQUIRE(manual == lumen::codec::EncodeValue(v));
   }
 }
+
+TEST_CASE("EncodedValueSize measures and EncodeValueInto writes exactly EncodeValue's bytes") {
+  // Invariant: a large value can be measured first and then written straight
+  // into a buffer of that size (the object store), byte for byte the same as
+  // encoding it into a string.
+  auto check = [](const auto& value) {
+    std::string expected = EncodeValue(value);
+    REQUIRE(lumen::codec::EncodedValueSize(value) == expected.size());
+    // 64-byte aligned, as the store places objects.
+    std::vector<uint64_t> storage(expected.size() / 8 + 9);
+    auto* out = reinterpret_cast<uint8_t*>(
+        (reinterpret_cast<uintptr_t>(storage.data()) + 63) & ~uintptr_t{63});
+    REQUIRE(lumen::codec::EncodeValueInto(out, expected.size(), value).ok());
+    REQUIRE(std::string(reinterpret_cast<const char*>(out), expected.size()) == expected);
+    // A buffer one byte short is refused, not overrun.
+    if (!expected.empty()) {
+      std::memset(out, 0xee, expected.size());
+      auto status = lumen::codec::EncodeValueInto(out, expected.size() - 1, value);
+      REQUIRE(status.code() == absl::StatusCode::kInternal);
+      REQUIRE(out[expected.size() - 1] == 0xee);
+    }
+  };
+  check(42);
+  check(std::string(1000, 'x'));
+  check(std::vector<float>(12345, 1.5f));
+  check(std::vector<std::string>{"a", "", std::string(300, 'b')});
+  check(Buffer(std::string(777, 'q')));
+  check(SampleOuter());
+  check(std::map<int, std::vector<double>>{{1, {1.0, 2.0}}, {7, {}}});
+  // Measuring counts bytes without reading them.
+  lumen::codec::Writer w = lumen::codec::Writer::Measuring();
+  REQUIRE(w.measuring());
+  w.WriteBytes(nullptr, size_t{1} << 40);  // counted, never read
+  REQUIRE(w.Position() == size_t{1} << 40);
+}

@@ -1,6 +1,7 @@
 // Actors on a real embedded cluster: creation, ordered calls, concurrency,
 // handles as values, names, failures and restarts.
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -73,6 +74,29 @@ class Rendezvous {
   int inside_ = 0;
 };
 
+// An actor whose methods end its process in the ways a real bug would.
+class Crasher {
+ public:
+  static Crasher* Create() { return new Crasher(); }
+  int Pid() const { return static_cast<int>(::getpid()); }
+  int Segfault() {
+    NoCoreDump();
+    ::raise(SIGSEGV);
+    return 0;
+  }
+  int Abort() {
+    NoCoreDump();
+    std::abort();
+  }
+  int ExitZero() { std::exit(0); }
+
+ private:
+  static void NoCoreDump() {
+    rlimit none{0, 0};
+    ::setrlimit(RLIMIT_CORE, &none);
+  }
+};
+
 int AddThroughHandle(lumen::ActorHandle<Counter> counter, int x) {
   return *lumen::Get(counter.Task(&Counter::Add).Remote(x));
 }
@@ -87,6 +111,8 @@ int AddThroughName(std::string name, int x) {
 LUMEN_REMOTE(Counter::Create, Counter::CreateOrThrow, &Counter::Add, &Counter::Get, &Counter::Pid,
              &Counter::Record, &Counter::InOrder, &Counter::Fail, &Counter::AddAndExit,
              Rendezvous::Create, &Rendezvous::Meet, AddThroughHandle, AddThroughName);
+LUMEN_REMOTE(Crasher::Create, &Crasher::Pid, &Crasher::Segfault, &Crasher::Abort,
+             &Crasher::ExitZero);
 
 using lumen::test::ScopedCluster;
 using lumen::test::WaitUntil;
@@ -155,11 +181,66 @@ TEST_CASE("kill -9 of an actor without restarts: the next call throws ActorDiedE
   int pid = *lumen::Get(counter.Task(&Counter::Pid).Remote());
   REQUIRE(::kill(pid, SIGKILL) == 0);
   auto start = std::chrono::steady_clock::now();
-  REQUIRE_THROWS_AS(lumen::Get(counter.Task(&Counter::Add).Remote(1), std::chrono::seconds(10)),
-                    lumen::ActorDiedError);
+  try {
+    lumen::Get(counter.Task(&Counter::Add).Remote(1), std::chrono::seconds(10));
+    FAIL("the call should throw ActorDiedError");
+  } catch (const lumen::ActorDiedError& e) {
+    // The node daemon saw a SIGKILL it did not send.
+    INFO(e.what());
+    CHECK(std::string(e.what()).find("killed by SIGKILL (possibly the out-of-memory killer)") !=
+          std::string::npos);
+  }
   REQUIRE(std::chrono::steady_clock::now() - start < std::chrono::seconds(1));
   // Later calls fail the same way.
   REQUIRE_THROWS_AS(lumen::Get(counter.Task(&Counter::Get).Remote()), lumen::ActorDiedError);
+}
+
+TEST_CASE("an actor method that segfaults aborts or calls exit(0) fails with the cause its node saw") {
+  // Invariant: ActorDiedError names how the actor's process ended, as its node
+  // daemon reaped it, with the pid, the actor (and the call it was running)
+  // and the node; later calls fail with the same cause.
+  ScopedCluster cluster;
+  std::string node = lumen::GetNodeId().substr(0, 12);
+  struct Case {
+    int (Crasher::*method)();
+    std::string method_name;
+    std::string actor_name;  // "" for an unnamed actor
+    std::string cause;
+  };
+  std::vector<Case> cases = {
+      {&Crasher::Segfault, "Crasher::Segfault", "", "killed by signal 11 (SIGSEGV)"},
+      {&Crasher::Abort, "Crasher::Abort", "crash-abort", "killed by signal 6 (SIGABRT)"},
+      {&Crasher::ExitZero, "Crasher::ExitZero", "", "exited with code 0"}};
+  for (const auto& c : cases) {
+    auto builder = lumen::Actor(Crasher::Create).SetMaxRestarts(0);
+    if (!c.actor_name.empty()) builder.SetName(c.actor_name);
+    auto actor = builder.Remote();
+    int pid = *lumen::Get(actor.Task(&Crasher::Pid).Remote());
+    try {
+      lumen::Get(actor.Task(c.method).Remote(), std::chrono::seconds(30));
+      FAIL("the call should throw ActorDiedError");
+    } catch (const lumen::ActorDiedError& e) {
+      std::string what = e.what();
+      INFO(what);
+      CHECK(what.find(c.cause) != std::string::npos);
+      CHECK(what.find("died while running &" + c.method_name + ":") != std::string::npos);
+      CHECK(what.find("(pid " + std::to_string(pid) + ",") != std::string::npos);
+      CHECK(what.find(c.actor_name.empty() ? std::string("actor Crasher::Create,")
+                                           : "actor '" + c.actor_name + "' (Crasher::Create)") !=
+            std::string::npos);
+      CHECK(what.find("on node " + node) != std::string::npos);
+      CHECK(what.find("peer closed the connection") == std::string::npos);
+    }
+    try {
+      lumen::Get(actor.Task(&Crasher::Pid).Remote(), std::chrono::seconds(30));
+      FAIL("a later call should throw ActorDiedError");
+    } catch (const lumen::ActorDiedError& e) {
+      std::string what = e.what();
+      INFO(what);
+      CHECK(what.find("is dead: ") != std::string::npos);
+      CHECK(what.find(c.cause) != std::string::npos);
+    }
+  }
 }
 
 TEST_CASE("kill -9 of an actor with restarts: the factory runs again and calls continue") {

@@ -1,6 +1,7 @@
 // Failures: tasks that throw, workers killed mid-task, malformed frames, and
 // drivers that die. Each test states the invariant it checks.
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -84,9 +85,51 @@ std::string Frame(uint32_t length, uint32_t magic, const std::string& payload) {
   return out + payload;
 }
 
+// Writes this process's pid to `path` (so the test knows which worker ran it).
+void WritePid(const std::string& path) {
+  {
+    std::ofstream tmp(path + ".tmp");
+    tmp << ::getpid() << "\n";
+  }
+  std::filesystem::rename(path + ".tmp", path);
+}
+
+// No core file is left behind by the crashes below.
+void NoCoreDump() {
+  rlimit none{0, 0};
+  ::setrlimit(RLIMIT_CORE, &none);
+}
+
+int Segfault(std::string pid_file) {
+  WritePid(pid_file);
+  NoCoreDump();
+  ::raise(SIGSEGV);
+  return 0;
+}
+
+int Abort(std::string pid_file) {
+  WritePid(pid_file);
+  NoCoreDump();
+  std::abort();
+}
+
+int ExitZero(std::string pid_file) {
+  WritePid(pid_file);
+  std::exit(0);
+}
+
+// An actor that exits with a given code from a method.
+class Quitter {
+ public:
+  static Quitter* Create() { return new Quitter(); }
+  int Pid() const { return static_cast<int>(::getpid()); }
+  int Quit(int code) { std::exit(code); }
+};
+
 }  // namespace
 
-LUMEN_REMOTE(Throws, Double, DieOnFirstAttempt, Add);
+LUMEN_REMOTE(Throws, Double, DieOnFirstAttempt, Add, Segfault, Abort, ExitZero, Quitter::Create,
+             &Quitter::Pid, &Quitter::Quit);
 
 using lumen::test::ScopedCluster;
 using lumen::test::WaitUntil;
@@ -126,13 +169,98 @@ TEST_CASE("kill -9 of a worker mid-task without retries: Get throws WorkerCrashe
   std::string marker = cluster.session_dir() + "/attempt";
   auto ref = lumen::Task(DieOnFirstAttempt).SetMaxRetries(0).Remote(marker);
   REQUIRE(WaitUntil([&] { return std::filesystem::exists(marker); }));
-  REQUIRE(::kill(ReadPid(marker), SIGKILL) == 0);
+  pid_t pid = ReadPid(marker);
+  REQUIRE(::kill(pid, SIGKILL) == 0);
   auto start = std::chrono::steady_clock::now();
-  REQUIRE_THROWS_AS(lumen::Get(ref, std::chrono::seconds(30)), lumen::WorkerCrashedError);
+  try {
+    lumen::Get(ref, std::chrono::seconds(30));
+    FAIL("Get should throw WorkerCrashedError");
+  } catch (const lumen::WorkerCrashedError& e) {
+    // The node daemon saw a SIGKILL it did not send.
+    std::string what = e.what();
+    INFO(what);
+    CHECK(what.find("killed by SIGKILL (possibly the out-of-memory killer)") != std::string::npos);
+    CHECK(what.find("pid " + std::to_string(pid)) != std::string::npos);
+  }
   // Noticed through the socket, not by a timeout.
   REQUIRE(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
   // Other tasks still run.
   REQUIRE(*lumen::Get(lumen::Task(Add).Remote(1, 2)) == 3);
+}
+
+TEST_CASE("a task that segfaults aborts or calls exit(0) fails with the cause its node saw") {
+  // Invariant: WorkerCrashedError names how the worker process ended, as its
+  // node daemon reaped it, with the worker's pid, the task and the node.
+  ScopedCluster cluster;
+  std::string node = lumen::GetNodeId().substr(0, 12);
+  struct Case {
+    int (*function)(std::string);
+    std::string name;
+    std::string cause;
+  };
+  std::vector<Case> cases = {{Segfault, "Segfault", "killed by signal 11 (SIGSEGV)"},
+                             {Abort, "Abort", "killed by signal 6 (SIGABRT)"},
+                             {ExitZero, "ExitZero", "exited with code 0"}};
+  for (const auto& c : cases) {
+    std::string pid_file = cluster.session_dir() + "/" + c.name + ".pid";
+    auto ref = lumen::Task(c.function).SetMaxRetries(0).Remote(pid_file);
+    try {
+      lumen::Get(ref, std::chrono::seconds(30));
+      FAIL("Get should throw WorkerCrashedError");
+    } catch (const lumen::WorkerCrashedError& e) {
+      std::string what = e.what();
+      INFO(what);
+      CHECK(what.find(c.cause) != std::string::npos);
+      CHECK(what.find("pid " + std::to_string(ReadPid(pid_file)) + ")") != std::string::npos);
+      CHECK(what.find("task " + c.name + " ") != std::string::npos);
+      CHECK(what.find("on node " + node) != std::string::npos);
+      CHECK(what.find("max_retries=0") != std::string::npos);
+      CHECK(what.find("peer closed the connection") == std::string::npos);
+    }
+  }
+  // The pool is unharmed.
+  REQUIRE(*lumen::Get(lumen::Task(Add).Remote(1, 2)) == 3);
+}
+
+TEST_CASE("a task and an actor that crash on another node fail with the cause that node saw") {
+  // Invariant: the owner asks the node daemon that granted the lease (here
+  // another node's, over TCP), not its own.
+  lumen::test::MultiNodeCluster::NodeSpec two_cpus;
+  two_cpus.resources = {{"CPU", 2}};
+  lumen::test::MultiNodeCluster cluster({two_cpus, two_cpus});
+  auto scratch = std::filesystem::temp_directory_path() /
+                 ("lumen-crash-test-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(scratch);
+  struct RemoveAtExit {
+    std::filesystem::path path;
+    ~RemoveAtExit() { std::filesystem::remove_all(path); }
+  } remove_scratch{scratch};
+  std::string there = cluster.node_id(1);
+  auto on_there = lumen::NodeAffinity(there, false);
+  std::string pid_file = (scratch / "segfault.pid").string();
+  auto ref = lumen::Task(Segfault).SetMaxRetries(0).SetSchedulingStrategy(on_there).Remote(pid_file);
+  try {
+    lumen::Get(ref, std::chrono::seconds(30));
+    FAIL("Get should throw WorkerCrashedError");
+  } catch (const lumen::WorkerCrashedError& e) {
+    std::string what = e.what();
+    INFO(what);
+    CHECK(what.find("killed by signal 11 (SIGSEGV)") != std::string::npos);
+    CHECK(what.find("(pid " + std::to_string(ReadPid(pid_file)) + ")") != std::string::npos);
+    CHECK(what.find("on node " + there.substr(0, 12)) != std::string::npos);
+  }
+  auto actor = lumen::Actor(Quitter::Create).SetSchedulingStrategy(on_there).Remote();
+  int pid = *lumen::Get(actor.Task(&Quitter::Pid).Remote());
+  try {
+    lumen::Get(actor.Task(&Quitter::Quit).Remote(3), std::chrono::seconds(30));
+    FAIL("the call should throw ActorDiedError");
+  } catch (const lumen::ActorDiedError& e) {
+    std::string what = e.what();
+    INFO(what);
+    CHECK(what.find("exited with code 3") != std::string::npos);
+    CHECK(what.find("(pid " + std::to_string(pid) + ", actor Quitter::Create, on node " +
+                    there.substr(0, 12) + ")") != std::string::npos);
+  }
 }
 
 TEST_CASE("malformed and oversized frames close one connection and the daemons keep serving") {

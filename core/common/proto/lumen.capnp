@@ -325,7 +325,27 @@ struct Envelope {
     listState @58 :Text;                 # cli -> node -> clients: actors | tasks | objects
     stateRows @59 :List(StateRow);
     markNodeDead @60 :Data;              # head -> node: you were declared dead; exit
+    kv @61 :KvRequest;                   # anyone -> head: namespaced key-value store
+    kvResult @62 :KvResult;              # head -> caller: the answer to one kv request
+    getWorkerExit @63 :WorkerExitQuery;  # lease holder -> node: why did this worker die?
+    workerExit @64 :WorkerExitInfo;      # node -> lease holder: once it is reaped, or at the deadline
   }
+}
+
+# A lease holder lost its connection to a worker: it asks the worker's node
+# daemon how the process ended, to put the cause in its error.
+struct WorkerExitQuery {
+  workerId @0 :Data;
+  timeoutMs @1 :UInt32;     # how long the daemon waits for the exit (capped at 10 s)
+}
+
+struct WorkerExitInfo {
+  known @0 :Bool;           # false: still running at the deadline, or not a worker of the job
+  pid @1 :Int32;
+  cause @2 :Text;           # "killed by signal 11 (SIGSEGV)", "exited with code 0", ...
+  signal @3 :Int32;         # the terminating signal, or 0
+  exitCode @4 :Int32;       # the exit status when it exited, or -1
+  nodeId @5 :Data;
 }
 
 struct WaitActorRequest {
@@ -354,4 +374,33 @@ struct KeyValue {
   key @0 :Text;
   value @1 :Data;
   found @2 :Bool;
+}
+
+# The head's namespaced key-value store (doc/wire_format.md, "Key-value store").
+enum KvOp {
+  put @0;           # value under (namespace, key); kept if it exists and !overwrite
+  get @1;
+  delete @2;        # one key
+  deletePrefix @3;  # every key of the namespace starting with `key`
+  exists @4;
+  keys @5;          # the keys starting with `key`
+  wait @6;          # answered when the key exists, or after timeoutMs (found = false)
+}
+
+struct KvRequest {
+  op @0 :KvOp;
+  namespace @1 :Text;
+  key @2 :Text;              # the prefix for deletePrefix and keys
+  value @3 :Data;
+  overwrite @4 :Bool = true;
+  timeoutMs @5 :UInt64;      # wait
+}
+
+struct KvResult {
+  code @0 :UInt32;           # absl::StatusCode; 0: ok
+  error @1 :Text;            # names the limit that was hit, with its value
+  found @2 :Bool;            # get, exists, wait: the key is there; put: it was written
+  value @3 :Data;            # get
+  keys @4 :List(Text);       # keys
+  count @5 :UInt64;          # delete, deletePrefix: how many keys went
 }

@@ -165,6 +165,33 @@ bool RegisterRemote(const char* name, F f) {
   return RegisterFunction(name, PointerKey(f), std::move(entry));
 }
 
+// Types whose encoding is always small: no need to measure them first.
+template <class V>
+inline constexpr bool kAlwaysInline = std::is_arithmetic_v<V> || std::is_enum_v<V>;
+
+// Encodes a value for the cluster: a small one into bytes that travel inline,
+// a large one (over kInlineObjectLimit encoded) measured first and then written
+// once, straight into the node's shared-memory store, so that it costs this
+// process one copy (the store's) besides the value itself.
+template <class V>
+TaskArgument EncodeForCluster(const V& value) {
+  if constexpr (!kAlwaysInline<V>) {
+    size_t size = codec::EncodedValueSize<V>(value);
+    if (size > kInlineObjectLimit) {
+      return TaskArgument{std::string(), PutWithWriter(size, [&](uint8_t* out) {
+                            absl::Status s = codec::EncodeValueInto<V>(out, size, value);
+                            if (!s.ok()) throw Error(std::string(s.message()));
+                          })};
+    }
+    std::string bytes;
+    bytes.reserve(size);
+    codec::EncodeValueTo(&bytes, value);
+    return TaskArgument{std::move(bytes), nullptr};
+  } else {
+    return TaskArgument{codec::EncodeValue<V>(value), nullptr};
+  }
+}
+
 // Turns one Remote() argument into a TaskArgument for parameter type P.
 template <class P, class A>
 TaskArgument MakeArgument(A&& arg) {
@@ -177,7 +204,11 @@ TaskArgument MakeArgument(A&& arg) {
   } else {
     static_assert(std::is_convertible_v<A, P>,
                   "argument is not convertible to the function's parameter type");
-    return TaskArgument{codec::EncodeValue<P>(static_cast<P>(std::forward<A>(arg))), nullptr};
+    if constexpr (std::is_same_v<Arg, P>) {
+      return EncodeForCluster<P>(arg);  // no copy of the value first
+    } else {
+      return EncodeForCluster<P>(static_cast<P>(std::forward<A>(arg)));
+    }
   }
 }
 
@@ -267,18 +298,10 @@ TaskCaller<F*> Task(F* f) {
 template <class T>
 ObjectRef<std::decay_t<T>> Put(const T& value) {
   using V = std::decay_t<T>;
-  if constexpr (codec::kIsZeroCopyArray<V>) {
-    // Large arrays are written straight into shared memory: one copy.
-    std::string prefix = codec::EncodeArrayPrefix<typename V::value_type>(value.size());
-    uint64_t payload = value.size() * sizeof(typename V::value_type);
-    if (prefix.size() + payload > kInlineObjectLimit) {
-      return ObjectRef<V>(internal::PutWithWriter(prefix.size() + payload, [&](uint8_t* out) {
-        std::memcpy(out, prefix.data(), prefix.size());
-        if (payload > 0) std::memcpy(out + prefix.size(), value.data(), payload);
-      }));
-    }
-  }
-  return ObjectRef<V>(internal::PutEncoded(codec::EncodeValue<V>(value)));
+  // Large values are written straight into shared memory: one copy.
+  internal::TaskArgument encoded = internal::EncodeForCluster<V>(value);
+  if (encoded.ref) return ObjectRef<V>(std::move(encoded.ref));
+  return ObjectRef<V>(internal::PutEncoded(std::move(encoded.value)));
 }
 
 template <class T>

@@ -52,7 +52,8 @@ namespace lumen::codec {
 template <class T>
 struct Codec<ObjectRef<T>> {
   static void Encode(Writer& w, const ObjectRef<T>& ref) {
-    if (ref.handle() != nullptr) ::lumen::internal::MarkRefEscaped(*ref.handle());
+    // Pinned at its owner once per real encoding, not when only measured.
+    if (ref.handle() != nullptr && !w.measuring()) ::lumen::internal::MarkRefEscaped(*ref.handle());
     Codec<std::string>::Encode(w, std::string(ref.ID().Binary()));
     Codec<std::string>::Encode(w, ref.OwnerAddress());
   }

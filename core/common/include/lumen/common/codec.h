@@ -83,7 +83,13 @@
 namespace lumen::codec {
 
 // ---------------------------------------------------------------------------
-// Writer: appends encoded bytes to a string it does not own.
+// Writer: where encoded bytes go. Three kinds: appending to a string it does not
+// own; writing into a fixed buffer (e.g. straight into shared memory); or only
+// measuring, so that a large value's size is known before anything is allocated
+// for it. Codecs write the same way to all three; an Encode must write the same
+// bytes every time it is called for the same value (a value may be encoded once
+// to measure it and once more to write it), and should do nothing else when
+// measuring() (e.g. ObjectRef pins its object only when really written).
 // ---------------------------------------------------------------------------
 class Writer {
  public:
@@ -92,8 +98,26 @@ class Writer {
   // encoded value begins for its alignment to hold when it is read back.
   explicit Writer(std::string* out, size_t origin = 0) : out_(out), origin_(origin) {}
 
+  // Writes into [data, data + capacity); alignment is measured from `data`.
+  // Writing past the end writes nothing more and sets overflowed().
+  Writer(uint8_t* data, size_t capacity) : buffer_(data), capacity_(capacity) {}
+
+  // Counts the bytes an encoding takes without writing them.
+  static Writer Measuring() { return Writer(); }
+
+  bool measuring() const { return out_ == nullptr && buffer_ == nullptr; }
+  // A fixed buffer was too small (so the value is incomplete).
+  bool overflowed() const { return overflowed_; }
+
   void WriteBytes(const void* data, size_t n) {
-    if (n > 0) out_->append(static_cast<const char*>(data), n);
+    if (n == 0) return;
+    if (out_ != nullptr) {
+      out_->append(static_cast<const char*>(data), n);
+      return;
+    }
+    if (buffer_ != nullptr && !Fits(n)) return;
+    if (buffer_ != nullptr) std::memcpy(buffer_ + pos_, data, n);
+    pos_ += n;
   }
 
   // The raw bytes of a trivially copyable value, in host byte order.
@@ -116,20 +140,40 @@ class Writer {
   }
 
   // Bytes written since the origin.
-  size_t Position() const { return out_->size() - origin_; }
+  size_t Position() const { return out_ != nullptr ? out_->size() - origin_ : pos_; }
 
   // Appends zero bytes until Position() is a multiple of `alignment`.
   void AlignTo(size_t alignment) {
     if (alignment <= 1) return;
     size_t pad = (alignment - Position() % alignment) % alignment;
-    out_->append(pad, '\0');
+    if (pad == 0) return;
+    if (out_ != nullptr) {
+      out_->append(pad, '\0');
+      return;
+    }
+    if (buffer_ != nullptr && !Fits(pad)) return;
+    if (buffer_ != nullptr) std::memset(buffer_ + pos_, 0, pad);
+    pos_ += pad;
   }
 
+  // The string appended to, or nullptr for a buffer or measuring writer.
   std::string* output() const { return out_; }
 
  private:
-  std::string* out_;
-  size_t origin_;
+  Writer() = default;
+  bool Fits(size_t n) {
+    if (!overflowed_ && n <= capacity_ - pos_) return true;
+    overflowed_ = true;
+    pos_ = capacity_;
+    return false;
+  }
+
+  std::string* out_ = nullptr;
+  size_t origin_ = 0;
+  uint8_t* buffer_ = nullptr;
+  size_t capacity_ = 0;
+  size_t pos_ = 0;  // buffer and measuring writers
+  bool overflowed_ = false;
 };
 
 // ---------------------------------------------------------------------------
@@ -840,6 +884,34 @@ std::string EncodeValue(const T& value) {
   std::string out;
   EncodeValueTo(&out, value);
   return out;
+}
+
+// The number of bytes EncodeValue(value) produces, computed without building
+// them (a std::vector<float> of any length is measured in constant time).
+template <class T>
+size_t EncodedValueSize(const T& value) {
+  Writer w = Writer::Measuring();
+  internal::WriteValueHeader(w, typeid(T).name());
+  Encode(w, value);
+  return w.Position();
+}
+
+// Writes EncodeValue(value) into [out, out + size), where `size` is
+// EncodedValueSize(value) (e.g. straight into a shared-memory object). `out`
+// should be 64-byte aligned for big arrays to be readable in place. Fails
+// (InternalError) if the value does not encode to exactly `size` bytes.
+template <class T>
+absl::Status EncodeValueInto(uint8_t* out, size_t size, const T& value) {
+  Writer w(out, size);
+  internal::WriteValueHeader(w, typeid(T).name());
+  Encode(w, value);
+  if (w.overflowed() || w.Position() != size) {
+    return absl::InternalError(absl::StrCat(
+        "encoding ", DemangledTypeName<T>(), " did not produce the ", size,
+        " bytes it measured (", w.overflowed() ? "more" : absl::StrCat(w.Position()),
+        "): its Codec must write the same bytes every time"));
+  }
+  return absl::OkStatus();
 }
 
 // The encoding of a std::vector<T> (T arithmetic) of `count` elements up to its
