@@ -302,7 +302,8 @@ std::string CreatePlacementGroup(const PlacementGroupRequest& request) {
     }
   }
   std::string id = JobId::Random().Hex() + JobId::Random().Hex().substr(0, 8);
-  CallGroup([&](proto::Envelope::Builder env) {
+  std::string refusal;
+  auto created = CallGroup([&](proto::Envelope::Builder env) {
     auto spec = env.initCreatePlacementGroup();
     spec.setGroupId(BytesOf(id));
     spec.setName(request.name.empty() ? id.substr(0, 12) : request.name);
@@ -312,7 +313,11 @@ std::string CreatePlacementGroup(const PlacementGroupRequest& request) {
       bundles[i].setIndex(static_cast<int32_t>(i));
       SetResources(bundles[i].initResources(request.bundles[i].size()), request.bundles[i]);
     }
-  });
+  }, &refusal);
+  if (created.state == "REMOVED") {
+    // The head refused it (a limit); it holds nothing of it.
+    throw PlacementGroupError(absl::StrCat("cannot create placement group: ", refusal));
+  }
   return id;
 }
 

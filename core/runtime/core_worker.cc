@@ -1865,7 +1865,8 @@ void CoreWorker::SendRequeued(Connection& conn, const TaskId& task_id, uint32_t 
 }
 
 void CoreWorker::OnPeerAccepted(Socket socket) {
-  auto conn = Connection::Create(std::move(socket));
+  auto conn = admission_.Admit(std::move(socket));
+  if (!conn) return;
   inbound_[conn->id()] = conn;
   conn->context() = false;  // hello not seen yet
   conn->Start([this](Connection& c, proto::Envelope::Reader m) { OnPeerFrame(c, m); },
@@ -1873,7 +1874,7 @@ void CoreWorker::OnPeerAccepted(Socket socket) {
                 auto id = c.id();
                 if (why.code() != absl::StatusCode::kUnavailable &&
                     why.code() != absl::StatusCode::kCancelled) {
-                  LUMEN_LOG(WARNING) << "closed a peer connection: " << why;
+                  LogRejectedConnection(options_.is_worker ? "worker" : "driver", c.peer(), why);
                 }
                 // A borrower that went away borrows nothing any more.
                 auto bit = borrowed_by_.find(id);
@@ -1886,23 +1887,35 @@ void CoreWorker::OnPeerAccepted(Socket socket) {
                   }
                   borrowed_by_.erase(id);
                 }
-                PostToIo([this, id] { inbound_.erase(id); });
+                PostToIo([this, id] {
+                  inbound_.erase(id);
+                  parked_waits_.erase(id);
+                });
               });
 }
 
 void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
+  // An accepted connection (context: hello seen) speaks only after its hello.
+  if (conn.context().has_value() && !std::any_cast<bool>(conn.context()) && !msg.isHello()) {
+    conn.Close(absl::PermissionDeniedError("first frame was not a hello"));
+    return;
+  }
   switch (msg.which()) {
     case proto::Envelope::HELLO:
       if (msg.getHello().getProtocolVersion() != proto::PROTOCOL_VERSION) {
         conn.Close(absl::FailedPreconditionError("protocol version mismatch"));
         return;
       }
-      if (!IsLoopbackHost(options_.node_host) && msg.getHello().getToken() != HeadToken()) {
+      if (!IsLoopbackHost(options_.node_host) &&
+          !ConstantTimeEquals(std::string_view(msg.getHello().getToken().cStr(),
+                                               msg.getHello().getToken().size()),
+                              HeadToken())) {
         // Beyond loopback only holders of the cluster token may call us.
         conn.Close(absl::PermissionDeniedError("peer without the right cluster token"));
         return;
       }
       conn.context() = true;
+      conn.AcceptHello();
       return;
     case proto::Envelope::ACTOR_STATE:
     case proto::Envelope::OBJECT_STATUS: {
@@ -1936,16 +1949,32 @@ void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
       ObjectId id = IdFrom<ObjectId>(data);
       uint64_t request_id = msg.getRequestId();
       bool ready = true;
+      bool too_many = false;
       {
         absl::MutexLock lock(&mu_);
         auto it = objects_.find(id);
         if (it != objects_.end() && !it->second.ready) {
           ready = false;
-          std::weak_ptr<Connection> weak = conn.shared_from_this();
-          it->second.on_ready.push_back([this, weak, request_id, id] {
-            if (auto c = weak.lock()) SendObjectStatus(*c, request_id, id);
-          });
+          // Each parked wait counts against its connection until it runs or
+          // its object goes (the slot is released with the callback).
+          auto& count = parked_waits_[conn.id()];
+          if (!count) count = std::make_shared<std::atomic<size_t>>(0);
+          if (count->load() >= kMaxParkedWaitsPerPeer) {
+            too_many = true;
+          } else {
+            ++*count;
+            std::shared_ptr<void> slot(nullptr, [count](void*) { --*count; });
+            std::weak_ptr<Connection> weak = conn.shared_from_this();
+            it->second.on_ready.push_back([this, weak, request_id, id, slot] {
+              if (auto c = weak.lock()) SendObjectStatus(*c, request_id, id);
+            });
+          }
         }
+      }
+      if (too_many) {
+        conn.Close(absl::ResourceExhaustedError(absl::StrCat(
+            "more than ", kMaxParkedWaitsPerPeer, " waits for objects parked by one peer")));
+        return;
       }
       if (ready) SendObjectStatus(conn, request_id, id);
       return;

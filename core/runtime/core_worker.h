@@ -280,6 +280,13 @@ class CoreWorker {
   std::map<std::string, std::unique_ptr<SchedulingQueue>> queues_;
   absl::flat_hash_map<std::string, std::shared_ptr<Connection>> peers_;  // by address
   absl::flat_hash_map<uint64_t, std::shared_ptr<Connection>> inbound_;  // by connection id
+  // Caps the accepted connections that have not said hello yet (io thread).
+  HelloAdmission admission_{ServerLimits::FromEnv(), "owner service"};
+  // Object waits parked per accepted connection (io thread; the counts are
+  // decremented by the parked callbacks, wherever they are destroyed). A peer
+  // over the limit is disconnected.
+  static constexpr size_t kMaxParkedWaitsPerPeer = 1000000;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<std::atomic<size_t>>> parked_waits_;
   // Objects each inbound peer borrows from us, with counts (dropped if it dies).
   absl::flat_hash_map<uint64_t, absl::flat_hash_map<ObjectId, int>> borrowed_by_;
 

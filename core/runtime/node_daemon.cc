@@ -43,8 +43,36 @@ using scheduler::LocalResourceManager;
 using scheduler::ResourceSet;
 
 // What a connected client is, learned from its hello.
+// Counts, for one client, the lease requests it has queued or parked here:
+// each queued or parked entry holds a slot for as long as it exists (copies
+// too), so every way an entry leaves the queues gives its slot back.
+class LeaseSlot {
+ public:
+  LeaseSlot() = default;
+  explicit LeaseSlot(std::shared_ptr<size_t> count) : count_(std::move(count)) {
+    if (count_) ++*count_;
+  }
+  LeaseSlot(const LeaseSlot& other) : LeaseSlot(other.count_) {}
+  LeaseSlot(LeaseSlot&& other) noexcept : count_(std::move(other.count_)) {}
+  LeaseSlot& operator=(LeaseSlot other) noexcept {
+    Release();
+    count_ = std::move(other.count_);
+    return *this;
+  }
+  ~LeaseSlot() { Release(); }
+
+ private:
+  void Release() {
+    if (count_) --*count_;
+    count_.reset();
+  }
+  std::shared_ptr<size_t> count_;
+};
+
 struct Client {
   bool hello_done = false;
+  // Lease requests of this client queued or parked here (see LeaseSlot).
+  std::shared_ptr<size_t> queued_leases = std::make_shared<size_t>(0);
   proto::Role role = proto::Role::CLI;
   JobId job;
   WorkerId worker;
@@ -181,6 +209,7 @@ class NodeDaemon {
     std::string group;   // placement group (binary id), or ""
     int bundle_index = -1;
     std::string name;
+    LeaseSlot slot;  // counts against the client's queued-lease limit
   };
   // A lease request no node can run yet (infeasible), or whose placement
   // group is not placed yet; looked at again whenever the cluster changes.
@@ -191,6 +220,7 @@ class NodeDaemon {
     bool infeasible = false;  // no node fits it (else: its placement group is not placed yet)
     std::string name;
     std::map<std::string, double> resources;
+    LeaseSlot slot;  // counts against the client's queued-lease limit
   };
   static std::string QueueKeyOf(const std::map<std::string, double>& r) {
     std::string key;
@@ -283,6 +313,15 @@ class NodeDaemon {
   bool shutting_down_ = false;
 
   absl::flat_hash_map<uint64_t, std::shared_ptr<Connection>> clients_;
+  // Both listeners (Unix and TCP) share one cap on connections awaiting hello.
+  HelloAdmission admission_{ServerLimits::FromEnv(), "node daemon"};
+  // Lease requests one client may have queued or parked here (drivers keep a
+  // few per task shape in flight; this bounds a misbehaving one).
+  size_t max_queued_leases_per_client_ = [] {
+    const char* v = std::getenv("LUMEN_MAX_QUEUED_LEASES_PER_CLIENT");
+    size_t parsed = 0;
+    return v != nullptr && absl::SimpleAtoi(v, &parsed) ? parsed : size_t{10000};
+  }();
   absl::flat_hash_map<WorkerId, Worker> workers_;
   absl::flat_hash_map<pid_t, WorkerId> worker_pids_;
   // Recently reaped workers (at most kMaxRecentExits, oldest dropped first),
@@ -442,7 +481,8 @@ void NodeDaemon::AcceptTcp() {
 }
 
 void NodeDaemon::StartClient(Socket socket) {
-  auto conn = Connection::Create(std::move(socket));
+  auto conn = admission_.Admit(std::move(socket));
+  if (!conn) return;
   conn->context() = Client{};
   clients_[conn->id()] = conn;
   conn->Start([this](Connection& c, proto::Envelope::Reader m) { OnFrame(c, m); },
@@ -461,7 +501,9 @@ void NodeDaemon::OnHello(Connection& conn, proto::Hello::Reader hello) {
     conn.Close(absl::FailedPreconditionError("protocol version mismatch"));
     return;
   }
-  if (!IsLoopbackHost(options_.host) && hello.getToken() != HeadToken()) {
+  if (!IsLoopbackHost(options_.host) &&
+      !ConstantTimeEquals(std::string_view(hello.getToken().cStr(), hello.getToken().size()),
+                          HeadToken())) {
     conn.Close(absl::PermissionDeniedError(hello.getToken().size() == 0
                                                ? "connection without the cluster token"
                                                : "connection with a wrong cluster token"));
@@ -499,6 +541,7 @@ void NodeDaemon::OnHello(Connection& conn, proto::Hello::Reader hello) {
     jit->second.driver_conn = conn.id();
   }
   client.hello_done = true;
+  conn.AcceptHello();
   reply.setOk(true);
   reply.setNodeId(DataOf(node_id_));
   reply.setStoreSize(segment_->size());
@@ -651,11 +694,19 @@ void NodeDaemon::OnLeaseRequest(Connection& conn, proto::Envelope::Reader msg, b
                            : std::string(request.status().message()));
     return;
   }
+  if (*client.queued_leases >= max_queued_leases_per_client_) {
+    RefuseLease(conn, msg.getRequestId(),
+                absl::StrCat("this client already has ", *client.queued_leases,
+                             " lease requests waiting on this node, the limit "
+                             "(LUMEN_MAX_QUEUED_LEASES_PER_CLIENT)"));
+    return;
+  }
   std::string name = req.getName().cStr();
   auto enqueue = [&](std::string group, int index) {
     lease_queue_.push_back(LeaseRequest{conn.weak_from_this(), msg.getRequestId(), *request,
                                         *placement_set, client.job, req.getDetached(),
-                                        std::move(group), index, name});
+                                        std::move(group), index, name,
+                                        LeaseSlot(client.queued_leases)});
     DispatchLeases();
   };
   std::string group = Bytes(req.getPlacementGroup());
@@ -777,6 +828,7 @@ void NodeDaemon::Park(Connection& conn, proto::Envelope::Reader msg, bool replay
                       bool infeasible, const std::string& name,
                       const std::map<std::string, double>& resources) {
   ParkedRequest parked;
+  parked.slot = LeaseSlot(std::any_cast<Client&>(conn.context()).queued_leases);
   parked.conn = conn.weak_from_this();
   parked.request_id = msg.getRequestId();
   parked.infeasible = infeasible;
@@ -1248,8 +1300,14 @@ void NodeDaemon::OnStoreRequest(Connection& conn, proto::Envelope::Reader msg) {
       store_->Delete(id);
       return;
     }
-    default:
-      LUMEN_LOG(WARNING) << "ignoring an unexpected message from client " << conn.id();
+    default: {
+      static auto* limiter = new logging::RateLimiter(5, std::chrono::seconds(1));
+      uint64_t suppressed = 0;
+      if (limiter->Allow(&suppressed)) {
+        LUMEN_LOG(WARNING) << "ignoring an unexpected message (" << msg.which() << ") from "
+                           << conn.peer() << " (" << suppressed << " more suppressed)";
+      }
+    }
   }
 }
 
@@ -1424,7 +1482,7 @@ void NodeDaemon::OnClose(Connection& conn, const absl::Status& why) {
   Client client = std::any_cast<Client>(conn.context());
   if (!why.ok() && why.code() != absl::StatusCode::kUnavailable &&
       why.code() != absl::StatusCode::kCancelled) {
-    LUMEN_LOG(WARNING) << "closed connection " << id << ": " << why;
+    LogRejectedConnection("node daemon", conn.peer(), why);
   }
   store_->DisconnectClient(id);
   // Leases held by this client end; their workers may still run its tasks, so

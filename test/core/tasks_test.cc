@@ -268,7 +268,7 @@ TEST_CASE("Get and Wait of many refs take steps linear in the refs, not per comp
   }
 }
 
-TEST_CASE("a Get or Wait that times out unregisters; the objects still fill later") {
+TEST_CASE("a Get or Wait that times out unregisters and the objects still fill later") {
   ScopedCluster cluster;
   std::string gate = cluster.session_dir() + "/gate";
   std::vector<lumen::ObjectRef<int>> gated;
