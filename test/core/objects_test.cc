@@ -116,8 +116,8 @@ TEST_CASE("a large argument or Put costs the driver at most one extra copy at pe
   // Putting it, raises the driver's peak resident memory (VmHWM, shared-memory
   // pages it writes included) by less than 1.5x the value's size: the value is
   // encoded once, straight into the store (one copy), with no heap-encoded
-  // copy on the way (which made it 2x, and 3x for an lvalue argument). Each
-  // section runs on a fresh cluster, so the store's pages are new to it.
+  // copy on the way (which made it 2x: 512 MiB here). Each section runs on a
+  // fresh cluster, so the store's pages are new to it.
   ScopedCluster cluster;  // 512 MiB store
   REQUIRE(*lumen::Get(lumen::Task(Identity).Remote(1)) == 1);  // a worker and its lease are up
   constexpr uint64_t kSize = 256ull << 20;
