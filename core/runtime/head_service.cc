@@ -7,10 +7,12 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <cstdlib>
 #include <optional>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "lumen/common/connection.h"
 #include "lumen/common/proto_util.h"
@@ -108,6 +110,7 @@ class HeadService {
     bool failed = false;        // a node refused in this phase
     struct Waiter {
       std::weak_ptr<Connection> conn;
+      uint64_t conn_id;
       uint64_t request_id;
       std::shared_ptr<asio::steady_timer> timer;
     };
@@ -126,8 +129,12 @@ class HeadService {
       s.set_option(asio::ip::tcp::no_delay(true));
       auto protocol = s.local_endpoint().protocol();
       int fd = s.release();
-      auto conn = Connection::Create(
+      auto conn = admission_.Admit(
           Socket(io_, asio::generic::stream_protocol(protocol.family(), protocol.protocol()), fd));
+      if (!conn) {
+        AcceptNext();
+        return;
+      }
       conn->context() = false;
       conns_[conn->id()] = conn;
       conn->Start([this](Connection& c, proto::Envelope::Reader m) { OnFrame(c, m); },
@@ -295,13 +302,17 @@ class HeadService {
         conn.Close(absl::PermissionDeniedError("first frame was not a valid hello"));
         return;
       }
-      if (require_token_ && msg.getHello().getToken() != options_.token) {
+      if (require_token_ &&
+          !ConstantTimeEquals(std::string_view(msg.getHello().getToken().cStr(),
+                                               msg.getHello().getToken().size()),
+                              options_.token)) {
         conn.Close(absl::PermissionDeniedError(
             msg.getHello().getToken().size() == 0 ? "connection without the cluster token"
                                                   : "connection with a wrong cluster token"));
         return;
       }
       hello_seen = true;
+      conn.AcceptHello();
       return;
     }
     switch (msg.which()) {
@@ -409,6 +420,15 @@ class HeadService {
         if (it != actor_names_.end()) {
           reply.setOk(false);
           reply.setError("an actor named '" + name + "' already exists");
+        } else if (name.size() > limits_.max_name_bytes) {
+          reply.setOk(false);
+          reply.setError(absl::StrCat("an actor name of ", name.size(),
+                                      " bytes is over the limit of ", limits_.max_name_bytes,
+                                      " bytes"));
+        } else if (actor_names_.size() >= limits_.max_named_actors) {
+          reply.setOk(false);
+          reply.setError(absl::StrCat("the cluster already has ", actor_names_.size(),
+                                      " named actors, the limit (LUMEN_MAX_NAMED_ACTORS)"));
         } else {
           auto id = entry.getActorId();
           actor_names_[name] = {std::string(reinterpret_cast<const char*>(id.begin()), id.size()),
@@ -467,8 +487,15 @@ class HeadService {
         SendAck(conn, msg.getRequestId());
         return;
       }
-      default:
-        LUMEN_LOG(WARNING) << "head: ignoring an unexpected message";
+      default: {
+        static auto* limiter = new logging::RateLimiter(5, std::chrono::seconds(1));
+        uint64_t suppressed = 0;
+        if (limiter->Allow(&suppressed)) {
+          LUMEN_LOG(WARNING) << "head: ignoring an unexpected message (" << msg.which()
+                             << ") from " << conn.peer() << " (" << suppressed
+                             << " more suppressed)";
+        }
+      }
     }
   }
 
@@ -498,9 +525,32 @@ class HeadService {
     auto spec = msg.getCreatePlacementGroup();
     std::string id(reinterpret_cast<const char*>(spec.getGroupId().begin()),
                    spec.getGroupId().size());
+    std::string refusal;
+    if (!groups_.contains(id)) {
+      if (live_groups_ >= limits_.max_placement_groups) {
+        refusal = absl::StrCat("the cluster already has ", live_groups_,
+                               " placement groups, the limit (LUMEN_MAX_PLACEMENT_GROUPS); remove "
+                               "some first");
+      } else if (spec.getName().size() > limits_.max_name_bytes) {
+        refusal = absl::StrCat("a placement group name of ", spec.getName().size(),
+                               " bytes is over the limit of ", limits_.max_name_bytes, " bytes");
+      } else if (spec.getBundles().size() > limits_.max_bundles_per_group) {
+        refusal = absl::StrCat("a placement group of ", spec.getBundles().size(),
+                               " bundles is over the limit of ", limits_.max_bundles_per_group);
+      }
+    }
+    if (!refusal.empty()) {
+      GroupEntry refused;
+      refused.id = id;
+      refused.state = "REMOVED";
+      refused.error = refusal;
+      ReplyGroupState(conn, msg.getRequestId(), refused);
+      return;
+    }
     auto [it, inserted] = groups_.try_emplace(id);
     GroupEntry& g = it->second;
     if (inserted) {
+      ++live_groups_;
       g.id = id;
       g.name = spec.getName().cStr();
       g.strategy = spec.getStrategy();
@@ -533,7 +583,14 @@ class HeadService {
         io_, std::chrono::milliseconds(wait.getTimeoutMs()));
     uint64_t request_id = msg.getRequestId();
     std::weak_ptr<Connection> weak = conn.weak_from_this();
-    g.waiters.push_back({weak, request_id, timer});
+    size_t& parked = parked_waits_[conn.id()];
+    if (parked >= limits_.max_parked_requests_per_connection) {
+      // Enough parked for this client: answer now with the current state.
+      ReplyGroupState(conn, request_id, g);
+      return;
+    }
+    ++parked;
+    g.waiters.push_back({weak, conn.id(), request_id, timer});
     timer->async_wait([this, id, weak, request_id](const boost::system::error_code& ec) {
       if (ec) return;
       auto git = groups_.find(id);
@@ -542,6 +599,7 @@ class HeadService {
       auto& waiters = git->second.waiters;
       for (auto w = waiters.begin(); w != waiters.end(); ++w) {
         if (w->request_id == request_id && w->conn.lock() == c) {
+          UnparkWait(w->conn_id);
           waiters.erase(w);
           ReplyGroupState(*c, request_id, git->second);
           return;
@@ -554,9 +612,35 @@ class HeadService {
     auto waiters = std::move(g.waiters);
     g.waiters.clear();
     for (auto& w : waiters) {
+      UnparkWait(w.conn_id);
       w.timer->cancel();
       if (auto c = w.conn.lock()) ReplyGroupState(*c, w.request_id, g);
     }
+  }
+
+  void UnparkWait(uint64_t conn_id) {
+    auto it = parked_waits_.find(conn_id);
+    if (it != parked_waits_.end() && --it->second == 0) parked_waits_.erase(it);
+  }
+
+  // Removed groups are remembered (for waits and the view) only up to a bound.
+  void ForgetOldRemovedGroups() {
+    constexpr size_t kRemovedGroupsKept = 1000;
+    if (groups_.size() - live_groups_ <= kRemovedGroupsKept) return;
+    size_t excess = groups_.size() - live_groups_ - kRemovedGroupsKept;
+    std::vector<std::string> kept;
+    kept.reserve(group_order_.size());
+    for (auto& id : group_order_) {
+      auto it = groups_.find(id);
+      if (excess > 0 && it != groups_.end() && it->second.state == "REMOVED" &&
+          it->second.waiters.empty()) {
+        groups_.erase(it);
+        --excess;
+        continue;
+      }
+      kept.push_back(std::move(id));
+    }
+    group_order_.swap(kept);
   }
 
   void OnRemoveGroup(Connection& conn, proto::Envelope::Reader msg) {
@@ -568,8 +652,10 @@ class HeadService {
       bool placed = g.state == "CREATED" || g.state == "PREPARING";
       if (placed) SendPhase(g, proto::Envelope::CANCEL_BUNDLES, nullptr);
       g.state = "REMOVED";
+      --live_groups_;
       NotifyWaiters(g);
       BroadcastView();
+      ForgetOldRemovedGroups();
     }
     SendAck(conn, msg.getRequestId());
   }
@@ -740,8 +826,9 @@ class HeadService {
   void OnClose(Connection& conn, const absl::Status& why) {
     if (why.code() == absl::StatusCode::kInvalidArgument ||
         why.code() == absl::StatusCode::kResourceExhausted ||
-        why.code() == absl::StatusCode::kPermissionDenied) {
-      LUMEN_LOG(WARNING) << "head closed connection " << conn.id() << ": " << why;
+        why.code() == absl::StatusCode::kPermissionDenied ||
+        why.code() == absl::StatusCode::kDeadlineExceeded) {
+      LogRejectedConnection("head", conn.peer(), why);
     }
     bool changed = false;
     for (auto& [id, entry] : nodes_) {
@@ -767,6 +854,11 @@ class HeadService {
   std::optional<asio::posix::stream_descriptor> parent_watch_;
   std::string address_;
   bool require_token_ = false;
+  HelloAdmission admission_{ServerLimits::FromEnv(), "head"};
+  HeadLimits limits_ = HeadLimits::FromEnv();
+  size_t live_groups_ = 0;  // groups not REMOVED
+  // Placement-group waits parked per connection (bounded by limits_).
+  absl::flat_hash_map<uint64_t, size_t> parked_waits_;
   absl::flat_hash_map<uint64_t, std::shared_ptr<Connection>> conns_;
   std::map<NodeId, NodeEntry> nodes_;
   std::map<std::string, std::string> kv_;
@@ -784,6 +876,20 @@ class HeadService {
 };
 
 }  // namespace
+
+HeadLimits HeadLimits::FromEnv() {
+  HeadLimits limits;
+  auto read = [](const char* name, size_t* value) {
+    const char* v = std::getenv(name);
+    uint64_t parsed = 0;
+    if (v != nullptr && absl::SimpleAtoi(v, &parsed)) *value = static_cast<size_t>(parsed);
+  };
+  read("LUMEN_MAX_NAMED_ACTORS", &limits.max_named_actors);
+  read("LUMEN_MAX_PLACEMENT_GROUPS", &limits.max_placement_groups);
+  read("LUMEN_MAX_BUNDLES_PER_GROUP", &limits.max_bundles_per_group);
+  read("LUMEN_MAX_PARKED_REQUESTS", &limits.max_parked_requests_per_connection);
+  return limits;
+}
 
 int RunHeadService(const HeadOptions& options) {
   HeadService head(options);

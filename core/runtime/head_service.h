@@ -10,6 +10,19 @@
 
 namespace lumen::runtime {
 
+// What clients may make the head hold, besides the key-value store. Each comes
+// from its environment variable when set; an over-limit request gets an error
+// that names the limit.
+struct HeadLimits {
+  size_t max_named_actors = 100000;             // LUMEN_MAX_NAMED_ACTORS
+  size_t max_placement_groups = 10000;          // LUMEN_MAX_PLACEMENT_GROUPS (not removed)
+  size_t max_bundles_per_group = 10000;         // LUMEN_MAX_BUNDLES_PER_GROUP
+  size_t max_name_bytes = 1024;                 // actor and placement-group names
+  size_t max_parked_requests_per_connection = 10000;  // LUMEN_MAX_PARKED_REQUESTS
+
+  static HeadLimits FromEnv();
+};
+
 struct HeadOptions {
   std::string host = "127.0.0.1";
   int port = 0;         // 0: pick a free port
