@@ -83,7 +83,8 @@ proto::Hello::Builder InitHello(proto::Envelope::Builder env, proto::Role role) 
 }
 
 absl::StatusOr<std::vector<capnp::word>> CallHead(
-    const std::string& head_address, const std::function<void(proto::Envelope::Builder)>& fill) {
+    const std::string& head_address, const std::function<void(proto::Envelope::Builder)>& fill,
+    std::chrono::milliseconds reply_timeout) {
   auto colon = head_address.rfind(':');
   if (colon == std::string::npos) {
     return absl::InvalidArgumentError("the head address must be HOST:PORT, got '" + head_address + "'");
@@ -98,8 +99,11 @@ absl::StatusOr<std::vector<capnp::word>> CallHead(
   int fd = socket.native_handle();
   // A head that stops answering must not freeze the caller.
   timeval limit{5, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
   ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));
+  int64_t reply_ms = std::max<int64_t>(1, reply_timeout.count());
+  timeval reply_limit{static_cast<time_t>(reply_ms / 1000),
+                      static_cast<suseconds_t>((reply_ms % 1000) * 1000)};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &reply_limit, sizeof(reply_limit));
   {
     OutMessage out;
     InitHello(out.Init(), proto::Role::CLI);

@@ -2,6 +2,7 @@
 // the command line.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <string>
 #include <vector>
@@ -51,9 +52,12 @@ std::string HeadToken();
 proto::Hello::Builder InitHello(proto::Envelope::Builder env, proto::Role role);
 
 // One blocking request to the head: sends a hello and the envelope `fill`
-// builds, returns the reply's words.
+// builds, returns the reply's words. A head silent for `reply_timeout` is
+// DeadlineExceeded (requests the head parks, such as a key-value wait, pass
+// their own timeout plus a margin).
 absl::StatusOr<std::vector<capnp::word>> CallHead(
-    const std::string& head_address, const std::function<void(proto::Envelope::Builder)>& fill);
+    const std::string& head_address, const std::function<void(proto::Envelope::Builder)>& fill,
+    std::chrono::milliseconds reply_timeout = std::chrono::seconds(5));
 
 // "auto" (or empty) means the cluster started last by `lumen start` on this machine.
 absl::StatusOr<std::string> ResolveHeadAddress(const std::string& address);

@@ -1,11 +1,13 @@
 // The head service (control store): one per cluster. Holds the node table and
-// each node's last report, and a small key-value store for rendezvous data.
+// each node's last report, and a small key-value store for rendezvous data
+// (kv_store.h).
 //
 // Threads: one event loop (the process's main thread).
 #pragma once
 
 #include <string>
 
+#include "core/runtime/kv_store.h"
 #include "lumen/common/address.h"
 
 namespace lumen::runtime {
@@ -35,6 +37,9 @@ struct HeadOptions {
   // expected every `health_check_period_ms`, is declared dead.
   int health_check_period_ms = 500;
   int health_check_failure_threshold = 5;
+  // Limits of the key-value store; the LUMEN_KV_* environment variables, when
+  // set, override them (kv_store.h).
+  KvLimits kv_limits;
 };
 
 // True for 127.0.0.0/8, ::1 and "localhost".

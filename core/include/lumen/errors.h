@@ -62,5 +62,16 @@ class TypeMismatchError : public Error {
 class PlacementGroupError : public Error {
   using Error::Error;
 };
+// A key-value request failed: a limit (the text names it and its value), an
+// invalid key, or the head could not be reached.
+class KvError : public Error {
+  using Error::Error;
+};
+// A collective operation failed: a member died or timed out, the group is
+// unknown, or the ranks disagree on sizes. The text names the group and, when
+// known, the rank that failed.
+class CollectiveError : public Error {
+  using Error::Error;
+};
 
 }  // namespace lumen

@@ -32,6 +32,7 @@
 #include "lumen/config.h"
 #include "lumen/errors.h"
 #include "lumen/internal/runtime.h"
+#include "lumen/kv.h"
 #include "lumen/object_ref.h"
 #include "lumen/scheduling.h"
 

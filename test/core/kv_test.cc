@@ -1,0 +1,172 @@
+// lumen::kv against a live head: from the driver, tasks and actors; Wait woken
+// by another task's Put; limits that refuse with their name while the head
+// keeps serving.
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <optional>
+#include <tuple>
+
+#include "lumen/lumen.h"
+#include "test/core/test_support.h"
+
+namespace {
+
+int64_t NowNanos() {
+  // CLOCK_MONOTONIC: one clock for every process on the machine.
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string PutFromTask(std::string key, std::string value, std::string ns) {
+  lumen::kv::Put(key, value, ns);
+  return lumen::kv::Get(key, ns).value_or("<missing>");
+}
+
+// Puts `key` and returns when it did (just before the request left).
+int64_t PutAndStamp(std::string key, std::string ns) {
+  int64_t at = NowNanos();
+  lumen::kv::Put(key, "go", ns);
+  return at;
+}
+
+class Waiter {
+ public:
+  static Waiter* Create() { return new Waiter(); }
+  // Announces itself under "<key>-started", then waits for `key`; returns
+  // (found, wait began, wait returned).
+  std::tuple<bool, int64_t, int64_t> WaitFor(std::string key, std::string ns, int timeout_ms) {
+    lumen::kv::Put(key + "-started", "1", ns);
+    int64_t begin = NowNanos();
+    bool found = lumen::kv::Wait(key, std::chrono::milliseconds(timeout_ms), ns);
+    return {found, begin, NowNanos()};
+  }
+};
+
+int Echo(int x) { return x; }
+
+// Restores an environment variable at scope exit.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      ::setenv(name_, old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+}  // namespace
+
+LUMEN_REMOTE(PutFromTask, PutAndStamp, Waiter::Create, &Waiter::WaitFor, Echo);
+
+using lumen::test::ScopedCluster;
+
+TEST_CASE("kv: put, get, delete and namespaces from the driver and from tasks") {
+  ScopedCluster cluster;
+  CHECK_FALSE(lumen::kv::Get("k").has_value());
+  CHECK(lumen::kv::Put("k", "default"));
+  CHECK(lumen::kv::Put("k", "in a", "a"));
+  CHECK(lumen::kv::Get("k") == "default");
+  CHECK(lumen::kv::Get("k", "a") == "in a");
+  CHECK_FALSE(lumen::kv::Get("k", "b").has_value());
+
+  // overwrite = false keeps the old value.
+  CHECK_FALSE(lumen::kv::Put("k", "other", "a", /*overwrite=*/false));
+  CHECK(lumen::kv::Get("k", "a") == "in a");
+
+  // A task sees and writes the same store; binary values survive.
+  std::string binary("x\0y\xff", 4);
+  CHECK(*lumen::Get(lumen::Task(PutFromTask).Remote(std::string("t"), binary, std::string("a"))) ==
+        binary);
+  CHECK(lumen::kv::Get("t", "a") == binary);
+  CHECK(lumen::kv::Exists("t", "a"));
+
+  CHECK(lumen::kv::Delete("k", "a"));
+  CHECK_FALSE(lumen::kv::Delete("k", "a"));
+  CHECK_FALSE(lumen::kv::Get("k", "a").has_value());
+  CHECK(lumen::kv::Get("k") == "default");  // the other namespace is untouched
+
+  for (const char* key : {"grp/1", "grp/2", "grp/3", "grpx"}) lumen::kv::Put(key, "v", "p");
+  CHECK(lumen::kv::Keys("grp/", "p") == std::vector<std::string>{"grp/1", "grp/2", "grp/3"});
+  CHECK(lumen::kv::DeletePrefix("grp/", "p") == 3);
+  CHECK(lumen::kv::Keys("", "p") == std::vector<std::string>{"grpx"});
+
+  CHECK_THROWS_AS(lumen::kv::Put("", "v"), lumen::KvError);
+}
+
+// Invariant: a Wait that began before the key existed returns true, after the
+// put was made and long before its timeout (it was answered by the put, not by
+// polling or the timer).
+TEST_CASE("kv: Wait in an actor is woken by a Put from another task") {
+  ScopedCluster cluster;
+  auto waiter = lumen::Actor(Waiter::Create).Remote();
+  auto result = waiter.Task(&Waiter::WaitFor).Remote(std::string("go"), std::string("w"), 30000);
+  REQUIRE(lumen::kv::Wait("go-started", std::chrono::seconds(30), "w"));
+  int64_t put_at = *lumen::Get(lumen::Task(PutAndStamp).Remote(std::string("go"), std::string("w")));
+  auto [found, begin, end] = *lumen::Get(result, std::chrono::seconds(30));
+  CHECK(found);
+  CHECK(begin < put_at);
+  CHECK(end >= put_at);
+  CHECK(end - begin < int64_t{10'000'000'000});  // far from the 30 s timeout
+}
+
+TEST_CASE("kv: Wait on a key nobody puts returns false at its timeout") {
+  ScopedCluster cluster;
+  auto start = std::chrono::steady_clock::now();
+  CHECK_FALSE(lumen::kv::Wait("never", std::chrono::milliseconds(300), "w"));
+  auto elapsed = std::chrono::steady_clock::now() - start;
+  CHECK(elapsed >= std::chrono::milliseconds(300));
+  CHECK(elapsed < std::chrono::seconds(5));
+  // A zero timeout is a poll.
+  CHECK_FALSE(lumen::kv::Wait("never", std::chrono::milliseconds(0), "w"));
+  lumen::kv::Put("never", "now", "w");
+  CHECK(lumen::kv::Wait("never", std::chrono::milliseconds(0), "w"));
+}
+
+TEST_CASE("kv: over-limit requests fail with the limit's name and value, the head keeps serving") {
+  ScopedEnv ns_limit("LUMEN_KV_MAX_NAMESPACE_BYTES", "4096");
+  ScopedCluster cluster;
+  try {
+    lumen::kv::Put("big", std::string(2 << 20, 'x'));
+    FAIL("a 2 MiB value was accepted");
+  } catch (const lumen::KvError& e) {
+    CHECK(std::string(e.what()) ==
+          "value of 2097152 bytes exceeds the key-value limit of 1048576 bytes "
+          "(LUMEN_KV_MAX_VALUE_BYTES)");
+  }
+  CHECK_FALSE(lumen::kv::Get("big").has_value());
+
+  // 1000-byte values cost 1000 + 2 + 64 bytes each: three fit in 4096, a fourth does not.
+  for (int i = 0; i < 3; ++i) lumen::kv::Put("v" + std::to_string(i), std::string(1000, 'y'), "full");
+  try {
+    lumen::kv::Put("v3", std::string(1000, 'y'), "full");
+    FAIL("the namespace took more than its limit");
+  } catch (const lumen::KvError& e) {
+    CHECK(std::string(e.what()) ==
+          "namespace 'full' would hold 4264 bytes, over the key-value limit of 4096 bytes per "
+          "namespace (LUMEN_KV_MAX_NAMESPACE_BYTES)");
+  }
+  CHECK_THROWS_WITH(lumen::kv::Put(std::string(2000, 'k'), "v"),
+                    Catch::Contains("LUMEN_KV_MAX_KEY_BYTES"));
+
+  // Still serving: the store, other namespaces and tasks.
+  CHECK(lumen::kv::Get("v2", "full") == std::string(1000, 'y'));
+  CHECK(lumen::kv::Put("fine", "yes", "other"));
+  CHECK(lumen::kv::Get("fine", "other") == "yes");
+  CHECK(*lumen::Get(lumen::Task(Echo).Remote(7)) == 7);
+  // Deleting makes room again.
+  CHECK(lumen::kv::Delete("v0", "full"));
+  CHECK(lumen::kv::Put("v3", std::string(1000, 'y'), "full"));
+}
