@@ -124,6 +124,7 @@ int RunClient(double budget) {
 }  // namespace
 
 int RunMultiNode(bool quick, double budget);
+int RunCollectiveBench(bool quick);
 
 int RunMicrobenchmark(int argc, char** argv) {
   bool quick = false;
@@ -280,7 +281,26 @@ int RunMicrobenchmark(int argc, char** argv) {
          }),
          "waits/s");
   Shutdown();
-  return RunMultiNode(quick, budget);
+  int rc = RunMultiNode(quick, budget);
+  if (rc == 0) rc = RunCollectiveBench(quick);
+  return rc;
+}
+
+// The collective metrics come from lumen-collective-bench (it needs Gloo and
+// lumen::train), run from this binary's directory when it was built there.
+int RunCollectiveBench(bool quick) {
+  char self[4096] = {0};
+  ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return 0;
+  std::string path = std::string(self, n);
+  path = path.substr(0, path.rfind('/') + 1) + "lumen-collective-bench";
+  if (::access(path.c_str(), X_OK) != 0) {
+    std::fprintf(stderr, "allreduce_gigabytes etc. skipped: %s is not built\n", path.c_str());
+    return 0;
+  }
+  std::fflush(stdout);
+  int status = std::system(("'" + path + "'" + (quick ? " --quick" : "")).c_str());
+  return status == 0 ? 0 : 1;
 }
 
 int RunMultiNode(bool quick, double budget) {
