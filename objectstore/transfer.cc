@@ -134,12 +134,14 @@ class TransferServer::Session : public std::enable_shared_from_this<Session> {
   }
 
   void Start() {
-    deadline_.expires_after(shared_->hello_timeout);
-    deadline_.async_wait([this, self = shared_from_this()](const boost::system::error_code& ec) {
-      if (ec || closed_) return;
-      CloseWithWarning(rejected_ ? "a rejected peer stayed connected past the hello deadline"
-                                 : "no hello before the deadline");
-    });
+    if (shared_->hello_timeout.count() > 0) {  // 0: no deadline, as for Connection
+      deadline_.expires_after(shared_->hello_timeout);
+      deadline_.async_wait([this, self = shared_from_this()](const boost::system::error_code& ec) {
+        if (ec || closed_ || token_accepted_) return;
+        CloseWithWarning(rejected_ ? "a rejected peer stayed connected past the hello deadline"
+                                   : "no hello before the deadline");
+      });
+    }
     ReadHello();
   }
 
@@ -204,6 +206,7 @@ class TransferServer::Session : public std::enable_shared_from_this<Session> {
                             absl::PermissionDeniedError("wrong or missing cluster token"));
       rejected_ = true;
     } else {
+      token_accepted_ = true;
       deadline_.cancel();
     }
     in_.resize(64 * kTransferRequestBytes);
@@ -336,6 +339,7 @@ class TransferServer::Session : public std::enable_shared_from_this<Session> {
   std::string peer_;
   bool closed_ = false;
   bool rejected_ = false;  // Wrong token: answer the first request with an error.
+  bool token_accepted_ = false;  // the hello deadline no longer applies
   bool draining_ = false;  // Answered that; waiting for the puller to hang up.
   bool reading_ = false;
   bool writing_ = false;

@@ -231,7 +231,8 @@ Connection::Connection(Socket socket, ConnectionOptions options)
   read_buffer_.resize(kInitialReadBufferBytes / sizeof(capnp::word));
 }
 
-Connection::~Connection() = default;
+// A connection dropped without Close() still gives its hello-phase slot back.
+Connection::~Connection() { EndHelloPhase(); }
 
 void Connection::Start(FrameHandler on_frame, CloseHandler on_close) {
   on_frame_ = std::move(on_frame);
@@ -249,9 +250,10 @@ void Connection::Start(FrameHandler on_frame, CloseHandler on_close) {
 }
 
 void Connection::AcceptHello() {
-  if (hello_accepted_) return;
-  hello_accepted_ = true;
-  if (hello_timer_) hello_timer_->cancel();
+  if (!hello_accepted_) {
+    hello_accepted_ = true;
+    if (hello_timer_) hello_timer_->cancel();
+  }
   EndHelloPhase();
 }
 
@@ -282,7 +284,15 @@ void Connection::ReadMore() {
   if (capacity - read_end_ < kMinReadBytes) {
     // Grow with the bytes that have arrived (at most doubling), never to the
     // length a header claims: a peer must send bytes to make us hold them.
-    read_buffer_.resize(read_buffer_.size() * 2);
+    // Nor past the end of the frame being read, plus room for a next header.
+    size_t words = read_buffer_.size() * 2;
+    if (partial_frame_bytes_ > 0) {
+      size_t frame_end_words = (read_begin_ + partial_frame_bytes_ + kMinReadBytes) /
+                                   sizeof(capnp::word) + 1;
+      words = std::max(read_buffer_.size() + kMinReadBytes / sizeof(capnp::word),
+                       std::min(words, frame_end_words));
+    }
+    read_buffer_.resize(words);
     capacity = read_buffer_.size() * sizeof(capnp::word);
   }
   char* base = reinterpret_cast<char*>(read_buffer_.data());
@@ -318,7 +328,11 @@ void Connection::ProcessFrames() {
       return;
     }
     size_t frame_bytes = kFrameHeaderBytes + *len;
-    if (read_end_ - read_begin_ < frame_bytes) break;  // ReadMore grows the buffer as bytes come
+    if (read_end_ - read_begin_ < frame_bytes) {
+      partial_frame_bytes_ = frame_bytes;  // ReadMore grows the buffer as bytes come
+      break;
+    }
+    partial_frame_bytes_ = 0;
     const capnp::word* payload =
         reinterpret_cast<const capnp::word*>(base + read_begin_ + kFrameHeaderBytes);
     read_begin_ += frame_bytes;
@@ -354,34 +368,52 @@ void Connection::CheckSendQueue() {
   if (queued > options_.max_send_queue_bytes) {
     // Stop taking requests from a peer that does not take our replies.
     reading_paused_ = true;
-    if (!stall_timer_) {
-      stall_timer_.emplace(socket_.get_executor());
-      stall_timer_->expires_after(options_.send_stall_timeout);
-      stall_timer_->async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
-        if (ec || self->closed_ || !self->stall_timer_) return;
-        self->Close(absl::ResourceExhaustedError(absl::StrCat(
-            "the peer left ", self->send_queue_bytes(), " bytes unread for ",
-            self->options_.send_stall_timeout.count(), " ms (limit ",
-            self->options_.max_send_queue_bytes, " bytes, LUMEN_MAX_SEND_QUEUE_BYTES)")));
-      });
-    }
+    if (!stall_armed_) ArmStallTimer();
     return;
   }
   if (reading_paused_ && queued <= options_.max_send_queue_bytes / 2) {
     reading_paused_ = false;
-    if (stall_timer_) {
-      stall_timer_->cancel();
-      stall_timer_.reset();
-    }
+    DisarmStallTimer();
     // Frames already buffered first, then more from the socket (posted: this may
     // run inside a write completion or a Send from a frame handler).
     boost::asio::post(socket_.get_executor(), [self = shared_from_this()] {
       if (!self->closed_ && !self->reading_paused_) self->ProcessFrames();
     });
-  } else if (!reading_paused_ && stall_timer_) {
-    stall_timer_->cancel();
-    stall_timer_.reset();
+  } else if (!reading_paused_ && stall_armed_) {
+    DisarmStallTimer();
   }
+}
+
+void Connection::ArmStallTimer() {
+  if (!stall_timer_) stall_timer_.emplace(socket_.get_executor());
+  stall_armed_ = true;
+  stall_progress_ = std::chrono::steady_clock::now();
+  WaitForStall(++stall_generation_, stall_progress_ + options_.send_stall_timeout);
+}
+
+void Connection::DisarmStallTimer() {
+  if (!stall_armed_) return;
+  stall_armed_ = false;
+  ++stall_generation_;  // a handler already due sees a newer generation and does nothing
+  stall_timer_->cancel();
+}
+
+void Connection::WaitForStall(uint64_t generation, std::chrono::steady_clock::time_point at) {
+  stall_timer_->expires_at(at);
+  stall_timer_->async_wait(
+      [self = shared_from_this(), generation](const boost::system::error_code& ec) {
+        if (ec || self->closed_ || generation != self->stall_generation_) return;
+        auto deadline = self->stall_progress_ + self->options_.send_stall_timeout;
+        if (std::chrono::steady_clock::now() < deadline) {
+          // A write completed meanwhile: the peer reads, slowly. Wait on.
+          self->WaitForStall(generation, deadline);
+          return;
+        }
+        self->Close(absl::ResourceExhaustedError(absl::StrCat(
+            "the peer left ", self->send_queue_bytes(), " bytes unread for ",
+            self->options_.send_stall_timeout.count(), " ms (limit ",
+            self->options_.max_send_queue_bytes, " bytes, LUMEN_MAX_SEND_QUEUE_BYTES)")));
+      });
 }
 
 void Connection::Send(capnp::MessageBuilder& message) {
@@ -428,19 +460,38 @@ void Connection::FlushWrites() {
     writing_.swap(pending_writes_);
     writing_bytes_ = writing_.size();
   }
-  boost::asio::async_write(
-      socket_, boost::asio::buffer(writing_),
-      [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
-        {
-          absl::MutexLock lock(&self->write_mu_);
-          self->write_in_flight_ = false;
-          self->writing_bytes_ = 0;
-        }
+  writing_offset_ = 0;
+  WriteSome();
+}
+
+// Writes the rest of `writing_`, one write_some at a time, so that the stall
+// deadline sees every bit of progress a slow reader makes.
+void Connection::WriteSome() {
+  socket_.async_write_some(
+      boost::asio::buffer(writing_.data() + writing_offset_, writing_.size() - writing_offset_),
+      [self = shared_from_this()](const boost::system::error_code& ec, size_t n) {
         if (ec) {
+          {
+            absl::MutexLock lock(&self->write_mu_);
+            self->write_in_flight_ = false;
+            self->writing_bytes_ = 0;
+          }
           self->Close(absl::UnavailableError(ec.message()));
           return;
         }
-        self->FlushWrites();
+        self->stall_progress_ = std::chrono::steady_clock::now();
+        self->writing_offset_ += n;
+        bool done = self->writing_offset_ >= self->writing_.size();
+        {
+          absl::MutexLock lock(&self->write_mu_);
+          self->writing_bytes_ = self->writing_.size() - self->writing_offset_;
+          if (done) self->write_in_flight_ = false;
+        }
+        if (done) {
+          self->FlushWrites();
+        } else if (!self->closed_) {
+          self->WriteSome();
+        }
       });
 }
 
@@ -455,10 +506,7 @@ void Connection::Close(const absl::Status& reason) {
     socket_.close(ignored);
   }
   if (hello_timer_) hello_timer_->cancel();
-  if (stall_timer_) {
-    stall_timer_->cancel();
-    stall_timer_.reset();
-  }
+  DisarmStallTimer();
   EndHelloPhase();
   if (on_close_) {
     auto handler = std::move(on_close_);

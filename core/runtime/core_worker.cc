@@ -1865,7 +1865,8 @@ void CoreWorker::SendRequeued(Connection& conn, const TaskId& task_id, uint32_t 
 }
 
 void CoreWorker::OnPeerAccepted(Socket socket) {
-  auto conn = admission_.Admit(std::move(socket));
+  bool local = socket.local_endpoint().protocol().family() == AF_UNIX;
+  auto conn = (local ? local_admission_ : admission_).Admit(std::move(socket));
   if (!conn) return;
   inbound_[conn->id()] = conn;
   conn->context() = false;  // hello not seen yet
@@ -1959,11 +1960,18 @@ void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
           // its object goes (the slot is released with the callback).
           auto& count = parked_waits_[conn.id()];
           if (!count) count = std::make_shared<std::atomic<size_t>>(0);
-          if (count->load() >= kMaxParkedWaitsPerPeer) {
+          if (count->load() >= kMaxParkedWaitsPerPeer ||
+              parked_waits_total_->load() >= kMaxParkedWaits) {
             too_many = true;
           } else {
+            // Counted per peer and in all (the callbacks of a peer that left
+            // stay until their object is ready or freed).
             ++*count;
-            std::shared_ptr<void> slot(nullptr, [count](void*) { --*count; });
+            ++*parked_waits_total_;
+            std::shared_ptr<void> slot(nullptr, [count, total = parked_waits_total_](void*) {
+              --*count;
+              --*total;
+            });
             std::weak_ptr<Connection> weak = conn.shared_from_this();
             it->second.on_ready.push_back([this, weak, request_id, id, slot] {
               if (auto c = weak.lock()) SendObjectStatus(*c, request_id, id);
@@ -1973,7 +1981,8 @@ void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
       }
       if (too_many) {
         conn.Close(absl::ResourceExhaustedError(absl::StrCat(
-            "more than ", kMaxParkedWaitsPerPeer, " waits for objects parked by one peer")));
+            "too many parked waits for objects (", kMaxParkedWaitsPerPeer, " per peer, ",
+            kMaxParkedWaits, " in all)")));
         return;
       }
       if (ready) SendObjectStatus(conn, request_id, id);

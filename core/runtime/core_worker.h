@@ -281,12 +281,17 @@ class CoreWorker {
   absl::flat_hash_map<std::string, std::shared_ptr<Connection>> peers_;  // by address
   absl::flat_hash_map<uint64_t, std::shared_ptr<Connection>> inbound_;  // by connection id
   // Caps the accepted connections that have not said hello yet (io thread).
+  // Connections awaiting their hello, capped per listener (TCP, Unix socket).
   HelloAdmission admission_{ServerLimits::FromEnv(), "owner service"};
+  HelloAdmission local_admission_{ServerLimits::FromEnv(), "owner service"};
   // Object waits parked per accepted connection (io thread; the counts are
   // decremented by the parked callbacks, wherever they are destroyed). A peer
   // over the limit is disconnected.
   static constexpr size_t kMaxParkedWaitsPerPeer = 1000000;
+  static constexpr size_t kMaxParkedWaits = 2000000;
   absl::flat_hash_map<uint64_t, std::shared_ptr<std::atomic<size_t>>> parked_waits_;
+  std::shared_ptr<std::atomic<size_t>> parked_waits_total_ =
+      std::make_shared<std::atomic<size_t>>(0);
   // Objects each inbound peer borrows from us, with counts (dropped if it dies).
   absl::flat_hash_map<uint64_t, absl::flat_hash_map<ObjectId, int>> borrowed_by_;
 

@@ -700,17 +700,17 @@ class HeadService {
     }
     ++parked;
     g.waiters.push_back({weak, conn.id(), request_id, timer});
-    timer->async_wait([this, id, weak, request_id](const boost::system::error_code& ec) {
+    uint64_t conn_id = conn.id();
+    timer->async_wait([this, id, weak, conn_id, request_id](const boost::system::error_code& ec) {
       if (ec) return;
       auto git = groups_.find(id);
-      auto c = weak.lock();
-      if (git == groups_.end() || !c) return;
+      if (git == groups_.end()) return;
       auto& waiters = git->second.waiters;
       for (auto w = waiters.begin(); w != waiters.end(); ++w) {
-        if (w->request_id == request_id && w->conn.lock() == c) {
-          UnparkWait(w->conn_id);
+        if (w->request_id == request_id && w->conn_id == conn_id) {
+          UnparkWait(conn_id);
           waiters.erase(w);
-          ReplyGroupState(*c, request_id, git->second);
+          if (auto c = weak.lock()) ReplyGroupState(*c, request_id, git->second);
           return;
         }
       }
@@ -952,6 +952,16 @@ class HeadService {
       SchedulePending();
     }
     for (const auto& w : kv_.DropConnection(conn.id())) kv_timers_.erase({w.conn, w.request});
+    // Its parked placement-group waits go with it.
+    if (parked_waits_.erase(conn.id()) > 0) {
+      for (auto& [group_id, g] : groups_) {
+        std::erase_if(g.waiters, [&](const GroupEntry::Waiter& w) {
+          if (w.conn_id != conn.id()) return false;
+          w.timer->cancel();
+          return true;
+        });
+      }
+    }
     auto keep = conns_[conn.id()];
     conns_.erase(conn.id());
     asio::post(io_, [keep] {});

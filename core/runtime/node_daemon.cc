@@ -313,8 +313,9 @@ class NodeDaemon {
   bool shutting_down_ = false;
 
   absl::flat_hash_map<uint64_t, std::shared_ptr<Connection>> clients_;
-  // Both listeners (Unix and TCP) share one cap on connections awaiting hello.
+  // Connections awaiting their hello, capped per listener (TCP, Unix socket).
   HelloAdmission admission_{ServerLimits::FromEnv(), "node daemon"};
+  HelloAdmission local_admission_{ServerLimits::FromEnv(), "node daemon"};
   // Lease requests one client may have queued or parked here (drivers keep a
   // few per task shape in flight; this bounds a misbehaving one).
   size_t max_queued_leases_per_client_ = [] {
@@ -481,7 +482,10 @@ void NodeDaemon::AcceptTcp() {
 }
 
 void NodeDaemon::StartClient(Socket socket) {
-  auto conn = admission_.Admit(std::move(socket));
+  // Local processes (Unix socket) and remote ones (TCP) wait for their hello
+  // in separate lines, so strangers on the network cannot crowd out workers.
+  bool local = socket.local_endpoint().protocol().family() == AF_UNIX;
+  auto conn = (local ? local_admission_ : admission_).Admit(std::move(socket));
   if (!conn) return;
   conn->context() = Client{};
   clients_[conn->id()] = conn;
@@ -869,6 +873,7 @@ void NodeDaemon::ReplayParked() {
     const auto* words = reinterpret_cast<const capnp::word*>(p.frame.data() + kFrameHeaderBytes);
     size_t n = (p.frame.size() - kFrameHeaderBytes) / sizeof(capnp::word);
     capnp::FlatArrayMessageReader reader(kj::arrayPtr(words, n));
+    p.slot = LeaseSlot();  // the request counts again where it lands, not twice
     OnLeaseRequest(*conn, reader.getRoot<proto::Envelope>(), /*replayed=*/true);
   }
   replaying_ = false;

@@ -1106,3 +1106,48 @@ TEST_CASE("RateLimiter lets a few lines through per period and counts the rest",
   REQUIRE(again);
   CHECK(suppressed == static_cast<uint64_t>(refused));
 }
+
+TEST_CASE("A peer that reads slowly but steadily is not disconnected", "[connection][hostile]") {
+  // One 1 MiB reply, far over the 32 KiB limit, read 2 KiB at a time: it takes
+  // longer than the stall time to go out, but every write makes progress.
+  ConnectionOptions options;
+  options.max_send_queue_bytes = 32 << 10;
+  options.send_stall_timeout = std::chrono::milliseconds(300);
+  boost::asio::io_context io;
+  auto [socket, peer] = SocketAndRawPeer(io);
+  int small = 8 << 10;
+  ::setsockopt(socket.native_handle(), SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
+  ::setsockopt(peer.get(), SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+  auto conn = Connection::Create(std::move(socket), options);
+  conn->Start(
+      [&](Connection& c, proto::Envelope::Reader msg) {
+        capnp::MallocMessageBuilder reply;
+        BuildKvPut(reply, msg.getRequestId(), 1 << 20);
+        c.Send(reply);
+      },
+      [&](Connection&, const absl::Status&) {});
+  WriteRaw(io, peer.get(), KvPutFrame(1, 8));
+  std::string expected = KvPutFrame(1, 1 << 20);
+  std::string got;
+  char buf[2048];
+  bool paused_seen = false;
+  auto start = std::chrono::steady_clock::now();
+  auto last_read = start;
+  while (got.size() < expected.size() && !conn->closed() &&
+         std::chrono::steady_clock::now() - start < kDeadline) {
+    // Paced: 2 KiB every 2 ms (about 1 MB/s), so the reply takes about a second.
+    if (std::chrono::steady_clock::now() - last_read >= std::chrono::milliseconds(2)) {
+      last_read = std::chrono::steady_clock::now();
+      ssize_t n = ::recv(peer.get(), buf, sizeof(buf), MSG_DONTWAIT);
+      if (n > 0) got.append(buf, static_cast<size_t>(n));
+    }
+    io.run_one_for(std::chrono::milliseconds(1));
+    paused_seen |= conn->reading_paused();
+  }
+  CHECK(paused_seen);
+  CHECK_FALSE(conn->closed());
+  CHECK(got == expected);
+  // It took longer than the stall time, so a deadline on time over the limit
+  // (rather than time without progress) would have closed it.
+  CHECK(std::chrono::steady_clock::now() - start > std::chrono::milliseconds(300));
+}

@@ -67,7 +67,8 @@ struct ConnectionOptions {
 
 // A daemon's limits for the connections it accepts, from the environment:
 //   LUMEN_HELLO_TIMEOUT_MS          (default 5000)  hello deadline
-//   LUMEN_MAX_PENDING_HELLOS        (default 128)   connections awaiting hello, per listener
+//   LUMEN_MAX_PENDING_HELLOS        (default 128)   connections awaiting hello, per
+//                                                   HelloAdmission (one per listener)
 //   LUMEN_MAX_SEND_QUEUE_BYTES      (default 16 MiB) outgoing bytes before reads pause
 //   LUMEN_SEND_STALL_TIMEOUT_MS     (default 30000) how long a peer may leave them unread
 struct ServerLimits {
@@ -196,6 +197,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // paused or closed.
   void ProcessFrames();
   void FlushWrites();
+  void WriteSome();
   size_t frame_limit() const {
     return hello_accepted_ ? options_.max_frame_bytes : options_.max_frame_bytes_before_hello;
   }
@@ -203,6 +205,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Backpressure: pauses reading / arms the stall deadline when the send queue is
   // over its limit, resumes when it has drained (io thread).
   void CheckSendQueue();
+  void ArmStallTimer();
+  void DisarmStallTimer();
+  void WaitForStall(uint64_t generation, std::chrono::steady_clock::time_point at);
 
   Socket socket_;
   ConnectionOptions options_;
@@ -213,7 +218,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool reading_paused_ = false;     // io thread
   bool read_in_flight_ = false;     // io thread
   std::optional<boost::asio::steady_timer> hello_timer_;  // io thread
-  std::optional<boost::asio::steady_timer> stall_timer_;  // io thread; armed while over the limit
+  // The stall deadline (io thread): armed while reading is paused for
+  // backpressure; it fires `send_stall_timeout` after the last write that
+  // completed. The generation tells a stale handler from the current one.
+  std::optional<boost::asio::steady_timer> stall_timer_;
+  bool stall_armed_ = false;
+  uint64_t stall_generation_ = 0;
+  std::chrono::steady_clock::time_point stall_progress_;
+  // Bytes the frame at read_begin_ needs in all (0: not known yet); the read
+  // buffer grows no further than that.
+  size_t partial_frame_bytes_ = 0;
   FrameHandler on_frame_;
   CloseHandler on_close_;
   std::atomic<bool> closed_{false};
@@ -225,6 +239,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   mutable absl::Mutex write_mu_;
   std::string pending_writes_ ABSL_GUARDED_BY(write_mu_);
   std::string writing_;  // owned by the write in flight
+  size_t writing_offset_ = 0;  // bytes of writing_ already written (io thread)
   size_t writing_bytes_ ABSL_GUARDED_BY(write_mu_) = 0;  // writing_.size(), for other threads
   bool write_in_flight_ ABSL_GUARDED_BY(write_mu_) = false;
   std::any context_;
