@@ -470,7 +470,8 @@ TEST_CASE("collective: a member killed mid all-reduce fails the others in time, 
     CHECK(error.find("rank 2") != std::string::npos);
     CHECK(error.find("is broken") != std::string::npos);  // the next call
     CHECK(failed_at > killed_at);
-    CHECK(failed_at - killed_at < (kTimeoutMs + 2000) * 1'000'000);
+    // Within the group timeout, plus slack for a loaded 2-core test machine.
+    CHECK(failed_at - killed_at < (kTimeoutMs + 4000) * 1'000'000);
   }
   CHECK_THROWS(lumen::Get(loops[2]));  // the dead member's call
 
