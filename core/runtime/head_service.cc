@@ -19,7 +19,7 @@
 #include "lumen/common/ids.h"
 #include "lumen/common/logging.h"
 #include "lumen/scheduler/cluster_view.h"
-#include "core/runtime/kv_store.h"
+#include "core/runtime/kv_service.h"
 
 namespace lumen::runtime {
 namespace {
@@ -32,7 +32,11 @@ class HeadService {
       : options_(options),
         acceptor_(io_),
         signals_(io_, SIGTERM, SIGINT),
-        kv_(KvLimits::FromEnv(options.kv_limits)),
+        kv_(io_, KvLimits::FromEnv(options.kv_limits),
+            [this](uint64_t id) -> Connection* {
+              auto it = conns_.find(id);
+              return it == conns_.end() || it->second->closed() ? nullptr : it->second.get();
+            }),
         health_timer_(io_) {}
 
   int Run() {
@@ -320,6 +324,7 @@ class HeadService {
       conn.AcceptHello();
       return;
     }
+    if (kv_.Handle(conn, msg)) return;
     switch (msg.which()) {
       case proto::Envelope::REGISTER_NODE: {
         NodeId id = IdFrom<NodeId>(msg.getRegisterNode().getNodeId());
@@ -391,35 +396,6 @@ class HeadService {
         conn.Send(out);
         return;
       }
-      case proto::Envelope::KV_PUT: {
-        // Legacy form of kv put: the default namespace, overwriting.
-        auto kv = msg.getKvPut();
-        auto v = kv.getValue();
-        auto put = kv_.Put("", kv.getKey().cStr(),
-                           std::string(reinterpret_cast<const char*>(v.begin()), v.size()), true);
-        if (!put.ok()) {
-          SendKvError(conn, msg.getRequestId(), put.status());
-          return;
-        }
-        AnswerKvWaiters(put->woken);
-        SendAck(conn, msg.getRequestId());
-        return;
-      }
-      case proto::Envelope::KV_GET: {
-        OutMessage out;
-        auto env = out.Init();
-        env.setRequestId(msg.getRequestId());
-        auto reply = env.initKvReply();
-        reply.setKey(msg.getKvGet());
-        const std::string* value = kv_.Get("", msg.getKvGet().cStr());
-        reply.setFound(value != nullptr);
-        if (value != nullptr) reply.setValue(StringData(*value));
-        conn.Send(out.builder());
-        return;
-      }
-      case proto::Envelope::KV:
-        OnKv(conn, msg.getRequestId(), msg.getKv());
-        return;
       case proto::Envelope::REGISTER_ACTOR_NAME: {
         auto entry = msg.getRegisterActorName();
         std::string name = entry.getName().cStr();
@@ -509,103 +485,6 @@ class HeadService {
         }
       }
     }
-  }
-
-  // The key-value store: one request, answered at once except a wait on an
-  // absent key, which is parked until the key is put, its timeout passes or
-  // its connection closes.
-  void OnKv(Connection& conn, uint64_t request_id, proto::KvRequest::Reader req) {
-    std::string ns = req.getNamespace().cStr();
-    std::string key = req.getKey().cStr();
-    OutMessage out;
-    auto env = out.Init();
-    env.setRequestId(request_id);
-    auto result = env.initKvResult();
-    switch (req.getOp()) {
-      case proto::KvOp::PUT: {
-        auto value = req.getValue();
-        auto put = kv_.Put(ns, key,
-                           std::string(reinterpret_cast<const char*>(value.begin()), value.size()),
-                           req.getOverwrite());
-        if (!put.ok()) return SendKvError(conn, request_id, put.status());
-        result.setFound(put->written);
-        conn.Send(out.builder());
-        AnswerKvWaiters(put->woken);
-        return;
-      }
-      case proto::KvOp::GET:
-      case proto::KvOp::EXISTS: {
-        if (auto s = kv_.CheckKey(ns, key); !s.ok()) return SendKvError(conn, request_id, s);
-        const std::string* value = kv_.Get(ns, key);
-        result.setFound(value != nullptr);
-        if (value != nullptr && req.getOp() == proto::KvOp::GET) result.setValue(StringData(*value));
-        break;
-      }
-      case proto::KvOp::DELETE:
-        result.setCount(kv_.Delete(ns, key));
-        break;
-      case proto::KvOp::DELETE_PREFIX:
-        result.setCount(kv_.DeletePrefix(ns, key));
-        break;
-      case proto::KvOp::KEYS: {
-        auto keys = kv_.Keys(ns, key, kMaxKvKeysPerReply);
-        auto list = result.initKeys(keys.size());
-        for (size_t i = 0; i < keys.size(); ++i) list.set(i, keys[i]);
-        break;
-      }
-      case proto::KvOp::WAIT: {
-        KvStore::Waiter waiter{conn.id(), request_id};
-        auto present = kv_.AddWaiter(ns, key, waiter);
-        if (!present.ok()) return SendKvError(conn, request_id, present.status());
-        if (*present || req.getTimeoutMs() == 0) {
-          if (!*present) kv_.RemoveWaiter(waiter);
-          result.setFound(*present);
-          break;
-        }
-        auto timer = std::make_unique<asio::steady_timer>(
-            io_, std::chrono::milliseconds(std::min<uint64_t>(req.getTimeoutMs(), kMaxKvWaitMs)));
-        timer->async_wait([this, waiter](const boost::system::error_code& ec) {
-          if (ec) return;  // answered or dropped: the timer was destroyed
-          kv_timers_.erase({waiter.conn, waiter.request});
-          if (!kv_.RemoveWaiter(waiter)) return;
-          AnswerKvWaiter(waiter, false);
-        });
-        kv_timers_[{waiter.conn, waiter.request}] = std::move(timer);
-        return;  // parked
-      }
-      default:
-        return SendKvError(conn, request_id,
-                           absl::InvalidArgumentError("unknown key-value operation"));
-    }
-    conn.Send(out.builder());
-  }
-
-  // Answers parked waits whose key was just put.
-  void AnswerKvWaiters(const std::vector<KvStore::Waiter>& woken) {
-    for (const auto& w : woken) {
-      kv_timers_.erase({w.conn, w.request});
-      AnswerKvWaiter(w, true);
-    }
-  }
-
-  void AnswerKvWaiter(const KvStore::Waiter& w, bool found) {
-    auto cit = conns_.find(w.conn);
-    if (cit == conns_.end() || cit->second->closed()) return;
-    OutMessage out;
-    auto env = out.Init();
-    env.setRequestId(w.request);
-    env.initKvResult().setFound(found);
-    cit->second->Send(out.builder());
-  }
-
-  static void SendKvError(Connection& conn, uint64_t request_id, const absl::Status& status) {
-    OutMessage out;
-    auto env = out.Init();
-    env.setRequestId(request_id);
-    auto result = env.initKvResult();
-    result.setCode(static_cast<uint32_t>(status.code()));
-    result.setError(std::string(status.message()));
-    conn.Send(out.builder());
   }
 
   void FillGroupState(proto::PlacementGroupState::Builder out, const GroupEntry& g) {
@@ -951,7 +830,7 @@ class HeadService {
       BroadcastView();
       SchedulePending();
     }
-    for (const auto& w : kv_.DropConnection(conn.id())) kv_timers_.erase({w.conn, w.request});
+    kv_.DropConnection(conn.id());
     // Its parked placement-group waits go with it.
     if (parked_waits_.erase(conn.id()) > 0) {
       for (auto& [group_id, g] : groups_) {
@@ -982,10 +861,7 @@ class HeadService {
   absl::flat_hash_map<uint64_t, std::shared_ptr<Connection>> conns_;
   std::map<NodeId, NodeEntry> nodes_;
   // The key-value store, and a timer per parked wait, by (connection, request id).
-  static constexpr size_t kMaxKvKeysPerReply = 100000;
-  static constexpr uint64_t kMaxKvWaitMs = 24ull * 3600 * 1000;
-  KvStore kv_;
-  std::map<std::pair<uint64_t, uint64_t>, std::unique_ptr<asio::steady_timer>> kv_timers_;
+  KvService kv_;
   std::map<std::string, ActorNameEntry> actor_names_;
   asio::steady_timer health_timer_;
   absl::flat_hash_set<NodeId> dead_nodes_;

@@ -106,15 +106,6 @@ struct DetachedCluster {
   }
 };
 
-size_t RssBytes(pid_t pid) {
-  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
-  }
-  return 0;
-}
-
 Fd ConnectTcp(const std::string& host_port) {
   auto colon = host_port.rfind(':');
   sockaddr_in addr{};
@@ -213,7 +204,7 @@ TEST_CASE("Oversize frame claims and silent connections leave a token-protected 
   DetachedCluster cluster("LUMEN_HELLO_TIMEOUT_MS=2000",
                           "--host 0.0.0.0 --node-ip-address 127.0.0.1");
   REQUIRE(!cluster.token.empty());
-  size_t rss_before = RssBytes(cluster.head_pid);
+  size_t rss_before = lumen::test::ProcStatusBytes(cluster.head_pid, "VmRSS:");
   REQUIRE(rss_before > 0);
 
   // 20 connections each claim a frame just under the 64 MiB limit, then fall
@@ -225,7 +216,7 @@ TEST_CASE("Oversize frame claims and silent connections leave a token-protected 
     SendAll(claims.back().get(), Header(64 * kMiB - 8));
   }
   auto closed = WaitAllClosed(claims, start, std::chrono::seconds(20));
-  size_t rss_claims = RssBytes(cluster.head_pid);
+  size_t rss_claims = lumen::test::ProcStatusBytes(cluster.head_pid, "VmRSS:");
   for (auto t : closed) {
     REQUIRE(t.count() >= 0);
     CHECK(t < std::chrono::milliseconds(1500));  // well before the 2 s hello deadline
@@ -239,7 +230,7 @@ TEST_CASE("Oversize frame claims and silent connections leave a token-protected 
     silent.push_back(ConnectTcp(cluster.head_reach()));
     SendAll(silent.back().get(), Header(8192) + std::string(64, 'x'));
   }
-  size_t rss_silent = RssBytes(cluster.head_pid);
+  size_t rss_silent = lumen::test::ProcStatusBytes(cluster.head_pid, "VmRSS:");
   closed = WaitAllClosed(silent, start, std::chrono::seconds(20));
   for (auto t : closed) {
     REQUIRE(t.count() >= 0);
@@ -278,7 +269,7 @@ TEST_CASE("A head caps the connections that have not said hello") {
 
 TEST_CASE("A client that never reads its replies is throttled then disconnected while others are served") {
   DetachedCluster cluster("LUMEN_MAX_SEND_QUEUE_BYTES=1048576 LUMEN_SEND_STALL_TIMEOUT_MS=3000");
-  size_t rss_before = RssBytes(cluster.head_pid);
+  size_t rss_before = lumen::test::ProcStatusBytes(cluster.head_pid, "VmRSS:");
   Fd greedy = ConnectTcp(cluster.head_reach());
   int small = 64 << 10;
   ::setsockopt(greedy.get(), SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
@@ -316,7 +307,7 @@ TEST_CASE("A client that never reads its replies is throttled then disconnected 
       worst_query = std::max(
           worst_query, std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0));
       ++queries;
-      max_rss = std::max(max_rss, RssBytes(cluster.head_pid));
+      max_rss = std::max(max_rss, lumen::test::ProcStatusBytes(cluster.head_pid, "VmRSS:"));
     }
   }
   CHECK(disconnected);
@@ -372,7 +363,7 @@ TEST_CASE("A flood of bad connections produces a bounded number of log lines") {
 
 TEST_CASE("Oversize frame claims against a node daemon's Unix socket and TCP port leave it bounded") {
   DetachedCluster cluster("LUMEN_HELLO_TIMEOUT_MS=2000");
-  size_t rss_before = RssBytes(cluster.node_pid);
+  size_t rss_before = lumen::test::ProcStatusBytes(cluster.node_pid, "VmRSS:");
   auto start = Clock::now();
   std::vector<Fd> claims;
   for (int i = 0; i < 10; ++i) {
@@ -386,7 +377,7 @@ TEST_CASE("Oversize frame claims against a node daemon's Unix socket and TCP por
     REQUIRE(t.count() >= 0);
     CHECK(t < std::chrono::milliseconds(1500));
   }
-  size_t rss_claims = RssBytes(cluster.node_pid);
+  size_t rss_claims = lumen::test::ProcStatusBytes(cluster.node_pid, "VmRSS:");
 
   // After a valid hello (loopback needs no token) big frames are allowed; 20
   // clients each claim 60 MiB and send 1 KiB of it. Memory follows the bytes.
@@ -400,7 +391,7 @@ TEST_CASE("Oversize frame claims against a node daemon's Unix socket and TCP por
   }
   // The daemon has read what they sent once a fresh query is answered after them.
   REQUIRE(lumen::runtime::QueryNodeStats(cluster.node_address).ok());
-  size_t rss_helloed = RssBytes(cluster.node_pid);
+  size_t rss_helloed = lumen::test::ProcStatusBytes(cluster.node_pid, "VmRSS:");
   for (auto& fd : helloed) CHECK_FALSE(ClosedByPeer(fd.get()));  // legitimate, kept
   // Bound: 8 MiB of growth (before: 20 x 60 MiB).
   CHECK(rss_claims < rss_before + 8 * kMiB);

@@ -45,16 +45,6 @@ uint64_t CharCount(std::vector<char> v) { return v.size(); }
 uint64_t StringSize(std::string s) { return s.size(); }
 uint64_t BufferSize(lumen::Buffer b) { return b.size(); }
 
-// A field of /proc/self/status in bytes ("VmRSS:", "VmHWM:").
-uint64_t StatusBytes(const std::string& field) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field, 0) == 0) return std::stoull(line.substr(field.size())) * 1024;
-  }
-  return 0;
-}
-
 // Resets this process's peak resident size (VmHWM) to its current one.
 bool ResetPeakRss() {
   std::ofstream out("/proc/self/clear_refs");
@@ -68,9 +58,9 @@ bool ResetPeakRss() {
 template <class F>
 uint64_t PeakRise(F&& work) {
   REQUIRE(ResetPeakRss());
-  uint64_t before = StatusBytes("VmRSS:");
+  uint64_t before = lumen::test::ProcStatusBytes(0, "VmRSS:");
   work();
-  uint64_t peak = StatusBytes("VmHWM:");
+  uint64_t peak = lumen::test::ProcStatusBytes(0, "VmHWM:");
   return peak > before ? peak - before : 0;
 }
 

@@ -203,6 +203,16 @@ std::set<std::string> LumenShmEntries() {
   return out;
 }
 
+uint64_t ProcStatusBytes(pid_t pid, const std::string& field) {
+  std::ifstream in(pid == 0 ? std::string("/proc/self/status")
+                            : "/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(field, 0) == 0) return std::stoull(line.substr(field.size())) * 1024;
+  }
+  return 0;
+}
+
 int RunCommand(const std::string& command, std::string* output) {
   output->clear();
   FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");

@@ -75,6 +75,10 @@ std::set<std::string> SessionDirs();
 // Entries of /dev/shm whose name contains "lumen".
 std::set<std::string> LumenShmEntries();
 
+// A size field of /proc/PID/status ("VmRSS:", "VmHWM:") in bytes; 0 when the
+// process or the field is not there. `pid` 0 means this process.
+uint64_t ProcStatusBytes(pid_t pid, const std::string& field);
+
 // Runs a command, returns its exit status and fills `output` with stdout+stderr.
 int RunCommand(const std::string& command, std::string* output);
 

@@ -1,0 +1,157 @@
+#include "core/runtime/kv_service.h"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+
+namespace lumen::runtime {
+namespace {
+
+capnp::Data::Reader BytesOf(const std::string& s) {
+  return capnp::Data::Reader(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+}
+
+std::string StringOf(capnp::Data::Reader data) {
+  return std::string(reinterpret_cast<const char*>(data.begin()), data.size());
+}
+
+}  // namespace
+
+KvService::KvService(boost::asio::io_context& io, KvLimits limits,
+                     std::function<Connection*(uint64_t)> find_connection)
+    : io_(io), store_(limits), find_connection_(std::move(find_connection)) {}
+
+bool KvService::Handle(Connection& conn, proto::Envelope::Reader msg) {
+  switch (msg.which()) {
+    case proto::Envelope::KV:
+      OnKv(conn, msg.getRequestId(), msg.getKv());
+      return true;
+    case proto::Envelope::KV_PUT: {
+      // Older form of a put: the default namespace, overwriting.
+      auto kv = msg.getKvPut();
+      auto put = store_.Put("", kv.getKey().cStr(), StringOf(kv.getValue()), true);
+      if (!put.ok()) {
+        SendError(conn, msg.getRequestId(), put.status());
+        return true;
+      }
+      AnswerWaiters(put->woken);
+      OutMessage out;
+      auto env = out.Init();
+      env.setRequestId(msg.getRequestId());
+      env.setAck();
+      conn.Send(out.builder());
+      return true;
+    }
+    case proto::Envelope::KV_GET: {
+      OutMessage out;
+      auto env = out.Init();
+      env.setRequestId(msg.getRequestId());
+      auto reply = env.initKvReply();
+      reply.setKey(msg.getKvGet());
+      const std::string* value = store_.Get("", msg.getKvGet().cStr());
+      reply.setFound(value != nullptr);
+      if (value != nullptr) reply.setValue(BytesOf(*value));
+      conn.Send(out.builder());
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
+void KvService::DropConnection(uint64_t conn_id) {
+  for (const auto& w : store_.DropConnection(conn_id)) timers_.erase({w.conn, w.request});
+}
+
+// One request, answered at once except a wait on an absent key, which is
+// parked until the key is put, its timeout passes or its connection closes.
+void KvService::OnKv(Connection& conn, uint64_t request_id, proto::KvRequest::Reader req) {
+  std::string ns = req.getNamespace().cStr();
+  std::string key = req.getKey().cStr();
+  OutMessage out;
+  auto env = out.Init();
+  env.setRequestId(request_id);
+  auto result = env.initKvResult();
+  switch (req.getOp()) {
+    case proto::KvOp::PUT: {
+      auto put = store_.Put(ns, key, StringOf(req.getValue()), req.getOverwrite());
+      if (!put.ok()) return SendError(conn, request_id, put.status());
+      result.setFound(put->written);
+      conn.Send(out.builder());
+      AnswerWaiters(put->woken);
+      return;
+    }
+    case proto::KvOp::GET:
+    case proto::KvOp::EXISTS: {
+      if (auto s = store_.CheckKey(ns, key); !s.ok()) return SendError(conn, request_id, s);
+      const std::string* value = store_.Get(ns, key);
+      result.setFound(value != nullptr);
+      if (value != nullptr && req.getOp() == proto::KvOp::GET) result.setValue(BytesOf(*value));
+      break;
+    }
+    case proto::KvOp::DELETE:
+      result.setCount(store_.Delete(ns, key));
+      break;
+    case proto::KvOp::DELETE_PREFIX:
+      result.setCount(store_.DeletePrefix(ns, key));
+      break;
+    case proto::KvOp::KEYS: {
+      auto keys = store_.Keys(ns, key, kMaxKeysPerReply);
+      auto list = result.initKeys(keys.size());
+      for (size_t i = 0; i < keys.size(); ++i) list.set(i, keys[i]);
+      break;
+    }
+    case proto::KvOp::WAIT: {
+      KvStore::Waiter waiter{conn.id(), request_id};
+      auto present = store_.AddWaiter(ns, key, waiter);
+      if (!present.ok()) return SendError(conn, request_id, present.status());
+      if (*present || req.getTimeoutMs() == 0) {
+        if (!*present) store_.RemoveWaiter(waiter);
+        result.setFound(*present);
+        break;
+      }
+      auto timer = std::make_unique<boost::asio::steady_timer>(
+          io_, std::chrono::milliseconds(std::min<uint64_t>(req.getTimeoutMs(), kMaxWaitMs)));
+      timer->async_wait([this, waiter](const boost::system::error_code& ec) {
+        if (ec) return;  // answered or dropped: the timer was destroyed
+        timers_.erase({waiter.conn, waiter.request});
+        if (!store_.RemoveWaiter(waiter)) return;
+        AnswerWaiter(waiter, false);
+      });
+      timers_[{waiter.conn, waiter.request}] = std::move(timer);
+      return;  // parked
+    }
+    default:
+      return SendError(conn, request_id, absl::InvalidArgumentError("unknown key-value operation"));
+  }
+  conn.Send(out.builder());
+}
+
+void KvService::AnswerWaiters(const std::vector<KvStore::Waiter>& woken) {
+  for (const auto& w : woken) {
+    timers_.erase({w.conn, w.request});
+    AnswerWaiter(w, true);
+  }
+}
+
+void KvService::AnswerWaiter(const KvStore::Waiter& w, bool found) {
+  Connection* conn = find_connection_(w.conn);
+  if (conn == nullptr) return;
+  OutMessage out;
+  auto env = out.Init();
+  env.setRequestId(w.request);
+  env.initKvResult().setFound(found);
+  conn->Send(out.builder());
+}
+
+void KvService::SendError(Connection& conn, uint64_t request_id, const absl::Status& status) {
+  OutMessage out;
+  auto env = out.Init();
+  env.setRequestId(request_id);
+  auto result = env.initKvResult();
+  result.setCode(static_cast<uint32_t>(status.code()));
+  result.setError(std::string(status.message()));
+  conn.Send(out.builder());
+}
+
+}  // namespace lumen::runtime
