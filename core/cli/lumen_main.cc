@@ -21,7 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "bench/microbenchmark.h"
 #include "core/runtime/cluster.h"
-#include "core/runtime/head_client.h"
+#include "lumen/common/head_client.h"
 #include "core/runtime/head_service.h"
 #include "lumen/common/process.h"
 #include "lumen/lumen.h"
@@ -260,7 +260,7 @@ int Stop() {
   int stopped = 0;
   std::error_code ec;
   std::vector<std::filesystem::path> sessions;
-  for (const auto& entry : std::filesystem::directory_iterator(lumen::runtime::TempRoot(), ec)) {
+  for (const auto& entry : std::filesystem::directory_iterator(lumen::TempRoot(), ec)) {
     if (entry.path().filename().string().rfind("lumen-session-", 0) == 0 &&
         std::filesystem::exists(entry.path() / "cluster.pids", ec)) {
       sessions.push_back(entry.path());

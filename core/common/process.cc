@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <thread>
@@ -161,6 +162,14 @@ bool ProcessAlive(pid_t pid) {
   auto close_paren = line.rfind(')');
   if (close_paren == std::string::npos || close_paren + 2 >= line.size()) return true;
   return line[close_paren + 2] != 'Z';
+}
+
+std::string TempRoot() {
+  const char* env = std::getenv("TMPDIR");
+  std::string tmp = env != nullptr ? env : "";
+  if (tmp.empty()) tmp = "/tmp";
+  while (tmp.size() > 1 && tmp.back() == '/') tmp.pop_back();
+  return tmp;
 }
 
 }  // namespace lumen

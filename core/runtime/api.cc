@@ -13,7 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/runtime/cluster.h"
 #include "core/runtime/core_worker.h"
-#include "core/runtime/head_client.h"
+#include "lumen/common/head_client.h"
 #include "lumen/common/logging.h"
 #include "lumen/common/proto_util.h"
 #include "lumen/common/address.h"

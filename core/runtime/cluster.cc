@@ -118,13 +118,6 @@ absl::StatusOr<pid_t> SpawnDaemon(const ClusterSpec& spec, const std::string& se
 
 }  // namespace
 
-std::string TempRoot() {
-  std::string tmp = Env("TMPDIR");
-  if (tmp.empty()) tmp = "/tmp";
-  while (tmp.size() > 1 && tmp.back() == '/') tmp.pop_back();
-  return tmp;
-}
-
 double DetectCpus() {
   unsigned n = std::thread::hardware_concurrency();
   return n == 0 ? 1 : n;

@@ -39,9 +39,6 @@ struct ClusterProcesses {
   std::string token_file;  // where the token is kept (readable by its user only)
 };
 
-// The directory under which session directories live: $TMPDIR or /tmp.
-std::string TempRoot();
-
 absl::StatusOr<ClusterProcesses> StartCluster(const ClusterSpec& spec);
 // Embedded clusters: stops the daemons and removes the session directory.
 void StopCluster(ClusterProcesses& cluster);

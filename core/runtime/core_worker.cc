@@ -1,7 +1,7 @@
 #include "core/runtime/core_worker.h"
 
 #include "core/runtime/core_worker_internal.h"
-#include "core/runtime/head_client.h"
+#include "lumen/common/head_client.h"
 
 #include <sys/socket.h>
 #include <unistd.h>

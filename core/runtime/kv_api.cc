@@ -3,7 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/runtime/core_worker.h"
-#include "core/runtime/head_client.h"
+#include "lumen/common/head_client.h"
 #include "lumen/common/proto_util.h"
 #include "lumen/lumen.h"
 

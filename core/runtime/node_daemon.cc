@@ -1,6 +1,6 @@
 #include "core/runtime/node_daemon.h"
 
-#include "core/runtime/head_client.h"
+#include "lumen/common/head_client.h"
 
 #include <signal.h>
 #include <sys/socket.h>

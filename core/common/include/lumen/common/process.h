@@ -49,6 +49,9 @@ bool WaitForChildExit(pid_t pid, int timeout_ms);
 // True if a process with this pid exists (and is not a zombie we could see).
 bool ProcessAlive(pid_t pid);
 
+// The directory under which session directories live: $TMPDIR or /tmp.
+std::string TempRoot();
+
 // Creates a pipe whose both ends are close-on-exec.
 absl::Status MakePipe(int fds[2]);
 

@@ -1,4 +1,4 @@
-#include "core/runtime/head_client.h"
+#include "lumen/common/head_client.h"
 
 #include <unistd.h>
 
@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "core/runtime/cluster.h"
+#include "lumen/common/process.h"
 #include "lumen/common/connection.h"
 #include "lumen/common/process.h"
 #include "lumen/common/proto_util.h"

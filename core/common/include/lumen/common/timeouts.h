@@ -1,0 +1,39 @@
+// Every timeout and period of the runtime, in one place, so tests can shrink
+// them (health check 100 ms x 5) and operators can tune them.
+//
+// Each field has an environment override, read by FromEnv(); doc/configuration.md
+// lists them all. Components take a Timeouts (or the fields they use) in their
+// options struct; nothing reads these variables anywhere else.
+#pragma once
+
+#include <chrono>
+
+namespace lumen {
+
+struct Timeouts {
+  using ms = std::chrono::milliseconds;
+
+  // --- connections (every listener) ---
+  ms hello_timeout{5000};         // LUMEN_HELLO_TIMEOUT_MS: an accepted peer must say hello
+  ms send_stall_timeout{30000};   // LUMEN_SEND_STALL_TIMEOUT_MS: a peer that reads nothing
+  ms connect_timeout{5000};       // LUMEN_CONNECT_TIMEOUT_MS: a TCP or Unix connect
+  ms head_call_timeout{5000};     // LUMEN_HEAD_CALL_TIMEOUT_MS: a request to the head
+
+  // --- head ---
+  ms health_check_period{500};      // LUMEN_HEALTH_CHECK_PERIOD_MS
+  int health_check_failure_threshold = 5;  // LUMEN_HEALTH_CHECK_FAILURE_THRESHOLD
+
+  // --- node daemon ---
+  ms report_period{500};            // LUMEN_REPORT_PERIOD_MS: node -> head reports
+  ms worker_idle_timeout{10000};    // LUMEN_WORKER_IDLE_TIMEOUT_MS: surplus idle workers exit
+
+  // --- driver / worker ---
+  ms lease_idle_timeout{200};       // LUMEN_LEASE_IDLE_TIMEOUT_MS: an idle lease is kept this long
+  ms worker_exit_cause_timeout{2000};  // LUMEN_WORKER_EXIT_CAUSE_TIMEOUT_MS
+
+  // The defaults above, each replaced by its environment variable when that is
+  // set to a number.
+  static Timeouts FromEnv();
+};
+
+}  // namespace lumen

@@ -1,0 +1,42 @@
+#include "lumen/common/timeouts.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "absl/strings/numbers.h"
+
+namespace lumen {
+namespace {
+
+void Override(const char* name, std::chrono::milliseconds* value) {
+  const char* v = std::getenv(name);
+  int64_t parsed = 0;
+  if (v != nullptr && absl::SimpleAtoi(v, &parsed) && parsed >= 0) {
+    *value = std::chrono::milliseconds(parsed);
+  }
+}
+
+void Override(const char* name, int* value) {
+  const char* v = std::getenv(name);
+  int parsed = 0;
+  if (v != nullptr && absl::SimpleAtoi(v, &parsed) && parsed > 0) *value = parsed;
+}
+
+}  // namespace
+
+Timeouts Timeouts::FromEnv() {
+  Timeouts t;
+  Override("LUMEN_HELLO_TIMEOUT_MS", &t.hello_timeout);
+  Override("LUMEN_SEND_STALL_TIMEOUT_MS", &t.send_stall_timeout);
+  Override("LUMEN_CONNECT_TIMEOUT_MS", &t.connect_timeout);
+  Override("LUMEN_HEAD_CALL_TIMEOUT_MS", &t.head_call_timeout);
+  Override("LUMEN_HEALTH_CHECK_PERIOD_MS", &t.health_check_period);
+  Override("LUMEN_HEALTH_CHECK_FAILURE_THRESHOLD", &t.health_check_failure_threshold);
+  Override("LUMEN_REPORT_PERIOD_MS", &t.report_period);
+  Override("LUMEN_WORKER_IDLE_TIMEOUT_MS", &t.worker_idle_timeout);
+  Override("LUMEN_LEASE_IDLE_TIMEOUT_MS", &t.lease_idle_timeout);
+  Override("LUMEN_WORKER_EXIT_CAUSE_TIMEOUT_MS", &t.worker_exit_cause_timeout);
+  return t;
+}
+
+}  // namespace lumen
