@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "core/runtime/cluster.h"
-#include "core/runtime/core_worker.h"
+#include "lumen/worker/core_worker.h"
 #include "lumen/common/head_client.h"
 #include "lumen/common/logging.h"
 #include "lumen/common/proto_util.h"
@@ -23,21 +23,11 @@ namespace lumen {
 namespace internal {
 namespace {
 
-struct Registry {
-  absl::Mutex mu;
-  // Entries are never removed, and each lives in its own allocation.
-  absl::flat_hash_map<std::string, std::unique_ptr<RemoteFunction>> by_name ABSL_GUARDED_BY(mu);
-  absl::flat_hash_map<std::string, std::string> names ABSL_GUARDED_BY(mu);  // by pointer key
-};
-
-Registry& GetRegistry() {
-  static Registry* registry = new Registry();
-  return *registry;
-}
-
 // The driver's runtime and, for an embedded cluster, its processes.
 struct DriverState {
-  std::unique_ptr<runtime::CoreWorker> core;
+  // Shared with the threads in a call (CurrentCoreWorker), so Shutdown never
+  // frees it under them.
+  std::shared_ptr<runtime::CoreWorker> core;
   std::optional<runtime::ClusterProcesses> cluster;
   std::string head_address;
 };
@@ -64,10 +54,11 @@ void ApplyEnvironment(runtime::CoreWorkerOptions& options) {
   }
 }
 
-runtime::CoreWorker& Core() {
-  runtime::CoreWorker* core = runtime::CurrentCoreWorker();
+// The runtime, kept alive by the returned pointer for the whole call.
+std::shared_ptr<runtime::CoreWorker> Core() {
+  std::shared_ptr<runtime::CoreWorker> core = runtime::CurrentCoreWorker();
   if (core == nullptr) throw Error("lumen is not initialized: call lumen::Init first");
-  return *core;
+  return core;
 }
 
 [[noreturn]] void RunWorker() {
@@ -86,8 +77,9 @@ runtime::CoreWorker& Core() {
     LUMEN_LOG(ERROR) << "worker cannot start: " << core.status();
     std::_Exit(1);
   }
-  runtime::SetCurrentCoreWorker(core->get());
-  (*core)->RunTaskLoop();
+  std::shared_ptr<runtime::CoreWorker> worker = std::move(*core);
+  runtime::SetCurrentCoreWorker(worker);
+  worker->RunTaskLoop();
   runtime::SetCurrentCoreWorker(nullptr);
   std::fflush(stdout);
   std::fflush(stderr);
@@ -98,40 +90,27 @@ runtime::CoreWorker& Core() {
 
 }  // namespace
 
-RefHandle::RefHandle(ObjectId id, std::string owner_address, bool decoded)
-    : id_(id), owner_address_(std::move(owner_address)) {
-  if (auto* core = runtime::CurrentCoreWorker()) core->AddLocalRef(id_, owner_address_, decoded);
-}
-
-RefHandle::~RefHandle() {
-  if (auto* core = runtime::CurrentCoreWorker()) core->RemoveLocalRef(id_);
-}
-
-void MarkRefEscaped(const RefHandle& ref) {
-  if (auto* core = runtime::CurrentCoreWorker()) core->MarkEscaped(ref.id());
-}
-
 std::shared_ptr<RefHandle> SubmitTask(std::string_view function, std::vector<TaskArgument> args,
                                       const TaskOptions& options) {
-  return Core().SubmitTask(function, std::move(args), options);
+  return Core()->SubmitTask(function, std::move(args), options);
 }
 
 std::shared_ptr<RefHandle> PutEncoded(std::string encoded) {
-  return Core().PutEncoded(std::move(encoded));
+  return Core()->PutEncoded(std::move(encoded));
 }
 
 std::shared_ptr<RefHandle> PutWithWriter(uint64_t size, const std::function<void(uint8_t*)>& write) {
-  return Core().PutWithWriter(size, write);
+  return Core()->PutWithWriter(size, write);
 }
 
 std::vector<ObjectBytes> GetObjects(const std::vector<const RefHandle*>& refs,
                                     std::optional<std::chrono::milliseconds> timeout) {
-  return Core().Get(refs, timeout);
+  return Core()->Get(refs, timeout);
 }
 
 std::vector<bool> WaitObjects(const std::vector<const RefHandle*>& refs, size_t num_returns,
                               std::optional<std::chrono::milliseconds> timeout) {
-  return Core().Wait(refs, num_returns, timeout);
+  return Core()->Wait(refs, num_returns, timeout);
 }
 
 void ThrowDecodeError(const std::string& message, bool type_mismatch) {
@@ -139,46 +118,24 @@ void ThrowDecodeError(const std::string& message, bool type_mismatch) {
   throw Error("cannot decode object: " + message);
 }
 
-bool RegisterFunction(std::string name, std::string key, RemoteFunction function) {
-  Registry& r = GetRegistry();
-  absl::MutexLock lock(&r.mu);
-  r.names[std::move(key)] = name;
-  r.by_name[std::move(name)] = std::make_unique<RemoteFunction>(std::move(function));
-  return true;
-}
-
-std::string FunctionName(const std::string& key) {
-  Registry& r = GetRegistry();
-  absl::MutexLock lock(&r.mu);
-  auto it = r.names.find(key);
-  return it == r.names.end() ? std::string() : it->second;
-}
-
-const RemoteFunction* FindRemoteFunction(std::string_view name) {
-  Registry& r = GetRegistry();
-  absl::MutexLock lock(&r.mu);
-  auto it = r.by_name.find(std::string(name));
-  return it == r.by_name.end() ? nullptr : it->second.get();
-}
-
 std::shared_ptr<RefHandle> CreateActor(std::string_view factory, std::vector<TaskArgument> args,
                                        const ActorOptions& options) {
-  return Core().CreateActor(factory, std::move(args), options);
+  return Core()->CreateActor(factory, std::move(args), options);
 }
 
 std::shared_ptr<RefHandle> SubmitActorTask(const std::shared_ptr<RefHandle>& actor,
                                            std::string_view method,
                                            std::vector<TaskArgument> args) {
-  return Core().SubmitActorTask(actor, method, std::move(args));
+  return Core()->SubmitActorTask(actor, method, std::move(args));
 }
 
-void KillActor(const RefHandle& actor, bool no_restart) { Core().KillActor(actor, no_restart); }
+void KillActor(const RefHandle& actor, bool no_restart) { Core()->KillActor(actor, no_restart); }
 
 std::shared_ptr<RefHandle> GetNamedActor(const std::string& name) {
-  return Core().GetNamedActor(name);
+  return Core()->GetNamedActor(name);
 }
 
-void ExitActorAfterCall() { Core().ExitActorAfterCall(); }
+void ExitActorAfterCall() { Core()->ExitActorAfterCall(); }
 
 void InitRuntime(const Config& config, int argc, char** argv) {
   runtime::MaybeRunClusterProcess();
@@ -232,7 +189,7 @@ void InitRuntime(const Config& config, int argc, char** argv) {
     throw Error(absl::StrCat("lumen::Init: ", core.status().message()));
   }
   state.core = std::move(*core);
-  runtime::SetCurrentCoreWorker(state.core.get());
+  runtime::SetCurrentCoreWorker(state.core);
   static bool atexit_registered = false;
   if (!atexit_registered) {
     atexit_registered = true;
@@ -261,8 +218,9 @@ std::string ClusterAddress() {
 namespace {
 
 std::string HeadForCalls() {
-  std::string head = runtime::CurrentCoreWorker() ? ClusterAddress() : "";
-  if (head.empty() && runtime::CurrentCoreWorker()) head = runtime::CurrentCoreWorker()->head_address();
+  auto core = runtime::CurrentCoreWorker();
+  std::string head = core ? ClusterAddress() : "";
+  if (head.empty() && core) head = core->head_address();
   if (head.empty()) throw Error("lumen is not initialized: call lumen::Init first");
   return head;
 }
@@ -354,8 +312,9 @@ PlacementGroupInfo GetPlacementGroupInfo(const std::string& group_id) {
 namespace {
 
 std::vector<runtime::NodeView> QueryClusterNodes() {
-  std::string head = runtime::CurrentCoreWorker() ? internal::ClusterAddress() : "";
-  if (head.empty() && runtime::CurrentCoreWorker()) head = runtime::CurrentCoreWorker()->head_address();
+  auto core = runtime::CurrentCoreWorker();
+  std::string head = core ? internal::ClusterAddress() : "";
+  if (head.empty() && core) head = core->head_address();
   if (head.empty()) throw Error("lumen is not initialized: call lumen::Init first");
   auto nodes = runtime::QueryNodes(head);
   if (!nodes.ok()) throw Error(std::string(nodes.status().message()));
@@ -391,9 +350,7 @@ std::vector<NodeInfo> Nodes() {
 }
 
 std::string GetNodeId() {
-  runtime::CoreWorker* core = runtime::CurrentCoreWorker();
-  if (core == nullptr) throw Error("lumen is not initialized: call lumen::Init first");
-  return core->node_id().Hex();
+  return internal::Core()->node_id().Hex();
 }
 
 std::vector<int> GetGpuIds() { return runtime::CoreWorker::CurrentGpuIds(); }

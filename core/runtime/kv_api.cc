@@ -2,7 +2,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "core/runtime/core_worker.h"
+#include "lumen/worker/core_worker.h"
 #include "lumen/common/head_client.h"
 #include "lumen/common/proto_util.h"
 #include "lumen/lumen.h"
@@ -14,7 +14,7 @@ namespace {
 constexpr std::chrono::milliseconds kReplyMargin = std::chrono::seconds(5);
 
 std::string HeadAddress() {
-  runtime::CoreWorker* core = runtime::CurrentCoreWorker();
+  std::shared_ptr<runtime::CoreWorker> core = runtime::CurrentCoreWorker();
   if (core == nullptr) throw Error("lumen is not initialized: call lumen::Init first");
   std::string head = internal::ClusterAddress();
   if (head.empty()) head = core->head_address();

@@ -328,8 +328,9 @@ class CoreWorker {
   bool exec_blocked_ ABSL_GUARDED_BY(exec_mu_) = false;  // the running task waits in Get
 };
 
-// The process-wide runtime (null before Init and after Shutdown).
-CoreWorker* CurrentCoreWorker();
-void SetCurrentCoreWorker(CoreWorker* worker);
+// The process-wide runtime (null before Init and after Shutdown). Thread-safe;
+// the returned pointer keeps it alive (stopped, maybe) for as long as it is held.
+std::shared_ptr<CoreWorker> CurrentCoreWorker();
+void SetCurrentCoreWorker(std::shared_ptr<CoreWorker> worker);
 
 }  // namespace lumen::runtime

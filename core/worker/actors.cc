@@ -8,8 +8,8 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "core/runtime/core_worker.h"
-#include "core/runtime/core_worker_internal.h"
+#include "lumen/worker/core_worker.h"
+#include "core/worker/worker_state.h"
 #include "lumen/common/head_client.h"
 #include "lumen/common/codec.h"
 #include "lumen/common/proto_util.h"

@@ -14,7 +14,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
-#include "core/runtime/core_worker.h"
+#include "lumen/worker/core_worker.h"
 
 namespace lumen::runtime {
 

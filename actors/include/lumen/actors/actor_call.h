@@ -1,0 +1,39 @@
+// One call of an actor method as the caller-side submitter sees it, and the
+// failure a task or call ends with.
+//
+// The runtime derives its own task record from ActorCall (adding arguments and
+// the return object); the submitter only orders, sends and resends calls.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "lumen/common/ids.h"
+#include "lumen/proto/lumen.capnp.h"
+
+namespace lumen::actors {
+
+// Why a value is not there: the payload of a failed object.
+struct TaskFailure {
+  proto::FailureKind kind = proto::FailureKind::OTHER;
+  std::string exception_type;
+  std::string message;
+  std::string location;
+};
+
+// Not thread-safe: owned by one submitter on its owner's thread.
+struct ActorCall {
+  virtual ~ActorCall() = default;
+
+  TaskId task_id;
+  std::string function;
+  // Per actor and submitter, from 1, in submission order: the order in which
+  // the actor receives the calls (a resent call keeps its number).
+  uint64_t sequence = 0;
+  uint32_t attempt = 0;  // 0 for the first send; +1 per resend after a restart
+  bool resolved = false;  // its arguments are ready: it may go when its turn comes
+  std::optional<TaskFailure> dep_failure;  // an argument failed: it fails instead
+};
+
+}  // namespace lumen::actors

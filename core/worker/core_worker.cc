@@ -1,0 +1,293 @@
+// CoreWorker, the composition root: startup (the handshake with the node
+// daemon, the listeners), shutdown, and the dispatch of node-daemon frames.
+#include "lumen/worker/core_worker.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <typeinfo>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "core/worker/worker_state.h"
+#include "lumen/common/codec.h"
+#include "lumen/common/head_client.h"
+#include "lumen/common/logging.h"
+#include "lumen/common/process.h"
+#include "lumen/common/proto_util.h"
+#include "lumen/errors.h"
+#include "lumen/objectstore/fd_passing.h"
+#include "lumen/objectstore/object_table.h"
+
+namespace lumen::runtime {
+namespace {
+
+// The process's runtime. Shared: a user thread in a call (or an ObjectRef
+// destructor) keeps it alive while Shutdown stops and drops it.
+std::atomic<std::shared_ptr<CoreWorker>> current_core_worker;
+
+}  // namespace
+
+// Set on an executor thread while it runs a task: a Get there gives the CPU back.
+thread_local bool in_task = false;
+
+std::shared_ptr<CoreWorker> CurrentCoreWorker() {
+  return current_core_worker.load(std::memory_order_acquire);
+}
+void SetCurrentCoreWorker(std::shared_ptr<CoreWorker> worker) {
+  current_core_worker.store(std::move(worker), std::memory_order_release);
+}
+
+CoreWorker::CoreWorker(CoreWorkerOptions options)
+    : options_(std::move(options)), releaser_(std::make_shared<PinReleaser>()) {
+  releaser_->core = this;
+}
+
+absl::StatusOr<std::unique_ptr<CoreWorker>> CoreWorker::Start(CoreWorkerOptions options) {
+  std::unique_ptr<CoreWorker> worker(new CoreWorker(std::move(options)));
+  if (worker->options_.worker_id.IsNil()) worker->options_.worker_id = WorkerId::Random();
+  if (worker->options_.job_id.IsNil()) worker->options_.job_id = JobId::Random();
+  if (auto s = worker->Connect(); !s.ok()) return s;
+  return worker;
+}
+
+absl::Status CoreWorker::Connect() {
+  exe_path_ = SelfExecutablePath();
+  // The owner service: peers push tasks here (worker) and ask for objects;
+  // over Unix from this node, over TCP from others.
+  unix_path_ = absl::StrCat(options_.session_dir, "/sockets/",
+                            options_.is_worker ? "worker-" : "driver-",
+                            options_.worker_id.Hex().substr(0, 16), ".sock");
+  ::unlink(unix_path_.c_str());
+  boost::system::error_code ec;
+  acceptor_ = std::make_unique<boost::asio::local::stream_protocol::acceptor>(io_);
+  acceptor_->open(boost::asio::local::stream_protocol(), ec);
+  if (!ec) acceptor_->bind(boost::asio::local::stream_protocol::endpoint(unix_path_), ec);
+  if (!ec) acceptor_->listen(128, ec);
+  if (ec) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", unix_path_, ": ", ec.message()));
+  }
+  auto tcp = ListenTcp(io_, options_.node_host, 0);
+  if (!tcp.ok()) return tcp.status();
+  tcp_acceptor_ = std::move(*tcp);
+  listen_address_ = FormatAddress(
+      {absl::StrCat(options_.node_host, ":", tcp_acceptor_->local_endpoint().port()), unix_path_});
+
+  // Handshake with the node daemon (blocking): its reply carries the store's fd.
+  boost::asio::local::stream_protocol::socket node_socket(io_);
+  node_socket.connect(boost::asio::local::stream_protocol::endpoint(options_.node_socket), ec);
+  if (ec) {
+    return absl::UnavailableError(absl::StrCat("cannot connect to the node daemon at ",
+                                               options_.node_socket, ": ", ec.message()));
+  }
+  {
+    OutMessage out;
+    auto hello =
+        InitHello(out.Init(), options_.is_worker ? proto::Role::WORKER : proto::Role::DRIVER);
+    hello.setWorkerId(DataOf(options_.worker_id));
+    hello.setJobId(DataOf(options_.job_id));
+    hello.setExePath(exe_path_);
+    hello.setListenAddress(listen_address_);
+    if (auto s = WriteFrameBlocking(node_socket.native_handle(), out.builder()); !s.ok()) return s;
+  }
+  std::vector<capnp::word> reply_words(512);
+  size_t received = 0;
+  auto fd = objectstore::RecvWithFd(node_socket.native_handle(), reply_words.data(),
+                                    reply_words.size() * sizeof(capnp::word), &received);
+  if (!fd.ok()) {
+    // A refusal (e.g. a protocol version mismatch) comes without the store's fd:
+    // show the daemon's reason when there is one.
+    if (received > kFrameHeaderBytes) {
+      try {
+        capnp::FlatArrayMessageReader reader(kj::arrayPtr(
+            reply_words.data() + 1, (received - kFrameHeaderBytes) / sizeof(capnp::word)));
+        auto reply = reader.getRoot<proto::Envelope>();
+        if (reply.isHelloReply() && !reply.getHelloReply().getOk()) {
+          return absl::UnavailableError(absl::StrCat(
+              "node daemon refused: ", reply.getHelloReply().getError().cStr()));
+        }
+      } catch (const std::exception&) {
+      }
+    }
+    return absl::UnavailableError(
+        absl::StrCat("node daemon handshake failed: ", fd.status().message()));
+  }
+  if (received < kFrameHeaderBytes) {
+    ::close(*fd);
+    return absl::UnavailableError("short handshake reply");
+  }
+  auto len = ParseFrameHeader(reinterpret_cast<const uint8_t*>(reply_words.data()), 1 << 20);
+  if (!len.ok() || kFrameHeaderBytes + *len != received) {
+    ::close(*fd);
+    return absl::UnavailableError("malformed handshake reply from the node daemon");
+  }
+  uint64_t store_size = 0;
+  try {
+    capnp::FlatArrayMessageReader reader(
+        kj::arrayPtr(reply_words.data() + 1, *len / sizeof(capnp::word)));
+    auto reply = reader.getRoot<proto::Envelope>();
+    if (!reply.isHelloReply()) throw std::runtime_error("expected a hello reply");
+    auto hr = reply.getHelloReply();
+    if (!hr.getOk()) {
+      ::close(*fd);
+      return absl::UnavailableError(absl::StrCat("node daemon refused: ", hr.getError().cStr()));
+    }
+    auto nid = hr.getNodeId();
+    node_id_ = IdFrom<NodeId>(nid);
+    store_size = hr.getStoreSize();
+    node_address_ = hr.getNodeAddress().cStr();
+  } catch (const std::exception& e) {
+    ::close(*fd);
+    return absl::UnavailableError(absl::StrCat("bad handshake reply: ", e.what()));
+  }
+  auto segment = objectstore::ShmSegment::Attach(*fd, store_size);
+  if (!segment.ok()) return segment.status();
+  store_ = std::move(*segment);
+
+  int raw = node_socket.release();
+  Socket generic(io_, boost::asio::generic::stream_protocol(AF_UNIX, 0), raw);
+  node_conn_ = Connection::Create(std::move(generic));
+  node_conn_->Start([this](Connection& c, proto::Envelope::Reader m) { OnNodeFrame(c, m); },
+                    [this](Connection&, const absl::Status& why) { OnNodeLost(why); });
+
+  auto accept_next = std::make_shared<std::function<void()>>();
+  *accept_next = [this, accept_next]() {
+    acceptor_->async_accept([this, accept_next](const boost::system::error_code& ec,
+                                                boost::asio::local::stream_protocol::socket s) {
+      if (ec) return;  // acceptor closed
+      int raw_fd = s.release();
+      OnPeerAccepted(Socket(io_, boost::asio::generic::stream_protocol(AF_UNIX, 0), raw_fd));
+      (*accept_next)();
+    });
+  };
+  (*accept_next)();
+  auto accept_tcp = std::make_shared<std::function<void()>>();
+  *accept_tcp = [this, accept_tcp]() {
+    tcp_acceptor_->async_accept(
+        [this, accept_tcp](const boost::system::error_code& ec, boost::asio::ip::tcp::socket s) {
+          if (ec) return;  // acceptor closed
+          OnPeerAccepted(AdoptTcp(io_, std::move(s)));
+          (*accept_tcp)();
+        });
+  };
+  (*accept_tcp)();
+
+  work_.emplace(io_.get_executor());
+  io_thread_ = std::thread([this] {
+    logging::SetProcessTag(options_.is_worker ? "worker" : "driver");
+    io_.run();
+  });
+  return absl::OkStatus();
+}
+
+void CoreWorker::OnNodeLost(const absl::Status& why) {
+  node_lost_ = true;
+  if (!stopped_) LUMEN_LOG(DEBUG) << "lost the node daemon: " << why;
+  // Answer every pending request with an empty envelope (read as an error).
+  auto pending = std::move(node_requests_);
+  node_requests_.clear();
+  capnp::MallocMessageBuilder empty;
+  auto reader = empty.initRoot<proto::Envelope>().asReader();
+  for (auto& [id, request] : pending) request.callback(reader);
+  // Nothing will arrive any more: fail whatever is still pending.
+  std::vector<ObjectId> waiting;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, entry] : objects_)
+      if (!entry.ready) waiting.push_back(id);
+  }
+  for (const auto& id : waiting) {
+    SetObjectReady(id, [&](ObjectEntry& e) {
+      e.kind = ObjectEntry::Kind::kFailed;
+      e.failure = Failure{proto::FailureKind::OBJECT_LOST, "",
+                          "lost the connection to the node daemon", ""};
+    });
+  }
+  exec_mu_.Lock();
+  exec_queue_size_.fetch_add(0);
+  exec_mu_.Unlock();
+}
+
+CoreWorker::~CoreWorker() { Stop(); }
+
+void CoreWorker::Stop() {
+  if (stopped_.exchange(true)) return;
+  {
+    absl::MutexLock lock(&releaser_->mu);
+    releaser_->core = nullptr;
+  }
+  std::vector<std::pair<std::string, ObjectId>> names;
+  boost::asio::post(io_, [this, &names] {
+    for (auto& [id, record] : owned_actors_) {
+      if (!record->options.name.empty() && !record->options.detached &&
+          record->state != ActorRecord::State::kDead) {
+        names.emplace_back(record->options.name, id);
+      }
+    }
+    boost::system::error_code ignored;
+    if (acceptor_) acceptor_->close(ignored);
+    if (tcp_acceptor_) tcp_acceptor_->close(ignored);
+    auto remotes = remote_nodes_;  // closing erases from remote_nodes_
+    for (auto& [address, conn] : remotes) conn->Close(absl::CancelledError("shutdown"));
+    if (node_conn_) node_conn_->Close(absl::CancelledError("shutdown"));
+    for (auto& [key, queue] : queues_) {
+      for (auto& lease : queue->leases) {
+        if (lease->idle_timer) lease->idle_timer->cancel();
+        if (lease->conn) lease->conn->Close(absl::CancelledError("shutdown"));
+      }
+    }
+    auto peers = peers_;  // closing erases from peers_
+    for (auto& [addr, conn] : peers) conn->Close(absl::CancelledError("shutdown"));
+    auto inbound = inbound_;
+    for (auto& [id, conn] : inbound) conn->Close(absl::CancelledError("shutdown"));
+    work_.reset();
+    io_.stop();
+  });
+  if (io_thread_.joinable()) io_thread_.join();
+  ::unlink(unix_path_.c_str());
+  // Our actors (but detached ones) end with us: free their names.
+  for (const auto& [name, id] : names) {
+    (void)CallHead(options_.head_address, [&](proto::Envelope::Builder env) {
+      auto entry = env.initUnregisterActorName();
+      entry.setName(name);
+      entry.setActorId(DataOf(id));
+    });
+  }
+  // Drop queued work (its refs) while the maps are still consistent.
+  queues_.clear();
+  {
+    absl::MutexLock lock(&submit_mu_);
+    submissions_.clear();
+  }
+}
+
+void CoreWorker::PostToIo(std::function<void()> fn) { boost::asio::post(io_, std::move(fn)); }
+
+void CoreWorker::OnNodeFrame(Connection& conn, proto::Envelope::Reader msg) {
+  if (msg.isReclaimLeases()) {
+    OnReclaimLeases();
+    return;
+  }
+  if (msg.isListState()) {
+    SendStateRows(conn, msg.getRequestId(), msg.getListState().cStr());
+    return;
+  }
+  if (msg.isMarkNodeDead()) {
+    OnRemoteNodeDead(IdFrom<NodeId>(msg.getMarkNodeDead()));
+    return;
+  }
+  uint64_t request_id = msg.getRequestId();
+  auto it = node_requests_.find(request_id);
+  if (it == node_requests_.end()) {
+    LUMEN_LOG(DEBUG) << "unexpected frame from the node daemon (request " << request_id << ")";
+    return;
+  }
+  auto callback = std::move(it->second.callback);
+  node_requests_.erase(it);
+  callback(msg);
+}
+
+}  // namespace lumen::runtime

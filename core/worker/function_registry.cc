@@ -1,0 +1,54 @@
+// The registry of remote functions, actor factories and methods
+// (lumen/internal/runtime.h: RegisterFunction, FunctionName,
+// FindRemoteFunction): filled by LUMEN_REMOTE at static-initialisation time,
+// read by the executor. Thread-safe.
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "lumen/internal/runtime.h"
+
+namespace lumen::internal {
+namespace {
+
+struct Registry {
+  absl::Mutex mu;
+  // Entries are never removed, and each lives in its own allocation.
+  absl::flat_hash_map<std::string, std::unique_ptr<RemoteFunction>> by_name ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<std::string, std::string> names ABSL_GUARDED_BY(mu);  // by pointer key
+};
+
+// Never destroyed: registrations and look-ups may run during static
+// initialisation and destruction.
+Registry& GetRegistry() {
+  static Registry* registry = new Registry();
+  return *registry;
+}
+
+}  // namespace
+
+bool RegisterFunction(std::string name, std::string key, RemoteFunction function) {
+  Registry& r = GetRegistry();
+  absl::MutexLock lock(&r.mu);
+  r.names[std::move(key)] = name;
+  r.by_name[std::move(name)] = std::make_unique<RemoteFunction>(std::move(function));
+  return true;
+}
+
+std::string FunctionName(const std::string& key) {
+  Registry& r = GetRegistry();
+  absl::MutexLock lock(&r.mu);
+  auto it = r.names.find(key);
+  return it == r.names.end() ? std::string() : it->second;
+}
+
+const RemoteFunction* FindRemoteFunction(std::string_view name) {
+  Registry& r = GetRegistry();
+  absl::MutexLock lock(&r.mu);
+  auto it = r.by_name.find(std::string(name));
+  return it == r.by_name.end() ? nullptr : it->second.get();
+}
+
+}  // namespace lumen::internal

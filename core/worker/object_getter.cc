@@ -1,0 +1,211 @@
+// CoreWorker: the object getter (memory store -> owner -> pull, retrying
+// other copies) and the failures it throws at the API.
+#include "lumen/worker/core_worker.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <typeinfo>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "core/worker/worker_state.h"
+#include "lumen/common/codec.h"
+#include "lumen/common/head_client.h"
+#include "lumen/common/logging.h"
+#include "lumen/common/process.h"
+#include "lumen/common/proto_util.h"
+#include "lumen/errors.h"
+#include "lumen/objectstore/fd_passing.h"
+#include "lumen/objectstore/object_table.h"
+
+namespace lumen::runtime {
+
+void CoreWorker::ThrowFailure(const Failure& f) {
+  switch (f.kind) {
+    case proto::FailureKind::TASK_ERROR:
+    case proto::FailureKind::FUNCTION_NOT_FOUND:
+      throw TaskError(
+          absl::StrCat(f.exception_type.empty() ? "" : f.exception_type + ": ", f.message,
+                       f.location.empty() ? "" : " (in " + f.location + ")"),
+          f.exception_type, f.message, f.location);
+    case proto::FailureKind::WORKER_CRASHED:
+      throw WorkerCrashedError(f.message);
+    case proto::FailureKind::OBJECT_LOST:
+      throw ObjectLostError(f.message);
+    case proto::FailureKind::ACTOR_DIED:
+      throw ActorDiedError(f.message);
+    case proto::FailureKind::STORE_FULL:
+      throw ObjectStoreFullError(f.message);
+    case proto::FailureKind::TYPE_MISMATCH:
+      throw TypeMismatchError(f.message);
+    default:
+      throw Error(f.message);
+  }
+}
+
+CoreWorker::StoreResult CoreWorker::GetOrPull(const ObjectId& id, uint64_t size,
+                                              const NodeId& node, const std::string& node_address,
+                                              const std::string& owner) {
+  StoreResult got = CallStore(kGet, id, 0);
+  // NotFound: not here; Unavailable: being pulled here by another reader.
+  bool absent = got.status.code() == absl::StatusCode::kNotFound ||
+                got.status.code() == absl::StatusCode::kUnavailable;
+  if (got.status.ok() || !absent || node.IsNil() || node == node_id_ || node_address.empty()) {
+    return got;
+  }
+  // Another node has it: our daemon copies it here (once, however many ask).
+  StoreResult pulled = CallNode([&](proto::Envelope::Builder env) {
+    auto pull = env.initPullObject();
+    pull.setObjectId(DataOf(id));
+    pull.setSize(size);
+    pull.setNodeId(DataOf(node));
+    pull.setNodeAddress(node_address);
+    pull.setJobId(DataOf(options_.job_id));
+  });
+  if (!pulled.status.ok()) return pulled;
+  got = CallStore(kGet, id, 0);
+  if (got.status.ok() && !owner.empty()) {
+    NodeId here = node_id_;
+    std::string here_address = node_address_;
+    PostToIo([this, id, owner, here, here_address] {
+      if (owner == listen_address_) {
+        OnObjectLocationAdded(id, here, here_address);
+        return;
+      }
+      absl::Status error;
+      auto conn = PeerConnection(owner, &error);
+      if (!conn) return;
+      OutMessage out;
+      auto location = out.Init().initAddObjectLocation();
+      location.setObjectId(DataOf(id));
+      location.setNodeId(DataOf(here));
+      location.setNodeAddress(here_address);
+      conn->Send(out.builder());
+    });
+  }
+  return got;
+}
+
+internal::ObjectBytes CoreWorker::ReadyBytes(const ObjectId& id) {
+  // A copy can vanish with its node while we read: when our node says so (it
+  // tells us of the death before it answers the pull), the entry names another
+  // copy or says the object is lost, and we look again.
+  std::pair<NodeId, std::string> tried;
+  std::string last_error;
+  for (int attempt = 0;; ++attempt) {
+    ObjectEntry::Kind kind;
+    std::shared_ptr<const std::string> value;
+    Failure failure;
+    std::pair<NodeId, std::string> location;
+    uint64_t size = 0;
+    std::string owner;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = objects_.find(id);
+      if (it == objects_.end()) throw ObjectLostError("object " + id.Hex() + " is not known");
+      kind = it->second.kind;
+      value = it->second.value;
+      failure = it->second.failure;
+      size = it->second.stored_size;
+      if (!it->second.locations.empty()) location = it->second.locations.front();
+      owner = it->second.owned ? listen_address_ : it->second.owner_address;
+    }
+    switch (kind) {
+      case ObjectEntry::Kind::kInline:
+        return internal::ObjectBytes{*value, value};
+      case ObjectEntry::Kind::kFailed:
+        ThrowFailure(failure);
+      case ObjectEntry::Kind::kStored:
+        break;
+    }
+    if (attempt > 0 && location == tried) {
+      throw ObjectLostError(absl::StrCat("object ", id.Hex(), " is lost: ", last_error));
+    }
+    tried = location;
+    StoreResult got = GetOrPull(id, size, location.first, location.second, owner);
+    if (got.status.ok()) {
+      // The pin is released when the last reader of these bytes lets go.
+      return PinnedBytes(id, got.offset, got.size);
+    }
+    last_error = std::string(got.status.message());
+    if (attempt >= 3) throw ObjectLostError(absl::StrCat("object ", id.Hex(), " is lost: ", last_error));
+  }
+}
+
+internal::ObjectBytes CoreWorker::PinnedBytes(const ObjectId& id, uint64_t offset, uint64_t size) {
+  // The pin keeps the mapping alive and gives the object back to the store when
+  // the last reader lets go, even if that happens after Shutdown.
+  std::shared_ptr<objectstore::ShmSegment> segment = store_;
+  std::shared_ptr<PinReleaser> releaser = releaser_;
+  std::shared_ptr<const void> pin(nullptr, [segment, releaser, id](const void*) {
+    absl::MutexLock lock(&releaser->mu);
+    if (releaser->core == nullptr) return;
+    releaser->core->SendToNode([id](proto::Envelope::Builder env) {
+      env.initStoreRelease().setObjectId(DataOf(id));
+    });
+  });
+  return internal::ObjectBytes{
+      std::string_view(reinterpret_cast<const char*>(segment->readonly_base() + offset), size),
+      std::move(pin)};
+}
+
+void CoreWorker::RequestObjectFromOwner(const ObjectId& id, const std::string& owner) {
+  absl::Status error;
+  auto conn = PeerConnection(owner, &error);
+  if (!conn) {
+    SetObjectReady(id, [&](ObjectEntry& e) {
+      e.kind = ObjectEntry::Kind::kFailed;
+      e.failure = Failure{proto::FailureKind::OBJECT_LOST, "",
+                          absl::StrCat("the owner of object ", id.Hex(), " is unreachable: ",
+                                       error.message()),
+                          ""};
+    });
+    return;
+  }
+  uint64_t request_id = next_request_id_++;
+  peer_requests_[request_id] = [this, id](proto::Envelope::Reader msg) {
+    if (!msg.isObjectStatus()) return;
+    auto value = msg.getObjectStatus().getValue();
+    switch (value.which()) {
+      case proto::Value::INLINE: {
+        auto data = value.getInline();
+        auto bytes = std::make_shared<const std::string>(
+            reinterpret_cast<const char*>(data.begin()), data.size());
+        SetObjectReady(id, [&](ObjectEntry& e) {
+          e.kind = ObjectEntry::Kind::kInline;
+          e.value = bytes;
+        });
+        break;
+      }
+      case proto::Value::STORED: {
+        uint64_t size = value.getStored().getSize();
+        std::pair<NodeId, std::string> location{IdFrom<NodeId>(value.getStored().getNodeId()),
+                                                value.getStored().getNodeAddress().cStr()};
+        SetObjectReady(id, [&](ObjectEntry& e) {
+          e.kind = ObjectEntry::Kind::kStored;
+          e.stored_size = size;
+          e.locations = {location};
+        });
+        break;
+      }
+      case proto::Value::ERROR: {
+        Failure f = FailureFromProto(value.getError());
+        SetObjectReady(id, [&](ObjectEntry& e) {
+          e.kind = ObjectEntry::Kind::kFailed;
+          e.failure = f;
+        });
+        break;
+      }
+    }
+  };
+  OutMessage out;
+  auto env = out.Init();
+  env.setRequestId(request_id);
+  env.setWaitObject(DataOf(id));
+  conn->Send(out.builder());
+}
+
+}  // namespace lumen::runtime

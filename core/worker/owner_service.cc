@@ -1,0 +1,371 @@
+// CoreWorker: the owner service (waits, locations, borrowers, kills from
+// peers; pushed tasks in a worker) and the connections to other owners.
+// io thread.
+#include "lumen/worker/core_worker.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <typeinfo>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "core/worker/worker_state.h"
+#include "lumen/common/codec.h"
+#include "lumen/common/head_client.h"
+#include "lumen/common/logging.h"
+#include "lumen/common/process.h"
+#include "lumen/common/proto_util.h"
+#include "lumen/errors.h"
+#include "lumen/objectstore/fd_passing.h"
+#include "lumen/objectstore/object_table.h"
+
+namespace lumen::runtime {
+
+// ---------------------------------------------------------------------------
+// Peers: borrowers asking for objects, owners pushing tasks (worker mode).
+
+void CoreWorker::SendPeerHello(Connection& conn) {
+  OutMessage out;
+  InitHello(out.Init(), proto::Role::PEER);
+  conn.Send(out.builder());
+}
+
+std::shared_ptr<Connection> CoreWorker::PeerConnection(const std::string& address,
+                                                       absl::Status* error) {
+  auto it = peers_.find(address);
+  if (it != peers_.end() && !it->second->closed()) return it->second;
+  auto socket = ConnectToAddress(io_, address, options_.session_dir);
+  if (!socket.ok()) {
+    *error = socket.status();
+    return nullptr;
+  }
+  auto conn = Connection::Create(std::move(*socket));
+  conn->Start([this](Connection& c, proto::Envelope::Reader m) { OnPeerFrame(c, m); },
+              [this, address](Connection&, const absl::Status& why) {
+                peers_.erase(address);
+                if (stopped_) return;
+                // The owner is gone: what we were waiting for from it is lost.
+                std::vector<ObjectId> lost;
+                {
+                  absl::MutexLock lock(&mu_);
+                  for (auto& [id, e] : objects_) {
+                    if (!e.owned && !e.ready && e.requested && e.owner_address == address) {
+                      lost.push_back(id);
+                    }
+                  }
+                }
+                std::vector<ObjectId> orphaned;
+                for (auto& [actor_id, client] : actor_clients_) {
+                  if (client->resolving && client->owner == address) orphaned.push_back(actor_id);
+                }
+                for (const auto& actor_id : orphaned) {
+                  OnActorOwnerUnreachable(actor_id, absl::StrCat("the actor's owner at ", address,
+                                                                 " died: ", why.message()));
+                }
+                for (const auto& id : lost) {
+                  SetObjectReady(id, [&](ObjectEntry& e) {
+                    e.kind = ObjectEntry::Kind::kFailed;
+                    e.failure = Failure{proto::FailureKind::OBJECT_LOST, "",
+                                        absl::StrCat("the owner of object ", id.Hex(), " at ",
+                                                     address, " died: ", why.message()),
+                                        ""};
+                  });
+                }
+              });
+  SendPeerHello(*conn);
+  peers_[address] = conn;
+  return conn;
+}
+
+void CoreWorker::SendObjectStatus(Connection& conn, uint64_t request_id, const ObjectId& id) {
+  OutMessage out;
+  auto env = out.Init();
+  env.setRequestId(request_id);
+  auto value = env.initObjectStatus().initValue();
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = objects_.find(id);
+    if (it == objects_.end()) {
+      FailureToProto(Failure{proto::FailureKind::OBJECT_LOST, "",
+                             absl::StrCat("object ", id.Hex(),
+                                          " was freed by its owner (no references left)"),
+                             ""},
+                     value.initError());
+    } else {
+      FillValue(value, it->second);
+    }
+  }
+  conn.Send(out.builder());
+}
+
+void CoreWorker::SendRequeued(Connection& conn, const TaskId& task_id, uint32_t attempt) {
+  OutMessage out;
+  auto r = out.Init().initTaskReply();
+  r.setTaskId(DataOf(task_id));
+  r.setAttempt(attempt);
+  r.setRequeued(true);
+  conn.Send(out.builder());
+}
+
+void CoreWorker::OnPeerAccepted(Socket socket) {
+  bool local = socket.local_endpoint().protocol().family() == AF_UNIX;
+  auto conn = (local ? local_admission_ : admission_).Admit(std::move(socket));
+  if (!conn) return;
+  inbound_[conn->id()] = conn;
+  conn->context() = false;  // hello not seen yet
+  conn->Start([this](Connection& c, proto::Envelope::Reader m) { OnPeerFrame(c, m); },
+              [this](Connection& c, const absl::Status& why) {
+                auto id = c.id();
+                if (why.code() != absl::StatusCode::kUnavailable &&
+                    why.code() != absl::StatusCode::kCancelled) {
+                  LogRejectedConnection(options_.is_worker ? "worker" : "driver", c.peer(), why);
+                }
+                // A borrower that went away borrows nothing any more.
+                auto bit = borrowed_by_.find(id);
+                if (bit != borrowed_by_.end()) {
+                  auto counts = std::move(bit->second);
+                  borrowed_by_.erase(bit);
+                  for (const auto& [object, n] : counts) {
+                    borrowed_by_[id][object] = n;
+                    OnBorrowerChange(id, object, -n);
+                  }
+                  borrowed_by_.erase(id);
+                }
+                PostToIo([this, id] {
+                  inbound_.erase(id);
+                  parked_waits_.erase(id);
+                });
+              });
+}
+
+void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
+  // An accepted connection (context: hello seen) speaks only after its hello.
+  if (conn.context().has_value() && !std::any_cast<bool>(conn.context()) && !msg.isHello()) {
+    conn.Close(absl::PermissionDeniedError("first frame was not a hello"));
+    return;
+  }
+  switch (msg.which()) {
+    case proto::Envelope::HELLO:
+      if (msg.getHello().getProtocolVersion() != proto::PROTOCOL_VERSION) {
+        conn.Close(absl::FailedPreconditionError("protocol version mismatch"));
+        return;
+      }
+      if (!IsLoopbackHost(options_.node_host) &&
+          !ConstantTimeEquals(std::string_view(msg.getHello().getToken().cStr(),
+                                               msg.getHello().getToken().size()),
+                              HeadToken())) {
+        // Beyond loopback only holders of the cluster token may call us.
+        conn.Close(absl::PermissionDeniedError("peer without the right cluster token"));
+        return;
+      }
+      conn.context() = true;
+      conn.AcceptHello();
+      return;
+    case proto::Envelope::ACTOR_STATE:
+    case proto::Envelope::OBJECT_STATUS: {
+      // Only on connections we opened (to an owner), never on accepted ones.
+      if (conn.context().has_value()) return;
+      auto it = peer_requests_.find(msg.getRequestId());
+      if (it == peer_requests_.end()) return;
+      auto cb = std::move(it->second);
+      peer_requests_.erase(it);
+      cb(msg);
+      return;
+    }
+    default:
+      break;
+  }
+  auto* hello_seen = std::any_cast<bool>(&conn.context());
+  if (hello_seen != nullptr && !*hello_seen) {
+    conn.Close(absl::PermissionDeniedError("first frame was not a hello"));
+    return;
+  }
+  switch (msg.which()) {
+    case proto::Envelope::ADD_OBJECT_LOCATION: {
+      auto location = msg.getAddObjectLocation();
+      OnObjectLocationAdded(IdFrom<ObjectId>(location.getObjectId()),
+                            IdFrom<NodeId>(location.getNodeId()),
+                            location.getNodeAddress().cStr());
+      return;
+    }
+    case proto::Envelope::WAIT_OBJECT: {
+      auto data = msg.getWaitObject();
+      ObjectId id = IdFrom<ObjectId>(data);
+      uint64_t request_id = msg.getRequestId();
+      bool ready = true;
+      bool too_many = false;
+      {
+        absl::MutexLock lock(&mu_);
+        auto it = objects_.find(id);
+        if (it != objects_.end() && !it->second.ready) {
+          ready = false;
+          // Each parked wait counts against its connection until it runs or
+          // its object goes (the slot is released with the callback).
+          auto& count = parked_waits_[conn.id()];
+          if (!count) count = std::make_shared<std::atomic<size_t>>(0);
+          if (count->load() >= kMaxParkedWaitsPerPeer ||
+              parked_waits_total_->load() >= kMaxParkedWaits) {
+            too_many = true;
+          } else {
+            // Counted per peer and in all (the callbacks of a peer that left
+            // stay until their object is ready or freed).
+            ++*count;
+            ++*parked_waits_total_;
+            std::shared_ptr<void> slot(nullptr, [count, total = parked_waits_total_](void*) {
+              --*count;
+              --*total;
+            });
+            std::weak_ptr<Connection> weak = conn.shared_from_this();
+            it->second.on_ready.push_back([this, weak, request_id, id, slot] {
+              if (auto c = weak.lock()) SendObjectStatus(*c, request_id, id);
+            });
+          }
+        }
+      }
+      if (too_many) {
+        conn.Close(absl::ResourceExhaustedError(absl::StrCat(
+            "too many parked waits for objects (", kMaxParkedWaitsPerPeer, " per peer, ",
+            kMaxParkedWaits, " in all)")));
+        return;
+      }
+      if (ready) SendObjectStatus(conn, request_id, id);
+      return;
+    }
+    case proto::Envelope::WAIT_ACTOR: {
+      auto req = msg.getWaitActor();
+      auto data = req.getActorId();
+      ObjectId id = IdFrom<ObjectId>(data);
+      uint64_t request_id = msg.getRequestId();
+      std::weak_ptr<Connection> weak = conn.shared_from_this();
+      WhenActorSettled(id, req.getFailedAddress().cStr(),
+                       [this, id, weak, request_id](bool alive, std::string address,
+                                                    std::string death) {
+                         auto c = weak.lock();
+                         if (!c) return;
+                         auto rit = owned_actors_.find(id);
+                         int retries = rit == owned_actors_.end()
+                                           ? 0
+                                           : rit->second->options.max_task_retries;
+                         OutMessage out;
+                         auto env = out.Init();
+                         env.setRequestId(request_id);
+                         auto state = env.initActorState();
+                         state.setAlive(alive);
+                         state.setAddress(address);
+                         state.setDead(!alive);
+                         state.setReason(death);
+                         state.setMaxTaskRetries(retries);
+                         c->Send(out.builder());
+                       });
+      return;
+    }
+    case proto::Envelope::KILL_ACTOR: {
+      auto data = msg.getKillActor();
+      ObjectId id = IdFrom<ObjectId>(data);
+      if (owned_actors_.contains(id)) {
+        KillOwnedActor(id, msg.getRequestId() != 0, "killed by lumen::ActorHandle::Kill()");
+      } else if (is_actor_ && id == actor_id_) {
+        // Told directly (its owner is gone): free the name and end.
+        if (!actor_name_.empty() && !options_.head_address.empty()) {
+          (void)CallHead(options_.head_address, [&](proto::Envelope::Builder env) {
+            auto entry = env.initUnregisterActorName();
+            entry.setName(actor_name_);
+            entry.setActorId(DataOf(id));
+          });
+        }
+        std::fflush(stdout);
+        std::fflush(stderr);
+        ::unlink(listen_address_.c_str());
+        std::_Exit(0);
+      }
+      return;
+    }
+    case proto::Envelope::ESCAPE_REF: {
+      auto data = msg.getEscapeRef();
+      ObjectId id = IdFrom<ObjectId>(data);
+      absl::MutexLock lock(&mu_);
+      auto it = objects_.find(id);
+      if (it != objects_.end() && it->second.owned) ++it->second.pending_escapes;
+      return;
+    }
+    case proto::Envelope::ADD_BORROWER:
+    case proto::Envelope::REMOVE_BORROWER: {
+      bool add = msg.isAddBorrower();
+      auto data = add ? msg.getAddBorrower() : msg.getRemoveBorrower();
+      OnBorrowerChange(conn.id(),
+                       IdFrom<ObjectId>(data),
+                       add ? 1 : -1);
+      return;
+    }
+    case proto::Envelope::PUSH_TASK: {
+      if (!options_.is_worker) {
+        conn.Close(absl::FailedPreconditionError("a driver does not run tasks"));
+        return;
+      }
+      auto spec = msg.getPushTask();
+      auto task = std::make_unique<TaskToRun>();
+      task->reply_to = conn.shared_from_this();
+      auto tid = spec.getTaskId();
+      task->task_id = IdFrom<TaskId>(tid);
+      task->attempt = spec.getAttempt();
+      task->function = spec.getFunction().cStr();
+      task->kind = spec.getKind();
+      task->max_concurrency = std::max<uint32_t>(1, spec.getMaxConcurrency());
+      for (int id : spec.getGpuIds()) task->gpu_ids.push_back(id);
+      if (task->kind == proto::TaskKind::ACTOR_CREATION) {
+        // The connection the actor was created over is its owner's: tell it
+        // when we exit on purpose.
+        actor_owner_conn_ = conn.weak_from_this();
+        auto aid = spec.getActorId();
+        actor_id_ = IdFrom<ObjectId>(aid);
+        actor_name_ = spec.getActorName().cStr();
+        is_actor_ = true;
+      }
+      for (auto arg : spec.getArgs()) {
+        TaskToRun::Arg a;
+        switch (arg.which()) {
+          case proto::Value::INLINE: {
+            auto d = arg.getInline();
+            a.value.assign(reinterpret_cast<const char*>(d.begin()), d.size());
+            break;
+          }
+          case proto::Value::STORED: {
+            auto d = arg.getStored().getObjectId();
+            a.is_stored = true;
+            a.stored = IdFrom<ObjectId>(d);
+            a.size = arg.getStored().getSize();
+            a.node = IdFrom<NodeId>(arg.getStored().getNodeId());
+            a.node_address = arg.getStored().getNodeAddress().cStr();
+            a.owner = arg.getStored().getOwnerAddress().cStr();
+            break;
+          }
+          case proto::Value::ERROR:
+            break;
+        }
+        task->args.push_back(std::move(a));
+      }
+      {
+        absl::MutexLock lock(&exec_mu_);
+        // An actor's calls run here whatever it waits for; a plain task blocked
+        // in Get hands new ones back.
+        if (exit_after_call_) {
+          // The actor is exiting: the call is dropped, and its caller sees the
+          // actor die.
+          task.reset();
+        } else if (!exec_blocked_ || is_actor_) {
+          exec_queue_.push_back(std::move(task));
+          exec_queue_size_.fetch_add(1, std::memory_order_release);
+        }
+      }
+      if (task) SendRequeued(conn, task->task_id, task->attempt);
+      return;
+    }
+    default:
+      LUMEN_LOG(DEBUG) << "ignoring unexpected frame from a peer";
+  }
+}
+
+}  // namespace lumen::runtime

@@ -1,0 +1,165 @@
+// CoreWorker: the store provider (create/seal/abort/get/delete against the
+// node's shared-memory store) and Put.
+#include "lumen/worker/core_worker.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <typeinfo>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "core/worker/worker_state.h"
+#include "lumen/common/codec.h"
+#include "lumen/common/head_client.h"
+#include "lumen/common/logging.h"
+#include "lumen/common/process.h"
+#include "lumen/common/proto_util.h"
+#include "lumen/errors.h"
+#include "lumen/objectstore/fd_passing.h"
+#include "lumen/objectstore/object_table.h"
+
+namespace lumen::runtime {
+
+// ---------------------------------------------------------------------------
+// Node daemon requests
+
+void CoreWorker::SendToNode(std::function<void(proto::Envelope::Builder)> fill) {
+  PostToIo([this, fill = std::move(fill)] {
+    if (!node_conn_ || node_conn_->closed()) return;
+    OutMessage out;
+    fill(out.Init());
+    node_conn_->Send(out.builder());
+  });
+}
+
+CoreWorker::StoreResult CoreWorker::CallStore(int op, const ObjectId& id, uint64_t size) {
+  return CallNode([op, id, size](proto::Envelope::Builder env) {
+    proto::StoreRequest::Builder req = [&]() {
+      switch (op) {
+        case kCreate: return env.initStoreCreate();
+        case kSeal: return env.initStoreSeal();
+        case kAbort: return env.initStoreAbort();
+        default: return env.initStoreGet();
+      }
+    }();
+    req.setObjectId(DataOf(id));
+    req.setSize(size);
+  });
+}
+
+CoreWorker::StoreResult CoreWorker::CallNode(std::function<void(proto::Envelope::Builder)> fill) {
+  StoreResult result;
+  if (stopped_ || node_lost_) {
+    result.status = absl::UnavailableError("lost the connection to the node daemon");
+    return result;
+  }
+  absl::Notification done;
+  PostToIo([&] {
+    if (!node_conn_ || node_conn_->closed()) {
+      result.status = absl::UnavailableError("lost the connection to the node daemon");
+      done.Notify();
+      return;
+    }
+    SendNodeRequest(*node_conn_, fill, [&](proto::Envelope::Reader msg) {
+      if (!msg.isStoreReply()) {
+        result.status = absl::UnavailableError("no reply from the node daemon");
+      } else {
+        auto r = msg.getStoreReply();
+        if (r.getOk()) {
+          result.offset = r.getOffset();
+          result.size = r.getSize();
+        } else {
+          result.status = absl::Status(static_cast<absl::StatusCode>(r.getCode()),
+                                       r.getError().cStr());
+        }
+      }
+      done.Notify();
+    });
+  });
+  done.WaitForNotification();
+  return result;
+}
+
+void CoreWorker::DeleteCopies(const ObjectId& id, std::vector<std::string> node_addresses) {
+  if (node_addresses.empty()) node_addresses.push_back("");  // our node
+  PostToIo([this, id, node_addresses = std::move(node_addresses)] {
+    for (const auto& address : node_addresses) {
+      absl::Status error;
+      auto conn = NodeConnection(address, &error);
+      if (!conn || conn->closed()) continue;
+      OutMessage out;
+      out.Init().initStoreDelete().setObjectId(DataOf(id));
+      conn->Send(out.builder());
+    }
+  });
+}
+
+void CoreWorker::OnObjectLocationAdded(const ObjectId& id, const NodeId& node,
+                                       const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  auto it = objects_.find(id);
+  if (it != objects_.end() && (!it->second.owned || it->second.kind != ObjectEntry::Kind::kStored)) {
+    return;  // not ours to track
+  }
+  if (it == objects_.end()) {
+    DeleteCopies(id, {address});  // freed meanwhile: the new copy goes too
+    return;
+  }
+  for (const auto& [n, a] : it->second.locations)
+    if (n == node) return;
+  it->second.locations.emplace_back(node, address);
+}
+
+// ---------------------------------------------------------------------------
+// Put / Get / Wait
+
+std::shared_ptr<internal::RefHandle> CoreWorker::PutEncoded(std::string encoded) {
+  if (encoded.size() > options_.inline_limit) {
+    return PutWithWriter(encoded.size(),
+                         [&](uint8_t* out) { std::memcpy(out, encoded.data(), encoded.size()); });
+  }
+  ObjectId id = ObjectId::ForPut();
+  auto handle = std::make_shared<internal::RefHandle>(id, listen_address_);
+  auto value = std::make_shared<const std::string>(std::move(encoded));
+  SetObjectReady(id, [&](ObjectEntry& e) {
+    e.kind = ObjectEntry::Kind::kInline;
+    e.value = value;
+  });
+  return handle;
+}
+
+std::shared_ptr<internal::RefHandle> CoreWorker::PutWithWriter(
+    uint64_t size, const std::function<void(uint8_t*)>& write) {
+  ObjectId id = ObjectId::ForPut();
+  StoreResult created = CallStore(kCreate, id, size);
+  if (!created.status.ok()) {
+    if (created.status.code() == absl::StatusCode::kResourceExhausted) {
+      throw ObjectStoreFullError(std::string(created.status.message()));
+    }
+    throw Error(absl::StrCat("Put failed: ", created.status.message()));
+  }
+  store_->PrefaultForWrite(created.offset, size);
+  try {
+    write(store_->writable_base() + created.offset);
+  } catch (...) {
+    CallStore(kAbort, id, size);  // the half-written object goes
+    throw;
+  }
+  StoreResult sealed = CallStore(kSeal, id, size);
+  if (!sealed.status.ok()) {
+    CallStore(kAbort, id, size);
+    throw Error(absl::StrCat("Put failed: ", sealed.status.message()));
+  }
+  auto handle = std::make_shared<internal::RefHandle>(id, listen_address_);
+  SetObjectReady(id, [&](ObjectEntry& e) {
+    e.kind = ObjectEntry::Kind::kStored;
+    e.stored_size = size;
+    e.locations = {{node_id_, node_address_}};
+  });
+  return handle;
+}
+
+}  // namespace lumen::runtime

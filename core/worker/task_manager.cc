@@ -1,0 +1,175 @@
+// CoreWorker: the task manager (complete, fail, the finished-task history)
+// and the `lumen list` rows of what this process owns. io thread.
+#include "lumen/worker/core_worker.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <typeinfo>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "core/worker/worker_state.h"
+#include "lumen/common/codec.h"
+#include "lumen/common/head_client.h"
+#include "lumen/common/logging.h"
+#include "lumen/common/process.h"
+#include "lumen/common/proto_util.h"
+#include "lumen/errors.h"
+#include "lumen/objectstore/fd_passing.h"
+#include "lumen/objectstore/object_table.h"
+
+namespace lumen::runtime {
+
+void CoreWorker::RecordFinished(PendingTask& task, const char* state) {
+  if (task.kind == proto::TaskKind::ACTOR_CREATION) return;
+  finished_tasks_.push_back(FinishedTask{task.task_id, std::move(task.display_name), state});
+  if (finished_tasks_.size() > 1000) finished_tasks_.pop_front();
+}
+
+void CoreWorker::SendStateRows(Connection& conn, uint64_t request_id, const std::string& what) {
+  std::vector<std::vector<std::pair<std::string, std::string>>> rows;
+  std::string owner = absl::StrCat(options_.is_worker ? "worker " : "driver ", ::getpid());
+  auto short_id = [](const std::string& hex) { return hex.substr(0, 16); };
+  if (what == "actors") {
+    for (const auto& [id, record] : owned_actors_) {
+      static constexpr const char* kStates[] = {"PENDING_CREATION", "ALIVE", "RESTARTING", "DEAD"};
+      rows.push_back({{"ACTOR_ID", short_id(id.Hex())},
+                      {"CLASS", record->factory},
+                      {"STATE", kStates[static_cast<int>(record->state)]},
+                      {"NAME", record->options.name},
+                      {"NODE", record->node_id.IsNil() ? "" : short_id(record->node_id.Hex())},
+                      {"PID", record->pid ? std::to_string(record->pid) : ""},
+                      {"RESTARTS", std::to_string(record->restarts)},
+                      {"OWNER", owner}});
+    }
+  } else if (what == "tasks") {
+    for (const auto& [key, queue] : queues_) {
+      for (const auto& task : queue->ready) {
+        rows.push_back({{"TASK_ID", short_id(task->task_id.Hex())},
+                        {"NAME", task->display_name},
+                        {"STATE", "PENDING_NODE_ASSIGNMENT"},
+                        {"NODE", ""},
+                        {"OWNER", owner}});
+      }
+      for (const auto& lease : queue->leases) {
+        for (const auto& [id, task] : lease->in_flight) {
+          rows.push_back({{"TASK_ID", short_id(id.Hex())},
+                          {"NAME", task->display_name},
+                          {"STATE", "RUNNING"},
+                          {"NODE", short_id(lease->node_id.Hex())},
+                          {"OWNER", owner}});
+        }
+      }
+    }
+    for (const auto& [id, client] : actor_clients_) {
+      for (const auto& [tid, task] : client->in_flight) {
+        rows.push_back({{"TASK_ID", short_id(tid.Hex())},
+                        {"NAME", task->display_name},
+                        {"STATE", "RUNNING"},
+                        {"NODE", ""},
+                        {"OWNER", owner}});
+      }
+      for (const auto& task : client->queue) {
+        rows.push_back({{"TASK_ID", short_id(task->task_id.Hex())},
+                        {"NAME", task->display_name},
+                        {"STATE", "PENDING_ACTOR"},
+                        {"NODE", ""},
+                        {"OWNER", owner}});
+      }
+    }
+    for (const auto& f : finished_tasks_) {
+      rows.push_back({{"TASK_ID", short_id(f.id.Hex())},
+                      {"NAME", f.name},
+                      {"STATE", f.state},
+                      {"NODE", ""},
+                      {"OWNER", owner}});
+    }
+  } else if (what == "objects") {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, e] : objects_) {
+      if (!e.owned || e.is_actor) continue;
+      std::string where;
+      for (const auto& [node, address] : e.locations) {
+        absl::StrAppend(&where, where.empty() ? "" : ",", node.Hex().substr(0, 12));
+      }
+      const char* kind = !e.ready ? "PENDING"
+                         : e.kind == ObjectEntry::Kind::kInline ? "INLINE"
+                         : e.kind == ObjectEntry::Kind::kStored ? "STORED"
+                                                                : "FAILED";
+      uint64_t size = e.kind == ObjectEntry::Kind::kStored ? e.stored_size
+                      : e.value                            ? e.value->size()
+                                                           : 0;
+      rows.push_back({{"OBJECT_ID", short_id(id.Hex())},
+                      {"STATE", kind},
+                      {"SIZE", e.ready ? objectstore::FormatBytes(size) : ""},
+                      {"COPIES_ON", where},
+                      {"REFS", absl::StrCat(e.local_refs, " local, ", e.borrowers, " borrowers")},
+                      {"OWNER", owner}});
+    }
+  }
+  capnp::MallocMessageBuilder out;
+  auto env = out.initRoot<proto::Envelope>();
+  env.setRequestId(request_id);
+  auto list = env.initStateRows(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    auto fields = list[i].initFields(rows[i].size());
+    for (size_t j = 0; j < rows[i].size(); ++j) {
+      fields[j].setKey(rows[i][j].first);
+      fields[j].setValue(capnp::Data::Reader(
+          reinterpret_cast<const uint8_t*>(rows[i][j].second.data()), rows[i][j].second.size()));
+    }
+  }
+  conn.Send(out);
+}
+
+void CoreWorker::CompleteTask(PendingTask* task, proto::Value::Reader result) {
+  RecordFinished(*task, result.isError() ? "FAILED" : "FINISHED");
+  switch (result.which()) {
+    case proto::Value::INLINE: {
+      auto data = result.getInline();
+      auto value = std::make_shared<const std::string>(reinterpret_cast<const char*>(data.begin()),
+                                                       data.size());
+      SetObjectReady(task->return_id, [&](ObjectEntry& e) {
+        e.kind = ObjectEntry::Kind::kInline;
+        e.value = value;
+      });
+      break;
+    }
+    case proto::Value::STORED: {
+      uint64_t size = result.getStored().getSize();
+      std::pair<NodeId, std::string> location{IdFrom<NodeId>(result.getStored().getNodeId()),
+                                              result.getStored().getNodeAddress().cStr()};
+      SetObjectReady(
+          task->return_id,
+          [&](ObjectEntry& e) {
+            e.kind = ObjectEntry::Kind::kStored;
+            e.stored_size = size;
+            e.locations = {location};
+          },
+          /*owned_result=*/true);
+      break;
+    }
+    case proto::Value::ERROR: {
+      Failure f = FailureFromProto(result.getError());
+      SetObjectReady(task->return_id, [&](ObjectEntry& e) {
+        e.kind = ObjectEntry::Kind::kFailed;
+        e.failure = f;
+      });
+      break;
+    }
+  }
+}
+
+void CoreWorker::FailTask(PendingTask* raw, Failure failure) {
+  std::unique_ptr<PendingTask> task(raw);
+  RecordFinished(*task, "FAILED");
+  SetObjectReady(task->return_id, [&](ObjectEntry& e) {
+    e.kind = ObjectEntry::Kind::kFailed;
+    e.failure = failure;
+  });
+}
+
+}  // namespace lumen::runtime
