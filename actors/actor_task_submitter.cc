@@ -188,10 +188,11 @@ void ActorTaskSubmitter::MaybeForget(const ObjectId& actor) {
   actors_.erase(it);
 }
 
-std::vector<ObjectId> ActorTaskSubmitter::LocatingThrough(const std::string& owner) const {
-  std::vector<ObjectId> out;
+std::vector<ActorTaskSubmitter::Locating> ActorTaskSubmitter::LocatingThrough(
+    const std::string& owner) const {
+  std::vector<Locating> out;
   for (const auto& [id, a] : actors_) {
-    if (a->locating && a->owner == owner) out.push_back(id);
+    if (a->locating && a->owner == owner) out.push_back({id, a->failed_address});
   }
   return out;
 }

@@ -36,6 +36,9 @@ Timeouts Timeouts::FromEnv() {
   Override("LUMEN_WORKER_IDLE_TIMEOUT_MS", &t.worker_idle_timeout);
   Override("LUMEN_LEASE_IDLE_TIMEOUT_MS", &t.lease_idle_timeout);
   Override("LUMEN_WORKER_EXIT_CAUSE_TIMEOUT_MS", &t.worker_exit_cause_timeout);
+  Override("LUMEN_LEASE_RETRY_DELAY_MS", &t.lease_retry_delay);
+  Override("LUMEN_SPILLBACK_RETRY_DELAY_MS", &t.spillback_retry_delay);
+  Override("LUMEN_EXIT_FLUSH_TIMEOUT_MS", &t.exit_flush_timeout);
   return t;
 }
 

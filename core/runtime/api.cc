@@ -46,14 +46,6 @@ std::string Env(const char* name) {
   return v ? v : "";
 }
 
-// Settings of the runtime that come from the environment (drivers and workers).
-void ApplyEnvironment(runtime::CoreWorkerOptions& options) {
-  int64_t ms = 0;
-  if (absl::SimpleAtoi(Env("LUMEN_WORKER_EXIT_CAUSE_TIMEOUT_MS"), &ms) && ms >= 0) {
-    options.worker_exit_cause_timeout = std::chrono::milliseconds(ms);
-  }
-}
-
 // The runtime, kept alive by the returned pointer for the whole call.
 std::shared_ptr<runtime::CoreWorker> Core() {
   std::shared_ptr<runtime::CoreWorker> core = runtime::CurrentCoreWorker();
@@ -71,7 +63,6 @@ std::shared_ptr<runtime::CoreWorker> Core() {
   options.worker_id = WorkerId::FromHex(Env("LUMEN_WORKER_ID"));
   options.job_id = JobId::FromHex(Env("LUMEN_JOB_ID"));
   options.head_address = Env("LUMEN_HEAD_ADDRESS");
-  ApplyEnvironment(options);
   auto core = runtime::CoreWorker::Start(options);
   if (!core.ok()) {
     LUMEN_LOG(ERROR) << "worker cannot start: " << core.status();
@@ -181,7 +172,6 @@ void InitRuntime(const Config& config, int argc, char** argv) {
     options.session_dir = node->session_dir;
   }
   options.head_address = state.head_address;
-  ApplyEnvironment(options);
   auto core = runtime::CoreWorker::Start(options);
   if (!core.ok()) {
     if (state.cluster) runtime::StopCluster(*state.cluster);

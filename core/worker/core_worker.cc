@@ -11,6 +11,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "core/worker/actor_caller.h"
+#include "core/worker/actor_names.h"
+#include "core/worker/borrower_registry.h"
+#include "core/worker/head_requester.h"
 #include "core/worker/worker_state.h"
 #include "lumen/common/codec.h"
 #include "lumen/common/head_client.h"
@@ -41,8 +45,17 @@ void SetCurrentCoreWorker(std::shared_ptr<CoreWorker> worker) {
 }
 
 CoreWorker::CoreWorker(CoreWorkerOptions options)
-    : options_(std::move(options)), releaser_(std::make_shared<PinReleaser>()) {
+    : options_(std::move(options)),
+      releaser_(std::make_shared<PinReleaser>()),
+      head_(std::make_unique<HeadRequester>(
+          io_, HeadRequester::Options{options_.head_address, options_.timeouts.head_call_timeout})) {
   releaser_->core = this;
+  borrowers_ = std::make_unique<BorrowerRegistry>();
+  lease_transport_ = std::make_unique<NodeLeaseTransport>(*this);
+  lease_requester_ = std::make_unique<LeaseRequester>(
+      *lease_transport_, LeaseRequester::Options{options_.timeouts.lease_retry_delay,
+                                                 options_.timeouts.spillback_retry_delay});
+  CreateActorCaller();
 }
 
 absl::StatusOr<std::unique_ptr<CoreWorker>> CoreWorker::Start(CoreWorkerOptions options) {
@@ -186,12 +199,7 @@ absl::Status CoreWorker::Connect() {
 void CoreWorker::OnNodeLost(const absl::Status& why) {
   node_lost_ = true;
   if (!stopped_) LUMEN_LOG(DEBUG) << "lost the node daemon: " << why;
-  // Answer every pending request with an empty envelope (read as an error).
-  auto pending = std::move(node_requests_);
-  node_requests_.clear();
-  capnp::MallocMessageBuilder empty;
-  auto reader = empty.initRoot<proto::Envelope>().asReader();
-  for (auto& [id, request] : pending) request.callback(reader);
+  FailNodeRequests();
   // Nothing will arrive any more: fail whatever is still pending.
   std::vector<ObjectId> waiting;
   {
@@ -200,18 +208,37 @@ void CoreWorker::OnNodeLost(const absl::Status& why) {
       if (!entry.ready) waiting.push_back(id);
   }
   for (const auto& id : waiting) {
-    SetObjectReady(id, [&](ObjectEntry& e) {
-      e.kind = ObjectEntry::Kind::kFailed;
-      e.failure = Failure{proto::FailureKind::OBJECT_LOST, "",
-                          "lost the connection to the node daemon", ""};
-    });
+    SetObjectFailed(id, Failure{proto::FailureKind::OBJECT_LOST, "",
+                                "lost the connection to the node daemon", ""});
   }
   exec_mu_.Lock();
   exec_queue_size_.fetch_add(0);
   exec_mu_.Unlock();
 }
 
-CoreWorker::~CoreWorker() { Stop(); }
+void CoreWorker::FailNodeRequests(std::optional<uint64_t> conn_id) {
+  std::vector<std::function<void(proto::Envelope::Reader)>> failed;
+  for (auto it = node_requests_.begin(); it != node_requests_.end();) {
+    if (!conn_id || it->second.conn_id == *conn_id) {
+      failed.push_back(std::move(it->second.callback));
+      node_requests_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  capnp::MallocMessageBuilder empty;
+  auto reader = empty.initRoot<proto::Envelope>().asReader();
+  for (auto& callback : failed) callback(reader);
+}
+
+CoreWorker::~CoreWorker() {
+  Stop();
+  // The submitter refers to the transport; both go before the maps they use.
+  actor_submitter_.reset();
+  actor_caller_.reset();
+  lease_requester_.reset();
+  lease_transport_.reset();
+}
 
 void CoreWorker::Stop() {
   if (stopped_.exchange(true)) return;
@@ -220,10 +247,9 @@ void CoreWorker::Stop() {
     releaser_->core = nullptr;
   }
   std::vector<std::pair<std::string, ObjectId>> names;
-  boost::asio::post(io_, [this, &names] {
+  auto shutdown = [this, &names] {
     for (auto& [id, record] : owned_actors_) {
-      if (!record->options.name.empty() && !record->options.detached &&
-          record->state != ActorRecord::State::kDead) {
+      if (!record->options.name.empty() && !record->options.detached && !record->life.IsDead()) {
         names.emplace_back(record->options.name, id);
       }
     }
@@ -243,18 +269,38 @@ void CoreWorker::Stop() {
     for (auto& [addr, conn] : peers) conn->Close(absl::CancelledError("shutdown"));
     auto inbound = inbound_;
     for (auto& [id, conn] : inbound) conn->Close(absl::CancelledError("shutdown"));
-    work_.reset();
-    io_.stop();
-  });
-  if (io_thread_.joinable()) io_thread_.join();
-  ::unlink(unix_path_.c_str());
-  // Our actors (but detached ones) end with us: free their names.
-  for (const auto& [name, id] : names) {
-    (void)CallHead(options_.head_address, [&](proto::Envelope::Builder env) {
-      auto entry = env.initUnregisterActorName();
-      entry.setName(name);
-      entry.setActorId(DataOf(id));
+    CloseActorChannels();
+    // Requests to the head in flight (a detached actor's address, a name to
+    // free) finish first, each within its deadline.
+    head_->WhenIdle([this] {
+      // Whoever still waits for a node daemon gets "no reply", not silence.
+      FailNodeRequests();
+      work_.reset();
+      io_.stop();
     });
+  };
+  bool posted;
+  {
+    // Nothing posted after this handler would run: refuse it (PostToIo).
+    absl::MutexLock lock(&post_mu_);
+    accepting_posts_ = false;
+    posted = io_thread_.joinable();
+    if (posted) boost::asio::post(io_, shutdown);
+  }
+  if (posted) io_thread_.join();
+  ::unlink(unix_path_.c_str());
+  // Our actors (but detached ones) end with us: free their names (blocking:
+  // this is the thread that called Stop, never the io thread).
+  for (const auto& [name, id] : names) {
+    auto reply = CallHead(
+        options_.head_address,
+        [&](proto::Envelope::Builder env) {
+          FillActorName(env.initUnregisterActorName(), name, id);
+        },
+        options_.timeouts.head_call_timeout);
+    if (!reply.ok()) {
+      LUMEN_LOG(WARNING) << "cannot free actor name '" << name << "': " << reply.status();
+    }
   }
   // Drop queued work (its refs) while the maps are still consistent.
   queues_.clear();
@@ -264,7 +310,12 @@ void CoreWorker::Stop() {
   }
 }
 
-void CoreWorker::PostToIo(std::function<void()> fn) { boost::asio::post(io_, std::move(fn)); }
+bool CoreWorker::PostToIo(std::function<void()> fn) {
+  absl::MutexLock lock(&post_mu_);
+  if (!accepting_posts_) return false;
+  boost::asio::post(io_, std::move(fn));
+  return true;
+}
 
 void CoreWorker::OnNodeFrame(Connection& conn, proto::Envelope::Reader msg) {
   if (msg.isReclaimLeases()) {

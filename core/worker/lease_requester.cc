@@ -1,308 +1,90 @@
-// CoreWorker: the lease requester shared by task and actor submission
-// (spillback, retries, the infeasible warning) and the node-daemon requests
-// under it. io thread.
-#include "lumen/worker/core_worker.h"
-
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <cstring>
-#include <typeinfo>
+#include "core/worker/lease_requester.h"
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
-#include "core/worker/worker_state.h"
-#include "lumen/common/codec.h"
-#include "lumen/common/head_client.h"
 #include "lumen/common/logging.h"
-#include "lumen/common/process.h"
 #include "lumen/common/proto_util.h"
-#include "lumen/errors.h"
-#include "lumen/objectstore/fd_passing.h"
-#include "lumen/objectstore/object_table.h"
 
 namespace lumen::runtime {
 
-uint64_t CoreWorker::SendNodeRequest(Connection& conn,
-                                     const std::function<void(proto::Envelope::Builder)>& fill,
-                                     std::function<void(proto::Envelope::Reader)> callback) {
-  uint64_t request_id = next_request_id_++;
-  node_requests_[request_id] = NodeRequest{conn.id(), std::move(callback)};
-  OutMessage out;
-  auto env = out.Init();
-  env.setRequestId(request_id);
-  fill(env);
-  conn.Send(out.builder());
-  return request_id;
+void LeaseRequester::Refuse(const Callback& done, const std::string& why) {
+  capnp::MallocMessageBuilder message;
+  auto reply = message.initRoot<proto::LeaseReply>();
+  reply.setGranted(false);
+  reply.setError(why);
+  done(reply.asReader(), nullptr);
 }
 
-void CoreWorker::AskWorkerExitCause(const std::shared_ptr<Connection>& node,
-                                    const WorkerId& worker,
-                                    std::function<void(std::string cause)> done) {
-  auto timeout = options_.worker_exit_cause_timeout;
-  if (!node || node->closed() || worker.IsNil() || timeout.count() <= 0 || stopped_) {
-    done("");
+void LeaseRequester::Acquire(const LeaseShape& shape, Callback done, std::string target,
+                             int attempt) {
+  io_thread_.Check("LeaseRequester::Acquire");
+  auto pending = std::make_shared<Attempt>(Attempt{shape, std::move(done), target, attempt, {}});
+  auto node = transport_.SendLeaseRequest(
+      target, shape, /*grant_or_reject=*/!target.empty(),
+      [this, pending](proto::Envelope::Reader msg) { return OnReply(pending, msg); });
+  if (node.ok()) {
+    pending->node = std::move(*node);
     return;
   }
-  // Answered by the reply, the deadline or the node's connection closing,
-  // whichever comes first; `done` runs once.
-  struct State {
-    std::function<void(std::string)> done;
-    std::unique_ptr<boost::asio::steady_timer> timer;
-    uint64_t request_id = 0;
-  };
-  auto state = std::make_shared<State>();
-  state->done = std::move(done);
-  auto finish = [state](std::string cause) {
-    if (!state->done) return;
-    auto done = std::move(state->done);
-    state->done = nullptr;
-    if (state->timer) state->timer->cancel();
-    done(std::move(cause));
-  };
-  state->request_id = SendNodeRequest(
-      *node,
-      [&](proto::Envelope::Builder env) {
-        auto query = env.initGetWorkerExit();
-        query.setWorkerId(DataOf(worker));
-        query.setTimeoutMs(static_cast<uint32_t>(timeout.count()));
-      },
-      [finish](proto::Envelope::Reader msg) {
-        bool known = msg.isWorkerExit() && msg.getWorkerExit().getKnown();
-        finish(known ? std::string(msg.getWorkerExit().getCause().cStr()) : std::string());
-      });
-  if (!state->done) return;  // answered already (the connection was closing)
-  // The daemon answers at the same deadline; a little slack lets its answer win.
-  state->timer = std::make_unique<boost::asio::steady_timer>(
-      io_, timeout + std::chrono::milliseconds(200));
-  state->timer->async_wait([this, state, finish](const boost::system::error_code& ec) {
-    if (ec || !state->done) return;
-    node_requests_.erase(state->request_id);
-    finish("");
-  });
-}
-
-std::shared_ptr<Connection> CoreWorker::NodeConnection(const std::string& address,
-                                                       absl::Status* error) {
-  if (address.empty() || address == node_address_) return node_conn_;
-  auto it = remote_nodes_.find(address);
-  if (it != remote_nodes_.end() && !it->second->closed()) return it->second;
-  auto socket = ConnectToAddress(io_, address, options_.session_dir);
-  if (!socket.ok()) {
-    *error = socket.status();
-    return nullptr;
-  }
-  auto conn = Connection::Create(std::move(*socket));
-  conn->Start([this](Connection& c, proto::Envelope::Reader m) { OnNodeFrame(c, m); },
-              [this](Connection& c, const absl::Status& why) { OnRemoteNodeLost(c, why); });
-  OutMessage out;
-  auto hello = InitHello(out.Init(), proto::Role::REMOTE_OWNER);
-  hello.setWorkerId(DataOf(options_.worker_id));
-  hello.setJobId(DataOf(options_.job_id));
-  hello.setExePath(exe_path_);
-  hello.setListenAddress(listen_address_);
-  hello.setIsDriver(!options_.is_worker);
-  conn->Send(out.builder());
-  remote_nodes_[address] = conn;
-  return conn;
-}
-
-void CoreWorker::OnRemoteNodeDead(const NodeId& node) {
-  // Its workers may still be running, but the cluster gave up on them: what
-  // they run is retried (or fails) as if they had died.
-  absl::Status why = absl::UnavailableError(
-      absl::StrCat("node ", node.Hex().substr(0, 12), " was declared dead"));
-  std::vector<std::shared_ptr<Connection>> doomed;
-  for (auto& [key, queue] : queues_) {
-    for (auto& lease : queue->leases) {
-      if (lease->node_id != node) continue;
-      // Nothing more goes to it while the others close (retries would pick it).
-      lease->node_dead = true;
-      if (lease->conn) doomed.push_back(lease->conn);
-      if (lease->node && lease->node != node_conn_) doomed.push_back(lease->node);
-    }
-  }
-  for (auto& [id, record] : owned_actors_) {
-    if (record->node_id != node || !record->conn) continue;
-    doomed.push_back(record->conn);
-    // Our own calls to it go to its next incarnation, not to a process the
-    // cluster has given up on (which may linger a moment after its node).
-    auto client = actor_clients_.find(id);
-    if (client != actor_clients_.end() && client->second->conn &&
-        client->second->address == record->address) {
-      doomed.push_back(client->second->conn);
-    }
-  }
-  // Requests waiting at that node's daemon are answered by its closing.
-  for (const auto& [address, conn] : remote_nodes_) {
-    auto it = remote_node_ids_.find(address);
-    if (it != remote_node_ids_.end() && it->second == node) doomed.push_back(conn);
-  }
-  for (auto& conn : doomed) conn->Close(why);
-  // Copies there are gone: readers are sent to the others; an object with no
-  // copy left is lost (no lineage reconstruction).
-  absl::MutexLock lock(&mu_);
-  for (auto& [id, entry] : objects_) {
-    if (!entry.owned || !entry.ready || entry.kind != ObjectEntry::Kind::kStored) continue;
-    auto& copies = entry.locations;
-    auto before = copies.size();
-    copies.erase(std::remove_if(copies.begin(), copies.end(),
-                                [&](const auto& copy) { return copy.first == node; }),
-                 copies.end());
-    if (copies.empty() && before > 0) {
-      entry.kind = ObjectEntry::Kind::kFailed;
-      entry.failure = Failure{proto::FailureKind::OBJECT_LOST, "lumen::ObjectLostError",
-                              absl::StrCat("object ", id.Hex(), ": its only copy was on node ",
-                                           node.Hex(), ", which died"),
-                              ""};
-    }
-  }
-}
-
-void CoreWorker::OnRemoteNodeLost(Connection& conn, const absl::Status& why) {
-  for (auto it = remote_nodes_.begin(); it != remote_nodes_.end(); ++it) {
-    if (it->second.get() == &conn) {
-      auto keep = it->second;
-      remote_nodes_.erase(it);
-      PostToIo([keep] {});
-      break;
-    }
-  }
-  if (stopped_) return;
-  LUMEN_LOG(DEBUG) << "lost a remote node daemon: " << why;
-  std::vector<std::function<void(proto::Envelope::Reader)>> failed;
-  for (auto it = node_requests_.begin(); it != node_requests_.end();) {
-    if (it->second.conn_id == conn.id()) {
-      failed.push_back(std::move(it->second.callback));
-      node_requests_.erase(it++);
-    } else {
-      ++it;
-    }
-  }
-  capnp::MallocMessageBuilder empty;
-  auto reader = empty.initRoot<proto::Envelope>().asReader();
-  for (auto& callback : failed) callback(reader);
-}
-
-void CoreWorker::SendLeaseEnd(const std::shared_ptr<Connection>& node, uint64_t lease_id,
-                              bool kill) {
-  if (!node || node->closed() || lease_id == 0) return;
-  OutMessage out;
-  if (kill) {
-    out.Init().setKillLease(lease_id);
-  } else {
-    out.Init().setReturnLease(lease_id);
-  }
-  node->Send(out.builder());
-}
-
-void CoreWorker::AcquireLease(const LeaseShape& shape, LeaseCallback done, std::string target,
-                              int attempt) {
-  auto refuse = [&done](const std::string& why) {
-    capnp::MallocMessageBuilder message;
-    auto reply = message.initRoot<proto::LeaseReply>();
-    reply.setGranted(false);
-    reply.setError(why);
-    done(reply.asReader(), nullptr);
-  };
-  if (stopped_) return;
-  absl::Status error;
-  std::shared_ptr<Connection> node = NodeConnection(target, &error);
-  if (!node || node->closed()) {
-    if (!target.empty() && attempt < 100 && node_conn_ && !node_conn_->closed()) {
-      // The node we were sent to is gone: ask ours again, once its view catches up.
-      auto timer = std::make_shared<boost::asio::steady_timer>(io_, std::chrono::milliseconds(50));
-      timer->async_wait([this, timer, shape, done = std::move(done), attempt](
-                            const boost::system::error_code&) mutable {
-        AcquireLease(shape, std::move(done), "", attempt + 1);
-      });
-      return;
-    }
-    refuse(target.empty() ? "lost the connection to the node daemon"
-                          : absl::StrCat("cannot reach node ", target, ": ", error.message()));
+  if (node.status().code() == absl::StatusCode::kCancelled) return;  // shutting down
+  const absl::Status& error = node.status();
+  if (!target.empty() && attempt < options_.max_attempts && transport_.LocalNodeConnected()) {
+    // The node we were sent to is gone: ask ours again, once its view catches up.
+    transport_.After(options_.spillback_retry_delay, [this, pending] {
+      Acquire(pending->shape, std::move(pending->done), "", pending->attempt + 1);
+    });
     return;
   }
-  LeaseAttempt pending{shape, std::move(done), target, attempt, node};
-  SendNodeRequest(
-      *node,
-      [&](proto::Envelope::Builder env) {
-        auto lease = env.initRequestLease();
-        SetResources(lease.initResources(shape.resources.size()), shape.resources);
-        SetResources(lease.initPlacement(shape.placement.size()), shape.placement);
-        lease.setActor(shape.actor);
-        lease.setDetached(shape.detached);
-        lease.setStrategy(static_cast<proto::SchedulingKind>(shape.scheduling.kind));
-        if (!shape.scheduling.node.IsNil()) lease.setAffinityNode(DataOf(shape.scheduling.node));
-        lease.setAffinitySoft(shape.scheduling.soft);
-        lease.setGrantOrReject(!target.empty());
-        if (!shape.scheduling.placement_group.empty()) {
-          lease.setPlacementGroup(capnp::Data::Reader(
-              reinterpret_cast<const uint8_t*>(shape.scheduling.placement_group.data()),
-              shape.scheduling.placement_group.size()));
-        }
-        lease.setBundleIndex(shape.scheduling.bundle_index);
-        lease.setName(shape.name);
-      },
-      [this, pending = std::move(pending)](proto::Envelope::Reader msg) mutable {
-        OnAcquireLeaseReply(std::move(pending), msg);
-      });
+  Refuse(pending->done, target.empty()
+                            ? std::string("lost the connection to the node daemon")
+                            : absl::StrCat("cannot reach node ", target, ": ", error.message()));
 }
 
-void CoreWorker::OnAcquireLeaseReply(LeaseAttempt pending, proto::Envelope::Reader msg) {
-  auto give_up = [&](const std::string& why) {
-    capnp::MallocMessageBuilder message;
-    auto reply = message.initRoot<proto::LeaseReply>();
-    reply.setGranted(false);
-    reply.setError(why);
-    pending.done(reply.asReader(), nullptr);
-  };
+bool LeaseRequester::OnReply(const std::shared_ptr<Attempt>& pending, proto::Envelope::Reader msg) {
+  if (!pending->done) return false;  // answered already
   if (!msg.isLeaseReply()) {
     // The node went away before answering: ours is gone for good, another
     // node's means asking ours again.
-    if (!pending.target.empty()) {
-      AcquireLease(pending.shape, std::move(pending.done), "", pending.attempt + 1);
+    if (!pending->target.empty()) {
+      Acquire(pending->shape, std::move(pending->done), "", pending->attempt + 1);
     } else {
-      give_up("lost the connection to the node daemon");
+      Refuse(pending->done, "lost the connection to the node daemon");
     }
-    return;
+    pending->done = nullptr;
+    return false;
   }
   auto reply = msg.getLeaseReply();
   if (reply.getWaiting()) {
     // Not an answer: nothing in the cluster can run it yet. Say so once per shape.
-    if (!warned_infeasible_[pending.shape.name]) {
-      warned_infeasible_[pending.shape.name] = true;
+    if (!warned_infeasible_[pending->shape.name]) {
+      warned_infeasible_[pending->shape.name] = true;
       LUMEN_LOG(WARNING) << reply.getError().cStr();
     }
-    uint64_t conn_id = pending.node->id();
-    node_requests_[msg.getRequestId()] = NodeRequest{
-        conn_id, [this, pending = std::move(pending)](proto::Envelope::Reader next) mutable {
-          OnAcquireLeaseReply(std::move(pending), next);
-        }};
-    return;
+    return true;
   }
-  constexpr int kMaxAttempts = 100;
+  Callback done = std::move(pending->done);
+  pending->done = nullptr;
   bool more = reply.getSpillbackAddress().size() > 0 || reply.getRetry();
-  if (more && pending.attempt >= kMaxAttempts) {
-    give_up(absl::StrCat("no node granted a worker for ", pending.shape.name, " after ",
-                         kMaxAttempts, " spillbacks and retries"));
-    return;
+  if (more && pending->attempt >= options_.max_attempts) {
+    Refuse(done, absl::StrCat("no node granted a worker for ", pending->shape.name, " after ",
+                              options_.max_attempts, " spillbacks and retries"));
+    return false;
   }
   if (reply.getSpillbackAddress().size() > 0) {
-    remote_node_ids_[reply.getSpillbackAddress().cStr()] = IdFrom<NodeId>(reply.getSpillbackNode());
-    AcquireLease(pending.shape, std::move(pending.done), reply.getSpillbackAddress().cStr(),
-                 pending.attempt + 1);
-    return;
+    std::string address = reply.getSpillbackAddress().cStr();
+    transport_.OnSpillback(address, IdFrom<NodeId>(reply.getSpillbackNode()));
+    Acquire(pending->shape, std::move(done), address, pending->attempt + 1);
+    return false;
   }
   if (reply.getRetry()) {
-    auto timer = std::make_shared<boost::asio::steady_timer>(io_, std::chrono::milliseconds(20));
-    timer->async_wait([this, timer, shape = pending.shape, done = std::move(pending.done),
-                       attempt = pending.attempt](const boost::system::error_code&) mutable {
-      AcquireLease(shape, std::move(done), "", attempt + 1);
-    });
-    return;
+    transport_.After(options_.retry_delay,
+                     [this, shape = pending->shape, done = std::move(done),
+                      attempt = pending->attempt]() mutable {
+                       Acquire(shape, std::move(done), "", attempt + 1);
+                     });
+    return false;
   }
-  pending.done(reply, reply.getGranted() ? pending.node : nullptr);
+  done(reply, reply.getGranted() ? pending->node : nullptr);
+  return false;
 }
 
 }  // namespace lumen::runtime

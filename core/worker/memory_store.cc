@@ -82,6 +82,43 @@ void CoreWorker::SetObjectReady(const ObjectId& id, std::function<void(ObjectEnt
   }
 }
 
+void CoreWorker::SetObjectFailed(const ObjectId& id, const Failure& failure) {
+  SetObjectReady(id, [&](ObjectEntry& e) { e.SetFailed(failure); });
+}
+
+void CoreWorker::SetObjectFromValue(const ObjectId& id, proto::Value::Reader value,
+                                    bool owned_result) {
+  switch (value.which()) {
+    case proto::Value::INLINE: {
+      auto data = value.getInline();
+      auto bytes = std::make_shared<const std::string>(reinterpret_cast<const char*>(data.begin()),
+                                                       data.size());
+      SetObjectReady(id, [&](ObjectEntry& e) {
+        e.kind = ObjectEntry::Kind::kInline;
+        e.value = bytes;
+      });
+      break;
+    }
+    case proto::Value::STORED: {
+      uint64_t size = value.getStored().getSize();
+      std::pair<NodeId, std::string> location{IdFrom<NodeId>(value.getStored().getNodeId()),
+                                              value.getStored().getNodeAddress().cStr()};
+      SetObjectReady(
+          id,
+          [&](ObjectEntry& e) {
+            e.kind = ObjectEntry::Kind::kStored;
+            e.stored_size = size;
+            e.locations = {location};
+          },
+          owned_result);
+      break;
+    }
+    case proto::Value::ERROR:
+      SetObjectFailed(id, FailureFromProto(value.getError()));
+      break;
+  }
+}
+
 std::vector<CoreWorker::ObjectEntry*> CoreWorker::AwaitReady(
     const std::vector<const internal::RefHandle*>& refs, size_t num_ready,
     std::optional<std::chrono::milliseconds> timeout) {

@@ -46,14 +46,18 @@ std::shared_ptr<internal::RefHandle> CoreWorker::SubmitTask(
   return handle;
 }
 
-void CoreWorker::Enqueue(std::unique_ptr<PendingTask> task) {
-  for (auto& arg : task->args) {
-    // Large values travel through the store, not inside the task's frame.
+void CoreWorker::MoveLargeArgumentsToStore(std::vector<internal::TaskArgument>& args) {
+  for (auto& arg : args) {
     if (!arg.ref && arg.value.size() > options_.inline_limit) {
       arg.ref = PutEncoded(std::move(arg.value));
       arg.value.clear();
     }
   }
+}
+
+void CoreWorker::Enqueue(std::unique_ptr<PendingTask> task) {
+  // Large values travel through the store, not inside the task's frame.
+  MoveLargeArgumentsToStore(task->args);
   bool was_empty;
   {
     absl::MutexLock lock(&submit_mu_);
@@ -61,7 +65,18 @@ void CoreWorker::Enqueue(std::unique_ptr<PendingTask> task) {
     submissions_.push_back(std::move(task));
   }
   // One wake-up of the io thread per batch of submissions.
-  if (was_empty) PostToIo([this] { DrainSubmissions(); });
+  if (was_empty && !PostToIo([this] { DrainSubmissions(); })) {
+    // Stopping: nothing will run it; its result fails instead of hanging.
+    std::vector<std::unique_ptr<PendingTask>> dropped;
+    {
+      absl::MutexLock lock(&submit_mu_);
+      dropped.swap(submissions_);
+    }
+    for (auto& t : dropped) {
+      SetObjectFailed(t->return_id, Failure{proto::FailureKind::OTHER, "",
+                                            "the runtime is shutting down", ""});
+    }
+  }
 }
 
 void CoreWorker::DrainSubmissions() {
@@ -75,10 +90,11 @@ void CoreWorker::DrainSubmissions() {
       owned_actors_[task->return_id] = std::move(task->actor_record);
     }
     if (task->kind == proto::TaskKind::ACTOR_METHOD) {
-      // The caller's queue owns it from now on, in submission order.
+      // The actor submitter owns it from now on, in submission order.
       PendingTask* raw = task.get();
-      GetActorClient(raw->actor->id(), raw->actor->owner_address())
-          .queue.push_back(std::move(task));
+      ObjectId actor = raw->actor->id();
+      std::string owner = raw->actor->owner_address();
+      actor_submitter_->Submit(actor, owner, std::move(task));
       ResolveDependencies(raw);
       continue;
     }
@@ -113,7 +129,7 @@ void CoreWorker::ResolveDependencies(PendingTask* task) {
 
 void CoreWorker::OnTaskResolved(PendingTask* raw) {
   if (raw->kind == proto::TaskKind::ACTOR_METHOD) {
-    // Owned by its actor client's queue; it goes out in submission order.
+    // Owned by the actor submitter; it goes out in submission order.
     {
       absl::MutexLock lock(&mu_);
       for (auto& arg : raw->args) {
@@ -125,8 +141,7 @@ void CoreWorker::OnTaskResolved(PendingTask* raw) {
       }
     }
     raw->resolved = true;
-    auto cit = actor_clients_.find(raw->actor->id());
-    if (cit != actor_clients_.end()) PumpActorClient(*cit->second);
+    actor_submitter_->OnCallResolved(raw->actor->id());
     return;
   }
   std::unique_ptr<PendingTask> task(raw);
@@ -198,7 +213,7 @@ void CoreWorker::RequestLease(SchedulingQueue& queue) {
   }
   ++queue.pending_lease_requests;
   SchedulingQueue* q = &queue;
-  AcquireLease(queue.shape, [this, q](proto::LeaseReply::Reader reply,
+  lease_requester_->Acquire(queue.shape, [this, q](proto::LeaseReply::Reader reply,
                                       std::shared_ptr<Connection> node) {
     OnLeaseReply(q, reply, std::move(node));
   });
@@ -215,6 +230,7 @@ void CoreWorker::OnLeaseReply(SchedulingQueue* queue, proto::LeaseReply::Reader 
       queue->ready.pop_front();
       FailTask(task.release(), Failure{proto::FailureKind::OTHER, "", why, ""});
     }
+    MaybeDropQueueLater(queue->key);
     return;
   }
   auto lease = std::make_unique<Lease>();
@@ -252,8 +268,7 @@ void CoreWorker::OnLeaseReply(SchedulingQueue* queue, proto::LeaseReply::Reader 
 void CoreWorker::FillValue(proto::Value::Builder out, const ObjectEntry& entry) {
   switch (entry.kind) {
     case ObjectEntry::Kind::kInline:
-      out.setInline(capnp::Data::Reader(reinterpret_cast<const uint8_t*>(entry.value->data()),
-                                        entry.value->size()));
+      out.setInline(BytesOf(*entry.value));
       break;
     case ObjectEntry::Kind::kStored: {
       auto stored = out.initStored();
@@ -283,11 +298,19 @@ void CoreWorker::FillTaskSpec(proto::TaskSpec::Builder spec, const PendingTask& 
   for (size_t i = 0; i < task.args.size(); ++i) {
     const auto& arg = task.args[i];
     if (!arg.ref) {
-      args[i].setInline(capnp::Data::Reader(reinterpret_cast<const uint8_t*>(arg.value.data()),
-                                            arg.value.size()));
+      args[i].setInline(BytesOf(arg.value));
       continue;
     }
     auto it = objects_.find(arg.ref->id());
+    if (it == objects_.end()) {
+      // Cannot happen while `arg.ref` holds it; fail the argument rather than crash.
+      FailureToProto(Failure{proto::FailureKind::OBJECT_LOST, "lumen::ObjectLostError",
+                             absl::StrCat("argument object ", arg.ref->id().Hex(),
+                                          " is not in the reference table"),
+                             ""},
+                     args[i].initError());
+      continue;
+    }
     FillValue(args[i], it->second);
     if (it->second.kind == ObjectEntry::Kind::kStored) {
       args[i].getStored().setObjectId(DataOf(arg.ref->id()));
@@ -385,8 +408,9 @@ void CoreWorker::OnLeaseLost(Lease* lease, const absl::Status& why) {
     }
   }
   // Closing callbacks may still reference the connection; keep it until they ran.
-  PostToIo([keep = std::shared_ptr<Lease>(std::move(owned))] {});
+  ReleaseLater(std::shared_ptr<Lease>(std::move(owned)));
   DispatchQueue(queue);
+  MaybeDropQueueLater(queue.key);
 }
 
 void CoreWorker::MaybeReturnLease(Lease& lease) {
@@ -398,13 +422,16 @@ void CoreWorker::MaybeReturnLease(Lease& lease) {
   // Keep an idle lease a little for the next task of its shape (a synchronous
   // loop then never waits for a lease), unless the node asks for it back.
   if (!lease.idle_timer) lease.idle_timer = std::make_unique<boost::asio::steady_timer>(io_);
-  lease.idle_timer->expires_after(options_.lease_idle_timeout);
+  lease.idle_timer->expires_after(options_.timeouts.lease_idle_timeout);
   Lease* l = &lease;
-  SchedulingQueue* q = lease.queue;
+  std::string key = lease.queue->key;
   uint64_t lease_id = lease.lease_id;
-  lease.idle_timer->async_wait([this, l, q, lease_id](const boost::system::error_code& ec) {
+  lease.idle_timer->async_wait([this, l, key, lease_id](const boost::system::error_code& ec) {
     if (ec || stopped_) return;
-    // The lease may be gone by now: find it by identity in its queue.
+    // The lease, and even its queue, may be gone by now: find them again.
+    auto qit = queues_.find(key);
+    if (qit == queues_.end()) return;
+    SchedulingQueue* q = qit->second.get();
     for (auto& candidate : q->leases) {
       if (candidate.get() == l && candidate->lease_id == lease_id) {
         if (l->in_flight.empty() && q->ready.empty()) ReturnLease(l);
@@ -423,9 +450,21 @@ void CoreWorker::ReturnLease(Lease* lease) {
     if (owned->idle_timer) owned->idle_timer->cancel();
     SendLeaseEnd(owned->node, owned->lease_id, /*kill=*/false);
     owned->conn->Close(absl::CancelledError("lease returned"));
-    PostToIo([owned] {});  // close callbacks may still refer to it
+    ReleaseLater(std::move(owned));  // close callbacks may still refer to it
+    MaybeDropQueueLater(queue.key);
     return;
   }
+}
+
+void CoreWorker::MaybeDropQueueLater(const std::string& key) {
+  // Posted: the caller may still hold the queue. A queue with no task, lease or
+  // lease request left goes (a shape used once does not stay forever).
+  PostToIo([this, key] {
+    auto it = queues_.find(key);
+    if (it == queues_.end()) return;
+    const SchedulingQueue& q = *it->second;
+    if (q.ready.empty() && q.leases.empty() && q.pending_lease_requests == 0) queues_.erase(it);
+  });
 }
 
 void CoreWorker::OnReclaimLeases() {

@@ -156,51 +156,17 @@ void CoreWorker::RequestObjectFromOwner(const ObjectId& id, const std::string& o
   absl::Status error;
   auto conn = PeerConnection(owner, &error);
   if (!conn) {
-    SetObjectReady(id, [&](ObjectEntry& e) {
-      e.kind = ObjectEntry::Kind::kFailed;
-      e.failure = Failure{proto::FailureKind::OBJECT_LOST, "",
-                          absl::StrCat("the owner of object ", id.Hex(), " is unreachable: ",
-                                       error.message()),
-                          ""};
-    });
+    SetObjectFailed(id, Failure{proto::FailureKind::OBJECT_LOST, "",
+                                absl::StrCat("the owner of object ", id.Hex(),
+                                             " is unreachable: ", error.message()),
+                                ""});
     return;
   }
   uint64_t request_id = next_request_id_++;
-  peer_requests_[request_id] = [this, id](proto::Envelope::Reader msg) {
+  peer_requests_[request_id] = PeerRequest{conn->id(), [this, id](proto::Envelope::Reader msg) {
     if (!msg.isObjectStatus()) return;
-    auto value = msg.getObjectStatus().getValue();
-    switch (value.which()) {
-      case proto::Value::INLINE: {
-        auto data = value.getInline();
-        auto bytes = std::make_shared<const std::string>(
-            reinterpret_cast<const char*>(data.begin()), data.size());
-        SetObjectReady(id, [&](ObjectEntry& e) {
-          e.kind = ObjectEntry::Kind::kInline;
-          e.value = bytes;
-        });
-        break;
-      }
-      case proto::Value::STORED: {
-        uint64_t size = value.getStored().getSize();
-        std::pair<NodeId, std::string> location{IdFrom<NodeId>(value.getStored().getNodeId()),
-                                                value.getStored().getNodeAddress().cStr()};
-        SetObjectReady(id, [&](ObjectEntry& e) {
-          e.kind = ObjectEntry::Kind::kStored;
-          e.stored_size = size;
-          e.locations = {location};
-        });
-        break;
-      }
-      case proto::Value::ERROR: {
-        Failure f = FailureFromProto(value.getError());
-        SetObjectReady(id, [&](ObjectEntry& e) {
-          e.kind = ObjectEntry::Kind::kFailed;
-          e.failure = f;
-        });
-        break;
-      }
-    }
-  };
+    SetObjectFromValue(id, msg.getObjectStatus().getValue(), /*owned_result=*/false);
+  }};
   OutMessage out;
   auto env = out.Init();
   env.setRequestId(request_id);

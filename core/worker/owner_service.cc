@@ -12,6 +12,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "core/worker/actor_names.h"
+#include "core/worker/head_requester.h"
+#include "core/worker/borrower_registry.h"
 #include "core/worker/worker_state.h"
 #include "lumen/common/codec.h"
 #include "lumen/common/head_client.h"
@@ -44,8 +47,11 @@ std::shared_ptr<Connection> CoreWorker::PeerConnection(const std::string& addres
   }
   auto conn = Connection::Create(std::move(*socket));
   conn->Start([this](Connection& c, proto::Envelope::Reader m) { OnPeerFrame(c, m); },
-              [this, address](Connection&, const absl::Status& why) {
+              [this, address](Connection& c, const absl::Status& why) {
                 peers_.erase(address);
+                // Nothing will answer the requests sent on it.
+                absl::erase_if(peer_requests_,
+                               [&](const auto& entry) { return entry.second.conn_id == c.id(); });
                 if (stopped_) return;
                 // The owner is gone: what we were waiting for from it is lost.
                 std::vector<ObjectId> lost;
@@ -57,22 +63,16 @@ std::shared_ptr<Connection> CoreWorker::PeerConnection(const std::string& addres
                     }
                   }
                 }
-                std::vector<ObjectId> orphaned;
-                for (auto& [actor_id, client] : actor_clients_) {
-                  if (client->resolving && client->owner == address) orphaned.push_back(actor_id);
-                }
-                for (const auto& actor_id : orphaned) {
-                  OnActorOwnerUnreachable(actor_id, absl::StrCat("the actor's owner at ", address,
-                                                                 " died: ", why.message()));
+                for (const auto& orphan : actor_submitter_->LocatingThrough(address)) {
+                  OnActorOwnerUnreachable(orphan.actor, orphan.failed_address,
+                                          absl::StrCat("the actor's owner at ", address,
+                                                       " died: ", why.message()));
                 }
                 for (const auto& id : lost) {
-                  SetObjectReady(id, [&](ObjectEntry& e) {
-                    e.kind = ObjectEntry::Kind::kFailed;
-                    e.failure = Failure{proto::FailureKind::OBJECT_LOST, "",
-                                        absl::StrCat("the owner of object ", id.Hex(), " at ",
-                                                     address, " died: ", why.message()),
-                                        ""};
-                  });
+                  SetObjectFailed(id, Failure{proto::FailureKind::OBJECT_LOST, "",
+                                              absl::StrCat("the owner of object ", id.Hex(), " at ",
+                                                           address, " died: ", why.message()),
+                                              ""});
                 }
               });
   SendPeerHello(*conn);
@@ -124,15 +124,8 @@ void CoreWorker::OnPeerAccepted(Socket socket) {
                   LogRejectedConnection(options_.is_worker ? "worker" : "driver", c.peer(), why);
                 }
                 // A borrower that went away borrows nothing any more.
-                auto bit = borrowed_by_.find(id);
-                if (bit != borrowed_by_.end()) {
-                  auto counts = std::move(bit->second);
-                  borrowed_by_.erase(bit);
-                  for (const auto& [object, n] : counts) {
-                    borrowed_by_[id][object] = n;
-                    OnBorrowerChange(id, object, -n);
-                  }
-                  borrowed_by_.erase(id);
+                for (const auto& [object, delta] : borrowers_->DropConnection(id)) {
+                  ApplyBorrowerDelta(object, delta);
                 }
                 PostToIo([this, id] {
                   inbound_.erase(id);
@@ -170,7 +163,7 @@ void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
       if (conn.context().has_value()) return;
       auto it = peer_requests_.find(msg.getRequestId());
       if (it == peer_requests_.end()) return;
-      auto cb = std::move(it->second);
+      auto cb = std::move(it->second.callback);
       peer_requests_.erase(it);
       cb(msg);
       return;
@@ -268,18 +261,25 @@ void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
       if (owned_actors_.contains(id)) {
         KillOwnedActor(id, msg.getRequestId() != 0, "killed by lumen::ActorHandle::Kill()");
       } else if (is_actor_ && id == actor_id_) {
-        // Told directly (its owner is gone): free the name and end.
-        if (!actor_name_.empty() && !options_.head_address.empty()) {
-          (void)CallHead(options_.head_address, [&](proto::Envelope::Builder env) {
-            auto entry = env.initUnregisterActorName();
-            entry.setName(actor_name_);
-            entry.setActorId(DataOf(id));
-          });
-        }
-        std::fflush(stdout);
-        std::fflush(stderr);
-        ::unlink(listen_address_.c_str());
-        std::_Exit(0);
+        // Told directly (its owner is gone): free the name (without blocking
+        // the io thread; the head call has a deadline) and end.
+        auto exit_now = [this] {
+          std::fflush(stdout);
+          std::fflush(stderr);
+          ::unlink(unix_path_.c_str());
+          std::_Exit(0);
+        };
+        if (actor_name_.empty() || options_.head_address.empty()) exit_now();
+        head_->Call(
+            [name = actor_name_, id](proto::Envelope::Builder env) {
+              FillActorName(env.initUnregisterActorName(), name, id);
+            },
+            [exit_now, name = actor_name_](absl::StatusOr<proto::Envelope::Reader> reply) {
+              if (!reply.ok()) {
+                LUMEN_LOG(WARNING) << "cannot free actor name '" << name << "': " << reply.status();
+              }
+              exit_now();
+            });
       }
       return;
     }

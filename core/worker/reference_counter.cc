@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "core/worker/borrower_registry.h"
 #include "core/worker/worker_state.h"
 #include "lumen/common/codec.h"
 #include "lumen/common/head_client.h"
@@ -39,12 +40,11 @@ void CoreWorker::AddLocalRef(const ObjectId& id, const std::string& owner, bool 
     ++e.local_refs;
     if (decoded && inserted && e.owned) {
       // Our own object, already freed: nothing will ever fill it.
-      e.kind = ObjectEntry::Kind::kFailed;
-      e.failure = Failure{proto::FailureKind::OBJECT_LOST, "",
-                          absl::StrCat("object ", id.Hex(),
-                                       " was freed by its owner before this reference to it "
-                                       "was read"),
-                          ""};
+      e.SetFailed(Failure{proto::FailureKind::OBJECT_LOST, "",
+                           absl::StrCat("object ", id.Hex(),
+                                        " was freed by its owner before this reference to it "
+                                        "was read"),
+                           ""});
       e.ready.store(true, std::memory_order_release);
     }
     if (decoded) {
@@ -106,7 +106,7 @@ void CoreWorker::SendBorrowerChange(const ObjectId& id, const std::string& owner
     if (!conn) return;  // the owner is gone; so is the object
     OutMessage out;
     auto env = out.Init();
-    capnp::Data::Reader data(id.data(), ObjectId::kSize);
+    capnp::Data::Reader data = DataOf(id);
     if (add) {
       env.setAddBorrower(data);
     } else {
@@ -117,17 +117,11 @@ void CoreWorker::SendBorrowerChange(const ObjectId& id, const std::string& owner
 }
 
 void CoreWorker::OnBorrowerChange(uint64_t conn_id, const ObjectId& id, int delta) {
-  auto& counts = borrowed_by_[conn_id];
-  if (delta < 0) {
-    auto cit = counts.find(id);
-    if (cit == counts.end()) return;  // never registered through this connection
-    delta = -std::min(-delta, cit->second);
-    cit->second += delta;
-    if (cit->second == 0) counts.erase(cit);
-  } else {
-    ++counts[id];
-  }
-  if (counts.empty()) borrowed_by_.erase(conn_id);
+  delta = borrowers_->Apply(conn_id, id, delta);
+  if (delta != 0) ApplyBorrowerDelta(id, delta);
+}
+
+void CoreWorker::ApplyBorrowerDelta(const ObjectId& id, int delta) {
   absl::MutexLock lock(&mu_);
   auto it = objects_.find(id);
   if (it == objects_.end() || !it->second.owned) return;

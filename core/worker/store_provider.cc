@@ -57,7 +57,7 @@ CoreWorker::StoreResult CoreWorker::CallNode(std::function<void(proto::Envelope:
     return result;
   }
   absl::Notification done;
-  PostToIo([&] {
+  bool posted = PostToIo([&] {
     if (!node_conn_ || node_conn_->closed()) {
       result.status = absl::UnavailableError("lost the connection to the node daemon");
       done.Notify();
@@ -79,6 +79,11 @@ CoreWorker::StoreResult CoreWorker::CallNode(std::function<void(proto::Envelope:
       done.Notify();
     });
   });
+  if (!posted) {
+    // Stop has begun: the request would never be sent, nor answered.
+    result.status = absl::UnavailableError("the runtime is shutting down");
+    return result;
+  }
   done.WaitForNotification();
   return result;
 }

@@ -98,16 +98,24 @@ void CoreWorker::SetGpuIds(proto::TaskSpec::Builder spec, const std::vector<int>
   for (size_t i = 0; i < ids.size(); ++i) list.set(i, ids[i]);
 }
 
+namespace {
+// CUDA_VISIBLE_DEVICES as this process last set it (nullopt: never). Executor
+// threads of a concurrent actor set it at once: one at a time.
+absl::Mutex gpu_env_mu;
+std::optional<std::string> gpu_env_value ABSL_GUARDED_BY(gpu_env_mu);
+}  // namespace
+
 void CoreWorker::UseGpus(const std::vector<int>& ids) {
   current_gpu_ids = ids;
   // CUDA reads CUDA_VISIBLE_DEVICES when it initialises in this process: a task
   // with GPUs sees exactly its own; once set, later tasks without GPUs see none.
-  static bool env_set = false;
-  if (ids.empty() && !env_set) return;
   std::string value;
   for (size_t i = 0; i < ids.size(); ++i) absl::StrAppend(&value, i ? "," : "", ids[i]);
+  absl::MutexLock lock(&gpu_env_mu);
+  if (ids.empty() && !gpu_env_value) return;
+  if (gpu_env_value == value) return;  // unchanged: no setenv racing readers
   ::setenv("CUDA_VISIBLE_DEVICES", value.c_str(), 1);
-  env_set = true;
+  gpu_env_value = std::move(value);
 }
 
 void CoreWorker::ExitActorAfterCall() {
@@ -117,9 +125,9 @@ void CoreWorker::ExitActorAfterCall() {
 }
 
 void CoreWorker::ExitProcessWhenFlushed() {
-  // Runs on the io thread: once every queued reply is written (or after two
-  // seconds, if a peer stops reading), leave.
-  static const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  // Runs on the io thread: once every queued reply is written (or after
+  // exit_flush_timeout, if a peer stops reading), leave.
+  static const auto deadline = std::chrono::steady_clock::now() + options_.timeouts.exit_flush_timeout;
   bool flushed = true;
   for (auto& [id, conn] : inbound_) flushed &= conn->closed() || conn->idle();
   if (!flushed && std::chrono::steady_clock::now() < deadline) {
@@ -129,7 +137,7 @@ void CoreWorker::ExitProcessWhenFlushed() {
   }
   std::fflush(stdout);
   std::fflush(stderr);
-  ::unlink(listen_address_.c_str());
+  ::unlink(unix_path_.c_str());
   std::_Exit(0);
 }
 
@@ -255,8 +263,7 @@ void CoreWorker::ExecuteTask(TaskToRun& task) {
   if (failure) {
     FailureToProto(*failure, r.initResult().initError());
   } else if (result.size() <= options_.inline_limit) {
-    r.initResult().setInline(
-        capnp::Data::Reader(reinterpret_cast<const uint8_t*>(result.data()), result.size()));
+    r.initResult().setInline(BytesOf(result));
   }
   r.setExecMicros(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
                                             std::chrono::steady_clock::now() - start)

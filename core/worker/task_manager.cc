@@ -35,14 +35,13 @@ void CoreWorker::SendStateRows(Connection& conn, uint64_t request_id, const std:
   auto short_id = [](const std::string& hex) { return hex.substr(0, 16); };
   if (what == "actors") {
     for (const auto& [id, record] : owned_actors_) {
-      static constexpr const char* kStates[] = {"PENDING_CREATION", "ALIVE", "RESTARTING", "DEAD"};
       rows.push_back({{"ACTOR_ID", short_id(id.Hex())},
                       {"CLASS", record->factory},
-                      {"STATE", kStates[static_cast<int>(record->state)]},
+                      {"STATE", actors::ActorStateName(record->life.state())},
                       {"NAME", record->options.name},
                       {"NODE", record->node_id.IsNil() ? "" : short_id(record->node_id.Hex())},
                       {"PID", record->pid ? std::to_string(record->pid) : ""},
-                      {"RESTARTS", std::to_string(record->restarts)},
+                      {"RESTARTS", std::to_string(record->life.restarts())},
                       {"OWNER", owner}});
     }
   } else if (what == "tasks") {
@@ -64,22 +63,14 @@ void CoreWorker::SendStateRows(Connection& conn, uint64_t request_id, const std:
         }
       }
     }
-    for (const auto& [id, client] : actor_clients_) {
-      for (const auto& [tid, task] : client->in_flight) {
-        rows.push_back({{"TASK_ID", short_id(tid.Hex())},
-                        {"NAME", task->display_name},
-                        {"STATE", "RUNNING"},
-                        {"NODE", ""},
-                        {"OWNER", owner}});
-      }
-      for (const auto& task : client->queue) {
-        rows.push_back({{"TASK_ID", short_id(task->task_id.Hex())},
-                        {"NAME", task->display_name},
-                        {"STATE", "PENDING_ACTOR"},
-                        {"NODE", ""},
-                        {"OWNER", owner}});
-      }
-    }
+    actor_submitter_->ForEachCall([&](const actors::ActorCall& call, bool in_flight) {
+      const auto& task = static_cast<const PendingTask&>(call);
+      rows.push_back({{"TASK_ID", short_id(task.task_id.Hex())},
+                      {"NAME", task.display_name},
+                      {"STATE", in_flight ? "RUNNING" : "PENDING_ACTOR"},
+                      {"NODE", ""},
+                      {"OWNER", owner}});
+    });
     for (const auto& f : finished_tasks_) {
       rows.push_back({{"TASK_ID", short_id(f.id.Hex())},
                       {"NAME", f.name},
@@ -118,8 +109,7 @@ void CoreWorker::SendStateRows(Connection& conn, uint64_t request_id, const std:
     auto fields = list[i].initFields(rows[i].size());
     for (size_t j = 0; j < rows[i].size(); ++j) {
       fields[j].setKey(rows[i][j].first);
-      fields[j].setValue(capnp::Data::Reader(
-          reinterpret_cast<const uint8_t*>(rows[i][j].second.data()), rows[i][j].second.size()));
+      fields[j].setValue(BytesOf(rows[i][j].second));
     }
   }
   conn.Send(out);
@@ -127,49 +117,13 @@ void CoreWorker::SendStateRows(Connection& conn, uint64_t request_id, const std:
 
 void CoreWorker::CompleteTask(PendingTask* task, proto::Value::Reader result) {
   RecordFinished(*task, result.isError() ? "FAILED" : "FINISHED");
-  switch (result.which()) {
-    case proto::Value::INLINE: {
-      auto data = result.getInline();
-      auto value = std::make_shared<const std::string>(reinterpret_cast<const char*>(data.begin()),
-                                                       data.size());
-      SetObjectReady(task->return_id, [&](ObjectEntry& e) {
-        e.kind = ObjectEntry::Kind::kInline;
-        e.value = value;
-      });
-      break;
-    }
-    case proto::Value::STORED: {
-      uint64_t size = result.getStored().getSize();
-      std::pair<NodeId, std::string> location{IdFrom<NodeId>(result.getStored().getNodeId()),
-                                              result.getStored().getNodeAddress().cStr()};
-      SetObjectReady(
-          task->return_id,
-          [&](ObjectEntry& e) {
-            e.kind = ObjectEntry::Kind::kStored;
-            e.stored_size = size;
-            e.locations = {location};
-          },
-          /*owned_result=*/true);
-      break;
-    }
-    case proto::Value::ERROR: {
-      Failure f = FailureFromProto(result.getError());
-      SetObjectReady(task->return_id, [&](ObjectEntry& e) {
-        e.kind = ObjectEntry::Kind::kFailed;
-        e.failure = f;
-      });
-      break;
-    }
-  }
+  SetObjectFromValue(task->return_id, result, /*owned_result=*/true);
 }
 
 void CoreWorker::FailTask(PendingTask* raw, Failure failure) {
   std::unique_ptr<PendingTask> task(raw);
   RecordFinished(*task, "FAILED");
-  SetObjectReady(task->return_id, [&](ObjectEntry& e) {
-    e.kind = ObjectEntry::Kind::kFailed;
-    e.failure = failure;
-  });
+  SetObjectFailed(task->return_id, failure);
 }
 
 }  // namespace lumen::runtime

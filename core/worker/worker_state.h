@@ -1,5 +1,5 @@
 // CoreWorker's private state types and helpers, shared by its .cc files.
-// Internal to core/runtime.
+// Internal to core/worker.
 #pragma once
 
 #include <sched.h>
@@ -14,6 +14,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "core/worker/lease_requester.h"
 #include "lumen/worker/core_worker.h"
 
 namespace lumen::runtime {
@@ -23,6 +24,12 @@ extern thread_local bool in_task;
 enum StoreOp { kCreate, kSeal, kAbort, kGet, kRelease, kDelete };
 
 
+// Bytes as a Cap'n Proto Data field (a view: `bytes` outlives the builder call).
+inline capnp::Data::Reader BytesOf(std::string_view bytes) {
+  return capnp::Data::Reader(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+}
+
+// The scheduling queue of a resource shape: "CPU=1;GPU=2;".
 inline std::string QueueKey(const std::map<std::string, double>& resources) {
   std::string key;
   for (const auto& [name, qty] : resources) absl::StrAppend(&key, name, "=", qty, ";");
@@ -101,6 +108,12 @@ struct CoreWorker::ObjectEntry {
   // Threads in Get/Wait counting this object down (one per occurrence in
   // their list); cleared when it becomes ready. Guarded by mu_.
   std::vector<Waiter*> waiters;
+
+  // Makes it a failed object (the caller holds mu_ or owns the entry).
+  void SetFailed(Failure f) {
+    kind = Kind::kFailed;
+    failure = std::move(f);
+  }
 };
 
 // One call of Get or Wait that has to block (see AwaitReady). It is registered
@@ -117,17 +130,16 @@ struct CoreWorker::Waiter {
 // An actor this process created and so manages: its creation, restarts, and
 // the answer to "where is it now?" for every caller.
 //
-// State machine: CREATING -> ALIVE -> (RESTARTING -> ALIVE)* -> DEAD;
-// CREATING -> DEAD when placement or the factory fails. DEAD is final.
+// Its states, generations and the restart/kill decisions are `life`'s
+// (actors::ActorLifecycle: CREATING -> ALIVE -> (RESTARTING -> ALIVE)* -> DEAD);
+// the record adds the process it runs in. io thread only.
 struct CoreWorker::ActorRecord {
-  enum class State { kCreating, kAlive, kRestarting, kDead };
+  explicit ActorRecord(int max_restarts) : life(max_restarts) {}
   ObjectId id;
   std::string factory;
   std::vector<internal::TaskArgument> args;  // kept for restarts
   internal::ActorOptions options;
-  State state = State::kCreating;
-  int restarts = 0;
-  int generation = 0;  // bumped per incarnation; stale callbacks compare it
+  actors::ActorLifecycle life;
   std::string address;
   int pid = 0;
   WorkerId worker_id;
@@ -136,39 +148,41 @@ struct CoreWorker::ActorRecord {
   NodeId node_id;
   std::vector<int> gpu_ids;
   std::shared_ptr<Connection> conn;  // ours to the actor process
-  bool kill_requested = false;  // Kill(no_restart) or out of scope
-  bool exiting = false;         // it called ExitActor
-  // Its process died for good: waiting (briefly) for its node daemon to say
-  // how, before it is DEAD. Callers wait as for a restart.
-  bool dying = false;
-  std::string kill_reason;
-  std::string death;
+  // No handle to it is left anywhere: the record goes once it is dead.
+  bool out_of_scope = false;
   std::vector<std::function<void()>> on_change;  // run when alive or dead
 };
 
-// What a lease is asked for: a worker for one shape of work.
-struct CoreWorker::LeaseShape {
-  std::map<std::string, double> resources;  // held while leased
-  std::map<std::string, double> placement;  // needed to grant it (actors)
-  bool actor = false;
-  bool detached = false;
-  internal::SchedulingOptions scheduling;
-  std::string name;  // for warnings and listings
+// The LeaseTransport of lease_requester_: our node connections and the io
+// thread's timers. io thread only.
+class CoreWorker::NodeLeaseTransport final : public LeaseTransport {
+ public:
+  // `core` outlives the transport (it owns it).
+  explicit NodeLeaseTransport(CoreWorker& core) : core_(core) {}
+  bool LocalNodeConnected() override { return core_.node_conn_ && !core_.node_conn_->closed(); }
+  absl::StatusOr<std::shared_ptr<Connection>> SendLeaseRequest(
+      const std::string& target, const LeaseShape& shape, bool grant_or_reject,
+      std::function<bool(proto::Envelope::Reader)> on_reply) override;
+  void OnSpillback(const std::string& address, const NodeId& node) override {
+    core_.remote_node_ids_[address] = node;
+  }
+  void After(std::chrono::milliseconds delay, std::function<void()> fn) override;
+
+ private:
+  // A node-request callback handing each reply to `on_reply`, re-registered
+  // for the next one while it returns true.
+  static std::function<void(proto::Envelope::Reader)> Relay(
+      CoreWorker* core, uint64_t conn_id,
+      std::shared_ptr<std::function<bool(proto::Envelope::Reader)>> on_reply);
+
+  CoreWorker& core_;
 };
 
-// One lease request in flight: what it is for, and where it was sent.
-struct CoreWorker::LeaseAttempt {
-  LeaseShape shape;
-  LeaseCallback done;
-  std::string target;  // "" for our own node
-  int attempt = 0;
-  std::shared_ptr<Connection> node;
-};
-
-struct CoreWorker::PendingTask {
-  TaskId task_id;
+// A task, actor call or actor creation this process submitted. The fields an
+// actor call needs for ordering (task_id, function, sequence, attempt,
+// resolved, dep_failure) are actors::ActorCall's. io thread once enqueued.
+struct CoreWorker::PendingTask : actors::ActorCall {
   ObjectId return_id;
-  std::string function;
   std::string display_name;  // SetName, or the function
   std::vector<internal::TaskArgument> args;  // holds the argument refs alive
   std::map<std::string, double> resources;
@@ -176,31 +190,11 @@ struct CoreWorker::PendingTask {
   std::string queue_key;
   int retries_left = 0;
   int max_retries = 0;
-  uint32_t attempt = 0;
   int unresolved = 0;
   proto::TaskKind kind = proto::TaskKind::NORMAL;
   // Actor calls: the actor (its handle keeps it alive while calls are pending).
   std::shared_ptr<internal::RefHandle> actor;
-  bool resolved = false;              // actor call: arguments ready, may be sent
-  std::optional<Failure> dep_failure;  // actor call: an argument failed
   std::unique_ptr<ActorRecord> actor_record;  // actor creation: handed to owned_actors_
-};
-
-// What a caller knows about one actor: where it is, and its calls in order.
-struct CoreWorker::ActorClient {
-  ObjectId actor_id;
-  std::string owner;
-  std::string address;
-  std::string failed_address;  // the last address that stopped answering
-  std::shared_ptr<Connection> conn;
-  bool resolving = false;
-  bool dead = false;
-  std::string death;
-  int max_task_retries = 0;
-  std::deque<std::unique_ptr<PendingTask>> queue;  // submission order, not sent
-  absl::flat_hash_map<TaskId, std::unique_ptr<PendingTask>> in_flight;
-  std::vector<std::unique_ptr<PendingTask>> interrupted;  // in flight when it went away
-  std::deque<TaskId> sent_order;  // in-flight ids in the order sent
 };
 
 // A worker leased from the node daemon; tasks of one resource shape go straight

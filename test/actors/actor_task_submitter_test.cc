@@ -207,10 +207,11 @@ TEST_CASE("the actors located through an owner are listed", "[actors]") {
   s.Submit(other, "owner:2", Call(1));
   s.OnCallResolved(kActor);
   s.OnCallResolved(other);
-  REQUIRE(s.LocatingThrough(kOwner) == std::vector<ObjectId>{kActor});
+  using Locating = ActorTaskSubmitter::Locating;
+  REQUIRE(s.LocatingThrough(kOwner) == std::vector<Locating>{{kActor, ""}});
   s.OnLocated(kActor, {.alive = false, .death = "its owner died"});
   REQUIRE(s.LocatingThrough(kOwner).empty());
-  REQUIRE(s.LocatingThrough("owner:2") == std::vector<ObjectId>{other});
+  REQUIRE(s.LocatingThrough("owner:2") == std::vector<Locating>{{other, ""}});
 }
 
 }  // namespace

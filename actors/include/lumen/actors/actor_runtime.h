@@ -32,7 +32,7 @@ class ActorCallTransport {
   // Opens a channel to the actor's process at `address`: its id (never 0), or
   // an error when it cannot be reached now. The runtime reports the channel's
   // end with ActorTaskSubmitter::OnChannelLost, never from inside this call.
-  virtual absl::StatusOr<uint64_t> OpenChannel(const ObjectId& actor,
+  [[nodiscard]] virtual absl::StatusOr<uint64_t> OpenChannel(const ObjectId& actor,
                                                const std::string& address) = 0;
   // Sends `call` over `channel` (frames on one channel arrive in order).
   virtual void Push(uint64_t channel, const ActorCall& call) = 0;

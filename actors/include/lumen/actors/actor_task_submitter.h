@@ -67,8 +67,14 @@ class ActorTaskSubmitter {
   // now on fail.
   void MarkDead(const ObjectId& actor, std::string why);
 
-  // The actors being located through the owner at `owner`.
-  std::vector<ObjectId> LocatingThrough(const std::string& owner) const;
+  // The actors being located through the owner at `owner` (when it dies, the
+  // runtime answers for them), each with the address that failed last.
+  struct Locating {
+    ObjectId actor;
+    std::string failed_address;
+    bool operator==(const Locating&) const = default;
+  };
+  std::vector<Locating> LocatingThrough(const std::string& owner) const;
   // The open channel to `actor` and the address it goes to, if any.
   struct Channel {
     uint64_t id = 0;

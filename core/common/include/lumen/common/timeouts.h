@@ -29,7 +29,10 @@ struct Timeouts {
 
   // --- driver / worker ---
   ms lease_idle_timeout{200};       // LUMEN_LEASE_IDLE_TIMEOUT_MS: an idle lease is kept this long
-  ms worker_exit_cause_timeout{2000};  // LUMEN_WORKER_EXIT_CAUSE_TIMEOUT_MS
+  ms worker_exit_cause_timeout{2000};  // LUMEN_WORKER_EXIT_CAUSE_TIMEOUT_MS: how a dead worker ended
+  ms lease_retry_delay{20};         // LUMEN_LEASE_RETRY_DELAY_MS: a node said "retry" to a lease
+  ms spillback_retry_delay{50};     // LUMEN_SPILLBACK_RETRY_DELAY_MS: the spillback target is gone
+  ms exit_flush_timeout{2000};      // LUMEN_EXIT_FLUSH_TIMEOUT_MS: an exiting actor flushes replies
 
   // The defaults above, each replaced by its environment variable when that is
   // set to a number.

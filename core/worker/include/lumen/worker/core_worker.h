@@ -2,9 +2,18 @@
 // task submission over worker leases, the owner's reference table, Put/Get/Wait
 // through the node's shared-memory store, and, in a worker, task execution.
 //
+// CoreWorker is the facade and composition root: it owns the io thread and the
+// parts, and its implementation is split by responsibility over core/worker/
+// (core_worker.cc: startup and shutdown; reference_counter.cc; memory_store.cc;
+// store_provider.cc; object_getter.cc; owner_service.cc; lease_requester.cc;
+// normal_task_submitter.cc; task_manager.cc; task_executor.cc; actor_owner.cc
+// with the lifecycle state machine of lumen/actors; actor_caller.cc with the
+// ordered submitter of lumen/actors; head_requester.cc).
+//
 // Threads: one io thread runs the event loop and owns every socket; user threads
 // (and, in a worker, the executor thread) call the public methods, which are
-// thread-safe. State shared between them is guarded by `mu_`.
+// thread-safe. State shared between them is guarded by `mu_`; state marked "io
+// thread only" is touched there alone.
 #pragma once
 
 #include <atomic>
@@ -24,13 +33,21 @@
 #include "absl/container/node_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "lumen/actors/actor_call.h"
+#include "lumen/actors/actor_lifecycle.h"
+#include "lumen/actors/actor_task_submitter.h"
 #include "lumen/common/address.h"
 #include "lumen/common/connection.h"
 #include "lumen/common/ids.h"
+#include "lumen/common/timeouts.h"
 #include "lumen/internal/runtime.h"
 #include "lumen/objectstore/shm_segment.h"
 
 namespace lumen::runtime {
+
+class HeadRequester;   // core/worker/head_requester.h
+class LeaseRequester;  // core/worker/lease_requester.h
+class BorrowerRegistry;  // core/worker/borrower_registry.h
 
 struct CoreWorkerOptions {
   bool is_worker = false;
@@ -41,27 +58,20 @@ struct CoreWorkerOptions {
   JobId job_id;             // driver: nil (the node assigns one); worker: its job
   WorkerId worker_id;
   uint64_t inline_limit = kInlineObjectLimit;
-  // A lease with nothing to run is kept this long for the next task of its shape.
-  std::chrono::milliseconds lease_idle_timeout{200};
   int max_tasks_in_flight_per_worker = 16;
   int max_pending_lease_requests = 4;
-  // When a worker dies with a task or actor that fails for good, how long its
-  // owner waits for the node daemon to say how the process ended
-  // (LUMEN_WORKER_EXIT_CAUSE_TIMEOUT_MS); the error then names the cause.
-  std::chrono::milliseconds worker_exit_cause_timeout{2000};
+  // Used here: lease_idle_timeout, worker_exit_cause_timeout, head_call_timeout,
+  // lease_retry_delay, spillback_retry_delay, exit_flush_timeout.
+  Timeouts timeouts = Timeouts::FromEnv();
 };
 
 // Why a value is not there: the payload of a failed object.
-struct Failure {
-  proto::FailureKind kind = proto::FailureKind::OTHER;
-  std::string exception_type;
-  std::string message;
-  std::string location;
-};
+using Failure = actors::TaskFailure;
 
 class CoreWorker {
  public:
-  static absl::StatusOr<std::unique_ptr<CoreWorker>> Start(CoreWorkerOptions options);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<CoreWorker>> Start(
+      CoreWorkerOptions options);
   ~CoreWorker();
 
   // Stops the io thread and closes every connection. Idempotent.
@@ -107,13 +117,17 @@ class CoreWorker {
  private:
   struct ObjectEntry;
   struct Waiter;
-  struct LeaseShape;
   struct PendingTask;
   struct Lease;
   struct SchedulingQueue;
   struct TaskToRun;
   struct ActorRecord;
-  struct ActorClient;
+  class ActorCaller;  // actor_caller.h
+  // A request to a peer's owner service, answered on the connection it went out on.
+  struct PeerRequest {
+    uint64_t conn_id = 0;
+    std::function<void(proto::Envelope::Reader)> callback;
+  };
   struct StoreResult {
     absl::Status status;
     uint64_t offset = 0;
@@ -121,7 +135,7 @@ class CoreWorker {
   };
 
   explicit CoreWorker(CoreWorkerOptions options);
-  absl::Status Connect();
+  [[nodiscard]] absl::Status Connect();
 
   // io thread
   void OnNodeFrame(Connection& conn, proto::Envelope::Reader msg);
@@ -132,6 +146,8 @@ class CoreWorker {
   void OnPeerAccepted(Socket socket);
   void OnPeerFrame(Connection& conn, proto::Envelope::Reader msg);
   void OnBorrowerChange(uint64_t conn_id, const ObjectId& id, int delta);
+  // An owned object's borrower count changes by `delta` (frees it at zero).
+  void ApplyBorrowerDelta(const ObjectId& id, int delta) ABSL_LOCKS_EXCLUDED(mu_);
   void SendBorrowerChange(const ObjectId& id, const std::string& owner, bool add);
   void DrainSubmissions();
   void ResolveDependencies(PendingTask* task);
@@ -140,15 +156,7 @@ class CoreWorker {
   void RequestLease(SchedulingQueue& queue);
   void OnLeaseReply(SchedulingQueue* queue, proto::LeaseReply::Reader reply,
                     std::shared_ptr<Connection> node);
-  // Asks for a worker lease: from the local node, then wherever it spills the
-  // request to. `done` gets the final reply (granted or refused) and the node
-  // daemon that granted it.
-  using LeaseCallback =
-      std::function<void(proto::LeaseReply::Reader reply, std::shared_ptr<Connection> node)>;
-  void AcquireLease(const LeaseShape& shape, LeaseCallback done, std::string target = "",
-                    int attempt = 0);
-  struct LeaseAttempt;
-  void OnAcquireLeaseReply(LeaseAttempt pending, proto::Envelope::Reader msg);
+  class NodeLeaseTransport;  // worker_state.h
   // A connection to the node daemon at `address` (ours when empty or ours).
   std::shared_ptr<Connection> NodeConnection(const std::string& address, absl::Status* error);
   void OnRemoteNodeLost(Connection& conn, const absl::Status& why);
@@ -169,6 +177,8 @@ class CoreWorker {
   void MaybeReturnLease(Lease& lease);
   void ReturnLease(Lease* lease);
   void OnReclaimLeases();
+  // Erases the scheduling queue `key` if it is empty, from the io loop.
+  void MaybeDropQueueLater(const std::string& key);
   void CompleteTask(PendingTask* task, proto::Value::Reader result);
   void FailTask(PendingTask* task, Failure failure);
   void SendRequeued(Connection& conn, const TaskId& task_id, uint32_t attempt);
@@ -179,8 +189,22 @@ class CoreWorker {
   static void SendPeerHello(Connection& conn);
   void FillValue(proto::Value::Builder out, const ObjectEntry& entry);
 
+  // Answers every request waiting at a node daemon with an empty envelope (read
+  // as "no reply"); with `conn_id`, only those sent on that connection. io thread.
+  void FailNodeRequests(std::optional<uint64_t> conn_id = std::nullopt);
+
   // any thread
-  void PostToIo(std::function<void()> fn);
+  // Runs `fn` on the io thread; false (and `fn` dropped) once Stop has begun.
+  bool PostToIo(std::function<void()> fn);
+  // Keeps `keep` alive until the handlers now on the io thread's stack returned
+  // (a connection closing from inside its own callback). Posted even while
+  // stopping: never run then, it is destroyed with the io context.
+  template <class T>
+  void ReleaseLater(std::shared_ptr<T> keep) {
+    boost::asio::post(io_, [keep = std::move(keep)] {});
+  }
+  // Large argument values go to the store (submitted tasks, actor creation).
+  void MoveLargeArgumentsToStore(std::vector<internal::TaskArgument>& args);
   // Hands a submitted task (or actor call or creation) to the io thread.
   void Enqueue(std::unique_ptr<PendingTask> task);
   // Waits until `num_ready` of `refs` are ready or the timeout passes.
@@ -202,6 +226,12 @@ class CoreWorker {
   // nobody wants it any more.
   void SetObjectReady(const ObjectId& id, std::function<void(ObjectEntry&)> fill,
                       bool owned_result = false) ABSL_LOCKS_EXCLUDED(mu_);
+  // The object fails with `failure` (no effect once it is ready).
+  void SetObjectFailed(const ObjectId& id, const Failure& failure) ABSL_LOCKS_EXCLUDED(mu_);
+  // The object gets `value` (inline bytes, a stored copy's location, or an
+  // error) from a task reply or its owner's answer.
+  void SetObjectFromValue(const ObjectId& id, proto::Value::Reader value, bool owned_result)
+      ABSL_LOCKS_EXCLUDED(mu_);
   void OnNodeLost(const absl::Status& why);
   void MaybeFreeLocked(absl::node_hash_map<ObjectId, ObjectEntry>::iterator it)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -221,6 +251,13 @@ class CoreWorker {
 
   // actors, owner side (io thread)
   void StartActor(ActorRecord& record);
+  void SendKillActor(Connection& conn, const ObjectId& id, bool no_restart);
+  // After the lifecycle said dead: releases its arguments and name, answers waiters.
+  void OnActorDead(ActorRecord& record);
+  // Erases the record of a dead actor nobody holds a handle to (posted).
+  void ForgetActorLater(const ObjectId& id);
+  // Frees a name at the head, asynchronously (failures are logged).
+  void UnregisterActorName(const std::string& name, const ObjectId& id);
   void OnActorLease(const ObjectId& id, int generation, proto::LeaseReply::Reader reply,
                     std::shared_ptr<Connection> node);
   void OnActorCreated(const ObjectId& id, int generation, proto::TaskReply::Reader reply);
@@ -230,15 +267,19 @@ class CoreWorker {
   void OnActorOutOfScope(const ObjectId& id);
   void WhenActorSettled(const ObjectId& id, const std::string& failed_address,
                         std::function<void(bool alive, std::string address, std::string death)> cb);
-  // actors, caller side (io thread)
-  ActorClient& GetActorClient(const ObjectId& id, const std::string& owner);
-  void PumpActorClient(ActorClient& client);
-  void ResolveActor(ActorClient& client);
-  void OnActorResolved(const ObjectId& id, bool alive, std::string address, std::string death);
-  void OnActorOwnerUnreachable(const ObjectId& id, std::string why);
-  // The address the head recorded for a detached actor, or "".
-  std::string DetachedActorAddress(const ObjectId& id);
-  void OnActorConnectionLost(const ObjectId& id, Connection* conn);
+  // actors, caller side (io thread; see actor_caller.cc)
+  void CreateActorCaller();
+  void CloseActorChannels();
+  // Our open channel to `actor` (at `address`, unless empty), or null.
+  std::shared_ptr<Connection> ActorChannelTo(const ObjectId& actor, const std::string& address);
+  // Answers actor_submitter_->OnLocated: asks the owner (ourselves, a peer, or
+  // the head for a detached actor whose owner is gone).
+  void LocateActor(const ObjectId& id, const std::string& owner,
+                   const std::string& failed_address);
+  // The address the head recorded for a detached actor, or "" (async).
+  void LookUpDetachedActor(const ObjectId& id, std::function<void(std::string address)> done);
+  void OnActorOwnerUnreachable(const ObjectId& id, std::string failed_address, std::string why);
+  void OnActorChannelLost(const ObjectId& id, uint64_t channel);
   void OnActorTaskReply(const ObjectId& id, proto::TaskReply::Reader reply);
   void FillTaskSpec(proto::TaskSpec::Builder spec, const PendingTask& task);
 
@@ -262,6 +303,12 @@ class CoreWorker {
     CoreWorker* core ABSL_GUARDED_BY(mu) = nullptr;
   };
   std::shared_ptr<PinReleaser> releaser_;
+  // Requests to the head from the io thread (asynchronous, with a deadline).
+  std::unique_ptr<HeadRequester> head_;
+  // Refuses posts once Stop has begun: a handler posted after the io loop's
+  // last one would never run, and its caller would wait forever.
+  absl::Mutex post_mu_;
+  bool accepting_posts_ ABSL_GUARDED_BY(post_mu_) = true;
   std::atomic<bool> stopped_{false};
   std::atomic<bool> node_lost_{false};
 
@@ -275,8 +322,11 @@ class CoreWorker {
   // Node daemons of other nodes we lease from or free objects on, by address.
   absl::flat_hash_map<std::string, std::shared_ptr<Connection>> remote_nodes_;
   absl::flat_hash_map<std::string, NodeId> remote_node_ids_;  // address -> node, from spillbacks
-  absl::flat_hash_map<std::string, bool> warned_infeasible_;  // by lease shape name
-  absl::flat_hash_map<uint64_t, std::function<void(proto::Envelope::Reader)>> peer_requests_;
+  // Leases for tasks and actors (lease_requester.h) over our node connections.
+  std::unique_ptr<NodeLeaseTransport> lease_transport_;
+  std::unique_ptr<LeaseRequester> lease_requester_;
+  // Dropped with the connection they went out on.
+  absl::flat_hash_map<uint64_t, PeerRequest> peer_requests_;
   std::map<std::string, std::unique_ptr<SchedulingQueue>> queues_;
   absl::flat_hash_map<std::string, std::shared_ptr<Connection>> peers_;  // by address
   absl::flat_hash_map<uint64_t, std::shared_ptr<Connection>> inbound_;  // by connection id
@@ -293,7 +343,7 @@ class CoreWorker {
   std::shared_ptr<std::atomic<size_t>> parked_waits_total_ =
       std::make_shared<std::atomic<size_t>>(0);
   // Objects each inbound peer borrows from us, with counts (dropped if it dies).
-  absl::flat_hash_map<uint64_t, absl::flat_hash_map<ObjectId, int>> borrowed_by_;
+  std::unique_ptr<BorrowerRegistry> borrowers_;
 
   absl::flat_hash_map<ObjectId, std::unique_ptr<ActorRecord>> owned_actors_;
   // The last finished tasks this process submitted, for `lumen list tasks`.
@@ -303,7 +353,11 @@ class CoreWorker {
     const char* state;
   };
   std::deque<FinishedTask> finished_tasks_;
-  absl::flat_hash_map<ObjectId, std::unique_ptr<ActorClient>> actor_clients_;
+  // Caller side of actors: the ordered submitter (lumen/actors) and the
+  // transport it sends through (io thread only). Declared after the maps the
+  // transport's callbacks use.
+  std::unique_ptr<ActorCaller> actor_caller_;
+  std::unique_ptr<actors::ActorTaskSubmitter> actor_submitter_;
 
   // worker mode, actor process: the instance and how to reach its owner
   std::shared_ptr<void> actor_instance_;  // set once by the creation task

@@ -1,0 +1,73 @@
+// CoreWorker::ActorCaller: the ActorCallTransport that the ordered actor task
+// submitter (lumen/actors/actor_task_submitter.h) sends through — CoreWorker's
+// connections to actor processes. Internal to core/worker; io thread only.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "core/worker/worker_state.h"
+#include "lumen/actors/actor_runtime.h"
+#include "lumen/common/proto_util.h"
+#include "lumen/worker/core_worker.h"
+
+namespace lumen::runtime {
+
+class CoreWorker::ActorCaller final : public actors::ActorCallTransport {
+ public:
+  // `core` outlives the caller (it owns it).
+  explicit ActorCaller(CoreWorker& core) : core_(core) {}
+
+  void Locate(const ObjectId& actor, const std::string& owner,
+              const std::string& failed_address) override {
+    core_.LocateActor(actor, owner, failed_address);
+  }
+
+  absl::StatusOr<uint64_t> OpenChannel(const ObjectId& actor, const std::string& address) override {
+    auto socket = ConnectToAddress(core_.io_, address, core_.options_.session_dir);
+    if (!socket.ok()) return socket.status();
+    auto conn = Connection::Create(std::move(*socket));
+    uint64_t channel = conn->id();
+    CoreWorker* core = &core_;
+    conn->Start(
+        [core, actor](Connection&, proto::Envelope::Reader msg) {
+          if (msg.isTaskReply()) core->OnActorTaskReply(actor, msg.getTaskReply());
+        },
+        [core, actor, channel](Connection&, const absl::Status&) {
+          if (!core->stopped_) core->OnActorChannelLost(actor, channel);
+        });
+    SendPeerHello(*conn);
+    channels_[channel] = std::move(conn);
+    return channel;
+  }
+
+  void Push(uint64_t channel, const actors::ActorCall& call) override {
+    auto it = channels_.find(channel);
+    if (it == channels_.end()) return;  // closed: its loss is being reported
+    OutMessage out;
+    core_.FillTaskSpec(out.Init().initPushTask(), static_cast<const PendingTask&>(call));
+    it->second->Send(out.builder());
+  }
+
+  void Fail(std::unique_ptr<actors::ActorCall> call, actors::TaskFailure failure) override {
+    core_.FailTask(static_cast<PendingTask*>(call.release()), std::move(failure));
+  }
+
+  void FailResult(const actors::ActorCall& call, const actors::TaskFailure& failure) override {
+    core_.SetObjectFailed(static_cast<const PendingTask&>(call).return_id, failure);
+  }
+
+  // The connection of an open channel, or null.
+  std::shared_ptr<Connection> ChannelConnection(uint64_t channel) const;
+  // A channel ended: forget its connection (freed once its handlers returned).
+  void DropChannel(uint64_t channel);
+  // Shutdown: closes every channel.
+  void CloseAll();
+
+ private:
+  CoreWorker& core_;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Connection>> channels_;
+};
+
+}  // namespace lumen::runtime

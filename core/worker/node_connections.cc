@@ -1,0 +1,233 @@
+// CoreWorker: connections and requests to node daemons (ours and the ones we
+// lease from), the transport of the lease requester (lease_requester.h), and
+// what a node's death means for leases, actors and object copies. io thread.
+#include "lumen/worker/core_worker.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <typeinfo>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "core/worker/worker_state.h"
+#include "lumen/common/codec.h"
+#include "lumen/common/head_client.h"
+#include "lumen/common/logging.h"
+#include "lumen/common/process.h"
+#include "lumen/common/proto_util.h"
+#include "lumen/errors.h"
+#include "lumen/objectstore/fd_passing.h"
+#include "lumen/objectstore/object_table.h"
+
+namespace lumen::runtime {
+
+uint64_t CoreWorker::SendNodeRequest(Connection& conn,
+                                     const std::function<void(proto::Envelope::Builder)>& fill,
+                                     std::function<void(proto::Envelope::Reader)> callback) {
+  uint64_t request_id = next_request_id_++;
+  node_requests_[request_id] = NodeRequest{conn.id(), std::move(callback)};
+  OutMessage out;
+  auto env = out.Init();
+  env.setRequestId(request_id);
+  fill(env);
+  conn.Send(out.builder());
+  return request_id;
+}
+
+void CoreWorker::AskWorkerExitCause(const std::shared_ptr<Connection>& node,
+                                    const WorkerId& worker,
+                                    std::function<void(std::string cause)> done) {
+  auto timeout = options_.timeouts.worker_exit_cause_timeout;
+  if (!node || node->closed() || worker.IsNil() || timeout.count() <= 0 || stopped_) {
+    done("");
+    return;
+  }
+  // Answered by the reply, the deadline or the node's connection closing,
+  // whichever comes first; `done` runs once.
+  struct State {
+    std::function<void(std::string)> done;
+    std::unique_ptr<boost::asio::steady_timer> timer;
+    uint64_t request_id = 0;
+  };
+  auto state = std::make_shared<State>();
+  state->done = std::move(done);
+  auto finish = [state](std::string cause) {
+    if (!state->done) return;
+    auto done = std::move(state->done);
+    state->done = nullptr;
+    if (state->timer) state->timer->cancel();
+    done(std::move(cause));
+  };
+  state->request_id = SendNodeRequest(
+      *node,
+      [&](proto::Envelope::Builder env) {
+        auto query = env.initGetWorkerExit();
+        query.setWorkerId(DataOf(worker));
+        query.setTimeoutMs(static_cast<uint32_t>(timeout.count()));
+      },
+      [finish](proto::Envelope::Reader msg) {
+        bool known = msg.isWorkerExit() && msg.getWorkerExit().getKnown();
+        finish(known ? std::string(msg.getWorkerExit().getCause().cStr()) : std::string());
+      });
+  if (!state->done) return;  // answered already (the connection was closing)
+  // The daemon answers at the same deadline; a little slack lets its answer win.
+  state->timer = std::make_unique<boost::asio::steady_timer>(
+      io_, timeout + std::chrono::milliseconds(200));
+  state->timer->async_wait([this, state, finish](const boost::system::error_code& ec) {
+    if (ec || !state->done) return;
+    node_requests_.erase(state->request_id);
+    finish("");
+  });
+}
+
+std::shared_ptr<Connection> CoreWorker::NodeConnection(const std::string& address,
+                                                       absl::Status* error) {
+  if (address.empty() || address == node_address_) return node_conn_;
+  auto it = remote_nodes_.find(address);
+  if (it != remote_nodes_.end() && !it->second->closed()) return it->second;
+  auto socket = ConnectToAddress(io_, address, options_.session_dir);
+  if (!socket.ok()) {
+    *error = socket.status();
+    return nullptr;
+  }
+  auto conn = Connection::Create(std::move(*socket));
+  conn->Start([this](Connection& c, proto::Envelope::Reader m) { OnNodeFrame(c, m); },
+              [this](Connection& c, const absl::Status& why) { OnRemoteNodeLost(c, why); });
+  OutMessage out;
+  auto hello = InitHello(out.Init(), proto::Role::REMOTE_OWNER);
+  hello.setWorkerId(DataOf(options_.worker_id));
+  hello.setJobId(DataOf(options_.job_id));
+  hello.setExePath(exe_path_);
+  hello.setListenAddress(listen_address_);
+  hello.setIsDriver(!options_.is_worker);
+  conn->Send(out.builder());
+  remote_nodes_[address] = conn;
+  return conn;
+}
+
+void CoreWorker::OnRemoteNodeDead(const NodeId& node) {
+  // Its workers may still be running, but the cluster gave up on them: what
+  // they run is retried (or fails) as if they had died.
+  absl::Status why = absl::UnavailableError(
+      absl::StrCat("node ", node.Hex().substr(0, 12), " was declared dead"));
+  std::vector<std::shared_ptr<Connection>> doomed;
+  for (auto& [key, queue] : queues_) {
+    for (auto& lease : queue->leases) {
+      if (lease->node_id != node) continue;
+      // Nothing more goes to it while the others close (retries would pick it).
+      lease->node_dead = true;
+      if (lease->conn) doomed.push_back(lease->conn);
+      if (lease->node && lease->node != node_conn_) doomed.push_back(lease->node);
+    }
+  }
+  for (auto& [id, record] : owned_actors_) {
+    if (record->node_id != node || !record->conn) continue;
+    doomed.push_back(record->conn);
+    // Our own calls to it go to its next incarnation, not to a process the
+    // cluster has given up on (which may linger a moment after its node).
+    if (auto channel = ActorChannelTo(id, record->address)) doomed.push_back(channel);
+  }
+  // Requests waiting at that node's daemon are answered by its closing.
+  for (const auto& [address, conn] : remote_nodes_) {
+    auto it = remote_node_ids_.find(address);
+    if (it != remote_node_ids_.end() && it->second == node) doomed.push_back(conn);
+  }
+  for (auto& conn : doomed) conn->Close(why);
+  // Copies there are gone: readers are sent to the others; an object with no
+  // copy left is lost (no lineage reconstruction).
+  absl::MutexLock lock(&mu_);
+  for (auto& [id, entry] : objects_) {
+    if (!entry.owned || !entry.ready || entry.kind != ObjectEntry::Kind::kStored) continue;
+    auto& copies = entry.locations;
+    auto before = copies.size();
+    copies.erase(std::remove_if(copies.begin(), copies.end(),
+                                [&](const auto& copy) { return copy.first == node; }),
+                 copies.end());
+    if (copies.empty() && before > 0) {
+      entry.SetFailed(Failure{proto::FailureKind::OBJECT_LOST, "lumen::ObjectLostError",
+                               absl::StrCat("object ", id.Hex(), ": its only copy was on node ",
+                                            node.Hex(), ", which died"),
+                               ""});
+    }
+  }
+}
+
+void CoreWorker::OnRemoteNodeLost(Connection& conn, const absl::Status& why) {
+  for (auto it = remote_nodes_.begin(); it != remote_nodes_.end(); ++it) {
+    if (it->second.get() == &conn) {
+      auto keep = it->second;
+      remote_nodes_.erase(it);
+      ReleaseLater(std::move(keep));
+      break;
+    }
+  }
+  if (stopped_) return;
+  LUMEN_LOG(DEBUG) << "lost a remote node daemon: " << why;
+  FailNodeRequests(conn.id());
+}
+
+void CoreWorker::SendLeaseEnd(const std::shared_ptr<Connection>& node, uint64_t lease_id,
+                              bool kill) {
+  if (!node || node->closed() || lease_id == 0) return;
+  OutMessage out;
+  if (kill) {
+    out.Init().setKillLease(lease_id);
+  } else {
+    out.Init().setReturnLease(lease_id);
+  }
+  node->Send(out.builder());
+}
+
+absl::StatusOr<std::shared_ptr<Connection>> CoreWorker::NodeLeaseTransport::SendLeaseRequest(
+    const std::string& target, const LeaseShape& shape, bool grant_or_reject,
+    std::function<bool(proto::Envelope::Reader)> on_reply) {
+  if (core_.stopped_) return absl::CancelledError("shutting down");
+  absl::Status error;
+  std::shared_ptr<Connection> node = core_.NodeConnection(target, &error);
+  if (!node || node->closed()) return absl::UnavailableError(error.message());
+  core_.SendNodeRequest(
+      *node,
+      [&](proto::Envelope::Builder env) {
+        auto lease = env.initRequestLease();
+        SetResources(lease.initResources(shape.resources.size()), shape.resources);
+        SetResources(lease.initPlacement(shape.placement.size()), shape.placement);
+        lease.setActor(shape.actor);
+        lease.setDetached(shape.detached);
+        lease.setStrategy(static_cast<proto::SchedulingKind>(shape.scheduling.kind));
+        if (!shape.scheduling.node.IsNil()) lease.setAffinityNode(DataOf(shape.scheduling.node));
+        lease.setAffinitySoft(shape.scheduling.soft);
+        lease.setGrantOrReject(grant_or_reject);
+        if (!shape.scheduling.placement_group.empty()) {
+          lease.setPlacementGroup(BytesOf(shape.scheduling.placement_group));
+        }
+        lease.setBundleIndex(shape.scheduling.bundle_index);
+        lease.setName(shape.name);
+      },
+      Relay(&core_, node->id(),
+            std::make_shared<std::function<bool(proto::Envelope::Reader)>>(std::move(on_reply))));
+  return node;
+}
+
+std::function<void(proto::Envelope::Reader)> CoreWorker::NodeLeaseTransport::Relay(
+    CoreWorker* core, uint64_t conn_id,
+    std::shared_ptr<std::function<bool(proto::Envelope::Reader)>> on_reply) {
+  return [core, conn_id, on_reply](proto::Envelope::Reader msg) {
+    // A "waiting" note: the answer comes later under the same request id.
+    if ((*on_reply)(msg)) {
+      core->node_requests_[msg.getRequestId()] =
+          NodeRequest{conn_id, Relay(core, conn_id, on_reply)};
+    }
+  };
+}
+
+void CoreWorker::NodeLeaseTransport::After(std::chrono::milliseconds delay,
+                                           std::function<void()> fn) {
+  auto timer = std::make_shared<boost::asio::steady_timer>(core_.io_, delay);
+  timer->async_wait(
+      [timer, fn = std::move(fn)](const boost::system::error_code&) { fn(); });
+}
+
+}  // namespace lumen::runtime
