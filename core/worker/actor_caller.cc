@@ -48,6 +48,7 @@ std::shared_ptr<Connection> CoreWorker::ActorChannelTo(const ObjectId& actor,
 
 void CoreWorker::LocateActor(const ObjectId& id, const std::string& owner,
                              const std::string& failed_address) {
+  io_checker_.Check("CoreWorker::LocateActor");
   if (owner == listen_address_) {
     WhenActorSettled(id, failed_address,
                      [this, id](bool alive, std::string address, std::string death) {

@@ -151,6 +151,7 @@ std::shared_ptr<internal::RefHandle> CoreWorker::GetNamedActor(const std::string
 // Owner side
 
 void CoreWorker::StartActor(ActorRecord& record) {
+  io_checker_.Check("CoreWorker::StartActor");
   if (record.life.IsDead()) return;
   int generation = record.life.BeginIncarnation();
   if (!node_conn_ || node_conn_->closed()) {

@@ -318,6 +318,7 @@ bool CoreWorker::PostToIo(std::function<void()> fn) {
 }
 
 void CoreWorker::OnNodeFrame(Connection& conn, proto::Envelope::Reader msg) {
+  io_checker_.Check("CoreWorker::OnNodeFrame");
   if (msg.isReclaimLeases()) {
     OnReclaimLeases();
     return;

@@ -27,6 +27,7 @@ namespace lumen::runtime {
 uint64_t CoreWorker::SendNodeRequest(Connection& conn,
                                      const std::function<void(proto::Envelope::Builder)>& fill,
                                      std::function<void(proto::Envelope::Reader)> callback) {
+  io_checker_.Check("CoreWorker::SendNodeRequest");
   uint64_t request_id = next_request_id_++;
   node_requests_[request_id] = NodeRequest{conn.id(), std::move(callback)};
   OutMessage out;

@@ -80,6 +80,7 @@ void CoreWorker::Enqueue(std::unique_ptr<PendingTask> task) {
 }
 
 void CoreWorker::DrainSubmissions() {
+  io_checker_.Check("CoreWorker::DrainSubmissions");
   std::vector<std::unique_ptr<PendingTask>> batch;
   {
     absl::MutexLock lock(&submit_mu_);
@@ -178,6 +179,7 @@ void CoreWorker::OnTaskResolved(PendingTask* raw) {
 }
 
 void CoreWorker::DispatchQueue(SchedulingQueue& queue) {
+  io_checker_.Check("CoreWorker::DispatchQueue");
   // Pipelining several tasks per worker pays only for short tasks with a backlog;
   // otherwise one at a time, so a long task never holds up others behind it
   // while a CPU is free.

@@ -135,6 +135,7 @@ void CoreWorker::OnPeerAccepted(Socket socket) {
 }
 
 void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
+  io_checker_.Check("CoreWorker::OnPeerFrame");
   // An accepted connection (context: hello seen) speaks only after its hello.
   if (conn.context().has_value() && !std::any_cast<bool>(conn.context()) && !msg.isHello()) {
     conn.Close(absl::PermissionDeniedError("first frame was not a hello"));

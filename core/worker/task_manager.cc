@@ -30,6 +30,7 @@ void CoreWorker::RecordFinished(PendingTask& task, const char* state) {
 }
 
 void CoreWorker::SendStateRows(Connection& conn, uint64_t request_id, const std::string& what) {
+  io_checker_.Check("CoreWorker::SendStateRows");
   std::vector<std::vector<std::pair<std::string, std::string>>> rows;
   std::string owner = absl::StrCat(options_.is_worker ? "worker " : "driver ", ::getpid());
   auto short_id = [](const std::string& hex) { return hex.substr(0, 16); };

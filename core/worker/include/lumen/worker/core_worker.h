@@ -39,6 +39,7 @@
 #include "lumen/common/address.h"
 #include "lumen/common/connection.h"
 #include "lumen/common/ids.h"
+#include "lumen/common/thread_checker.h"
 #include "lumen/common/timeouts.h"
 #include "lumen/internal/runtime.h"
 #include "lumen/objectstore/shm_segment.h"
@@ -312,7 +313,9 @@ class CoreWorker {
   std::atomic<bool> stopped_{false};
   std::atomic<bool> node_lost_{false};
 
-  // io thread only
+  // io thread only (checked by io_checker_ in debug builds at the io entry
+  // points: frames from the node and from peers, submissions, actor lookups)
+  ThreadChecker io_checker_;
   uint64_t next_request_id_ = 1;
   struct NodeRequest {
     uint64_t conn_id = 0;  // the node connection it went out on
