@@ -48,10 +48,10 @@ struct Timing {
   double small_seconds = 0;  // per 8-byte all-reduce
 };
 
-// The timed loops, given one all-reduce call; run in every member. This
-// machine's other load makes single runs noisy, so each side reports its best
-// window: the fastest single 64 MiB all-reduce, and the fastest of 5 windows
-// of small ones (the same rule for Lumen and raw Gloo).
+// The timed loops, given one all-reduce call; run in every member. A loaded
+// machine makes single runs noisy, so each side reports its best window: the
+// fastest single 64 MiB all-reduce, and the fastest of 20 windows of small
+// ones (the same rule for Lumen and raw Gloo).
 template <class AllReduce, class Barrier>
 Timing TimeLoops(AllReduce&& all_reduce, Barrier&& barrier, int big_iters, int small_iters) {
   Timing t;
@@ -67,8 +67,9 @@ Timing TimeLoops(AllReduce&& all_reduce, Barrier&& barrier, int big_iters, int s
   }
   for (int i = 0; i < 100; ++i) all_reduce(small.data(), small.size());
   t.small_seconds = 1e9;
-  const int window = std::max(1, small_iters / 5);
-  for (int w = 0; w < 5; ++w) {
+  constexpr int kWindows = 20;
+  const int window = std::max(1, small_iters / kWindows);
+  for (int w = 0; w < kWindows; ++w) {
     barrier();
     auto t0 = Clock::now();
     for (int i = 0; i < window; ++i) all_reduce(small.data(), small.size());
