@@ -71,6 +71,22 @@ std::string LocalHostname() {
   return host;
 }
 
+// Gloo writes to its sockets with writev, which raises SIGPIPE when the peer
+// is gone; by default that kills this process too, so one member's death
+// would take the others with it instead of failing their calls. Ignored
+// unless the program installed its own handler.
+void IgnoreSigpipeUnlessHandled() {
+  struct sigaction current {};
+  if (::sigaction(SIGPIPE, nullptr, &current) != 0) return;
+  if (current.sa_handler != SIG_DFL || (current.sa_flags & SA_SIGINFO) != 0) return;
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  if (::sigaction(SIGPIPE, &ignore, nullptr) != 0) {
+    // Left at the default: a peer's death may then end this process too.
+  }
+}
+
 }  // namespace
 
 void Pending::Finish(std::exception_ptr error) {
@@ -114,6 +130,7 @@ void Group::Connect() {
       return;
     }
 #endif
+    IgnoreSigpipeUnlessHandled();
     gloo::transport::tcp::attr attr;
     attr.hostname = NodeHost();
     device_ = gloo::transport::tcp::CreateDevice(attr);
