@@ -7,8 +7,13 @@
 //   loopback_tcp_gigabytes         one socket copy between two threads
 //   allreduce_latency_us           8-byte all-reduce, per call
 //   gloo_raw_allreduce_latency_us  the same, Gloo only
-//   allreduce_unverified_*         Lumen with GroupOptions::verify_sizes off (no
-//                                  per-call shape check: the data path alone)
+//   allreduce_unverified_*         Lumen with GroupOptions::verify_sizes off: large
+//                                  calls skip the shape-check round trip (calls of up
+//                                  to kInlineBytes are checked inline either way)
+//   gloo_raw_allgather_record_latency_us
+//                                  Gloo's allgather of one 1088-byte record per rank
+//                                  between bare processes: the exchange a small
+//                                  Lumen all-reduce is made of (doc/collective.md)
 //
 // Bus bandwidth follows nccl-tests: algorithm bandwidth (bytes / time) ×
 // 2(n−1)/n, for n = 2 processes. Both sides time the same loops inside the
@@ -24,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
 #include <gloo/math.h>
@@ -46,6 +52,7 @@ constexpr int kWorld = 2;
 struct Timing {
   double big_seconds = 0;    // per 64 MiB all-reduce
   double small_seconds = 0;  // per 8-byte all-reduce
+  double record_seconds = 0;  // raw Gloo only: per allgather of one record
 };
 
 // The timed loops, given one all-reduce call; run in every member. A loaded
@@ -119,6 +126,17 @@ Timing RawGloo() {
         gloo::barrier(opts);
       };
       Timing t = TimeLoops(all_reduce, barrier, g_big_iters, g_small_iters);
+      // Lumen's small-call exchange on bare Gloo: an allgather of one
+      // col::internal::CallRecord (64-byte header + kInlineBytes) per rank.
+      std::vector<uint8_t> record(64 + col::kInlineBytes), records(kWorld * record.size());
+      auto all_gather = [&](float*, size_t) {
+        gloo::AllgatherOptions opts(context);
+        opts.setInput<uint8_t>(record.data(), record.size());
+        opts.setOutput<uint8_t>(records.data(), records.size());
+        opts.setTag(++tag);
+        gloo::allgather(opts);
+      };
+      t.record_seconds = TimeLoops(all_gather, barrier, 0, g_small_iters).small_seconds;
       ssize_t ignored = ::write(fds[1], &t, sizeof(t));
       (void)ignored;
       std::_Exit(0);
@@ -132,6 +150,7 @@ Timing RawGloo() {
     if (::read(fds[0], &t, sizeof(t)) == sizeof(t)) {
       worst.big_seconds = std::max(worst.big_seconds, t.big_seconds);
       worst.small_seconds = std::max(worst.small_seconds, t.small_seconds);
+      worst.record_seconds = std::max(worst.record_seconds, t.record_seconds);
     }
   }
   ::close(fds[0]);
@@ -214,5 +233,6 @@ int main(int argc, char** argv) {
   Report("allreduce_latency_us", lumen_t.small_seconds * 1e6, "us");
   Report("allreduce_unverified_latency_us", unverified.small_seconds * 1e6, "us");
   Report("gloo_raw_allreduce_latency_us", raw.small_seconds * 1e6, "us");
+  Report("gloo_raw_allgather_record_latency_us", raw.record_seconds * 1e6, "us");
   return 0;
 }
