@@ -1,5 +1,6 @@
 // lumen::collective: groups of tasks and actors that all-reduce, broadcast and
-// gather buffers through Gloo (CPU, TCP) — Ray's ray.util.collective in C++.
+// gather buffers through Gloo (CPU buffers, TCP) or NCCL (GPU buffers) — Ray's
+// ray.util.collective in C++.
 //
 //   class Worker {
 //    public:
