@@ -184,7 +184,6 @@ std::shared_ptr<Pending> Group::RunAsync(const char* what, std::function<void(ui
   return pending;
 }
 
-
 std::vector<CallRecord> Group::Agree(uint32_t tag, const char* what, const CallShape& shape,
                                      const void* payload, size_t payload_bytes) {
   std::vector<CallRecord> records =
