@@ -349,6 +349,19 @@ void CheckEveryOp(const std::vector<MemberHandle>& members, const std::string& g
   }
 }
 
+// Reduce-scatters over 1 KiB keep Gloo's algorithm for their shape (the two
+// most recent shapes): the same shape again, shapes alternating, and a third
+// shape that evicts one, each checked.
+void CheckReduceScatterReuse(const std::vector<MemberHandle>& members, const std::string& group) {
+  const std::vector<std::tuple<int, col::ReduceOp, size_t>> calls = {
+      {kF32, col::ReduceOp::kSum, 1001},  {kF32, col::ReduceOp::kSum, 1001},
+      {kI64, col::ReduceOp::kMax, 5000},  {kF32, col::ReduceOp::kSum, 1001},
+      {kF64, col::ReduceOp::kMin, 3001},  {kI64, col::ReduceOp::kMax, 5000},
+      {kF32, col::ReduceOp::kSum, 1001},  {kF32, col::ReduceOp::kAverage, 100003},
+      {kF32, col::ReduceOp::kAverage, 100003}};
+  for (const auto& [dtype, op, n] : calls) CheckOp(members, group, kReduceScatter, dtype, op, n, 0);
+}
+
 }  // namespace
 
 TEST_CASE("collective: every op and dtype between 3 actors, checked against a local result") {
@@ -360,6 +373,7 @@ TEST_CASE("collective: every op and dtype between 3 actors, checked against a lo
             std::vector<int>{i, 3});
   }
   CheckEveryOp(members, "g3");
+  CheckReduceScatterReuse(members, "g3");
 
   // Several asynchronous all-reduces in flight: each result is right.
   const int64_t n = 70001;
@@ -377,6 +391,7 @@ TEST_CASE("collective: every op and dtype between 2 actors") {
   auto members = StartMembers(2);
   JoinAll(members, "g2");
   CheckEveryOp(members, "g2");
+  CheckReduceScatterReuse(members, "g2");
 }
 
 TEST_CASE("collective: two named groups used at once by the same actors, CreateGroup from the driver") {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include <gloo/allgather.h>
@@ -82,6 +83,42 @@ const gloo::ReductionFunction<T>* ReductionOf(ReduceOp op) {
   }
   return gloo::ReductionFunction<T>::sum;
 }
+
+// Gloo's ReduceScatterHalvingDoubling built for one shape with its own copy
+// of the input (it reduces in place and leaves this rank's block at the
+// front). Its slots come from the context's own counter, which every rank
+// advances alike since every rank builds plans at the same calls. Used by one
+// operation at a time.
+class ReduceScatterPlan {
+ public:
+  virtual ~ReduceScatterPlan() = default;
+  // Reduce-scatters `input` (the plan's count); writes this rank's `mine`
+  // elements to `output`.
+  virtual void Run(const void* input, void* output, size_t mine) = 0;
+};
+
+template <class T>
+class TypedReduceScatterPlan : public ReduceScatterPlan {
+ public:
+  TypedReduceScatterPlan(Group& g, size_t count, ReduceOp op) : scratch_(count) {
+    std::vector<int> counts(g.size());
+    for (int r = 0; r < g.size(); ++r) {
+      counts[r] = static_cast<int>(ReduceScatterCount(count, r, g.size()));
+    }
+    algorithm_ = std::make_unique<gloo::ReduceScatterHalvingDoubling<T>>(
+        g.context(), std::vector<T*>{scratch_.data()}, static_cast<int>(count), counts,
+        ReductionOf<T>(op));
+  }
+  void Run(const void* input, void* output, size_t mine) override {
+    std::memcpy(scratch_.data(), input, scratch_.size() * sizeof(T));
+    algorithm_->run();
+    std::memcpy(output, scratch_.data(), mine * sizeof(T));
+  }
+
+ private:
+  std::vector<T> scratch_;
+  std::unique_ptr<gloo::ReduceScatterHalvingDoubling<T>> algorithm_;
+};
 
 size_t ReduceScatterOffset(size_t count, int rank, int world) {
   size_t base = count / world, extra = count % world;
@@ -167,24 +204,22 @@ void GlooReduceScatter(Group& g, uint32_t tag, Buffer input, Buffer output, Redu
     return;
   }
   // Gloo's recursive halving-doubling reduce-scatter (with its binary blocks
-  // for world sizes that are not powers of two), on a copy of the input: it
-  // reduces in place and leaves this rank's block at the front. Its slots come
-  // from the context's own counter, which every rank advances alike.
-  DispatchHost(input.dtype, [&](auto zero) {
-    using T = decltype(zero);
-    std::vector<T> scratch(static_cast<const T*>(input.data),
-                           static_cast<const T*>(input.data) + input.count);
-    std::vector<int> counts(g.size());
-    for (int r = 0; r < g.size(); ++r) {
-      counts[r] = static_cast<int>(ReduceScatterCount(input.count, r, g.size()));
-    }
-    gloo::ReduceScatterHalvingDoubling<T> algorithm(g.context(), {scratch.data()},
-                                                     static_cast<int>(input.count), counts,
-                                                     ReductionOf<T>(op));
-    algorithm.run();
-    std::memcpy(output.data, scratch.data(), mine * sizeof(T));
-    if (op == ReduceOp::kAverage) DivideBy<T>(output.data, mine, g.size());
-  });
+  // for world sizes that are not powers of two), kept by the group for the
+  // next call of the same shape: building it registers its buffers with the
+  // pairs and allocates twice the input, which costs more than the exchange.
+  CallShape shape = Shape(CallKind::kReduceScatter, input, -1, static_cast<int64_t>(op));
+  auto plan = std::static_pointer_cast<ReduceScatterPlan>(g.Cached(shape));
+  if (!plan) {
+    plan = DispatchHost(input.dtype, [&](auto zero) -> std::shared_ptr<ReduceScatterPlan> {
+      using T = decltype(zero);
+      return std::make_shared<TypedReduceScatterPlan<T>>(g, input.count, op);
+    });
+    g.Cache(shape, plan);
+  }
+  plan->Run(input.data, output.data, mine);
+  if (op == ReduceOp::kAverage) {
+    DispatchHost(input.dtype, [&](auto zero) { DivideBy<decltype(zero)>(output.data, mine, g.size()); });
+  }
 }
 
 void GlooReduce(Group& g, uint32_t tag, Buffer data, int root, ReduceOp op) {

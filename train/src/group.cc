@@ -196,6 +196,24 @@ std::vector<CallRecord> Group::Agree(uint32_t tag, const char* what, const CallS
   return records;
 }
 
+std::shared_ptr<void> Group::Cached(const CallShape& shape) {
+  for (auto it = cache_.begin(); it != cache_.end(); ++it) {
+    if (it->first == shape) {
+      auto entry = *it;
+      cache_.erase(it);
+      cache_.push_front(entry);
+      return entry.second;
+    }
+  }
+  return nullptr;
+}
+
+void Group::Cache(const CallShape& shape, std::shared_ptr<void> entry) {
+  constexpr size_t kEntries = 2;
+  cache_.emplace_front(shape, std::move(entry));
+  while (cache_.size() > kEntries) cache_.pop_back();
+}
+
 uint64_t Group::NextSendSeq(int dst) {
   std::lock_guard<std::mutex> lock(mu_);
   return send_seq_[dst]++;

@@ -43,6 +43,10 @@ class Pending {
   bool Ready();
 
  private:
+  // Operation caches (Cached/Cache), most recent first; only the running
+  // operation touches them.
+  std::deque<std::pair<CallShape, std::shared_ptr<void>>> cache_;
+
   std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;            // guarded by mu_
@@ -90,6 +94,14 @@ class Group {
   int size() const { return options_.world_size; }
   std::chrono::milliseconds timeout() const { return options_.timeout; }
 
+  // What an operation keeps between its calls of one shape (Gloo's
+  // reduce-scatter algorithm with its buffers): the entries of the two most
+  // recently used shapes; null when `shape` has none. Every rank makes the
+  // same calls, so every rank builds and drops entries at the same calls.
+  // Touched only by the running operation (the group runs one at a time).
+  std::shared_ptr<void> Cached(const CallShape& shape);
+  void Cache(const CallShape& shape, std::shared_ptr<void> entry);
+
   // Point-to-point sequence numbers: the n-th send from a to b meets the n-th
   // receive at b from a.
   uint64_t NextSendSeq(int dst);
@@ -118,6 +130,10 @@ class Group {
 #ifdef LUMEN_WITH_NCCL
   NcclCommPtr nccl_;
 #endif
+
+  // Operation caches (Cached/Cache), most recent first; only the running
+  // operation touches them.
+  std::deque<std::pair<CallShape, std::shared_ptr<void>>> cache_;
 
   std::mutex mu_;
   std::condition_variable cv_;
