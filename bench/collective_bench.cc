@@ -10,6 +10,8 @@
 //   allreduce_unverified_*         Lumen with GroupOptions::verify_sizes off: large
 //                                  calls skip the shape-check round trip (calls of up
 //                                  to kInlineBytes are checked inline either way)
+//   reducescatter_gigabytes        64 MiB of float reduce-scattered, 2 actor processes,
+//                                  bus bandwidth (input bytes / time × (n−1)/n)
 //   gloo_raw_allgather_record_latency_us
 //                                  Gloo's allgather of one 1088-byte record per rank
 //                                  between bare processes: the exchange a small
@@ -52,7 +54,8 @@ constexpr int kWorld = 2;
 struct Timing {
   double big_seconds = 0;    // per 64 MiB all-reduce
   double small_seconds = 0;  // per 8-byte all-reduce
-  double record_seconds = 0;  // raw Gloo only: per allgather of one record
+  double record_seconds = 0;          // raw Gloo only: per allgather of one record
+  double reduce_scatter_seconds = 0;  // Lumen only: per 64 MiB reduce-scatter
 };
 
 // The timed loops, given one all-reduce call; run in every member. A loaded
@@ -167,7 +170,16 @@ class BenchMember {
       col::AllReduce(std::span<float>(p, n), col::ReduceOp::kSum, group);
     };
     Timing t = TimeLoops(all_reduce, [&] { col::Barrier(group); }, big_iters, small_iters);
-    return {t.big_seconds, t.small_seconds};
+    // Reduce-scatter of the same 64 MiB: the fastest call after a warm-up.
+    std::vector<float> in(kBigFloats, 1.f), out(col::ReduceScatterCount(kBigFloats, col::GetRank(group), kWorld));
+    double rs = 1e9;
+    for (int i = 0; i < big_iters + 1; ++i) {
+      col::Barrier(group);
+      auto t0 = Clock::now();
+      col::ReduceScatter(std::span<const float>(in), std::span<float>(out), col::ReduceOp::kSum, group);
+      if (i > 0) rs = std::min(rs, std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+    return {t.big_seconds, t.small_seconds, rs};
   }
 };
 
@@ -217,6 +229,7 @@ int main(int argc, char** argv) {
       auto v = *lumen::Get(r);
       worst.big_seconds = std::max(worst.big_seconds, v[0]);
       worst.small_seconds = std::max(worst.small_seconds, v[1]);
+      worst.reduce_scatter_seconds = std::max(worst.reduce_scatter_seconds, v[2]);
     }
     return worst;
   };
@@ -230,6 +243,8 @@ int main(int argc, char** argv) {
   Report("gloo_raw_allreduce_gigabytes", BusGigabytes(raw.big_seconds), "GB/s");
   Report("loopback_tcp_gigabytes", loopback / 1e9, "GB/s");
   Report("allreduce_unverified_gigabytes", BusGigabytes(unverified.big_seconds), "GB/s");
+  // nccl-tests' reduce-scatter convention: input bytes / time × (n−1)/n.
+  Report("reducescatter_gigabytes", BusGigabytes(lumen_t.reduce_scatter_seconds) / 2, "GB/s");
   Report("allreduce_latency_us", lumen_t.small_seconds * 1e6, "us");
   Report("allreduce_unverified_latency_us", unverified.small_seconds * 1e6, "us");
   Report("gloo_raw_allreduce_latency_us", raw.small_seconds * 1e6, "us");
