@@ -7,8 +7,15 @@
 //   loopback_tcp_gigabytes         one socket copy between two threads
 //   allreduce_latency_us           8-byte all-reduce, per call
 //   gloo_raw_allreduce_latency_us  the same, Gloo only
-//   allreduce_unverified_*         Lumen with GroupOptions::verify_sizes off (no
-//                                  per-call shape check: the data path alone)
+//   allreduce_unverified_*         Lumen with GroupOptions::verify_sizes off: large
+//                                  calls skip the shape-check round trip (calls of up
+//                                  to kInlineBytes are checked inline either way)
+//   reducescatter_gigabytes        64 MiB of float reduce-scattered, 2 actor processes,
+//                                  bus bandwidth (input bytes / time × (n−1)/n)
+//   gloo_raw_allgather_record_latency_us
+//                                  Gloo's allgather of one 1088-byte record per rank
+//                                  between bare processes: the exchange a small
+//                                  Lumen all-reduce is made of (doc/collective.md)
 //
 // Bus bandwidth follows nccl-tests: algorithm bandwidth (bytes / time) ×
 // 2(n−1)/n, for n = 2 processes. Both sides time the same loops inside the
@@ -24,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
 #include <gloo/math.h>
@@ -46,12 +54,14 @@ constexpr int kWorld = 2;
 struct Timing {
   double big_seconds = 0;    // per 64 MiB all-reduce
   double small_seconds = 0;  // per 8-byte all-reduce
+  double record_seconds = 0;          // raw Gloo only: per allgather of one record
+  double reduce_scatter_seconds = 0;  // Lumen only: per 64 MiB reduce-scatter
 };
 
-// The timed loops, given one all-reduce call; run in every member. This
-// machine's other load makes single runs noisy, so each side reports its best
-// window: the fastest single 64 MiB all-reduce, and the fastest of 5 windows
-// of small ones (the same rule for Lumen and raw Gloo).
+// The timed loops, given one all-reduce call; run in every member. A loaded
+// machine makes single runs noisy, so each side reports its best window: the
+// fastest single 64 MiB all-reduce, and the fastest of 20 windows of small
+// ones (the same rule for Lumen and raw Gloo).
 template <class AllReduce, class Barrier>
 Timing TimeLoops(AllReduce&& all_reduce, Barrier&& barrier, int big_iters, int small_iters) {
   Timing t;
@@ -67,8 +77,9 @@ Timing TimeLoops(AllReduce&& all_reduce, Barrier&& barrier, int big_iters, int s
   }
   for (int i = 0; i < 100; ++i) all_reduce(small.data(), small.size());
   t.small_seconds = 1e9;
-  const int window = std::max(1, small_iters / 5);
-  for (int w = 0; w < 5; ++w) {
+  constexpr int kWindows = 20;
+  const int window = std::max(1, small_iters / kWindows);
+  for (int w = 0; w < kWindows; ++w) {
     barrier();
     auto t0 = Clock::now();
     for (int i = 0; i < window; ++i) all_reduce(small.data(), small.size());
@@ -118,6 +129,17 @@ Timing RawGloo() {
         gloo::barrier(opts);
       };
       Timing t = TimeLoops(all_reduce, barrier, g_big_iters, g_small_iters);
+      // Lumen's small-call exchange on bare Gloo: an allgather of one
+      // col::internal::CallRecord (64-byte header + kInlineBytes) per rank.
+      std::vector<uint8_t> record(64 + col::kInlineBytes), records(kWorld * record.size());
+      auto all_gather = [&](float*, size_t) {
+        gloo::AllgatherOptions opts(context);
+        opts.setInput<uint8_t>(record.data(), record.size());
+        opts.setOutput<uint8_t>(records.data(), records.size());
+        opts.setTag(++tag);
+        gloo::allgather(opts);
+      };
+      t.record_seconds = TimeLoops(all_gather, barrier, 0, g_small_iters).small_seconds;
       ssize_t ignored = ::write(fds[1], &t, sizeof(t));
       (void)ignored;
       std::_Exit(0);
@@ -131,6 +153,7 @@ Timing RawGloo() {
     if (::read(fds[0], &t, sizeof(t)) == sizeof(t)) {
       worst.big_seconds = std::max(worst.big_seconds, t.big_seconds);
       worst.small_seconds = std::max(worst.small_seconds, t.small_seconds);
+      worst.record_seconds = std::max(worst.record_seconds, t.record_seconds);
     }
   }
   ::close(fds[0]);
@@ -147,7 +170,16 @@ class BenchMember {
       col::AllReduce(std::span<float>(p, n), col::ReduceOp::kSum, group);
     };
     Timing t = TimeLoops(all_reduce, [&] { col::Barrier(group); }, big_iters, small_iters);
-    return {t.big_seconds, t.small_seconds};
+    // Reduce-scatter of the same 64 MiB: the fastest call after a warm-up.
+    std::vector<float> in(kBigFloats, 1.f), out(col::ReduceScatterCount(kBigFloats, col::GetRank(group), kWorld));
+    double rs = 1e9;
+    for (int i = 0; i < big_iters + 1; ++i) {
+      col::Barrier(group);
+      auto t0 = Clock::now();
+      col::ReduceScatter(std::span<const float>(in), std::span<float>(out), col::ReduceOp::kSum, group);
+      if (i > 0) rs = std::min(rs, std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+    return {t.big_seconds, t.small_seconds, rs};
   }
 };
 
@@ -197,6 +229,7 @@ int main(int argc, char** argv) {
       auto v = *lumen::Get(r);
       worst.big_seconds = std::max(worst.big_seconds, v[0]);
       worst.small_seconds = std::max(worst.small_seconds, v[1]);
+      worst.reduce_scatter_seconds = std::max(worst.reduce_scatter_seconds, v[2]);
     }
     return worst;
   };
@@ -210,8 +243,11 @@ int main(int argc, char** argv) {
   Report("gloo_raw_allreduce_gigabytes", BusGigabytes(raw.big_seconds), "GB/s");
   Report("loopback_tcp_gigabytes", loopback / 1e9, "GB/s");
   Report("allreduce_unverified_gigabytes", BusGigabytes(unverified.big_seconds), "GB/s");
+  // nccl-tests' reduce-scatter convention: input bytes / time × (n−1)/n.
+  Report("reducescatter_gigabytes", BusGigabytes(lumen_t.reduce_scatter_seconds) / 2, "GB/s");
   Report("allreduce_latency_us", lumen_t.small_seconds * 1e6, "us");
   Report("allreduce_unverified_latency_us", unverified.small_seconds * 1e6, "us");
   Report("gloo_raw_allreduce_latency_us", raw.small_seconds * 1e6, "us");
+  Report("gloo_raw_allgather_record_latency_us", raw.record_seconds * 1e6, "us");
   return 0;
 }

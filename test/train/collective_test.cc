@@ -163,6 +163,15 @@ class Member {
       default: return RunTyped<int64_t>(group, k, n, o, root);
     }
   }
+  // Run, returning "ok" or the CollectiveError's text.
+  std::string TryRun(std::string group, int kind, int dtype, int op, int64_t n, int root) {
+    try {
+      Run(group, kind, dtype, op, n, root);
+    } catch (const lumen::CollectiveError& e) {
+      return e.what();
+    }
+    return "ok";
+  }
   // Enters the barrier `delay_ms` after being called; returns (entered, left).
   std::vector<int64_t> BarrierTimes(std::string group, int64_t delay_ms) {
     // Staggers the arrivals so that an early exit would show; not a synchronisation.
@@ -255,7 +264,7 @@ class Member {
 LUMEN_REMOTE(Member::Create, &Member::Pid, &Member::Node, &Member::Join, &Member::Leave,
              &Member::RankAndSize, &Member::Run, &Member::BarrierTimes, &Member::SendRecvRing,
              &Member::AllReduceLoop, &Member::AsyncThree,
-             &Member::TryAllReduce, &Member::SendRecvSized);
+             &Member::TryAllReduce, &Member::SendRecvSized, &Member::TryRun);
 
 using lumen::test::ScopedCluster;
 using MemberHandle = lumen::ActorHandle<Member>;
@@ -318,8 +327,10 @@ const std::vector<col::ReduceOp> kOps = {col::ReduceOp::kSum, col::ReduceOp::kPr
                                          col::ReduceOp::kMin, col::ReduceOp::kMax,
                                          col::ReduceOp::kAverage};
 
-// Sizes: empty, one, not divisible by 2 or 3, and over the ring threshold.
-const std::vector<size_t> kSizes = {0, 1, 7, 1001, 100003};
+// Sizes: empty, one, not divisible by 2 or 3, the largest that travels inline
+// for 4-byte types (col::kInlineBytes; twice that for 8-byte ones), and over
+// the ring threshold.
+const std::vector<size_t> kSizes = {0, 1, 7, 256, 1001, 100003};
 
 void CheckEveryOp(const std::vector<MemberHandle>& members, const std::string& group) {
   int world = static_cast<int>(members.size());
@@ -338,6 +349,19 @@ void CheckEveryOp(const std::vector<MemberHandle>& members, const std::string& g
   }
 }
 
+// Reduce-scatters over 1 KiB keep Gloo's algorithm for their shape (the two
+// most recent shapes): the same shape again, shapes alternating, and a third
+// shape that evicts one, each checked.
+void CheckReduceScatterReuse(const std::vector<MemberHandle>& members, const std::string& group) {
+  const std::vector<std::tuple<int, col::ReduceOp, size_t>> calls = {
+      {kF32, col::ReduceOp::kSum, 1001},  {kF32, col::ReduceOp::kSum, 1001},
+      {kI64, col::ReduceOp::kMax, 5000},  {kF32, col::ReduceOp::kSum, 1001},
+      {kF64, col::ReduceOp::kMin, 3001},  {kI64, col::ReduceOp::kMax, 5000},
+      {kF32, col::ReduceOp::kSum, 1001},  {kF32, col::ReduceOp::kAverage, 100003},
+      {kF32, col::ReduceOp::kAverage, 100003}};
+  for (const auto& [dtype, op, n] : calls) CheckOp(members, group, kReduceScatter, dtype, op, n, 0);
+}
+
 }  // namespace
 
 TEST_CASE("collective: every op and dtype between 3 actors, checked against a local result") {
@@ -349,6 +373,7 @@ TEST_CASE("collective: every op and dtype between 3 actors, checked against a lo
             std::vector<int>{i, 3});
   }
   CheckEveryOp(members, "g3");
+  CheckReduceScatterReuse(members, "g3");
 
   // Several asynchronous all-reduces in flight: each result is right.
   const int64_t n = 70001;
@@ -366,6 +391,7 @@ TEST_CASE("collective: every op and dtype between 2 actors") {
   auto members = StartMembers(2);
   JoinAll(members, "g2");
   CheckEveryOp(members, "g2");
+  CheckReduceScatterReuse(members, "g2");
 }
 
 TEST_CASE("collective: two named groups used at once by the same actors, CreateGroup from the driver") {
@@ -441,12 +467,13 @@ TEST_CASE("collective: send and recv between ranks") {
   }
 }
 
+namespace {
+
 // Invariant: when a member dies mid all-reduce, each survivor's pending call
 // fails with CollectiveError naming the group and the dead rank within the
 // group's timeout, and its next call fails at once; the survivors then build a
 // new group that works, and DestroyGroup leaves no rendezvous keys.
-TEST_CASE("collective: a member killed mid all-reduce fails the others in time, survivors rebuild") {
-  ScopedCluster cluster;
+void KillMidAllReduceAndRebuild(int64_t n) {
   constexpr int64_t kTimeoutMs = 5000;
   auto members = StartMembers(3);
   JoinAll(members, "f", {}, kTimeoutMs);
@@ -455,7 +482,7 @@ TEST_CASE("collective: a member killed mid all-reduce fails the others in time, 
 
   std::vector<lumen::ObjectRef<std::tuple<std::string, int64_t>>> loops;
   for (auto& m : members) {
-    loops.push_back(m.Task(&Member::AllReduceLoop).Remote(std::string("f"), int64_t{16} << 20, 100000));
+    loops.push_back(m.Task(&Member::AllReduceLoop).Remote(std::string("f"), n, 100000));
   }
   for (int r = 0; r < 3; ++r) {
     REQUIRE(lumen::kv::Wait("looping/" + std::to_string(r), std::chrono::seconds(60), "test"));
@@ -485,6 +512,18 @@ TEST_CASE("collective: a member killed mid all-reduce fails the others in time, 
   CHECK(lumen::kv::Keys("f/", "lumen.collective").empty());
 }
 
+}  // namespace
+
+TEST_CASE("collective: a member killed mid all-reduce fails the others in time, survivors rebuild") {
+  ScopedCluster cluster;
+  KillMidAllReduceAndRebuild(int64_t{16} << 20);  // 64 MiB: Gloo's ring
+}
+
+TEST_CASE("collective: a member killed mid small all-reduces fails the others in time") {
+  ScopedCluster cluster;
+  KillMidAllReduceAndRebuild(2);  // 8 bytes: inline in the shape-check exchange
+}
+
 TEST_CASE("collective: usage errors name the group and leave it usable") {
   ScopedCluster cluster;
   CHECK_THROWS_AS(col::GetRank("nope"), lumen::CollectiveError);
@@ -509,6 +548,17 @@ TEST_CASE("collective: usage errors name the group and leave it usable") {
   CHECK_THROWS_WITH(col::AllGather(std::span<float>(v), std::span<float>(out), "solo"),
                     Catch::Contains("all_gather output holds 2 elements"));
   CHECK_THROWS_AS(col::Broadcast(std::span<float>(v), 1, "solo"), lumen::CollectiveError);
+  // 16-bit elements and CUDA streams are NCCL's: a Gloo group refuses them.
+  std::vector<col::Half> halves(3);
+  CHECK_THROWS_WITH(col::AllReduce(std::span<col::Half>(halves), col::ReduceOp::kSum, "solo"),
+                    Catch::Contains("float16 elements needs an NCCL group"));
+  std::vector<col::BFloat16> bf(3);
+  CHECK_THROWS_WITH(col::Broadcast(std::span<col::BFloat16>(bf), 0, "solo"),
+                    Catch::Contains("bfloat16 elements needs an NCCL group"));
+  auto* some_stream = reinterpret_cast<CUstream_st*>(uintptr_t{0x1234});
+  CHECK_THROWS_WITH(col::AllReduce(std::span<float>(v), col::ReduceOp::kSum, "solo", some_stream),
+                    Catch::Contains("was given a CUDA stream"));
+  col::AllReduce(std::span<float>(v), col::ReduceOp::kSum, "solo", col::CudaStream::PerThread());
   col::AllReduce(std::span<float>(v), col::ReduceOp::kMax, "solo");  // still usable
   col::DestroyGroup("solo");
   CHECK_FALSE(col::IsGroupInitialized("solo"));
@@ -560,4 +610,54 @@ TEST_CASE("collective: mismatched sizes across ranks fail instead of hanging") {
   }
   // The group is still usable after a detected mismatch.
   CheckOp(members, "mm", kAllReduce, kF32, col::ReduceOp::kSum, 1000, 0);
+}
+
+// Invariant: every way two ranks' calls can disagree — a small call against a
+// large one, the element type, the operation, the root, the reduction —
+// fails on both ranks with CollectiveError naming the other rank's call, fast,
+// and leaves the group usable.
+TEST_CASE("collective: calls that disagree in size, type, operation or root fail on every rank") {
+  ScopedCluster cluster;
+  auto members = StartMembers(2);
+  JoinAll(members, "mx", {}, 3000);
+  struct Call {
+    Kind kind;
+    int dtype;
+    col::ReduceOp op;
+    int64_t n;
+    int root;
+  };
+  const auto sum = col::ReduceOp::kSum;
+  const std::vector<std::pair<Call, Call>> cases = {
+      {{kAllReduce, kF32, sum, 2, 0}, {kAllReduce, kF32, sum, 100000, 0}},   // inline vs large
+      {{kAllReduce, kF32, sum, 100000, 0}, {kAllReduce, kF32, sum, 2, 0}},   // large vs inline
+      {{kAllReduce, kF32, sum, 100, 0}, {kAllReduce, kI32, sum, 100, 0}},    // type
+      {{kAllReduce, kF64, sum, 5000, 0}, {kAllReduce, kI64, sum, 5000, 0}},  // type, large
+      {{kAllReduce, kF32, sum, 100, 0}, {kBroadcast, kF32, sum, 100, 0}},    // operation
+      {{kBroadcast, kI64, sum, 9, 0}, {kBroadcast, kI64, sum, 9, 1}},        // root
+      {{kAllReduce, kI32, sum, 9, 0}, {kAllReduce, kI32, col::ReduceOp::kMax, 9, 0}},  // reduction
+      {{kAllGather, kF64, sum, 5000, 0}, {kAllGather, kF64, sum, 5001, 0}},  // all_gather, large
+      {{kReduceScatter, kF32, sum, 7, 0}, {kReduceScatter, kF32, sum, 8, 0}},
+  };
+  for (const auto& [c0, c1] : cases) {
+    auto start = std::chrono::steady_clock::now();
+    auto r0 = members[0].Task(&Member::TryRun).Remote(std::string("mx"), static_cast<int>(c0.kind),
+                                                      c0.dtype, static_cast<int>(c0.op), c0.n, c0.root);
+    auto r1 = members[1].Task(&Member::TryRun).Remote(std::string("mx"), static_cast<int>(c1.kind),
+                                                      c1.dtype, static_cast<int>(c1.op), c1.n, c1.root);
+    std::string e0 = *lumen::Get(r0), e1 = *lumen::Get(r1);
+    INFO(KindName(c0.kind) << " " << c0.n << " vs " << KindName(c1.kind) << " " << c1.n << ": " << e0
+                           << " | " << e1);
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
+    CHECK(e0.find("different shapes") != std::string::npos);
+    CHECK(e1.find("different shapes") != std::string::npos);
+    // Each names the other's call.
+    CHECK(e0.find("rank 1: " + std::string(KindName(c1.kind)) + " of " + std::to_string(c1.n)) !=
+          std::string::npos);
+    CHECK(e1.find("rank 0: " + std::string(KindName(c0.kind)) + " of " + std::to_string(c0.n)) !=
+          std::string::npos);
+  }
+  // Still usable, inline and large.
+  CheckOp(members, "mx", kAllReduce, kF32, col::ReduceOp::kSum, 3, 0);
+  CheckOp(members, "mx", kReduceScatter, kI64, col::ReduceOp::kSum, 100003, 0);
 }

@@ -3,11 +3,18 @@
 // exchanged through the head's key-value store. Compiled only when CMake found
 // the CUDA Toolkit and NCCL (LUMEN_WITH_NCCL). Buffers are device pointers.
 //
-// Every call waits for its operation on the group's stream, polling
-// cudaStreamQuery and ncclCommGetAsyncError; past the group's timeout the
-// communicator is aborted (ncclCommAbort) instead of left blocked, and the
-// call throws std::runtime_error (collective.cc turns it into CollectiveError
-// and marks the group broken). Not thread-safe: the group serialises calls.
+// The communicator is non-blocking (ncclConfig_t::blocking = 0). Every call
+// queues its operation on the caller's CUDA stream (CudaStream; by default the
+// current one), waits until NCCL has enqueued it (ncclInProgress), then polls
+// an event recorded after it and ncclCommGetAsyncError; past the group's
+// timeout, or on an NCCL error, the communicator is aborted (ncclCommAbort)
+// instead of left blocked, and the call throws std::runtime_error
+// (collective.cc turns it into CollectiveError and marks the group broken).
+// Destroying a communicator finalizes it within the timeout, else aborts it.
+// Elements: float32, float64, int32, int64, float16, bfloat16 (NCCL >= 2.14).
+// Runs on whichever thread the group runs an operation on (caller or
+// executor), one at a time: the group serialises calls; the device is made
+// current for each call.
 #pragma once
 
 #include <chrono>
@@ -31,13 +38,16 @@ bool NcclDeviceAvailable();
 // others wait for it. Throws on any CUDA or NCCL error, or at the timeout.
 NcclCommPtr NcclConnect(const GroupOptions& options, KvRendezvousStore& store);
 
-void NcclAllReduce(NcclComm& comm, Buffer data, ReduceOp op);
-void NcclBroadcast(NcclComm& comm, Buffer data, int root);
-void NcclAllGather(NcclComm& comm, Buffer input, Buffer output);
-void NcclReduceScatter(NcclComm& comm, Buffer input, Buffer output, ReduceOp op);
-void NcclReduce(NcclComm& comm, Buffer data, int root, ReduceOp op);
-void NcclSend(NcclComm& comm, Buffer data, int peer);
-void NcclRecv(NcclComm& comm, Buffer data, int peer);
-void NcclBarrier(NcclComm& comm);
+// Each queues the operation on `stream` (after the work already queued there)
+// and returns when it finished there.
+void NcclAllReduce(NcclComm& comm, Buffer data, ReduceOp op, CudaStream stream);
+void NcclBroadcast(NcclComm& comm, Buffer data, int root, CudaStream stream);
+void NcclAllGather(NcclComm& comm, Buffer input, Buffer output, CudaStream stream);
+void NcclReduceScatter(NcclComm& comm, Buffer input, Buffer output, ReduceOp op,
+                       CudaStream stream);
+void NcclReduce(NcclComm& comm, Buffer data, int root, ReduceOp op, CudaStream stream);
+void NcclSend(NcclComm& comm, Buffer data, int peer, CudaStream stream);
+void NcclRecv(NcclComm& comm, Buffer data, int peer, CudaStream stream);
+void NcclBarrier(NcclComm& comm, CudaStream stream);
 
 }  // namespace lumen::collective::internal

@@ -1,5 +1,6 @@
 // lumen::collective: groups of tasks and actors that all-reduce, broadcast and
-// gather buffers through Gloo (CPU, TCP) — Ray's ray.util.collective in C++.
+// gather buffers through Gloo (CPU buffers, TCP) or NCCL (GPU buffers) — Ray's
+// ray.util.collective in C++.
 //
 //   class Worker {
 //    public:
@@ -24,6 +25,11 @@
 // head's key-value store (lumen::kv, namespace "lumen.collective"); its keys
 // are removed by DestroyGroup. See doc/collective.md.
 //
+// Element types: float, double, int32_t, int64_t on every backend; Half and
+// BFloat16 (and CUDA's __half / __nv_bfloat16 when <cuda_fp16.h> /
+// <cuda_bf16.h> are included before this header) on NCCL groups only. On NCCL
+// groups every operation also takes an optional CUDA stream (see CudaStream).
+//
 // Errors: CollectiveError (a lumen::Error) names the group, this rank and, when
 // it can tell, the rank that failed. A member that dies makes every other
 // member's pending and next call on the group fail within the group's timeout;
@@ -40,6 +46,10 @@
 #include <vector>
 
 #include "lumen/lumen.h"
+
+// CUDA's stream type is `struct CUstream_st*` (cudaStream_t); declared here so
+// that this header needs no CUDA headers.
+struct CUstream_st;
 
 namespace lumen::collective {
 
@@ -62,11 +72,15 @@ struct GroupOptions {
   // that destroy a broken group and init it again meet in a fresh place).
   // CreateGroup sets a fresh one.
   std::string rendezvous_id;
-  // Before each collective operation, check (one 64-byte all-reduce) that
-  // every rank called it with the same element count, type and parameters;
-  // a mismatch is then a CollectiveError on every rank. Off saves that round
-  // trip, but Gloo aborts a process that receives more bytes than it expects.
-  // Send/Recv always check (an 8-byte header).
+  // Gloo: check that every rank called each collective operation with the
+  // same operation, element count, type and root/reduction, so that a
+  // mismatch is a CollectiveError on every rank instead of a Gloo abort or
+  // wrong data. Calls of up to kInlineBytes per rank carry the check in the
+  // one Gloo exchange that also moves their data, whatever this says; larger
+  // calls exchange it first (one small round trip). Off skips that round trip
+  // for the larger calls; a mismatch among them then aborts the process (Gloo
+  // enforces that no more bytes arrive than a receive expects) or times out.
+  // Send/Recv always check (an 8-byte header). NCCL does not check.
   bool verify_sizes = true;
 };
 
@@ -92,10 +106,63 @@ bool IsGroupInitialized(const std::string& name = "default");
 int GetRank(const std::string& name = "default");
 int GetWorldSize(const std::string& name = "default");
 
-// The element types every operation takes: float, double, int32_t, int64_t.
+// A call whose data is at most this many bytes per rank completes in one Gloo
+// exchange that carries its shape check too (doc/collective.md).
+inline constexpr size_t kInlineBytes = 1024;
+
+// 16-bit floating-point elements, for NCCL groups (device memory): the bits of
+// an IEEE half / a bfloat16, layout-compatible with CUDA's __half and
+// __nv_bfloat16. Gloo groups reject them with CollectiveError.
+struct Half {
+  uint16_t bits;
+};
+struct BFloat16 {
+  uint16_t bits;
+};
+
+// A CUDA stream for operations on NCCL groups: a cudaStream_t converts to it.
+// The operation is queued on that stream after the work already queued there,
+// and the call returns when it finished. The default is the current stream of
+// the calling code: the legacy default stream, or the per-thread default
+// stream in code compiled with `--default-stream per-thread`. Gloo groups take
+// only the default.
+struct CudaStream {
+  CudaStream() = default;
+  CudaStream(CUstream_st* stream) : handle(stream) {}  // NOLINT: implicit from cudaStream_t
+  // CUDA's cudaStreamLegacy and cudaStreamPerThread handles.
+  static CudaStream Legacy() { return CudaStream(reinterpret_cast<CUstream_st*>(0x1)); }
+  static CudaStream PerThread() { return CudaStream(reinterpret_cast<CUstream_st*>(0x2)); }
+  // Null, cudaStreamLegacy or cudaStreamPerThread.
+  bool IsDefault() const {
+    auto v = reinterpret_cast<uintptr_t>(handle);
+    return v == 0 || v == 0x1 || v == 0x2;
+  }
+  CUstream_st* handle = nullptr;
+};
+
+namespace internal {
+enum class DType : uint8_t { kFloat32, kFloat64, kInt32, kInt64, kFloat16, kBFloat16 };
+// Which DType a C++ element type is; specialised for each type an operation takes.
 template <class T>
-concept Element = std::is_same_v<T, float> || std::is_same_v<T, double> ||
-                  std::is_same_v<T, int32_t> || std::is_same_v<T, int64_t>;
+struct ElementTraits {};
+template <> struct ElementTraits<float> { static constexpr DType kType = DType::kFloat32; };
+template <> struct ElementTraits<double> { static constexpr DType kType = DType::kFloat64; };
+template <> struct ElementTraits<int32_t> { static constexpr DType kType = DType::kInt32; };
+template <> struct ElementTraits<int64_t> { static constexpr DType kType = DType::kInt64; };
+template <> struct ElementTraits<Half> { static constexpr DType kType = DType::kFloat16; };
+template <> struct ElementTraits<BFloat16> { static constexpr DType kType = DType::kBFloat16; };
+#if defined(__CUDA_FP16_TYPES_EXIST__)  // <cuda_fp16.h> was included first
+template <> struct ElementTraits<__half> { static constexpr DType kType = DType::kFloat16; };
+#endif
+#if defined(__CUDA_BF16_TYPES_EXIST__)  // <cuda_bf16.h> was included first
+template <> struct ElementTraits<__nv_bfloat16> { static constexpr DType kType = DType::kBFloat16; };
+#endif
+}  // namespace internal
+
+// The element types the operations take: float, double, int32_t, int64_t
+// (every backend), Half and BFloat16 (NCCL only; see above).
+template <class T>
+concept Element = requires { internal::ElementTraits<T>::kType; };
 
 // How many elements of an input of `count` elements rank `rank` of `world`
 // receives from ReduceScatter: count / world, plus one for the first
@@ -103,14 +170,6 @@ concept Element = std::is_same_v<T, float> || std::is_same_v<T, double> ||
 size_t ReduceScatterCount(size_t count, int rank, int world);
 
 namespace internal {
-enum class DType : uint8_t { kFloat32, kFloat64, kInt32, kInt64 };
-template <class T>
-constexpr DType DTypeOf() {
-  if constexpr (std::is_same_v<T, float>) return DType::kFloat32;
-  if constexpr (std::is_same_v<T, double>) return DType::kFloat64;
-  if constexpr (std::is_same_v<T, int32_t>) return DType::kInt32;
-  if constexpr (std::is_same_v<T, int64_t>) return DType::kInt64;
-}
 // A typed view of a caller's buffer.
 struct Buffer {
   void* data;
@@ -120,19 +179,21 @@ struct Buffer {
 template <class T>
 Buffer View(std::span<T> s) {
   return Buffer{const_cast<std::remove_const_t<T>*>(s.data()), s.size(),
-                DTypeOf<std::remove_const_t<T>>()};
+                ElementTraits<std::remove_const_t<T>>::kType};
 }
 class Pending;
-std::shared_ptr<Pending> AllReduceAsync(Buffer data, ReduceOp op, const std::string& group);
+std::shared_ptr<Pending> AllReduceAsync(Buffer data, ReduceOp op, const std::string& group,
+                                        CudaStream stream);
 void Wait(const std::shared_ptr<Pending>& pending);
 bool Ready(const std::shared_ptr<Pending>& pending);
-void AllReduce(Buffer data, ReduceOp op, const std::string& group);
-void Broadcast(Buffer data, int root, const std::string& group);
-void AllGather(Buffer input, Buffer output, const std::string& group);
-void ReduceScatter(Buffer input, Buffer output, ReduceOp op, const std::string& group);
-void Reduce(Buffer data, int root, ReduceOp op, const std::string& group);
-void Send(Buffer data, int dst, const std::string& group);
-void Recv(Buffer data, int src, const std::string& group);
+void AllReduce(Buffer data, ReduceOp op, const std::string& group, CudaStream stream);
+void Broadcast(Buffer data, int root, const std::string& group, CudaStream stream);
+void AllGather(Buffer input, Buffer output, const std::string& group, CudaStream stream);
+void ReduceScatter(Buffer input, Buffer output, ReduceOp op, const std::string& group,
+                   CudaStream stream);
+void Reduce(Buffer data, int root, ReduceOp op, const std::string& group, CudaStream stream);
+void Send(Buffer data, int dst, const std::string& group, CudaStream stream);
+void Recv(Buffer data, int src, const std::string& group, CudaStream stream);
 // Runs InitGroup in each actor's process (any actor class) and waits for all.
 void CreateGroup(const std::vector<std::shared_ptr<lumen::internal::RefHandle>>& actors,
                  const CreateGroupOptions& options);
@@ -161,67 +222,88 @@ void CreateGroup(const std::vector<ActorHandle<C>>& actors, const CreateGroupOpt
   internal::CreateGroup(refs, options);
 }
 
+// The default `stream` argument below: the current stream of the calling code
+// (nvcc's --default-stream per-thread defines CUDA_API_PER_THREAD_DEFAULT_STREAM).
+#if defined(CUDA_API_PER_THREAD_DEFAULT_STREAM)
+#define LUMEN_COLLECTIVE_CURRENT_STREAM ::lumen::collective::CudaStream::PerThread()
+#else
+#define LUMEN_COLLECTIVE_CURRENT_STREAM ::lumen::collective::CudaStream()
+#endif
+
 // Reduces `data` element-wise over all ranks; every rank ends with the result.
 // kAverage divides the sum by the world size (integer division for integers).
 template <Element T>
 void AllReduce(std::span<T> data, ReduceOp op = ReduceOp::kSum,
-               const std::string& group = "default") {
-  internal::AllReduce(internal::View(data), op, group);
+               const std::string& group = "default",
+               CudaStream stream = LUMEN_COLLECTIVE_CURRENT_STREAM) {
+  internal::AllReduce(internal::View(data), op, group, stream);
 }
 template <Element T>
 CollectiveFuture AllReduceAsync(std::span<T> data, ReduceOp op = ReduceOp::kSum,
-                                const std::string& group = "default") {
-  return CollectiveFuture(internal::AllReduceAsync(internal::View(data), op, group));
+                                const std::string& group = "default",
+                                CudaStream stream = LUMEN_COLLECTIVE_CURRENT_STREAM) {
+  return CollectiveFuture(internal::AllReduceAsync(internal::View(data), op, group, stream));
 }
 // Copies root's `data` into every other rank's `data` (same size everywhere).
 template <Element T>
-void Broadcast(std::span<T> data, int root, const std::string& group = "default") {
-  internal::Broadcast(internal::View(data), root, group);
+void Broadcast(std::span<T> data, int root, const std::string& group = "default",
+               CudaStream stream = LUMEN_COLLECTIVE_CURRENT_STREAM) {
+  internal::Broadcast(internal::View(data), root, group, stream);
 }
 // `output` (world_size × input.size() elements) receives every rank's input,
 // in rank order.
 template <Element T>
 void AllGather(std::span<const T> input, std::span<T> output,
-               const std::string& group = "default") {
-  internal::AllGather(internal::View(input), internal::View(output), group);
+               const std::string& group = "default",
+               CudaStream stream = LUMEN_COLLECTIVE_CURRENT_STREAM) {
+  internal::AllGather(internal::View(input), internal::View(output), group, stream);
 }
 template <Element T>
-void AllGather(std::span<T> input, std::span<T> output, const std::string& group = "default") {
-  AllGather(std::span<const T>(input), output, group);
+void AllGather(std::span<T> input, std::span<T> output, const std::string& group = "default",
+               CudaStream stream = LUMEN_COLLECTIVE_CURRENT_STREAM) {
+  AllGather(std::span<const T>(input), output, group, stream);
 }
 // Reduces `input` over all ranks and gives rank r its block: `output` holds
 // ReduceScatterCount(input.size(), r, world) elements, the blocks in rank order.
 template <Element T>
 void ReduceScatter(std::span<const T> input, std::span<T> output, ReduceOp op = ReduceOp::kSum,
-                   const std::string& group = "default") {
-  internal::ReduceScatter(internal::View(input), internal::View(output), op, group);
+                   const std::string& group = "default",
+                   CudaStream stream = LUMEN_COLLECTIVE_CURRENT_STREAM) {
+  internal::ReduceScatter(internal::View(input), internal::View(output), op, group, stream);
 }
 template <Element T>
 void ReduceScatter(std::span<T> input, std::span<T> output, ReduceOp op = ReduceOp::kSum,
-                   const std::string& group = "default") {
-  ReduceScatter(std::span<const T>(input), output, op, group);
+                   const std::string& group = "default",
+                   CudaStream stream = LUMEN_COLLECTIVE_CURRENT_STREAM) {
+  ReduceScatter(std::span<const T>(input), output, op, group, stream);
 }
 // Reduces `data` over all ranks into root's `data`; other ranks' data is left
 // unspecified.
 template <Element T>
 void Reduce(std::span<T> data, int root, ReduceOp op = ReduceOp::kSum,
-            const std::string& group = "default") {
-  internal::Reduce(internal::View(data), root, op, group);
+            const std::string& group = "default",
+            CudaStream stream = LUMEN_COLLECTIVE_CURRENT_STREAM) {
+  internal::Reduce(internal::View(data), root, op, group, stream);
 }
 // Point to point: the receiver's size must equal the sender's.
 template <Element T>
-void Send(std::span<const T> data, int dst, const std::string& group = "default") {
-  internal::Send(internal::View(data), dst, group);
+void Send(std::span<const T> data, int dst, const std::string& group = "default",
+          CudaStream stream = LUMEN_COLLECTIVE_CURRENT_STREAM) {
+  internal::Send(internal::View(data), dst, group, stream);
 }
 template <Element T>
-void Send(std::span<T> data, int dst, const std::string& group = "default") {
-  internal::Send(internal::View(data), dst, group);
+void Send(std::span<T> data, int dst, const std::string& group = "default",
+          CudaStream stream = LUMEN_COLLECTIVE_CURRENT_STREAM) {
+  internal::Send(internal::View(data), dst, group, stream);
 }
 template <Element T>
-void Recv(std::span<T> data, int src, const std::string& group = "default") {
-  internal::Recv(internal::View(data), src, group);
+void Recv(std::span<T> data, int src, const std::string& group = "default",
+          CudaStream stream = LUMEN_COLLECTIVE_CURRENT_STREAM) {
+  internal::Recv(internal::View(data), src, group, stream);
 }
-// Returns once every member of the group has entered the barrier.
-void Barrier(const std::string& group = "default");
+// Returns once every member of the group has entered the barrier (on NCCL
+// groups: once the barrier finished on `stream`).
+void Barrier(const std::string& group = "default",
+             CudaStream stream = LUMEN_COLLECTIVE_CURRENT_STREAM);
 
 }  // namespace lumen::collective
