@@ -67,6 +67,7 @@ std::optional<T> IfGiven(const CLI::Option* option, const T& value) {
 
 // The `lumen` grammar: one CLI::App with a subcommand per command, writing the
 // flags straight into a CommandLine (plus the few raw values converted after).
+// One per parse, on the calling thread (CLI11 apps are not thread-safe).
 class Grammar {
  public:
   Grammar() : app_("Lumen: start and stop clusters, show their state, run the microbenchmark.",
