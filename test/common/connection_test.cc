@@ -1067,6 +1067,7 @@ TEST_CASE("A throttled peer that reads again is served again", "[connection][hos
     io.run_one_for(std::chrono::milliseconds(1));
   }
   CHECK(handled == kRequests);
+  CHECK(read_back > 0);  // the peer's reads are what resumed the connection
   CHECK_FALSE(conn->closed());
 }
 
