@@ -14,7 +14,6 @@
 
 #include <thread>
 
-#include "absl/strings/numbers.h"
 #include "core/runtime/cluster.h"
 #include "lumen/common/head_client.h"
 #include "lumen/common/process.h"
@@ -126,17 +125,9 @@ int RunClient(double budget) {
 int RunMultiNode(bool quick, double budget);
 int RunCollectiveBench(bool quick);
 
-int RunMicrobenchmark(int argc, char** argv) {
-  bool quick = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--quick") quick = true;
-    if (arg == "--client") {
-      double budget = 1;
-      if (i + 1 < argc) (void)absl::SimpleAtod(argv[i + 1], &budget);
-      return RunClient(budget);
-    }
-  }
+int RunMicrobenchmark(const MicrobenchmarkOptions& options) {
+  if (options.client_seconds) return RunClient(*options.client_seconds);
+  const bool quick = options.quick;
   const double budget = quick ? 0.5 : 2.0;
   const size_t big_bytes = quick ? (256ull << 20) : (1ull << 30);
 

@@ -132,7 +132,9 @@ bool ConstantTimeEquals(std::string_view a, std::string_view b) {
   // The length of the secret is not hidden; its content is.
   if (a.size() != b.size()) return false;
   volatile unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff = static_cast<unsigned char>(diff | (a[i] ^ b[i]));  // C++20: no |= on a volatile
+  }
   return diff == 0;
 }
 

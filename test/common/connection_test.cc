@@ -530,7 +530,7 @@ void ExpectClosedByBadFrame(const std::string& bad, absl::StatusCode code,
   // The socket is closed: the peer sees end-of-file (or a reset).
   char c;
   ssize_t n;
-  REQUIRE(RunUntil(io, [&] {
+  REQUIRE(RunUntil(io, [&, &peer = peer] {
     n = ::read(peer.get(), &c, 1);
     return n == 0 || (n < 0 && errno != EAGAIN);
   }));
@@ -778,7 +778,7 @@ TEST_CASE("Send after Close is dropped", "[connection]") {
   // The peer reads end-of-file and no bytes.
   char buf[64];
   ssize_t n = -1;
-  REQUIRE(RunUntil(io, [&] {
+  REQUIRE(RunUntil(io, [&, &peer = peer] {
     n = ::read(peer.get(), buf, sizeof(buf));
     return !(n < 0 && errno == EAGAIN);
   }));
@@ -860,7 +860,7 @@ TEST_CASE("A header claiming a large frame does not make the connection allocate
   const size_t initial = conn->read_buffer_bytes();
   // Claims 60 MiB, sends 100 bytes of it, then falls silent.
   WriteRaw(io, peer.get(), Header(60u << 20, kFrameMagic) + std::string(104, 'x'));
-  REQUIRE(RunUntil(io, [&] { return Unread(peer.get()) == 0; }));
+  REQUIRE(RunUntil(io, [&, &peer = peer] { return Unread(peer.get()) == 0; }));
   Drain(io);
   // Bound: the buffer it started with (8 KiB); never the 60 MiB claimed.
   CHECK(conn->read_buffer_bytes() == initial);
@@ -878,7 +878,7 @@ TEST_CASE("The read buffer grows with the bytes of a large frame and shrinks aft
   std::string frame = KvPutFrame(7, 4u << 20);
   // Half the frame: the buffer holds at most twice what arrived.
   WriteRaw(io, peer.get(), std::string_view(frame).substr(0, frame.size() / 2));
-  REQUIRE(RunUntil(io, [&] { return Unread(peer.get()) == 0; }));
+  REQUIRE(RunUntil(io, [&, &peer = peer] { return Unread(peer.get()) == 0; }));
   Drain(io);
   CHECK(conn->read_buffer_bytes() <= frame.size() + 16384);
   WriteRaw(io, peer.get(), std::string_view(frame).substr(frame.size() / 2));
@@ -1067,6 +1067,7 @@ TEST_CASE("A throttled peer that reads again is served again", "[connection][hos
     io.run_one_for(std::chrono::milliseconds(1));
   }
   CHECK(handled == kRequests);
+  CHECK(read_back > 0);  // the peer's reads are what resumed the connection
   CHECK_FALSE(conn->closed());
 }
 

@@ -1,0 +1,91 @@
+// The grammar of the `lumen` command: which subcommands and flags exist, their
+// generated --help, and the options a command line parses to. Nothing here
+// starts or contacts a cluster, so the grammar is unit-tested on its own
+// (test/cli/command_line_test.cc).
+//
+//   lumen::cli::ParseResult parsed = lumen::cli::ParseCommandLine(argc, argv);
+//   if (!parsed.command) {               // --help, or a usage error
+//     (parsed.exit_code == 0 ? std::cout : std::cerr) << parsed.output;
+//     return parsed.exit_code;           // 0 after --help, 2 for a bad command line
+//   }
+//   if (parsed.command->kind == lumen::cli::CommandKind::kStart) ...
+//
+// Usage errors name what is wrong: an unknown flag or subcommand, a flag's bad
+// value (`--num-cpus abc`, `--resources '{bad json'`), a missing argument. As in
+// Ray's CLI, they exit with code 2.
+//
+// Stateless: safe to call from any thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace lumen::cli {
+
+// `lumen start`: a head and its node (--head), or one more node joined to a
+// head (--address). A flag that was not given is empty (nullopt), so that the
+// defaults stay with the cluster code.
+struct StartOptions {
+  bool head = false;
+  std::string address;                        // --address HOST:PORT|auto: the head to join
+  std::optional<int> port;                    // --port: the head's port (0: any free one)
+  std::optional<std::string> host;            // --host: the address the head listens on
+  std::optional<std::string> node_ip_address; // --node-ip-address: where this node listens
+  std::optional<double> num_cpus;             // --num-cpus, >= 0
+  std::optional<double> num_gpus;             // --num-gpus, >= 0
+  std::optional<double> memory;               // --memory, bytes, >= 0
+  std::optional<uint64_t> object_store_memory;  // --object-store-memory, bytes
+  std::map<std::string, double> resources;    // --resources '{"name": qty, ...}'
+  std::optional<std::string> token;           // --token: the cluster's token
+};
+
+// The head a query (`lumen status`, `lumen list`) asks.
+struct HeadQueryOptions {
+  std::string address;               // --address HOST:PORT|auto; empty: as "auto"
+  std::optional<std::string> token;  // --token
+};
+
+// `lumen list <what>`.
+struct ListOptions {
+  std::string what;  // nodes | actors | tasks | objects | placement-groups
+  HeadQueryOptions head;
+};
+
+// `lumen microbenchmark`.
+struct MicrobenchmarkArgs {
+  bool quick = false;  // --quick: shorter runs and smaller objects
+  // --client SECONDS (internal, hidden from --help): run as one of the extra
+  // driver processes of multi_client_tasks_async for that long.
+  std::optional<double> client_seconds;
+};
+
+enum class CommandKind { kStart, kStop, kStatus, kList, kMicrobenchmark };
+
+// A command line that parsed: the subcommand and its options (only the member
+// for `kind` is meaningful).
+struct CommandLine {
+  CommandKind kind = CommandKind::kStatus;
+  StartOptions start;
+  HeadQueryOptions status;
+  ListOptions list;
+  MicrobenchmarkArgs microbenchmark;
+};
+
+struct ParseResult {
+  // Set when a command is to run; empty after --help or a usage error.
+  std::optional<CommandLine> command;
+  // When `command` is empty: 0 after --help (print `output` to stdout), 2 after
+  // a usage error (print `output`, which names the problem, to stderr).
+  int exit_code = 0;
+  std::string output;
+};
+
+// Parses argv[1..argc) (argv[0] is the program). `argv` is read, not kept.
+ParseResult ParseCommandLine(int argc, const char* const* argv);
+// The same for a list of arguments without the program name.
+ParseResult ParseCommandLine(const std::vector<std::string>& args);
+
+}  // namespace lumen::cli
