@@ -22,7 +22,7 @@
 #include "bench/microbenchmark.h"
 #include "core/runtime/cluster.h"
 #include "lumen/common/head_client.h"
-#include "core/runtime/head_service.h"
+#include "lumen/common/address.h"
 #include "lumen/common/process.h"
 #include "lumen/lumen.h"
 #include "lumen/objectstore/object_table.h"
@@ -146,7 +146,7 @@ std::string FormatQuantity(const std::string& name, double v) {
 // The local IP a connection toward `host` would leave from (no packet is sent),
 // or loopback when there is no route.
 std::string LocalAddressToward(const std::string& host) {
-  if (lumen::runtime::IsLoopbackHost(host)) return "127.0.0.1";
+  if (lumen::IsLoopbackHost(host)) return "127.0.0.1";
   boost::asio::io_context io;
   boost::system::error_code ec;
   auto address = boost::asio::ip::make_address(host, ec);
@@ -184,12 +184,12 @@ int Start(const Flags& flags) {
     spec.node_host = flags.Get("node-ip-address");
   } else if (!spec.start_head) {
     spec.node_host = LocalAddressToward(spec.head_address.substr(0, spec.head_address.rfind(':')));
-  } else if (!lumen::runtime::IsLoopbackHost(spec.head_host)) {
+  } else if (!lumen::IsLoopbackHost(spec.head_host)) {
     spec.node_host = spec.head_host == "0.0.0.0" ? LocalAddressToward("192.0.2.1") : spec.head_host;
   }
   if (flags.Has("token")) lumen::runtime::SetHeadToken(flags.Get("token"));
   spec.token = lumen::runtime::HeadToken();
-  if (spec.start_head && !lumen::runtime::IsLoopbackHost(spec.head_host) && spec.token.empty()) {
+  if (spec.start_head && !lumen::IsLoopbackHost(spec.head_host) && spec.token.empty()) {
     // Beyond loopback every connection must present the cluster's token.
     spec.token = lumen::JobId::Random().Hex() + lumen::JobId::Random().Hex();
     lumen::runtime::SetHeadToken(spec.token);
