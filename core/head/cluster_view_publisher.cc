@@ -1,6 +1,7 @@
 #include "core/head/cluster_view_publisher.h"
 
 #include "core/head/head_replies.h"
+#include "lumen/common/connection.h"
 #include "lumen/common/proto_util.h"
 
 namespace lumen::head {
@@ -9,12 +10,10 @@ void ClusterViewPublisher::SendTo(const NodeId& node) {
   thread_.Check("ClusterViewPublisher");
   const NodeTable::Node* entry = sources_.nodes->Find(node);
   if (entry == nullptr || !entry->alive) return;
-  Connection* conn = sources_.find_connection(entry->conn_id);
-  if (conn == nullptr) return;
   Cursor& cursor = sent_[node];
   OutMessage out;
   Fill(out.Init().initClusterView(), cursor.jobs_seen, cursor.removals_seen);
-  conn->Send(out.builder());
+  if (!sources_.send(entry->conn_id, out.builder())) return;
   cursor.jobs_seen = sources_.jobs->ended().last_seq();
   cursor.removals_seen = sources_.removed_groups->last_seq();
 }

@@ -11,7 +11,7 @@
 // view); they are bounded by the live placement groups (HeadLimits).
 //
 //   ClusterViewPublisher views({.nodes = &nodes, .jobs = &jobs, .groups = &pgs.manager(),
-//                               .removed_groups = &pgs.removed(), .find_connection = find});
+//                               .removed_groups = &pgs.removed(), .send = send_on_connection});
 //   views.SendTo(node_id);   // after its report
 //   views.Broadcast();       // a node joined or died, a group was created or removed
 //   views.Forget(node_id);   // it died
@@ -24,11 +24,12 @@
 #include <functional>
 #include <string>
 
+#include <capnp/message.h>
+
 #include "absl/container/flat_hash_map.h"
 #include "core/head/change_log.h"
 #include "core/head/job_table.h"
 #include "core/head/node_table.h"
-#include "lumen/common/connection.h"
 #include "lumen/common/ids.h"
 #include "lumen/common/thread_checker.h"
 #include "lumen/scheduler/placement_group_manager.h"
@@ -42,8 +43,9 @@ class ClusterViewPublisher {
     const JobTable* jobs = nullptr;
     const scheduler::PlacementGroupManager* groups = nullptr;
     const ChangeLog<std::string>* removed_groups = nullptr;  // removed group ids
-    // The open connection with that id, or nullptr.
-    std::function<Connection*(uint64_t)> find_connection;
+    // Sends `message` on the connection with that id; false when it is closed
+    // (nothing sent).
+    std::function<bool(uint64_t conn_id, capnp::MessageBuilder& message)> send;
   };
 
   explicit ClusterViewPublisher(Sources sources) : sources_(std::move(sources)) {}
@@ -57,7 +59,7 @@ class ClusterViewPublisher {
   void Forget(const NodeId& node) { sent_.erase(node); }
 
   // Fills `view` for a node that has seen changes up to `jobs_seen` and
-  // `removals_seen`; exposed for tests.
+  // `removals_seen`.
   void Fill(proto::ClusterView::Builder view, uint64_t jobs_seen, uint64_t removals_seen) const;
 
  private:

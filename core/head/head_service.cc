@@ -63,7 +63,11 @@ class HeadService {
                 .jobs = &jobs_,
                 .groups = &groups_.manager(),
                 .removed_groups = &groups_.removed(),
-                .find_connection = FindConnectionFn()}),
+                .send = [this](uint64_t id, capnp::MessageBuilder& message) {
+                  Connection* conn = FindOpenConnection(id);
+                  if (conn != nullptr) conn->Send(message);
+                  return conn != nullptr;
+                }}),
         health_timer_(io_) {}
 
   int Run();
