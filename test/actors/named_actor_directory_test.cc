@@ -48,6 +48,8 @@ TEST_CASE("Only the actor a name belongs to may update or unregister it") {
 }
 
 TEST_CASE("Actors are found by id until their name is unregistered") {
+  // Invariant: FindById answers from the names the actor still holds, and
+  // nothing once the last is unregistered (the id index follows the names).
   NamedActorDirectory dir({});
   CHECK_FALSE(dir.FindById("id").has_value());
   REQUIRE(dir.Register("", "a", Actor("id")).ok());

@@ -97,6 +97,8 @@ TEST_CASE("Closing a connection kills the nodes on it, with their drivers") {
 }
 
 TEST_CASE("The node list and the scheduler's view carry the head's verdict") {
+  // Invariant: a node declared dead is listed (for `lumen status`) but marked
+  // not alive, in the node list and in the view the placement groups use.
   NodeTable nodes = Table();
   const Clock::time_point t0{};
   NodeId a = NodeId::Random(), b = NodeId::Random();
