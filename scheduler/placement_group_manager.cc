@@ -58,21 +58,8 @@ absl::StatusOr<const PlacementGroup*> PlacementGroupManager::Create(
     std::vector<std::map<std::string, double>> bundles) {
   thread_.Check("PlacementGroupManager");
   if (auto it = groups_.find(id); it != groups_.end()) return &it->second;
-  const PlacementGroupLimits& limits = options_.limits;
-  if (live_groups_ >= limits.max_groups) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("the cluster already has ", live_groups_,
-                     " placement groups, the limit (LUMEN_MAX_PLACEMENT_GROUPS); remove some first"));
-  }
-  if (name.size() > limits.max_name_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("a placement group name of ", name.size(),
-                                                   " bytes is over the limit of ",
-                                                   limits.max_name_bytes, " bytes"));
-  }
-  if (bundles.size() > limits.max_bundles_per_group) {
-    return absl::InvalidArgumentError(absl::StrCat("a placement group of ", bundles.size(),
-                                                   " bundles is over the limit of ",
-                                                   limits.max_bundles_per_group));
+  if (absl::Status refused = CheckCreate(id, name.size(), bundles.size()); !refused.ok()) {
+    return refused;
   }
   PlacementGroup& g = groups_[id];
   g.id = id;
@@ -84,6 +71,28 @@ absl::StatusOr<const PlacementGroup*> PlacementGroupManager::Create(
   sequence_of_[id] = sequence;
   ++live_groups_;
   return &g;
+}
+
+absl::Status PlacementGroupManager::CheckCreate(const std::string& id, size_t name_bytes,
+                                               size_t bundle_count) const {
+  if (groups_.contains(id)) return absl::OkStatus();
+  const PlacementGroupLimits& limits = options_.limits;
+  if (live_groups_ >= limits.max_groups) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the cluster already has ", live_groups_,
+                     " placement groups, the limit (LUMEN_MAX_PLACEMENT_GROUPS); remove some first"));
+  }
+  if (name_bytes > limits.max_name_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("a placement group name of ", name_bytes,
+                                                   " bytes is over the limit of ",
+                                                   limits.max_name_bytes, " bytes"));
+  }
+  if (bundle_count > limits.max_bundles_per_group) {
+    return absl::InvalidArgumentError(absl::StrCat("a placement group of ", bundle_count,
+                                                   " bundles is over the limit of ",
+                                                   limits.max_bundles_per_group));
+  }
+  return absl::OkStatus();
 }
 
 bool PlacementGroupManager::Remove(const std::string& id) {

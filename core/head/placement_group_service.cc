@@ -85,12 +85,15 @@ void PlacementGroupService::DropConnection(uint64_t conn_id) {
 void PlacementGroupService::OnCreate(Connection& conn, proto::Envelope::Reader msg) {
   auto spec = msg.getCreatePlacementGroup();
   std::string id = StringOf(spec.getGroupId());
-  std::vector<std::map<std::string, double>> bundles;
-  if (spec.getBundles().size() <= options_.limits.max_bundles_per_group) {
-    for (auto b : spec.getBundles()) bundles.push_back(ReadResources(b.getResources()));
-  } else {
-    bundles.resize(spec.getBundles().size());  // refused by the limit; sizes only
+  if (absl::Status refused =
+          manager_.CheckCreate(id, spec.getName().size(), spec.getBundles().size());
+      !refused.ok()) {
+    // Refused before its bundles are decoded.
+    ReplyRemoved(conn, msg.getRequestId(), id, std::string(refused.message()));
+    return;
   }
+  std::vector<std::map<std::string, double>> bundles;
+  for (auto b : spec.getBundles()) bundles.push_back(ReadResources(b.getResources()));
   auto created = manager_.Create(id, spec.getName().cStr(),
                                  static_cast<scheduler::PlacementStrategy>(spec.getStrategy()),
                                  std::move(bundles));

@@ -105,6 +105,12 @@ class PlacementGroupManager {
       const std::string& id, const std::string& name, PlacementStrategy strategy,
       std::vector<std::map<std::string, double>> bundles);
 
+  // The error Create would return for a group of `name_bytes` and
+  // `bundle_count` under a new id (OK for a known id), so a caller can refuse
+  // an oversized request before decoding its bundles.
+  [[nodiscard]] absl::Status CheckCreate(const std::string& id, size_t name_bytes,
+                                         size_t bundle_count) const;
+
   // Removes the group (cancelling its reservations, if any); false when it is
   // unknown or already removed. Reports kRemoved.
   bool Remove(const std::string& id);
