@@ -54,7 +54,15 @@
 
 namespace lumen::scheduler {
 
-enum class GroupState { kPending, kInfeasible, kPreparing, kCommitting, kCreated, kRemoved };
+// A group's place in the two-phase commit (transitions: the drawing above).
+enum class GroupState {
+  kPending,     // waits for room (or was rolled back); Schedule tries it
+  kInfeasible,  // the alive nodes' totals can never hold it; Schedule tries it again
+  kPreparing,   // phase 1: prepares sent, replies awaited
+  kCommitting,  // phase 2: every node prepared, commits sent, replies awaited
+  kCreated,     // every bundle committed; leases may use it
+  kRemoved,     // final
+};
 
 // The name clients see: "PENDING", "INFEASIBLE", "PREPARING" (both phases),
 // "CREATED" or "REMOVED".
