@@ -32,6 +32,7 @@ Timeouts Timeouts::FromEnv() {
   Override("LUMEN_HEAD_CALL_TIMEOUT_MS", &t.head_call_timeout);
   Override("LUMEN_HEALTH_CHECK_PERIOD_MS", &t.health_check_period);
   Override("LUMEN_HEALTH_CHECK_FAILURE_THRESHOLD", &t.health_check_failure_threshold);
+  Override("LUMEN_MAX_PARKED_WAIT_MS", &t.max_parked_wait);
   Override("LUMEN_REPORT_PERIOD_MS", &t.report_period);
   Override("LUMEN_WORKER_IDLE_TIMEOUT_MS", &t.worker_idle_timeout);
   Override("LUMEN_LEASE_IDLE_TIMEOUT_MS", &t.lease_idle_timeout);

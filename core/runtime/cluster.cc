@@ -16,8 +16,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "core/runtime/head_service.h"
 #include "core/runtime/node_daemon.h"
+#include "lumen/head/head_service.h"
 #include "lumen/common/ids.h"
 #include "lumen/common/process.h"
 
@@ -250,21 +250,14 @@ void StopCluster(ClusterProcesses& cluster) {
 void MaybeRunClusterProcess() {
   std::string role = Env("LUMEN_ROLE");
   if (role == "head") {
-    HeadOptions options;
+    head::HeadOptions options;  // timeouts and limits: from the environment
     options.host = Env("LUMEN_HEAD_HOST").empty() ? "127.0.0.1" : Env("LUMEN_HEAD_HOST");
     if (!absl::SimpleAtoi(Env("LUMEN_HEAD_PORT"), &options.port)) options.port = 0;
     options.parent_fd = EnvFd("LUMEN_PARENT_FD");
     options.ready_fd = EnvFd("LUMEN_READY_FD");
     options.session_dir = Env("LUMEN_SESSION_DIR");
     options.token = Env("LUMEN_TOKEN");
-    int period = 0, threshold = 0;
-    if (absl::SimpleAtoi(Env("LUMEN_HEALTH_CHECK_PERIOD_MS"), &period) && period > 0) {
-      options.health_check_period_ms = period;
-    }
-    if (absl::SimpleAtoi(Env("LUMEN_HEALTH_CHECK_FAILURE_THRESHOLD"), &threshold) && threshold > 0) {
-      options.health_check_failure_threshold = threshold;
-    }
-    std::_Exit(RunHeadService(options));
+    std::_Exit(head::RunHeadService(options));
   }
   if (role == "node") {
     NodeDaemonOptions options;

@@ -22,6 +22,9 @@ struct Timeouts {
   // --- head ---
   ms health_check_period{500};      // LUMEN_HEALTH_CHECK_PERIOD_MS
   int health_check_failure_threshold = 5;  // LUMEN_HEALTH_CHECK_FAILURE_THRESHOLD
+  // LUMEN_MAX_PARKED_WAIT_MS: the longest the head parks a client's wait (a
+  // key-value Wait, a placement group's Wait), whatever timeout it asked for.
+  ms max_parked_wait{24ll * 3600 * 1000};
 
   // --- node daemon ---
   ms report_period{500};            // LUMEN_REPORT_PERIOD_MS: node -> head reports

@@ -1,12 +1,12 @@
 // KvStore (the head's key-value table) on its own: no sockets, no processes.
-#include "core/runtime/kv_store.h"
+#include "core/head/kv_store.h"
 
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <string>
 
-using lumen::runtime::KvLimits;
-using lumen::runtime::KvStore;
+using lumen::head::KvLimits;
+using lumen::head::KvStore;
 
 namespace {
 

@@ -3,15 +3,17 @@
 // and answers them when the key is put, the timeout passes, or drops them when
 // their connection closes.
 //
-//   KvService kv(io, KvLimits::FromEnv(options.kv_limits),
-//                [&](uint64_t id) { return FindOpenConnection(id); });
+//   KvService kv({.io = &io, .limits = KvLimits::FromEnv(options.kv_limits),
+//                 .max_wait = timeouts.max_parked_wait,
+//                 .find_connection = [&](uint64_t id) { return FindOpenConnection(id); }});
 //   if (kv.Handle(conn, msg)) return;       // a kv request: answered or parked
 //   kv.DropConnection(conn.id());           // in the close handler
 //
-// Only on the head's event loop (not thread-safe).
+// Only on the head's event loop (checked in debug builds).
 #pragma once
 
 #include <boost/asio.hpp>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -19,17 +21,25 @@
 #include <utility>
 #include <vector>
 
-#include "core/runtime/kv_store.h"
+#include "core/head/kv_store.h"
 #include "lumen/common/connection.h"
+#include "lumen/common/thread_checker.h"
 
-namespace lumen::runtime {
+namespace lumen::head {
 
 class KvService {
  public:
-  // `find_connection` returns the open connection with that id, or nullptr;
-  // it is called when a parked wait is answered.
-  KvService(boost::asio::io_context& io, KvLimits limits,
-            std::function<Connection*(uint64_t)> find_connection);
+  struct Options {
+    boost::asio::io_context* io = nullptr;  // borrowed; runs the wait timers
+    KvLimits limits;
+    // A wait asking for longer is parked this long (Timeouts::max_parked_wait).
+    std::chrono::milliseconds max_wait{24ll * 3600 * 1000};
+    // The open connection with that id, or nullptr; called when a parked wait
+    // is answered.
+    std::function<Connection*(uint64_t)> find_connection;
+  };
+
+  explicit KvService(Options options);
 
   // Handles `msg` if it is a kv request (kv, and the older kvPut/kvGet);
   // returns false for any other message.
@@ -39,7 +49,6 @@ class KvService {
 
  private:
   static constexpr size_t kMaxKeysPerReply = 100000;
-  static constexpr uint64_t kMaxWaitMs = 24ull * 3600 * 1000;
 
   void OnKv(Connection& conn, uint64_t request_id, proto::KvRequest::Reader req);
   // Answers parked waits whose key was just put.
@@ -47,11 +56,11 @@ class KvService {
   void AnswerWaiter(const KvStore::Waiter& w, bool found);
   static void SendError(Connection& conn, uint64_t request_id, const absl::Status& status);
 
-  boost::asio::io_context& io_;
+  Options options_;
   KvStore store_;
-  std::function<Connection*(uint64_t)> find_connection_;
   // Timers of parked waits, by (connection, request).
   std::map<std::pair<uint64_t, uint64_t>, std::unique_ptr<boost::asio::steady_timer>> timers_;
+  ThreadChecker thread_;
 };
 
-}  // namespace lumen::runtime
+}  // namespace lumen::head

@@ -1,27 +1,17 @@
-#include "core/runtime/kv_service.h"
+#include "core/head/kv_service.h"
 
 #include <algorithm>
 #include <chrono>
 #include <string>
 
-namespace lumen::runtime {
-namespace {
+#include "core/head/head_replies.h"
 
-capnp::Data::Reader BytesOf(const std::string& s) {
-  return capnp::Data::Reader(reinterpret_cast<const uint8_t*>(s.data()), s.size());
-}
+namespace lumen::head {
 
-std::string StringOf(capnp::Data::Reader data) {
-  return std::string(reinterpret_cast<const char*>(data.begin()), data.size());
-}
-
-}  // namespace
-
-KvService::KvService(boost::asio::io_context& io, KvLimits limits,
-                     std::function<Connection*(uint64_t)> find_connection)
-    : io_(io), store_(limits), find_connection_(std::move(find_connection)) {}
+KvService::KvService(Options options) : options_(std::move(options)), store_(options_.limits) {}
 
 bool KvService::Handle(Connection& conn, proto::Envelope::Reader msg) {
+  thread_.Check("KvService");
   switch (msg.which()) {
     case proto::Envelope::KV:
       OnKv(conn, msg.getRequestId(), msg.getKv());
@@ -35,23 +25,17 @@ bool KvService::Handle(Connection& conn, proto::Envelope::Reader msg) {
         return true;
       }
       AnswerWaiters(put->woken);
-      OutMessage out;
-      auto env = out.Init();
-      env.setRequestId(msg.getRequestId());
-      env.setAck();
-      conn.Send(out.builder());
+      SendAck(conn, msg.getRequestId());
       return true;
     }
     case proto::Envelope::KV_GET: {
-      OutMessage out;
-      auto env = out.Init();
-      env.setRequestId(msg.getRequestId());
-      auto reply = env.initKvReply();
-      reply.setKey(msg.getKvGet());
       const std::string* value = store_.Get("", msg.getKvGet().cStr());
-      reply.setFound(value != nullptr);
-      if (value != nullptr) reply.setValue(BytesOf(*value));
-      conn.Send(out.builder());
+      SendReply(conn, msg.getRequestId(), [&](proto::Envelope::Builder env) {
+        auto reply = env.initKvReply();
+        reply.setKey(msg.getKvGet());
+        reply.setFound(value != nullptr);
+        if (value != nullptr) reply.setValue(BytesOf(*value));
+      });
       return true;
     }
     default:
@@ -60,6 +44,7 @@ bool KvService::Handle(Connection& conn, proto::Envelope::Reader msg) {
 }
 
 void KvService::DropConnection(uint64_t conn_id) {
+  thread_.Check("KvService");
   for (const auto& w : store_.DropConnection(conn_id)) timers_.erase({w.conn, w.request});
 }
 
@@ -111,7 +96,9 @@ void KvService::OnKv(Connection& conn, uint64_t request_id, proto::KvRequest::Re
         break;
       }
       auto timer = std::make_unique<boost::asio::steady_timer>(
-          io_, std::chrono::milliseconds(std::min<uint64_t>(req.getTimeoutMs(), kMaxWaitMs)));
+          *options_.io,
+          std::min<std::chrono::milliseconds>(std::chrono::milliseconds(req.getTimeoutMs()),
+                                              options_.max_wait));
       timer->async_wait([this, waiter](const boost::system::error_code& ec) {
         if (ec) return;  // answered or dropped: the timer was destroyed
         timers_.erase({waiter.conn, waiter.request});
@@ -135,23 +122,18 @@ void KvService::AnswerWaiters(const std::vector<KvStore::Waiter>& woken) {
 }
 
 void KvService::AnswerWaiter(const KvStore::Waiter& w, bool found) {
-  Connection* conn = find_connection_(w.conn);
+  Connection* conn = options_.find_connection(w.conn);
   if (conn == nullptr) return;
-  OutMessage out;
-  auto env = out.Init();
-  env.setRequestId(w.request);
-  env.initKvResult().setFound(found);
-  conn->Send(out.builder());
+  SendReply(*conn, w.request,
+            [&](proto::Envelope::Builder env) { env.initKvResult().setFound(found); });
 }
 
 void KvService::SendError(Connection& conn, uint64_t request_id, const absl::Status& status) {
-  OutMessage out;
-  auto env = out.Init();
-  env.setRequestId(request_id);
-  auto result = env.initKvResult();
-  result.setCode(static_cast<uint32_t>(status.code()));
-  result.setError(std::string(status.message()));
-  conn.Send(out.builder());
+  SendReply(conn, request_id, [&](proto::Envelope::Builder env) {
+    auto result = env.initKvResult();
+    result.setCode(static_cast<uint32_t>(status.code()));
+    result.setError(std::string(status.message()));
+  });
 }
 
-}  // namespace lumen::runtime
+}  // namespace lumen::head

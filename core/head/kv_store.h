@@ -22,7 +22,7 @@
 //
 // It does no I/O: the head's event loop turns requests into these calls and
 // answers the waiters the calls return. Not thread-safe (owned by the head's
-// event loop).
+// event loop, checked by its caller KvService).
 #pragma once
 
 #include <cstdint>
@@ -34,21 +34,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "lumen/head/kv_limits.h"
 
-namespace lumen::runtime {
-
-struct KvLimits {
-  uint64_t max_key_bytes = 1024;                    // LUMEN_KV_MAX_KEY_BYTES
-  uint64_t max_value_bytes = 1ull << 20;            // LUMEN_KV_MAX_VALUE_BYTES
-  uint64_t max_namespace_bytes = 64ull << 20;       // LUMEN_KV_MAX_NAMESPACE_BYTES
-  uint64_t max_total_bytes = 512ull << 20;          // LUMEN_KV_MAX_TOTAL_BYTES
-  uint64_t max_waiters_per_connection = 1024;       // LUMEN_KV_MAX_WAITERS_PER_CONNECTION
-  uint64_t max_waiters = 65536;                     // LUMEN_KV_MAX_WAITERS
-
-  // `base` with every limit whose environment variable is set (to a positive
-  // integer) replaced by it. A malformed value is ignored with a warning.
-  static KvLimits FromEnv(KvLimits base);
-};
+namespace lumen::head {
 
 class KvStore {
  public:
@@ -133,4 +121,4 @@ class KvStore {
   size_t waiter_count_ = 0;
 };
 
-}  // namespace lumen::runtime
+}  // namespace lumen::head

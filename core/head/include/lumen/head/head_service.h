@@ -1,16 +1,23 @@
-// The head service (control store): one per cluster. Holds the node table and
-// each node's last report, and a small key-value store for rendezvous data
-// (kv_store.h).
+// The head service (control store): one per cluster. It keeps the node table
+// and its health checks, the job table, the placement groups (two-phase
+// commit in lumen/scheduler/placement_group_manager.h), the named-actor
+// directory (lumen/actors/named_actor_directory.h) and a small key-value store
+// for rendezvous data.
 //
-// Threads: one event loop (the process's main thread).
+//   lumen::head::HeadOptions options;          // timeouts and limits from the environment
+//   options.port = 6379;
+//   return lumen::head::RunHeadService(options);   // serves until SIGTERM or parent EOF
+//
+// Threads: one event loop (the calling thread).
 #pragma once
 
+#include <cstddef>
 #include <string>
 
-#include "core/runtime/kv_store.h"
-#include "lumen/common/address.h"
+#include "lumen/common/timeouts.h"
+#include "lumen/head/kv_limits.h"
 
-namespace lumen::runtime {
+namespace lumen::head {
 
 // What clients may make the head hold, besides the key-value store. Each comes
 // from its environment variable when set; an over-limit request gets an error
@@ -33,18 +40,18 @@ struct HeadOptions {
   std::string session_dir;
   // Required in every hello when the head listens beyond loopback.
   std::string token;
-  // A node that misses `health_check_failure_threshold` reports in a row, one
-  // expected every `health_check_period_ms`, is declared dead.
-  int health_check_period_ms = 500;
-  int health_check_failure_threshold = 5;
+  // The health checks (a node that misses `health_check_failure_threshold`
+  // reports in a row, one expected every `health_check_period`, is declared
+  // dead) and every other head timeout. Defaults: the environment.
+  Timeouts timeouts = Timeouts::FromEnv();
+  HeadLimits limits = HeadLimits::FromEnv();
   // Limits of the key-value store; the LUMEN_KV_* environment variables, when
-  // set, override them (kv_store.h).
+  // set, override them (kv_limits.h).
   KvLimits kv_limits;
 };
 
-// True for 127.0.0.0/8, ::1 and "localhost".
-using lumen::IsLoopbackHost;
-
+// Serves until SIGTERM/SIGINT or EOF on `parent_fd`; returns the process exit
+// code (1 when it cannot listen).
 int RunHeadService(const HeadOptions& options);
 
-}  // namespace lumen::runtime
+}  // namespace lumen::head

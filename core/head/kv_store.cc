@@ -1,4 +1,4 @@
-#include "core/runtime/kv_store.h"
+#include "core/head/kv_store.h"
 
 #include <cstdlib>
 
@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "lumen/common/logging.h"
 
-namespace lumen::runtime {
+namespace lumen::head {
 namespace {
 
 void OverrideFromEnv(const char* name, uint64_t* limit) {
@@ -210,4 +210,4 @@ uint64_t KvStore::namespace_bytes(const std::string& ns) const {
   return nit == namespaces_.end() ? 0 : nit->second.bytes;
 }
 
-}  // namespace lumen::runtime
+}  // namespace lumen::head

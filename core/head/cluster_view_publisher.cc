@@ -1,0 +1,60 @@
+#include "core/head/cluster_view_publisher.h"
+
+#include "core/head/head_replies.h"
+#include "lumen/common/connection.h"
+#include "lumen/common/proto_util.h"
+
+namespace lumen::head {
+
+void ClusterViewPublisher::SendTo(const NodeId& node) {
+  thread_.Check("ClusterViewPublisher");
+  const NodeTable::Node* entry = sources_.nodes->Find(node);
+  if (entry == nullptr || !entry->alive) return;
+  Cursor& cursor = sent_[node];
+  OutMessage out;
+  Fill(out.Init().initClusterView(), cursor.jobs_seen, cursor.removals_seen);
+  if (!sources_.send(entry->conn_id, out.builder())) return;
+  cursor.jobs_seen = sources_.jobs->ended().last_seq();
+  cursor.removals_seen = sources_.removed_groups->last_seq();
+}
+
+void ClusterViewPublisher::Broadcast() {
+  thread_.Check("ClusterViewPublisher");
+  for (const auto& [id, node] : sources_.nodes->nodes()) {
+    if (node.alive) SendTo(id);
+  }
+}
+
+void ClusterViewPublisher::Fill(proto::ClusterView::Builder view, uint64_t jobs_seen,
+                                uint64_t removals_seen) const {
+  sources_.nodes->FillNodes(view.initNodes(sources_.nodes->size()));
+
+  const ChangeLog<JobId>& ended = sources_.jobs->ended();
+  auto jobs = view.initEndedJobs(ended.CountSince(jobs_seen));
+  size_t j = 0;
+  ended.ForEachSince(jobs_seen, [&](const JobId& job) { jobs.set(j++, DataOf(job)); });
+
+  const ChangeLog<std::string>& removed = *sources_.removed_groups;
+  auto removed_list = view.initRemovedGroups(removed.CountSince(removals_seen));
+  size_t r = 0;
+  removed.ForEachSince(removals_seen,
+                       [&](const std::string& group) { removed_list.set(r++, BytesOf(group)); });
+
+  size_t bundles = 0;
+  for (const auto& [gid, g] : sources_.groups->groups()) {
+    if (g.state == scheduler::GroupState::kCreated) bundles += g.bundles.size();
+  }
+  auto blist = view.initBundles(bundles);
+  size_t b = 0;
+  for (const auto& [gid, g] : sources_.groups->groups()) {
+    if (g.state != scheduler::GroupState::kCreated) continue;
+    for (size_t k = 0; k < g.bundles.size(); ++k, ++b) {
+      blist[b].setGroupId(BytesOf(gid));
+      blist[b].setIndex(static_cast<int32_t>(k));
+      blist[b].setNodeId(BytesOf(g.nodes[k]));
+      SetResources(blist[b].initResources(g.bundles[k].size()), g.bundles[k]);
+    }
+  }
+}
+
+}  // namespace lumen::head

@@ -1,0 +1,340 @@
+// The head's composition root: the event loop, the listener, hello and token
+// admission, and the dispatch of each frame to the part that owns it (node
+// table, job table, key-value store, named actors, placement groups).
+#include "lumen/head/head_service.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <boost/asio.hpp>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <optional>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "core/head/cluster_view_publisher.h"
+#include "core/head/head_replies.h"
+#include "core/head/job_table.h"
+#include "core/head/kv_service.h"
+#include "core/head/named_actor_service.h"
+#include "core/head/node_table.h"
+#include "core/head/placement_group_service.h"
+#include "lumen/common/address.h"
+#include "lumen/common/connection.h"
+#include "lumen/common/ids.h"
+#include "lumen/common/logging.h"
+#include "lumen/common/proto_util.h"
+#include "lumen/common/thread_checker.h"
+
+namespace lumen::head {
+namespace {
+
+namespace asio = boost::asio;
+
+// Owns the head's parts and routes frames to them. Everything runs on the one
+// thread that calls Run (checked in debug builds); the parts borrow the
+// connection table through FindOpenConnection.
+class HeadService {
+ public:
+  explicit HeadService(const HeadOptions& options)
+      : options_(options),
+        acceptor_(io_),
+        signals_(io_, SIGTERM, SIGINT),
+        admission_(ServerLimits::FromEnv(), "head"),
+        nodes_({.health_check_period = options.timeouts.health_check_period,
+                .failure_threshold = options.timeouts.health_check_failure_threshold}),
+        kv_({.io = &io_,
+             .limits = KvLimits::FromEnv(options.kv_limits),
+             .max_wait = options.timeouts.max_parked_wait,
+             .find_connection = FindConnectionFn()}),
+        names_({.max_named_actors = options.limits.max_named_actors,
+                .max_name_bytes = options.limits.max_name_bytes}),
+        groups_({.io = &io_,
+                 .nodes = &nodes_,
+                 .limits = options.limits,
+                 .max_wait = options.timeouts.max_parked_wait,
+                 .find_connection = FindConnectionFn(),
+                 .on_view_changed = [this] { views_.Broadcast(); }}),
+        views_({.nodes = &nodes_,
+                .jobs = &jobs_,
+                .groups = &groups_.manager(),
+                .removed_groups = &groups_.removed(),
+                .send = [this](uint64_t id, capnp::MessageBuilder& message) {
+                  Connection* conn = FindOpenConnection(id);
+                  if (conn != nullptr) conn->Send(message);
+                  return conn != nullptr;
+                }}),
+        health_timer_(io_) {}
+
+  int Run();
+
+ private:
+  std::function<Connection*(uint64_t)> FindConnectionFn() {
+    return [this](uint64_t id) { return FindOpenConnection(id); };
+  }
+  Connection* FindOpenConnection(uint64_t id) {
+    auto it = conns_.find(id);
+    return it == conns_.end() || it->second->closed() ? nullptr : it->second.get();
+  }
+  // Reports `line` to whoever started us (the ready pipe), if anyone.
+  void TellStarter(const std::string& line);
+  void Stop();
+  void AcceptNext();
+  // Health checks: a node silent for `failure_threshold` periods is dead.
+  void CheckHealth();
+
+  void OnFrame(Connection& conn, proto::Envelope::Reader msg);
+  // The first frame: a hello with our protocol version (and the token when we
+  // listen beyond loopback); false when the connection was closed.
+  bool AdmitHello(Connection& conn, proto::Envelope::Reader msg);
+  // Node frames: registration, reports, leaving, ended jobs, the node list.
+  bool HandleNodeFrame(Connection& conn, proto::Envelope::Reader msg);
+  void OnReport(Connection& conn, proto::NodeStats::Reader stats, bool registering);
+  // What follows nodes being declared dead: they are told (if they still
+  // listen), their drivers' jobs end, their bundles are placed again, and the
+  // others get a new view.
+  void OnNodesDead(const std::vector<NodeTable::DeadNode>& dead);
+  void OnClose(Connection& conn, const absl::Status& why);
+
+  HeadOptions options_;
+  asio::io_context io_;
+  asio::ip::tcp::acceptor acceptor_;
+  asio::signal_set signals_;
+  std::optional<asio::posix::stream_descriptor> parent_watch_;
+  std::string address_;
+  bool require_token_ = false;
+  HelloAdmission admission_;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Connection>> conns_;
+  NodeTable nodes_;
+  JobTable jobs_;
+  KvService kv_;
+  NamedActorService names_;
+  PlacementGroupService groups_;
+  ClusterViewPublisher views_;
+  asio::steady_timer health_timer_;
+  ThreadChecker loop_thread_;
+};
+
+int HeadService::Run() {
+  logging::SetProcessTag("head");
+  boost::system::error_code ec;
+  asio::ip::tcp::endpoint endpoint(asio::ip::make_address(options_.host, ec), options_.port);
+  if (!ec) acceptor_.open(endpoint.protocol(), ec);
+  if (!ec) acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor_.bind(endpoint, ec);
+  if (!ec) acceptor_.listen(512, ec);
+  if (ec) {
+    LUMEN_LOG(ERROR) << "head cannot listen on " << options_.host << ":" << options_.port << ": "
+                     << ec.message();
+    TellStarter(absl::StrCat("error cannot listen on ", options_.host, ":", options_.port, ": ",
+                             ec.message(), "\n"));
+    return 1;
+  }
+  address_ = absl::StrCat(options_.host, ":", acceptor_.local_endpoint().port());
+  // Beyond loopback, every connection must prove it holds the token.
+  require_token_ = !IsLoopbackHost(options_.host);
+  if (require_token_ && options_.token.empty()) {
+    LUMEN_LOG(ERROR) << "the head listens on " << options_.host << " but has no token";
+    return 1;
+  }
+  signals_.async_wait([this](const boost::system::error_code& e, int) {
+    if (!e) Stop();
+  });
+  if (options_.parent_fd >= 0) {
+    parent_watch_.emplace(io_, options_.parent_fd);
+    auto buf = std::make_shared<char>();
+    parent_watch_->async_read_some(
+        asio::buffer(buf.get(), 1), [this, buf](const boost::system::error_code&, size_t) { Stop(); });
+  }
+  AcceptNext();
+  CheckHealth();
+  TellStarter(absl::StrCat("ready ", address_, "\n"));
+  if (options_.ready_fd >= 0) ::close(options_.ready_fd);
+  LUMEN_LOG(INFO) << "head serving on " << address_;
+  io_.run();
+  return 0;
+}
+
+void HeadService::TellStarter(const std::string& line) {
+  if (options_.ready_fd < 0) return;
+  if (::write(options_.ready_fd, line.data(), line.size()) < 0) {
+    LUMEN_LOG(WARNING) << "head: cannot write to the ready pipe: " << std::strerror(errno);
+  }
+}
+
+void HeadService::Stop() {
+  boost::system::error_code ignored;
+  acceptor_.close(ignored);
+  io_.stop();
+}
+
+void HeadService::AcceptNext() {
+  acceptor_.async_accept([this](const boost::system::error_code& ec, asio::ip::tcp::socket s) {
+    if (ec) return;
+    s.set_option(asio::ip::tcp::no_delay(true));
+    auto protocol = s.local_endpoint().protocol();
+    int fd = s.release();
+    auto conn = admission_.Admit(
+        Socket(io_, asio::generic::stream_protocol(protocol.family(), protocol.protocol()), fd));
+    if (conn) {
+      conn->context() = false;  // hello seen
+      conns_[conn->id()] = conn;
+      conn->Start([this](Connection& c, proto::Envelope::Reader m) { OnFrame(c, m); },
+                  [this](Connection& c, const absl::Status& why) { OnClose(c, why); });
+    }
+    AcceptNext();
+  });
+}
+
+void HeadService::CheckHealth() {
+  loop_thread_.Check("HeadService");
+  OnNodesDead(nodes_.ExpireSilent(std::chrono::steady_clock::now()));
+  health_timer_.expires_after(options_.timeouts.health_check_period);
+  health_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) CheckHealth();
+  });
+}
+
+void HeadService::OnFrame(Connection& conn, proto::Envelope::Reader msg) {
+  loop_thread_.Check("HeadService");
+  bool& hello_seen = std::any_cast<bool&>(conn.context());
+  if (!hello_seen) {
+    hello_seen = AdmitHello(conn, msg);
+    return;
+  }
+  if (kv_.Handle(conn, msg) || names_.Handle(conn, msg) || groups_.Handle(conn, msg) ||
+      HandleNodeFrame(conn, msg)) {
+    return;
+  }
+  static auto* limiter = new logging::RateLimiter(5, std::chrono::seconds(1));
+  uint64_t suppressed = 0;
+  if (limiter->Allow(&suppressed)) {
+    LUMEN_LOG(WARNING) << "head: ignoring an unexpected message (" << msg.which() << ") from "
+                       << conn.peer() << " (" << suppressed << " more suppressed)";
+  }
+}
+
+bool HeadService::AdmitHello(Connection& conn, proto::Envelope::Reader msg) {
+  if (!msg.isHello() || msg.getHello().getProtocolVersion() != proto::PROTOCOL_VERSION) {
+    conn.Close(absl::PermissionDeniedError("first frame was not a valid hello"));
+    return false;
+  }
+  auto token = msg.getHello().getToken();
+  if (require_token_ &&
+      !ConstantTimeEquals(std::string_view(token.cStr(), token.size()), options_.token)) {
+    conn.Close(absl::PermissionDeniedError(token.size() == 0
+                                               ? "connection without the cluster token"
+                                               : "connection with a wrong cluster token"));
+    return false;
+  }
+  conn.AcceptHello();
+  return true;
+}
+
+bool HeadService::HandleNodeFrame(Connection& conn, proto::Envelope::Reader msg) {
+  switch (msg.which()) {
+    case proto::Envelope::REGISTER_NODE:
+      OnReport(conn, msg.getRegisterNode(), /*registering=*/true);
+      return true;
+    case proto::Envelope::REPORT_NODE:
+      OnReport(conn, msg.getReportNode(), /*registering=*/false);
+      return true;
+    case proto::Envelope::MARK_NODE_DEAD:
+      // A node leaving on purpose (lumen stop, its driver exited).
+      OnNodesDead(nodes_.Leave(IdFrom<NodeId>(msg.getMarkNodeDead()), conn.id()));
+      return true;
+    case proto::Envelope::JOB_ENDED:
+      if (jobs_.End(IdFrom<JobId>(msg.getJobEnded()))) views_.Broadcast();
+      return true;
+    case proto::Envelope::GET_NODES:
+      SendReply(conn, msg.getRequestId(),
+                [&](proto::Envelope::Builder env) { nodes_.FillNodes(env.initNodes(nodes_.size())); });
+      return true;
+    default:
+      return false;
+  }
+}
+
+void HeadService::OnReport(Connection& conn, proto::NodeStats::Reader stats, bool registering) {
+  NodeId id = IdFrom<NodeId>(stats.getNodeId());
+  switch (nodes_.Report(conn.id(), stats, std::chrono::steady_clock::now())) {
+    case NodeTable::ReportOutcome::kRefused:
+      // Declared dead once: its old incarnation may not come back. A late
+      // report is dropped; a registration is told.
+      if (registering) {
+        SendReply(conn, 0, [&](proto::Envelope::Builder env) { env.setMarkNodeDead(DataOf(id)); });
+      }
+      return;
+    case NodeTable::ReportOutcome::kJoined:
+      views_.Broadcast();
+      break;
+    case NodeTable::ReportOutcome::kUpdated:
+      views_.SendTo(id);
+      break;
+  }
+  groups_.Schedule();
+}
+
+void HeadService::OnNodesDead(const std::vector<NodeTable::DeadNode>& dead) {
+  if (dead.empty()) return;
+  for (const NodeTable::DeadNode& node : dead) {
+    if (Connection* conn = FindOpenConnection(node.conn_id)) {
+      SendReply(*conn, 0,
+                [&](proto::Envelope::Builder env) { env.setMarkNodeDead(DataOf(node.id)); });
+    }
+    // Its drivers are gone with it: their jobs end on every node.
+    for (const JobId& job : node.drivers) jobs_.End(job);
+    views_.Forget(node.id);
+    // Groups with a bundle there are placed again, whole (what ran in their
+    // other bundles ends too, and restarts within its limits).
+    groups_.OnNodeDead(node.id);
+  }
+  views_.Broadcast();
+  groups_.Schedule();
+}
+
+void HeadService::OnClose(Connection& conn, const absl::Status& why) {
+  loop_thread_.Check("HeadService");
+  if (why.code() == absl::StatusCode::kInvalidArgument ||
+      why.code() == absl::StatusCode::kResourceExhausted ||
+      why.code() == absl::StatusCode::kPermissionDenied ||
+      why.code() == absl::StatusCode::kDeadlineExceeded) {
+    LogRejectedConnection("head", conn.peer(), why);
+  }
+  OnNodesDead(nodes_.DropConnection(conn.id()));
+  kv_.DropConnection(conn.id());
+  groups_.DropConnection(conn.id());
+  // The connection may still be on the stack: release it after this handler.
+  auto it = conns_.find(conn.id());
+  if (it == conns_.end()) return;
+  std::shared_ptr<Connection> keep = std::move(it->second);
+  conns_.erase(it);
+  asio::post(io_, [keep] {});
+}
+
+}  // namespace
+
+HeadLimits HeadLimits::FromEnv() {
+  HeadLimits limits;
+  auto read = [](const char* name, size_t* value) {
+    const char* v = std::getenv(name);
+    uint64_t parsed = 0;
+    if (v != nullptr && absl::SimpleAtoi(v, &parsed)) *value = static_cast<size_t>(parsed);
+  };
+  read("LUMEN_MAX_NAMED_ACTORS", &limits.max_named_actors);
+  read("LUMEN_MAX_PLACEMENT_GROUPS", &limits.max_placement_groups);
+  read("LUMEN_MAX_BUNDLES_PER_GROUP", &limits.max_bundles_per_group);
+  read("LUMEN_MAX_PARKED_REQUESTS", &limits.max_parked_requests_per_connection);
+  return limits;
+}
+
+int RunHeadService(const HeadOptions& options) {
+  HeadService head(options);
+  return head.Run();
+}
+
+}  // namespace lumen::head

@@ -1,0 +1,29 @@
+#include "core/head/node_bundle_transport.h"
+
+#include "core/head/head_replies.h"
+#include "lumen/common/proto_util.h"
+
+namespace lumen::head {
+
+absl::Status NodeBundleTransport::Send(const scheduler::BundleRequest& request) {
+  const NodeTable::Node* node = nodes_->Find(NodeId::FromBinary(request.node_id));
+  Connection* conn = node != nullptr && node->alive ? find_connection_(node->conn_id) : nullptr;
+  if (conn == nullptr) return absl::UnavailableError("a chosen node is gone");
+  SendReply(*conn, request.ticket, [&](proto::Envelope::Builder env) {
+    proto::BundleBatch::Builder batch = request.phase == scheduler::BundlePhase::kPrepare
+                                            ? env.initPrepareBundles()
+                                        : request.phase == scheduler::BundlePhase::kCommit
+                                            ? env.initCommitBundles()
+                                            : env.initCancelBundles();
+    batch.setGroupId(BytesOf(request.group_id));
+    auto list = batch.initBundles(request.bundles.size());
+    for (size_t k = 0; k < request.bundles.size(); ++k) {
+      list[k].setIndex(request.bundles[k].index);
+      SetResources(list[k].initResources(request.bundles[k].resources.size()),
+                   request.bundles[k].resources);
+    }
+  });
+  return absl::OkStatus();
+}
+
+}  // namespace lumen::head

@@ -1,0 +1,105 @@
+// NodeTable: the head's table of nodes and their health. Each node's last
+// report (resources, drivers, the whole NodeStats frame for `lumen status`),
+// the connection it reports on, and the head's verdict on whether it lives.
+//
+//   NodeTable nodes({.health_check_period = 500ms, .failure_threshold = 5});
+//   switch (nodes.Report(conn.id(), msg.getReportNode(), now)) { ... }
+//   for (const NodeTable::DeadNode& d : nodes.ExpireSilent(now)) { /* tell the others */ }
+//   nodes.FillNodes(env.initNodes(nodes.size()));
+//
+// Health: a node that has not reported for `failure_threshold` periods is
+// declared dead. A dead node's id is remembered: its incarnation may not come
+// back (a restarted node registers under a new id). Time is an argument of
+// every call that needs it, so tests drive it with a manual clock.
+//
+// No I/O. Not thread-safe: owned by the head's event loop (checked in debug
+// builds).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "lumen/common/ids.h"
+#include "lumen/common/thread_checker.h"
+#include "lumen/proto/lumen.capnp.h"
+#include "lumen/scheduler/cluster_view.h"
+
+namespace lumen::head {
+
+class NodeTable {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  struct Options {
+    std::chrono::milliseconds health_check_period{500};
+    int failure_threshold = 5;
+  };
+
+  struct Node {
+    uint64_t conn_id = 0;  // the connection it reports on
+    bool alive = true;
+    Clock::time_point last_report;
+    std::map<std::string, double> total;
+    std::map<std::string, double> available;
+    std::vector<JobId> drivers;  // jobs whose driver is attached to this node
+    std::string stats_frame;     // its last report, as a framed NodeStats message
+  };
+
+  // A node just declared dead, and what went with it.
+  struct DeadNode {
+    NodeId id;
+    uint64_t conn_id = 0;
+    std::vector<JobId> drivers;
+  };
+
+  enum class ReportOutcome {
+    kJoined,   // first report of this node: every node should get a new view
+    kUpdated,  // a known node's periodic report
+    kRefused,  // its incarnation was declared dead: it must not come back
+  };
+
+  explicit NodeTable(Options options) : options_(options) {}
+
+  // Records a registration or report received at `now` on connection `conn_id`.
+  ReportOutcome Report(uint64_t conn_id, proto::NodeStats::Reader stats, Clock::time_point now);
+  // True when the node was declared dead (its reports are refused).
+  bool WasDeclaredDead(const NodeId& id) const { return dead_.contains(id); }
+
+  // Declares dead every alive node silent for more than `failure_threshold`
+  // periods as of `now`, and returns them.
+  std::vector<DeadNode> ExpireSilent(Clock::time_point now);
+  // Declares dead the alive nodes reporting on `conn_id` (it closed).
+  std::vector<DeadNode> DropConnection(uint64_t conn_id);
+  // Declares `id` dead if it is alive and reports on `conn_id` (it leaves on
+  // purpose); empty otherwise.
+  std::vector<DeadNode> Leave(const NodeId& id, uint64_t conn_id);
+
+  // The node, or nullptr when unknown.
+  const Node* Find(const NodeId& id) const;
+  const std::map<NodeId, Node>& nodes() const { return nodes_; }
+  size_t size() const { return nodes_.size(); }
+
+  // Every node's last report with the head's verdict in `alive`; `list` has size().
+  void FillNodes(capnp::List<proto::NodeStats>::Builder list) const;
+  // The nodes' resources for the scheduler (node id bytes -> total, available, alive).
+  scheduler::ClusterResourceView ResourceView() const;
+  // How long a node may stay silent before it is declared dead.
+  std::chrono::milliseconds silence_limit() const {
+    return options_.health_check_period * options_.failure_threshold;
+  }
+  const Options& options() const { return options_; }
+
+ private:
+  DeadNode MarkDead(const NodeId& id, Node& node);
+
+  Options options_;
+  std::map<NodeId, Node> nodes_;
+  absl::flat_hash_set<NodeId> dead_;
+  ThreadChecker thread_;
+};
+
+}  // namespace lumen::head

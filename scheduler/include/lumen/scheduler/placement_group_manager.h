@@ -1,0 +1,179 @@
+// PlacementGroupManager: gang reservation of resources across nodes, as an
+// explicit two-phase commit. The head owns one; it feeds it the cluster view,
+// node deaths and the nodes' replies, and it reaches the nodes through a
+// BundleTransport.
+//
+//   PlacementGroupManager pgs({.limits = limits, .transport = &transport,
+//                              .on_event = [&](const PlacementGroup& g, GroupEvent e) {...}});
+//   ASSIGN_OR_RETURN(const PlacementGroup* g, pgs.Create(id, "pg", PlacementStrategy::kPack, bundles));
+//   pgs.Schedule(view);                       // after each report or node change
+//   pgs.OnBundleReply(ticket, status);        // a node answered a prepare or commit
+//   pgs.OnNodeDead(node_id);                  // the head declared a node dead
+//   pgs.Remove(id);
+//
+// Lifecycle of a group (GroupState):
+//
+//   kPending / kInfeasible --Schedule places it--> kPreparing --every node prepared--> kCommitting
+//   kCommitting --every node committed--> kCreated
+//   kPreparing / kCommitting --a node refuses, cannot be reached or dies--> rollback: cancel on
+//       every node of the attempt, back to kPending (tried again at the next Schedule)
+//   kCreated --a node holding a bundle dies--> cancel on the others, back to kPending
+//   kPending --Schedule: it can never fit the alive nodes' totals--> kInfeasible (and back)
+//   any --Remove--> kRemoved (cancel sent when bundles were reserved; final)
+//
+// Invariants: at most one group is in kPreparing/kCommitting at a time (groups
+// are placed in creation order, so a big group is not starved by later small
+// ones); a reply whose ticket belongs to an abandoned attempt is ignored (the
+// cancel already sent to its node follows the prepare or commit on the same
+// ordered channel, so nothing stays reserved). A reply that never comes is
+// bounded by the head's health check: a silent node is declared dead, which
+// fails its outstanding tickets.
+//
+// Removed groups are remembered (for late waits and lists) up to
+// `removed_groups_kept`, oldest forgotten first.
+//
+// Pure logic, no sockets. Not thread-safe: owned by the head's event loop
+// (checked in debug builds); the transport and on_event are called on it.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "lumen/common/thread_checker.h"
+#include "lumen/scheduler/bundle_transport.h"
+#include "lumen/scheduler/cluster_view.h"
+#include "lumen/scheduler/resource_set.h"
+
+namespace lumen::scheduler {
+
+// A group's place in the two-phase commit (transitions: the drawing above).
+enum class GroupState {
+  kPending,     // waits for room (or was rolled back); Schedule tries it
+  kInfeasible,  // the alive nodes' totals can never hold it; Schedule tries it again
+  kPreparing,   // phase 1: prepares sent, replies awaited
+  kCommitting,  // phase 2: every node prepared, commits sent, replies awaited
+  kCreated,     // every bundle committed; leases may use it
+  kRemoved,     // final
+};
+
+// The name clients see: "PENDING", "INFEASIBLE", "PREPARING" (both phases),
+// "CREATED" or "REMOVED".
+std::string_view GroupStateName(GroupState state);
+
+struct PlacementGroupLimits {
+  size_t max_groups = 10000;             // not removed (LUMEN_MAX_PLACEMENT_GROUPS)
+  size_t max_bundles_per_group = 10000;  // LUMEN_MAX_BUNDLES_PER_GROUP
+  size_t max_name_bytes = 1024;
+  size_t removed_groups_kept = 1000;
+};
+
+struct PlacementGroup {
+  std::string id;
+  std::string name;
+  PlacementStrategy strategy = PlacementStrategy::kPack;
+  std::vector<std::map<std::string, double>> bundles;
+  GroupState state = GroupState::kPending;
+  std::vector<std::string> nodes;  // node id per bundle, once placed (kept after a rollback)
+  std::string error;               // why it is not created (yet)
+};
+
+// What on_event reports.
+enum class GroupEvent {
+  kCreated,     // every bundle committed: waiters can be answered, the view changed
+  kRolledBack,  // an attempt or a created group was undone; it is pending again
+  kRemoved,     // removed by the user: waiters can be answered, the view changed
+};
+
+class PlacementGroupManager {
+ public:
+  struct Options {
+    PlacementGroupLimits limits;
+    BundleTransport* transport = nullptr;  // borrowed; outlives the manager
+    // Called on the manager's thread after each event, with the group as it is
+    // now; it may call back into the manager (Schedule, Find), not Remove.
+    std::function<void(const PlacementGroup&, GroupEvent)> on_event;
+  };
+
+  explicit PlacementGroupManager(Options options);
+
+  // Records a new group (kPending) and returns it; a known id returns the
+  // existing group unchanged (a retried create). Errors, for a new id only:
+  // ResourceExhausted (max_groups live groups), InvalidArgument (name or bundle
+  // count over its limit). A bundle that is not a valid resource set is
+  // accepted and stays pending with the reason in `error`.
+  [[nodiscard]] absl::StatusOr<const PlacementGroup*> Create(
+      const std::string& id, const std::string& name, PlacementStrategy strategy,
+      std::vector<std::map<std::string, double>> bundles);
+
+  // The error Create would return for a group of `name_bytes` and
+  // `bundle_count` under a new id (OK for a known id), so a caller can refuse
+  // an oversized request before decoding its bundles.
+  [[nodiscard]] absl::Status CheckCreate(const std::string& id, size_t name_bytes,
+                                         size_t bundle_count) const;
+
+  // Removes the group (cancelling its reservations, if any); false when it is
+  // unknown or already removed. Reports kRemoved.
+  bool Remove(const std::string& id);
+
+  // Places the oldest waiting group that fits `view` (alive nodes' available
+  // resources) and starts its prepare phase, unless an attempt is under way.
+  // Groups that do not fit get `error` (and kInfeasible when they never can).
+  void Schedule(const ClusterResourceView& view);
+
+  // A node's answer to the prepare or commit `ticket`; unknown tickets are
+  // ignored.
+  void OnBundleReply(uint64_t ticket, const absl::Status& status);
+
+  // The node is gone: its outstanding tickets fail (rolling their group back)
+  // and created groups with a bundle there go back to pending.
+  void OnNodeDead(const std::string& node_id);
+
+  // The group, or nullptr when unknown (or forgotten after removal).
+  const PlacementGroup* Find(const std::string& id) const;
+  // Every known group, by id.
+  const std::map<std::string, PlacementGroup>& groups() const { return groups_; }
+  size_t live_groups() const { return live_groups_; }
+  // Attempts undone so far (for tests and logs).
+  uint64_t rollbacks() const { return rollbacks_; }
+
+ private:
+  struct Ticket {
+    std::string group_id;
+    std::string node_id;
+  };
+
+  // Sends `phase` of `g` to each node it uses, one request per node. Prepare
+  // and commit register tickets; returns false when a node could not be reached.
+  bool SendPhase(PlacementGroup& g, BundlePhase phase);
+  // Undoes the attempt or the reservation of `g`: cancels everywhere, drops its
+  // tickets, back to kPending with `why`.
+  void RollBack(PlacementGroup& g, const std::string& why);
+  void DropTickets(const std::string& group_id);
+  void Emit(const PlacementGroup& g, GroupEvent event);
+  void ForgetOldRemovedGroups();
+  bool AttemptUnderWay() const { return !in_flight_.empty(); }
+
+  Options options_;
+  std::map<std::string, PlacementGroup> groups_;
+  std::map<uint64_t, std::string> order_;                   // creation sequence -> id
+  absl::flat_hash_map<std::string, uint64_t> sequence_of_;  // id -> creation sequence
+  uint64_t next_sequence_ = 1;
+  std::deque<std::string> removed_order_;  // removed ids, oldest first
+  size_t live_groups_ = 0;
+  // The attempt under way: its group, and replies still awaited.
+  std::string in_flight_;
+  absl::flat_hash_map<uint64_t, Ticket> tickets_;
+  uint64_t next_ticket_ = 1;
+  uint64_t rollbacks_ = 0;
+  ThreadChecker thread_;
+};
+
+}  // namespace lumen::scheduler

@@ -1,0 +1,276 @@
+#include "lumen/scheduler/placement_group_manager.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "lumen/common/logging.h"
+
+namespace lumen::scheduler {
+namespace {
+
+std::string ShortId(const std::string& bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string hex;
+  for (size_t i = 0; i < bytes.size() && hex.size() < 12; ++i) {
+    auto c = static_cast<unsigned char>(bytes[i]);
+    hex += kDigits[c >> 4];
+    hex += kDigits[c & 15];
+  }
+  return hex;
+}
+
+}  // namespace
+
+const char* BundlePhaseName(BundlePhase phase) {
+  switch (phase) {
+    case BundlePhase::kPrepare:
+      return "PREPARE";
+    case BundlePhase::kCommit:
+      return "COMMIT";
+    case BundlePhase::kCancel:
+      return "CANCEL";
+  }
+  return "?";
+}
+
+std::string_view GroupStateName(GroupState state) {
+  switch (state) {
+    case GroupState::kPending:
+      return "PENDING";
+    case GroupState::kInfeasible:
+      return "INFEASIBLE";
+    case GroupState::kPreparing:
+    case GroupState::kCommitting:
+      return "PREPARING";
+    case GroupState::kCreated:
+      return "CREATED";
+    case GroupState::kRemoved:
+      return "REMOVED";
+  }
+  return "?";
+}
+
+PlacementGroupManager::PlacementGroupManager(Options options) : options_(std::move(options)) {}
+
+absl::StatusOr<const PlacementGroup*> PlacementGroupManager::Create(
+    const std::string& id, const std::string& name, PlacementStrategy strategy,
+    std::vector<std::map<std::string, double>> bundles) {
+  thread_.Check("PlacementGroupManager");
+  if (auto it = groups_.find(id); it != groups_.end()) return &it->second;
+  if (absl::Status refused = CheckCreate(id, name.size(), bundles.size()); !refused.ok()) {
+    return refused;
+  }
+  PlacementGroup& g = groups_[id];
+  g.id = id;
+  g.name = name;
+  g.strategy = strategy;
+  g.bundles = std::move(bundles);
+  uint64_t sequence = next_sequence_++;
+  order_[sequence] = id;
+  sequence_of_[id] = sequence;
+  ++live_groups_;
+  return &g;
+}
+
+absl::Status PlacementGroupManager::CheckCreate(const std::string& id, size_t name_bytes,
+                                               size_t bundle_count) const {
+  if (groups_.contains(id)) return absl::OkStatus();
+  const PlacementGroupLimits& limits = options_.limits;
+  if (live_groups_ >= limits.max_groups) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the cluster already has ", live_groups_,
+                     " placement groups, the limit (LUMEN_MAX_PLACEMENT_GROUPS); remove some first"));
+  }
+  if (name_bytes > limits.max_name_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("a placement group name of ", name_bytes,
+                                                   " bytes is over the limit of ",
+                                                   limits.max_name_bytes, " bytes"));
+  }
+  if (bundle_count > limits.max_bundles_per_group) {
+    return absl::InvalidArgumentError(absl::StrCat("a placement group of ", bundle_count,
+                                                   " bundles is over the limit of ",
+                                                   limits.max_bundles_per_group));
+  }
+  return absl::OkStatus();
+}
+
+bool PlacementGroupManager::Remove(const std::string& id) {
+  thread_.Check("PlacementGroupManager");
+  auto it = groups_.find(id);
+  if (it == groups_.end() || it->second.state == GroupState::kRemoved) return false;
+  PlacementGroup& g = it->second;
+  bool reserved = g.state == GroupState::kPreparing || g.state == GroupState::kCommitting ||
+                  g.state == GroupState::kCreated;
+  if (reserved) SendPhase(g, BundlePhase::kCancel);
+  if (in_flight_ == id) {
+    DropTickets(id);
+    in_flight_.clear();
+  }
+  g.state = GroupState::kRemoved;
+  --live_groups_;
+  removed_order_.push_back(id);
+  Emit(g, GroupEvent::kRemoved);
+  ForgetOldRemovedGroups();
+  return true;
+}
+
+void PlacementGroupManager::Schedule(const ClusterResourceView& view) {
+  thread_.Check("PlacementGroupManager");
+  if (AttemptUnderWay()) return;  // one at a time
+  for (const auto& [sequence, id] : order_) {
+    PlacementGroup& g = groups_.at(id);
+    if (g.state != GroupState::kPending && g.state != GroupState::kInfeasible) continue;
+    std::vector<ResourceSet> bundles;
+    bool valid = true;
+    for (const auto& b : g.bundles) {
+      auto set = ResourceSet::FromMap(b);
+      if (!set.ok()) {
+        valid = false;
+        g.error = std::string(set.status().message());
+        break;
+      }
+      bundles.push_back(*std::move(set));
+    }
+    if (!valid) continue;
+    auto placed = view.PlaceBundles(bundles, g.strategy);
+    if (!placed.ok()) {
+      if (g.error != placed.status().message()) {
+        LUMEN_LOG(INFO) << "placement group " << g.name << " waits: " << placed.status().message();
+      }
+      g.error = std::string(placed.status().message());
+      g.state = placed.status().code() == absl::StatusCode::kFailedPrecondition
+                    ? GroupState::kInfeasible
+                    : GroupState::kPending;
+      continue;
+    }
+    g.nodes = *std::move(placed);
+    g.state = GroupState::kPreparing;
+    g.error.clear();
+    in_flight_ = g.id;
+    if (!SendPhase(g, BundlePhase::kPrepare)) RollBack(g, "a chosen node is gone");
+    return;
+  }
+}
+
+void PlacementGroupManager::OnBundleReply(uint64_t ticket, const absl::Status& status) {
+  thread_.Check("PlacementGroupManager");
+  auto it = tickets_.find(ticket);
+  if (it == tickets_.end()) return;  // an abandoned attempt's reply
+  std::string group_id = std::move(it->second.group_id);
+  tickets_.erase(it);
+  auto git = groups_.find(group_id);
+  if (git == groups_.end()) return;
+  PlacementGroup& g = git->second;
+  if (g.state != GroupState::kPreparing && g.state != GroupState::kCommitting) return;
+  if (!status.ok()) {
+    LUMEN_LOG(INFO) << "placement group " << g.name << ": a node refused (" << status.message()
+                    << "); rolling back";
+    RollBack(g, std::string(status.message()));
+    return;
+  }
+  if (!tickets_.empty()) return;  // other nodes of this phase still to answer
+  if (g.state == GroupState::kPreparing) {
+    g.state = GroupState::kCommitting;
+    if (!SendPhase(g, BundlePhase::kCommit)) RollBack(g, "a chosen node is gone");
+    return;
+  }
+  g.state = GroupState::kCreated;
+  in_flight_.clear();
+  Emit(g, GroupEvent::kCreated);
+}
+
+void PlacementGroupManager::OnNodeDead(const std::string& node_id) {
+  thread_.Check("PlacementGroupManager");
+  bool lost_reply = std::any_of(tickets_.begin(), tickets_.end(),
+                                [&](const auto& t) { return t.second.node_id == node_id; });
+  if (lost_reply) {
+    auto git = groups_.find(in_flight_);
+    if (git != groups_.end()) {
+      LUMEN_LOG(INFO) << "placement group " << git->second.name << ": node "
+                      << ShortId(node_id) << " died during " << GroupStateName(git->second.state)
+                      << "; rolling back";
+      RollBack(git->second, "the node died");
+    }
+  }
+  std::vector<std::string> hit;
+  for (const auto& [id, g] : groups_) {
+    if (g.state == GroupState::kCreated &&
+        std::find(g.nodes.begin(), g.nodes.end(), node_id) != g.nodes.end()) {
+      hit.push_back(id);
+    }
+  }
+  for (const auto& id : hit) {
+    PlacementGroup& g = groups_.at(id);
+    LUMEN_LOG(WARNING) << "placement group " << g.name << " lost a bundle on node "
+                       << ShortId(node_id) << "; placing it again";
+    RollBack(g, "a node holding one of its bundles died");
+  }
+}
+
+const PlacementGroup* PlacementGroupManager::Find(const std::string& id) const {
+  thread_.Check("PlacementGroupManager");
+  auto it = groups_.find(id);
+  return it == groups_.end() ? nullptr : &it->second;
+}
+
+bool PlacementGroupManager::SendPhase(PlacementGroup& g, BundlePhase phase) {
+  std::map<std::string, std::vector<IndexedBundle>> per_node;
+  for (size_t i = 0; i < g.nodes.size() && i < g.bundles.size(); ++i) {
+    per_node[g.nodes[i]].push_back({static_cast<int>(i), g.bundles[i]});
+  }
+  bool reached_all = true;
+  for (auto& [node, bundles] : per_node) {
+    BundleRequest request;
+    request.ticket = phase == BundlePhase::kCancel ? 0 : next_ticket_++;
+    request.phase = phase;
+    request.group_id = g.id;
+    request.node_id = node;
+    request.bundles = std::move(bundles);
+    absl::Status sent = options_.transport->Send(request);
+    if (!sent.ok()) {
+      // A cancel to a dead node has nothing left to release.
+      LUMEN_LOG(DEBUG) << "placement group " << g.name << ": " << BundlePhaseName(phase)
+                       << " not sent to node " << ShortId(node) << ": " << sent.message();
+      if (phase == BundlePhase::kCancel) continue;
+      reached_all = false;
+      break;
+    }
+    if (request.ticket != 0) tickets_[request.ticket] = Ticket{g.id, node};
+  }
+  return reached_all;
+}
+
+void PlacementGroupManager::RollBack(PlacementGroup& g, const std::string& why) {
+  SendPhase(g, BundlePhase::kCancel);
+  DropTickets(g.id);
+  if (in_flight_ == g.id) in_flight_.clear();
+  g.state = GroupState::kPending;
+  g.error = why;
+  ++rollbacks_;
+  Emit(g, GroupEvent::kRolledBack);
+}
+
+void PlacementGroupManager::DropTickets(const std::string& group_id) {
+  absl::erase_if(tickets_, [&](const auto& t) { return t.second.group_id == group_id; });
+}
+
+void PlacementGroupManager::Emit(const PlacementGroup& g, GroupEvent event) {
+  if (options_.on_event) options_.on_event(g, event);
+}
+
+void PlacementGroupManager::ForgetOldRemovedGroups() {
+  while (removed_order_.size() > options_.limits.removed_groups_kept) {
+    std::string id = std::move(removed_order_.front());
+    removed_order_.pop_front();
+    auto it = groups_.find(id);
+    if (it == groups_.end() || it->second.state != GroupState::kRemoved) continue;
+    groups_.erase(it);
+    if (auto sit = sequence_of_.find(id); sit != sequence_of_.end()) {
+      order_.erase(sit->second);
+      sequence_of_.erase(sit);
+    }
+  }
+}
+
+}  // namespace lumen::scheduler

@@ -1,0 +1,127 @@
+// NodeTable's registration and health logic with a manual clock: time is an
+// argument of each call, so the test moves it by hand. No processes, no sockets.
+#include "core/head/node_table.h"
+
+#include <capnp/message.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "lumen/common/proto_util.h"
+
+namespace lumen::head {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = NodeTable::Clock;
+
+// A NodeStats report of `id` with `cpus` CPUs, all free, and `drivers`.
+class Report {
+ public:
+  Report(const NodeId& id, double cpus, std::vector<JobId> drivers = {}) {
+    auto stats = message_.initRoot<proto::NodeStats>();
+    stats.setNodeId(DataOf(id));
+    stats.setAddress("127.0.0.1:1");
+    SetResources(stats.initTotal(1), {{"CPU", cpus}});
+    SetResources(stats.initAvailable(1), {{"CPU", cpus}});
+    auto list = stats.initDrivers(drivers.size());
+    for (size_t i = 0; i < drivers.size(); ++i) list.set(i, DataOf(drivers[i]));
+  }
+  proto::NodeStats::Reader get() { return message_.getRoot<proto::NodeStats>().asReader(); }
+
+ private:
+  capnp::MallocMessageBuilder message_;
+};
+
+NodeTable Table() { return NodeTable({.health_check_period = 100ms, .failure_threshold = 5}); }
+
+TEST_CASE("A node is declared dead after missing its reports for the threshold, not before") {
+  // Invariant: a node is alive while its last report is at most period x
+  // threshold old, and declared dead (once) as soon as it is older.
+  NodeTable nodes = Table();
+  const Clock::time_point t0{};
+  NodeId a = NodeId::Random();
+  CHECK(nodes.Report(1, Report(a, 4).get(), t0) == NodeTable::ReportOutcome::kJoined);
+  CHECK(nodes.Report(1, Report(a, 4).get(), t0 + 300ms) == NodeTable::ReportOutcome::kUpdated);
+
+  CHECK(nodes.ExpireSilent(t0 + 800ms).empty());  // exactly 500 ms of silence
+  CHECK(nodes.Find(a)->alive);
+  auto dead = nodes.ExpireSilent(t0 + 801ms);
+  REQUIRE(dead.size() == 1);
+  CHECK(dead[0].id == a);
+  CHECK(dead[0].conn_id == 1);
+  CHECK_FALSE(nodes.Find(a)->alive);
+  CHECK(nodes.ExpireSilent(t0 + 10s).empty());  // declared once
+}
+
+TEST_CASE("A node declared dead may not come back under the same id") {
+  // Invariant: once declared dead, an incarnation's reports and registrations
+  // are refused and do not revive it.
+  NodeTable nodes = Table();
+  const Clock::time_point t0{};
+  NodeId a = NodeId::Random();
+  nodes.Report(1, Report(a, 4).get(), t0);
+  REQUIRE(nodes.ExpireSilent(t0 + 1s).size() == 1);
+  CHECK(nodes.WasDeclaredDead(a));
+  CHECK(nodes.Report(2, Report(a, 4).get(), t0 + 2s) == NodeTable::ReportOutcome::kRefused);
+  CHECK_FALSE(nodes.Find(a)->alive);
+
+  NodeId b = NodeId::Random();  // the restarted node, a new incarnation
+  CHECK(nodes.Report(2, Report(b, 4).get(), t0 + 2s) == NodeTable::ReportOutcome::kJoined);
+  CHECK(nodes.size() == 2);
+}
+
+TEST_CASE("Closing a connection kills the nodes on it, with their drivers") {
+  // Invariant: only the nodes reporting on the closed connection die, and
+  // each comes back with the jobs whose drivers were attached to it.
+  NodeTable nodes = Table();
+  const Clock::time_point t0{};
+  NodeId a = NodeId::Random(), b = NodeId::Random();
+  JobId job = JobId::Random();
+  nodes.Report(1, Report(a, 4, {job}).get(), t0);
+  nodes.Report(2, Report(b, 4).get(), t0);
+
+  auto dead = nodes.DropConnection(1);
+  REQUIRE(dead.size() == 1);
+  CHECK(dead[0].id == a);
+  CHECK(dead[0].drivers == std::vector<JobId>{job});
+  CHECK(nodes.Find(b)->alive);
+  CHECK(nodes.DropConnection(1).empty());
+
+  CHECK(nodes.Leave(b, /*conn_id=*/7).empty());  // not its connection
+  CHECK(nodes.Leave(b, 2).size() == 1);
+  CHECK_FALSE(nodes.Find(b)->alive);
+}
+
+TEST_CASE("The node list and the scheduler's view carry the head's verdict") {
+  // Invariant: a node declared dead is listed (for `lumen status`) but marked
+  // not alive, in the node list and in the view the placement groups use.
+  NodeTable nodes = Table();
+  const Clock::time_point t0{};
+  NodeId a = NodeId::Random(), b = NodeId::Random();
+  nodes.Report(1, Report(a, 4).get(), t0);
+  nodes.Report(2, Report(b, 2).get(), t0 + 600ms);
+  REQUIRE(nodes.ExpireSilent(t0 + 700ms).size() == 1);  // a
+
+  capnp::MallocMessageBuilder out;
+  auto list = out.initRoot<proto::Envelope>().initNodes(nodes.size());
+  nodes.FillNodes(list);
+  int alive = 0;
+  for (auto n : list.asReader()) {
+    CHECK(std::string(n.getAddress().cStr()) == "127.0.0.1:1");
+    alive += n.getAlive() ? 1 : 0;
+    CHECK(n.getAlive() == (IdFrom<NodeId>(n.getNodeId()) == b));
+  }
+  CHECK(alive == 1);
+
+  scheduler::ClusterResourceView view = nodes.ResourceView();
+  REQUIRE(view.nodes().size() == 2);
+  CHECK_FALSE(view.Find(std::string(a.Binary()))->alive);
+  CHECK(view.Find(std::string(b.Binary()))->alive);
+}
+
+}  // namespace
+}  // namespace lumen::head

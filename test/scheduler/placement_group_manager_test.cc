@@ -1,0 +1,306 @@
+// PlacementGroupManager's two-phase commit, driven deterministically: a fake
+// BundleTransport stands for the nodes. A node acts on a request when it is
+// sent (it reserves a prepared bundle, releases a cancelled one) and its reply
+// is held until the test delivers it, drops it, or declares the node dead.
+// No processes, no sockets, no clock.
+#include "lumen/scheduler/placement_group_manager.h"
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+namespace lumen::scheduler {
+namespace {
+
+using Bundles = std::vector<std::map<std::string, double>>;
+
+class FakeNodes : public BundleTransport {
+ public:
+  absl::Status Send(const BundleRequest& request) override {
+    sent.push_back(request);
+    if (unreachable.contains(request.node_id)) return absl::UnavailableError("a chosen node is gone");
+    std::set<std::string>& held = reserved[request.node_id];
+    bool ok = !refusing.contains(request.node_id);
+    for (const IndexedBundle& b : request.bundles) {
+      std::string key = request.group_id + "/" + std::to_string(b.index);
+      if (request.phase == BundlePhase::kPrepare && ok) held.insert(key);
+      if (request.phase == BundlePhase::kCancel) held.erase(key);
+    }
+    if (request.phase != BundlePhase::kCancel) {
+      replies.push_back({request.ticket, request.node_id, request.phase,
+                         ok ? absl::OkStatus() : absl::UnavailableError("refused by " + request.node_id)});
+    }
+    return absl::OkStatus();
+  }
+
+  struct Reply {
+    uint64_t ticket;
+    std::string node;
+    BundlePhase phase;
+    absl::Status status;
+  };
+
+  // Delivers every held reply of `phase` (from `node` only, when given).
+  void Deliver(PlacementGroupManager& m, BundlePhase phase, const std::string& node = "") {
+    std::vector<Reply> now;
+    std::erase_if(replies, [&](const Reply& r) {
+      if (r.phase != phase || (!node.empty() && r.node != node)) return false;
+      now.push_back(r);
+      return true;
+    });
+    for (const Reply& r : now) m.OnBundleReply(r.ticket, r.status);
+  }
+  // Forgets the held replies from `node` (lost with its connection).
+  void Drop(const std::string& node) {
+    std::erase_if(replies, [&](const Reply& r) { return r.node == node; });
+  }
+
+  size_t Count(BundlePhase phase) const {
+    size_t n = 0;
+    for (const auto& r : sent) n += r.phase == phase ? 1 : 0;
+    return n;
+  }
+  size_t ReservedBundles() const {
+    size_t n = 0;
+    for (const auto& [node, keys] : reserved) n += keys.size();
+    return n;
+  }
+
+  std::vector<BundleRequest> sent;
+  std::vector<Reply> replies;
+  std::map<std::string, std::set<std::string>> reserved;  // node -> "group/index"
+  std::set<std::string> refusing;
+  std::set<std::string> unreachable;
+};
+
+ResourceSet Make(const std::map<std::string, double>& m) {
+  auto set = ResourceSet::FromMap(m);
+  REQUIRE(set.ok());
+  return *set;
+}
+
+ClusterResourceView Nodes(std::vector<std::string> alive, double cpus = 4,
+                          std::vector<std::string> dead = {}) {
+  ClusterResourceView view;
+  for (const auto& id : alive) view.Upsert(id, {Make({{"CPU", cpus}}), Make({{"CPU", cpus}}), true});
+  for (const auto& id : dead) view.Upsert(id, {Make({{"CPU", cpus}}), Make({{"CPU", cpus}}), false});
+  return view;
+}
+
+struct Fixture {
+  FakeNodes nodes;
+  std::vector<std::pair<std::string, GroupEvent>> events;
+  PlacementGroupManager manager{{.limits = {.max_groups = 10, .max_bundles_per_group = 8,
+                                            .max_name_bytes = 16, .removed_groups_kept = 2},
+                                 .transport = &nodes,
+                                 .on_event = [this](const PlacementGroup& g, GroupEvent e) {
+                                   events.emplace_back(g.id, e);
+                                 }}};
+
+  const PlacementGroup& Create(const std::string& id, Bundles bundles,
+                               PlacementStrategy strategy = PlacementStrategy::kStrictSpread) {
+    auto g = manager.Create(id, "pg-" + id, strategy, std::move(bundles));
+    REQUIRE(g.ok());
+    return **g;
+  }
+  GroupState State(const std::string& id) {
+    const PlacementGroup* g = manager.Find(id);
+    REQUIRE(g != nullptr);
+    return g->state;
+  }
+};
+
+Bundles Cpus(int count, double each = 1) { return Bundles(count, {{"CPU", each}}); }
+
+TEST_CASE("A group is created once every node prepared and then committed") {
+  // Invariant: a group is kCreated only after every node answered both phases
+  // positively, and commit is sent only after every prepare succeeded.
+  Fixture f;
+  f.Create("g", Cpus(3));
+  f.manager.Schedule(Nodes({"a", "b", "c"}));
+  CHECK(f.State("g") == GroupState::kPreparing);
+  CHECK(f.nodes.Count(BundlePhase::kPrepare) == 3);
+
+  f.nodes.Deliver(f.manager, BundlePhase::kPrepare, "a");
+  f.nodes.Deliver(f.manager, BundlePhase::kPrepare, "b");
+  CHECK(f.nodes.Count(BundlePhase::kCommit) == 0);  // c has not answered yet
+  f.nodes.Deliver(f.manager, BundlePhase::kPrepare, "c");
+  CHECK(f.State("g") == GroupState::kCommitting);
+  CHECK(f.nodes.Count(BundlePhase::kCommit) == 3);
+
+  f.nodes.Deliver(f.manager, BundlePhase::kCommit);
+  CHECK(f.State("g") == GroupState::kCreated);
+  CHECK(f.nodes.ReservedBundles() == 3);
+  REQUIRE(f.events.size() == 1);
+  CHECK(f.events[0].second == GroupEvent::kCreated);
+  CHECK(GroupStateName(GroupState::kCommitting) == "PREPARING");
+}
+
+TEST_CASE("A prepare refused by one node rolls back the others") {
+  // Invariant: after a refused prepare, no node holds any bundle of the group
+  // (every node of the attempt got a cancel, also those whose prepare reply
+  // is still in flight), the group is kPending with the node's reason, and a
+  // late positive reply of the abandoned attempt starts no commit.
+  Fixture f;
+  f.nodes.refusing.insert("b");
+  f.Create("g", Cpus(3));
+  f.manager.Schedule(Nodes({"a", "b", "c"}));
+  CHECK(f.nodes.ReservedBundles() == 2);  // a and c reserved on receipt
+
+  f.nodes.Deliver(f.manager, BundlePhase::kPrepare, "a");
+  f.nodes.Deliver(f.manager, BundlePhase::kPrepare, "b");  // the refusal
+  CHECK(f.State("g") == GroupState::kPending);
+  CHECK(f.manager.Find("g")->error == "refused by b");
+  CHECK(f.nodes.Count(BundlePhase::kCancel) == 3);
+  CHECK(f.nodes.ReservedBundles() == 0);
+  CHECK(f.manager.rollbacks() == 1);
+
+  f.nodes.Deliver(f.manager, BundlePhase::kPrepare, "c");  // late, of the old attempt
+  CHECK(f.nodes.Count(BundlePhase::kCommit) == 0);
+  CHECK(f.State("g") == GroupState::kPending);
+
+  // The next schedule tries again; this time b accepts.
+  f.nodes.refusing.clear();
+  f.manager.Schedule(Nodes({"a", "b", "c"}));
+  f.nodes.Deliver(f.manager, BundlePhase::kPrepare);
+  f.nodes.Deliver(f.manager, BundlePhase::kCommit);
+  CHECK(f.State("g") == GroupState::kCreated);
+  CHECK(f.nodes.ReservedBundles() == 3);
+}
+
+TEST_CASE("A group that can never fit is infeasible, and placed when a node can hold it") {
+  // Invariant: a group is kInfeasible exactly while the alive nodes' totals
+  // cannot hold it, and nothing is sent to any node for it meanwhile.
+  Fixture f;
+  f.Create("g", Cpus(3));  // STRICT_SPREAD over three nodes
+  f.manager.Schedule(Nodes({"a", "b"}));
+  CHECK(f.State("g") == GroupState::kInfeasible);
+  CHECK_FALSE(f.manager.Find("g")->error.empty());
+  CHECK(f.nodes.sent.empty());
+
+  f.Create("big", {{{"CPU", 8}}}, PlacementStrategy::kPack);
+  f.manager.Schedule(Nodes({"a", "b", "c"}, /*cpus=*/4));
+  CHECK(f.State("g") == GroupState::kPreparing);  // the oldest goes first
+  CHECK(f.State("big") == GroupState::kPending);   // one attempt at a time
+}
+
+TEST_CASE("A node that dies while its commit reply is outstanding rolls the group back") {
+  // Invariant: a commit reply that never comes (the node died, its connection
+  // with it) does not leave the group half-created: the committed bundles on
+  // the surviving nodes are cancelled, the group is kPending, and it is placed
+  // again on the alive nodes.
+  Fixture f;
+  f.Create("g", Cpus(2));
+  f.manager.Schedule(Nodes({"a", "b"}));
+  f.nodes.Deliver(f.manager, BundlePhase::kPrepare);
+  REQUIRE(f.State("g") == GroupState::kCommitting);
+  f.nodes.Deliver(f.manager, BundlePhase::kCommit, "a");
+  f.nodes.Drop("b");  // b's commit reply is lost with b
+  CHECK(f.State("g") == GroupState::kCommitting);
+
+  f.manager.OnNodeDead("b");
+  CHECK(f.State("g") == GroupState::kPending);
+  CHECK(f.manager.Find("g")->error == "the node died");
+  CHECK(f.nodes.reserved["a"].empty());
+  REQUIRE(f.events.size() == 1);
+  CHECK(f.events[0].second == GroupEvent::kRolledBack);
+
+  // Placed again on the nodes left (c joined meanwhile).
+  f.manager.Schedule(Nodes({"a", "c"}, 4, /*dead=*/{"b"}));
+  f.nodes.Deliver(f.manager, BundlePhase::kPrepare);
+  f.nodes.Deliver(f.manager, BundlePhase::kCommit);
+  CHECK(f.State("g") == GroupState::kCreated);
+  const auto& nodes = f.manager.Find("g")->nodes;
+  CHECK(std::set<std::string>(nodes.begin(), nodes.end()) == std::set<std::string>{"a", "c"});
+}
+
+TEST_CASE("A created group that loses a node goes back to pending and releases the rest") {
+  // Invariant: a created group never stays kCreated with a bundle on a dead
+  // node; its bundles on the other nodes are released.
+  Fixture f;
+  f.Create("g", Cpus(2));
+  f.manager.Schedule(Nodes({"a", "b"}));
+  f.nodes.Deliver(f.manager, BundlePhase::kPrepare);
+  f.nodes.Deliver(f.manager, BundlePhase::kCommit);
+  REQUIRE(f.State("g") == GroupState::kCreated);
+
+  f.manager.OnNodeDead("a");
+  CHECK(f.State("g") == GroupState::kPending);
+  CHECK(f.manager.Find("g")->error == "a node holding one of its bundles died");
+  CHECK(f.nodes.reserved["b"].empty());
+}
+
+TEST_CASE("Removing a group while it prepares cancels it everywhere") {
+  // Invariant: a group removed during its prepare phase ends kRemoved with no
+  // bundle held anywhere; the late prepare replies start no commit, and the
+  // next group may be placed at once.
+  Fixture f;
+  f.Create("g", Cpus(2));
+  f.Create("next", Cpus(1));
+  f.manager.Schedule(Nodes({"a", "b"}));
+  REQUIRE(f.State("g") == GroupState::kPreparing);
+  f.nodes.Deliver(f.manager, BundlePhase::kPrepare, "a");
+
+  CHECK(f.manager.Remove("g"));
+  CHECK(f.State("g") == GroupState::kRemoved);
+  CHECK(f.nodes.ReservedBundles() == 0);
+  CHECK(f.manager.live_groups() == 1);
+  REQUIRE(f.events.size() == 1);
+  CHECK(f.events[0].second == GroupEvent::kRemoved);
+
+  f.nodes.Deliver(f.manager, BundlePhase::kPrepare, "b");  // late
+  CHECK(f.nodes.Count(BundlePhase::kCommit) == 0);
+  CHECK(f.State("g") == GroupState::kRemoved);
+  CHECK_FALSE(f.manager.Remove("g"));  // once
+
+  f.manager.Schedule(Nodes({"a", "b"}));
+  CHECK(f.State("next") == GroupState::kPreparing);
+}
+
+TEST_CASE("A node that cannot be reached at prepare time rolls the attempt back at once") {
+  // Invariant: an unreachable node is a refusal: nothing stays reserved and
+  // no attempt is left under way (the next Schedule can try again).
+  Fixture f;
+  f.nodes.unreachable.insert("b");
+  f.Create("g", Cpus(2));
+  f.manager.Schedule(Nodes({"a", "b"}));
+  CHECK(f.State("g") == GroupState::kPending);
+  CHECK(f.manager.Find("g")->error == "a chosen node is gone");
+  CHECK(f.nodes.ReservedBundles() == 0);
+
+  f.nodes.unreachable.clear();
+  f.manager.Schedule(Nodes({"a", "b"}));
+  CHECK(f.State("g") == GroupState::kPreparing);
+}
+
+TEST_CASE("Create checks its limits, is idempotent, and removed groups are remembered up to a bound") {
+  // Invariant: the manager holds at most max_groups live groups and at most
+  // removed_groups_kept removed ones; a retried create changes nothing.
+  Fixture f;
+  const PlacementGroup& g = f.Create("g", Cpus(1));
+  auto again = f.manager.Create("g", "other", PlacementStrategy::kPack, Cpus(5));
+  REQUIRE(again.ok());
+  CHECK(*again == &g);
+  CHECK((*again)->bundles.size() == 1);
+
+  auto long_name = f.manager.Create("n", std::string(17, 'x'), PlacementStrategy::kPack, Cpus(1));
+  CHECK(long_name.status().code() == absl::StatusCode::kInvalidArgument);
+  auto too_many = f.manager.Create("m", "m", PlacementStrategy::kPack, Cpus(9));
+  CHECK(too_many.status().code() == absl::StatusCode::kInvalidArgument);
+  for (int i = 1; i < 10; ++i) f.Create("g" + std::to_string(i), Cpus(1));
+  auto over = f.manager.Create("x", "x", PlacementStrategy::kPack, Cpus(1));
+  CHECK(over.status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK(std::string(over.status().message()).find("LUMEN_MAX_PLACEMENT_GROUPS") != std::string::npos);
+
+  for (int i = 1; i <= 3; ++i) CHECK(f.manager.Remove("g" + std::to_string(i)));
+  CHECK(f.manager.Find("g1") == nullptr);  // the oldest removed is forgotten
+  CHECK(f.manager.Find("g2") != nullptr);
+  CHECK(f.manager.Find("g3") != nullptr);
+  CHECK(f.manager.live_groups() == 7);
+}
+
+}  // namespace
+}  // namespace lumen::scheduler
