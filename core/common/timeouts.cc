@@ -34,6 +34,11 @@ Timeouts Timeouts::FromEnv() {
   Override("LUMEN_HEALTH_CHECK_FAILURE_THRESHOLD", &t.health_check_failure_threshold);
   Override("LUMEN_REPORT_PERIOD_MS", &t.report_period);
   Override("LUMEN_WORKER_IDLE_TIMEOUT_MS", &t.worker_idle_timeout);
+  Override("LUMEN_WORKER_REAP_PERIOD_MS", &t.worker_reap_period);
+  Override("LUMEN_HEAD_RETRY_PERIOD_MS", &t.head_retry_period);
+  Override("LUMEN_LIST_STATE_TIMEOUT_MS", &t.list_state_timeout);
+  Override("LUMEN_MAX_WORKER_EXIT_WAIT_MS", &t.max_worker_exit_wait);
+  Override("LUMEN_WORKER_KILL_WAIT_MS", &t.worker_kill_wait);
   Override("LUMEN_LEASE_IDLE_TIMEOUT_MS", &t.lease_idle_timeout);
   Override("LUMEN_WORKER_EXIT_CAUSE_TIMEOUT_MS", &t.worker_exit_cause_timeout);
   return t;
