@@ -16,7 +16,7 @@
 
 #include "absl/strings/numbers.h"
 #include "core/runtime/cluster.h"
-#include "core/runtime/head_client.h"
+#include "lumen/common/head_client.h"
 #include "lumen/common/process.h"
 #include "lumen/lumen.h"
 #include "lumen/objectstore/transfer.h"

@@ -16,7 +16,7 @@
 #include <string>
 #include <thread>
 
-#include "core/runtime/head_client.h"
+#include "lumen/common/head_client.h"
 #include "lumen/lumen.h"
 #include "test/core/test_support.h"
 

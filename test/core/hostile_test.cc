@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/runtime/head_client.h"
+#include "lumen/common/head_client.h"
 #include "lumen/common/connection.h"
 #include "lumen/common/ids.h"
 #include "lumen/common/proto_util.h"

@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/runtime/head_client.h"
+#include "lumen/common/head_client.h"
 #include "lumen/lumen.h"
 #include "test/core/test_support.h"
 

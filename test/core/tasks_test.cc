@@ -16,7 +16,7 @@
 #include <tuple>
 #include <vector>
 
-#include "core/runtime/head_client.h"
+#include "lumen/common/head_client.h"
 #include "lumen/lumen.h"
 #include "test/core/test_support.h"
 

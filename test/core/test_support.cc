@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "core/runtime/cluster.h"
-#include "core/runtime/head_client.h"
+#include "lumen/common/head_client.h"
 #include "lumen/common/process.h"
 
 namespace lumen::test {
