@@ -1,16 +1,10 @@
 #include "core/node/cluster_state.h"
 
 #include "absl/strings/str_cat.h"
+#include "core/node/proto_bytes.h"
 #include "lumen/common/proto_util.h"
 
 namespace lumen::node {
-namespace {
-
-std::string Bytes(capnp::Data::Reader data) {
-  return std::string(reinterpret_cast<const char*>(data.begin()), data.size());
-}
-
-}  // namespace
 
 ClusterState::Changes ClusterState::Apply(proto::ClusterView::Reader view) {
   io_thread_.Check("ClusterState");

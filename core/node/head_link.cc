@@ -67,7 +67,14 @@ void HeadLink::SendJobEnded(const JobId& job) {
   conn_->Send(out.builder());
 }
 
+void HeadLink::FirstAttemptDone() {
+  if (first_attempt_done_) return;
+  first_attempt_done_ = true;
+  if (callbacks_.after_first_attempt) callbacks_.after_first_attempt();
+}
+
 void HeadLink::RetryLater(const std::string& why) {
+  FirstAttemptDone();
   if (stopped_) return;
   LUMEN_LOG(WARNING) << why << "; retrying";
   retry_timer_.expires_after(options_.timeouts.head_retry_period);
@@ -169,6 +176,7 @@ void HeadLink::OnConnected(Socket socket) {
   callbacks_.fill_stats(out.Init().initRegisterNode());
   conn_->Send(out.builder());
   ReportLater();
+  FirstAttemptDone();
 }
 
 void HeadLink::ReportLater() {

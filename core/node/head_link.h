@@ -43,6 +43,11 @@ struct HeadLinkCallbacks {
   // Runs after the bundle reply went out (a commit may let parked work run).
   std::function<void(proto::Envelope::Reader)> after_bundles;
   std::function<void()> on_marked_dead;
+  // Runs once, when the first connection attempt ended: registered (the
+  // registration is on its way) or failed (retries go on). The daemon reports
+  // itself ready then, so a driver that starts a cluster finds the node
+  // registered.
+  std::function<void()> after_first_attempt;
 };
 
 class HeadLink {
@@ -71,6 +76,7 @@ class HeadLink {
   void RetryLater(const std::string& why);
   void ReportLater();
   void OnFrame(proto::Envelope::Reader msg);
+  void FirstAttemptDone();
 
   ThreadChecker io_thread_;
   boost::asio::io_context& io_;
@@ -86,6 +92,7 @@ class HeadLink {
   std::shared_ptr<boost::asio::ip::tcp::resolver> resolver_;
   uint64_t attempt_ = 0;  // attempts started; a late completion of an old one is ignored
   bool stopped_ = false;
+  bool first_attempt_done_ = false;
 };
 
 }  // namespace lumen::node

@@ -22,8 +22,11 @@
 #include "core/node/client_registry.h"
 #include "core/node/cluster_state.h"
 #include "core/node/head_link.h"
+#include "core/node/lease_replies.h"
 #include "core/node/local_lease_manager.h"
 #include "core/node/process_launcher.h"
+#include "core/node/proto_bytes.h"
+#include "core/node/state_lister.h"
 #include "core/node/worker_exit_log.h"
 #include "core/node/worker_pool.h"
 #include "lumen/common/address.h"
@@ -44,13 +47,6 @@ namespace {
 namespace asio = boost::asio;
 using scheduler::ResourceSet;
 
-std::string Bytes(capnp::Data::Reader data) {
-  return std::string(reinterpret_cast<const char*>(data.begin()), data.size());
-}
-capnp::Data::Reader DataOfString(const std::string& s) {
-  return capnp::Data::Reader(reinterpret_cast<const uint8_t*>(s.data()), s.size());
-}
-
 // Lease requests one client may have queued or parked here (drivers keep a
 // few per task shape in flight; this bounds a misbehaving one).
 size_t MaxQueuedLeasesPerClient() {
@@ -61,69 +57,6 @@ size_t MaxQueuedLeasesPerClient() {
 
 absl::Mutex testing_mu;
 std::optional<NodeDaemonTesting> testing_override ABSL_GUARDED_BY(testing_mu);
-
-// The lease manager's replies, as frames on the clients' connections.
-class LeaseReplies : public LeaseClients {
- public:
-  LeaseReplies(ClientRegistry& clients, ClusterState& cluster, const NodeId& node)
-      : clients_(clients), cluster_(cluster), node_(node) {}
-  bool IsConnected(ClientId client) override { return clients_.IsOpen(client); }
-  void Grant(ClientId client, uint64_t request_id, const LeaseGrant& grant) override {
-    OutMessage out;
-    auto reply = Reply(out, request_id);
-    reply.setGranted(true);
-    reply.setLeaseId(grant.lease_id);
-    reply.setWorkerId(DataOf(grant.worker));
-    reply.setWorkerAddress(grant.worker_address);
-    reply.setWorkerPid(grant.worker_pid);
-    reply.setNodeId(DataOf(node_));
-    auto ids = reply.initGpuIds(grant.gpu_ids.size());
-    for (size_t i = 0; i < grant.gpu_ids.size(); ++i) ids.set(i, grant.gpu_ids[i]);
-    clients_.Send(client, out.builder());
-  }
-  void Refuse(ClientId client, uint64_t request_id, const std::string& why) override {
-    OutMessage out;
-    auto reply = Reply(out, request_id);
-    reply.setGranted(false);
-    reply.setError(why);
-    clients_.Send(client, out.builder());
-  }
-  void Spillback(ClientId client, uint64_t request_id, const std::string& node_id) override {
-    OutMessage out;
-    auto reply = Reply(out, request_id);
-    reply.setGranted(false);
-    reply.setSpillbackNode(DataOfString(node_id));
-    reply.setSpillbackAddress(cluster_.AddressOf(node_id));
-    clients_.Send(client, out.builder());
-  }
-  void Retry(ClientId client, uint64_t request_id) override {
-    OutMessage out;
-    Reply(out, request_id).setRetry(true);
-    clients_.Send(client, out.builder());
-  }
-  void Waiting(ClientId client, uint64_t request_id, const std::string& why) override {
-    OutMessage out;
-    auto reply = Reply(out, request_id);
-    reply.setWaiting(true);
-    reply.setError(why);
-    clients_.Send(client, out.builder());
-  }
-  void Reclaim(ClientId holder) override {
-    OutMessage out;
-    out.Init().setReclaimLeases();
-    clients_.Send(holder, out.builder());
-  }
-
- private:
-  static proto::LeaseReply::Builder Reply(OutMessage& out, uint64_t request_id) {
-    auto env = out.Init();
-    env.setRequestId(request_id);
-    return env.initLeaseReply();
-  }
-  ClientRegistry& clients_;
-  ClusterState& cluster_;
-  NodeId node_;
-};
 
 class NodeDaemon {
  public:
@@ -136,22 +69,13 @@ class NodeDaemon {
         child_signal_(io_, SIGCHLD),
         reap_timer_(io_),
         clients_(io_, {.require_token = !IsLoopbackHost(options.host)}),
-        exits_(io_, options.timeouts.max_worker_exit_wait) {}
+        exits_(io_, options.timeouts.max_worker_exit_wait),
+        lister_(io_, clients_, node_id_.Hex().substr(0, 12), options.timeouts.list_state_timeout) {}
 
   int Run();
 
  private:
-  // `lumen list actors|tasks|objects`: asks every local driver and worker.
-  struct Listing {
-    std::weak_ptr<Connection> requester;
-    uint64_t request_id = 0;
-    int pending = 0;
-    bool done = false;
-    std::vector<std::vector<std::pair<std::string, std::string>>> rows;
-    std::unique_ptr<asio::steady_timer> timer;
-  };
-
-  absl::Status Setup();
+  [[nodiscard]] absl::Status Setup();
   void AcceptLocal();
   void AcceptTcp();
   void StartClient(Socket socket);
@@ -161,18 +85,17 @@ class NodeDaemon {
   void OnLeaseRequest(Connection& conn, proto::Envelope::Reader msg);
   void OnStoreRequest(Connection& conn, proto::Envelope::Reader msg);
   void OnPull(Connection& conn, proto::Envelope::Reader msg);
-  void OnListState(Connection& conn, proto::Envelope::Reader msg);
-  void OnStateRows(proto::Envelope::Reader msg);
-  void FinishListing(const std::shared_ptr<Listing>& listing);
   void OnGetWorkerExit(Connection& conn, proto::Envelope::Reader msg);
   void OnClusterView(proto::ClusterView::Reader view);
-  absl::Status OnBundles(proto::Envelope::Reader msg);
+  [[nodiscard]] absl::Status OnBundles(proto::Envelope::Reader msg);
   void EndJob(const JobId& job_id);
   void ReapChildren();
   void ReapIdleWorkersLater();
   void FillStats(proto::NodeStats::Builder stats);
   void Shutdown(const std::string& why);
   void WatchSignals();
+  // Tells the process that started us where we serve (once).
+  void ReportReady();
   void WatchChildren();
   int PoolSize() const;
 
@@ -201,8 +124,7 @@ class NodeDaemon {
   std::unique_ptr<objectstore::TransferClient> transfer_client_;
   std::unique_ptr<objectstore::PullManager> pulls_;
   std::unique_ptr<HeadLink> head_;
-  absl::flat_hash_map<uint64_t, std::shared_ptr<Listing>> state_requests_;
-  uint64_t next_request_id_ = 1;
+  StateLister lister_;
 };
 
 int NodeDaemon::PoolSize() const {
@@ -284,7 +206,8 @@ absl::Status NodeDaemon::Setup() {
                   if (msg.isCommitBundles()) leases_->ReplayParked();
                   leases_->Dispatch();
                 },
-            .on_marked_dead = [this] { Shutdown("declared dead by the head"); }});
+            .on_marked_dead = [this] { Shutdown("declared dead by the head"); },
+            .after_first_attempt = [this] { ReportReady(); }});
   }
   return absl::OkStatus();
 }
@@ -313,18 +236,25 @@ int NodeDaemon::Run() {
                                      Shutdown("the driver that started this cluster exited");
                                    });
   }
-  if (head_) head_->Start();
-  if (options_.ready_fd >= 0) {
-    std::string line = absl::StrCat("ready ", address_, "\n");
-    if (::write(options_.ready_fd, line.data(), line.size()) < 0) {
-      LUMEN_LOG(ERROR) << "cannot tell the starter: " << std::strerror(errno);
-    }
-    ::close(options_.ready_fd);
+  if (head_) {
+    head_->Start();  // ready once the head was first tried (after_first_attempt)
+  } else {
+    ReportReady();
   }
   LUMEN_LOG(INFO) << "node " << node_id_.Hex().substr(0, 12) << " serving on " << address_
                   << " with " << leases_->resources().total().ToString();
   io_.run();
   return 0;
+}
+
+void NodeDaemon::ReportReady() {
+  if (options_.ready_fd < 0) return;
+  std::string line = absl::StrCat("ready ", address_, "\n");
+  if (::write(options_.ready_fd, line.data(), line.size()) < 0) {
+    LUMEN_LOG(ERROR) << "cannot tell the starter: " << std::strerror(errno);
+  }
+  ::close(options_.ready_fd);
+  options_.ready_fd = -1;
 }
 
 void NodeDaemon::WatchSignals() {
@@ -473,10 +403,10 @@ void NodeDaemon::OnFrame(Connection& conn, proto::Envelope::Reader msg) {
       OnPull(conn, msg);
       return;
     case proto::Envelope::LIST_STATE:
-      OnListState(conn, msg);
+      lister_.List(conn, msg.getRequestId(), msg.getListState().cStr());
       return;
     case proto::Envelope::STATE_ROWS:
-      OnStateRows(msg);
+      lister_.OnRows(msg);
       return;
     case proto::Envelope::RETURN_LEASE:
       leases_->ReturnLease(conn.id(), msg.getReturnLease(), /*kill=*/false);
@@ -577,70 +507,6 @@ void NodeDaemon::OnPull(Connection& conn, proto::Envelope::Reader msg) {
   }
   pulls_->Pull(IdFrom<ObjectId>(pull.getObjectId()), Bytes(pull.getNodeId()), pull.getSize(),
                IdFrom<JobId>(pull.getJobId()), std::move(answer));
-}
-
-void NodeDaemon::OnListState(Connection& conn, proto::Envelope::Reader msg) {
-  auto listing = std::make_shared<Listing>();
-  listing->requester = conn.weak_from_this();
-  listing->request_id = msg.getRequestId();
-  std::string what = msg.getListState().cStr();
-  clients_.ForEachLocalProcess([&](Connection& process) {
-    uint64_t request_id = next_request_id_++;
-    state_requests_[request_id] = listing;
-    ++listing->pending;
-    OutMessage out;
-    auto env = out.Init();
-    env.setRequestId(request_id);
-    env.setListState(what);
-    process.Send(out.builder());
-  });
-  if (listing->pending == 0) {
-    FinishListing(listing);
-    return;
-  }
-  // A process busy in a long task answers from its io thread; one that does
-  // not answer in time is left out.
-  listing->timer = std::make_unique<asio::steady_timer>(io_, options_.timeouts.list_state_timeout);
-  listing->timer->async_wait([this, listing](const boost::system::error_code& ec) {
-    if (!ec) FinishListing(listing);
-  });
-}
-
-void NodeDaemon::OnStateRows(proto::Envelope::Reader msg) {
-  auto it = state_requests_.find(msg.getRequestId());
-  if (it == state_requests_.end()) return;
-  auto listing = it->second;
-  state_requests_.erase(it);
-  for (auto row : msg.getStateRows()) {
-    std::vector<std::pair<std::string, std::string>> fields;
-    for (auto f : row.getFields()) fields.emplace_back(f.getKey().cStr(), Bytes(f.getValue()));
-    listing->rows.push_back(std::move(fields));
-  }
-  if (--listing->pending == 0) FinishListing(listing);
-}
-
-void NodeDaemon::FinishListing(const std::shared_ptr<Listing>& listing) {
-  if (listing->done) return;
-  listing->done = true;
-  if (listing->timer) listing->timer->cancel();
-  absl::erase_if(state_requests_, [&](const auto& entry) { return entry.second == listing; });
-  auto conn = listing->requester.lock();
-  if (!conn || conn->closed()) return;
-  OutMessage out;
-  auto env = out.Init();
-  env.setRequestId(listing->request_id);
-  auto list = env.initStateRows(listing->rows.size());
-  std::string node = node_id_.Hex().substr(0, 12);
-  for (size_t i = 0; i < listing->rows.size(); ++i) {
-    auto fields = list[i].initFields(listing->rows[i].size() + 1);
-    fields[0].setKey("NODE_DAEMON");
-    fields[0].setValue(DataOfString(node));
-    for (size_t j = 0; j < listing->rows[i].size(); ++j) {
-      fields[j + 1].setKey(listing->rows[i][j].first);
-      fields[j + 1].setValue(DataOfString(listing->rows[i][j].second));
-    }
-  }
-  conn->Send(out.builder());
 }
 
 void NodeDaemon::OnGetWorkerExit(Connection& conn, proto::Envelope::Reader msg) {
