@@ -114,6 +114,11 @@ void LocalLeaseManager::ReplayParked() {
   for (auto& p : parked) {
     Untrack(p.request.client);  // it counts again where it lands, not twice
     if (!options_.clients->IsConnected(p.request.client)) continue;
+    if (options_.pool->FindJob(p.request.job) == nullptr) {
+      options_.clients->Refuse(p.request.client, p.request.request_id,
+                               "only a driver or worker of a live job can lease");
+      continue;
+    }
     Route(std::move(p.request), /*replayed=*/true);
   }
   replaying_ = false;

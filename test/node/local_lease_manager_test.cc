@@ -10,11 +10,13 @@
 #include <string>
 #include <vector>
 
+#include <capnp/message.h>
 #include <catch2/catch.hpp>
 
 #include "core/node/cluster_state.h"
 #include "core/node/process_launcher.h"
 #include "core/node/worker_pool.h"
+#include "lumen/common/proto_util.h"
 
 namespace lumen::node {
 namespace {
@@ -369,6 +371,70 @@ TEST_CASE("placement-group bundles are reserved all or none") {
   CHECK(node.FreeCpu() == 2);
   CHECK(node.leases.num_leases() == 0);
   CHECK(node.launcher.killed.size() == 1);  // what ran in it ends
+}
+
+// A cluster view from the head naming one other node, "far".
+void ApplyView(ClusterState& cluster, double far_cpus, bool far_alive) {
+  capnp::MallocMessageBuilder message;
+  auto view = message.initRoot<proto::ClusterView>();
+  auto nodes = view.initNodes(1);
+  std::string far = "far";
+  nodes[0].setNodeId(capnp::Data::Reader(reinterpret_cast<const uint8_t*>(far.data()), far.size()));
+  nodes[0].setAddress("10.0.0.2:7000");
+  nodes[0].setAlive(far_alive);
+  std::map<std::string, double> cpus{{"CPU", far_cpus}};
+  SetResources(nodes[0].initTotal(1), cpus);
+  SetResources(nodes[0].initAvailable(1), cpus);
+  cluster.Apply(view.asReader());
+}
+
+TEST_CASE("an infeasible request waits parked and spills once a node that fits joins") {
+  // Invariant: a request no node can run is answered "waiting" once, counted
+  // as infeasible demand and against its client's cap, and routed again when
+  // the cluster changes (here: spilled to the new node that fits it).
+  Node node(1);
+  node.Submit(1, 9, 4);
+  REQUIRE(node.clients.answers[1].size() == 1);
+  CHECK(node.clients.answers[1][0].kind == "waiting");
+  CHECK(node.leases.queued_of(1) == 1);
+  auto demand = node.leases.InfeasibleDemand();
+  REQUIRE(demand.size() == 1);
+  CHECK(demand[0].count == 1);
+
+  node.leases.ReplayParked();  // nothing changed: still parked, not re-announced
+  CHECK(node.clients.answers[1].size() == 1);
+  CHECK(node.leases.queued_of(1) == 1);
+
+  ApplyView(node.cluster, 8, true);
+  node.leases.ReplayParked();
+  REQUIRE(node.clients.answers[1].size() == 2);
+  CHECK(node.clients.answers[1][1].kind == "spill");
+  CHECK(node.clients.answers[1][1].detail == "far");
+  CHECK(node.leases.queued_of(1) == 0);
+  CHECK(node.leases.num_queued() == 0);
+}
+
+TEST_CASE("the cluster state reports a node's death once and bounds what it remembers") {
+  // Invariant: a node is reported dead on its alive -> dead transition only;
+  // ended jobs are remembered up to kRememberedIds, oldest forgotten first.
+  ClusterState cluster("local");
+  ApplyView(cluster, 2, true);
+  capnp::MallocMessageBuilder message;
+  auto view = message.initRoot<proto::ClusterView>();
+  auto nodes = view.initNodes(1);
+  std::string far = "far";
+  nodes[0].setNodeId(capnp::Data::Reader(reinterpret_cast<const uint8_t*>(far.data()), far.size()));
+  nodes[0].setAlive(false);
+  auto changes = cluster.Apply(view.asReader());
+  CHECK(changes.died == std::vector<std::string>{"far"});
+  CHECK(cluster.Apply(view.asReader()).died.empty());
+
+  RecentSet<int> recent(3);
+  for (int i = 0; i < 5; ++i) CHECK(recent.Insert(i));
+  CHECK_FALSE(recent.Insert(4));
+  CHECK(recent.size() == 3);
+  CHECK_FALSE(recent.Contains(1));
+  CHECK(recent.Contains(2));
 }
 
 }  // namespace
