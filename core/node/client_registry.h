@@ -66,6 +66,11 @@ class ClientRegistry {
   // Forgets a closed connection; it stays alive until the handler that closes
   // it returns (posted release).
   void Remove(uint64_t id);
+  // Sends `frame` (the hello reply) with `fd` attached (SCM_RIGHTS) without
+  // blocking: one non-blocking sendmsg; bytes the socket did not take are
+  // queued on the connection. Errors: Unavailable when the socket took nothing
+  // (on a fresh connection, only a peer already gone).
+  [[nodiscard]] static absl::Status SendWithFdNow(Connection& conn, const std::string& frame, int fd);
   // Calls `fn` for each open driver and worker of this node that said hello.
   void ForEachLocalProcess(const std::function<void(Connection&)>& fn);
 

@@ -36,7 +36,6 @@
 #include "lumen/common/logging.h"
 #include "lumen/common/process.h"
 #include "lumen/common/proto_util.h"
-#include "lumen/objectstore/fd_passing.h"
 #include "lumen/objectstore/pull_manager.h"
 #include "lumen/objectstore/store_server.h"
 #include "lumen/objectstore/transfer.h"
@@ -360,8 +359,7 @@ void NodeDaemon::OnHello(Connection& conn, proto::Hello::Reader hello) {
     // The store's fd travels with the hello reply (SCM_RIGHTS).
     std::string frame;
     AppendFrame(out.builder(), &frame);
-    auto s = objectstore::SendWithFd(conn.socket().native_handle(), frame.data(), frame.size(),
-                                     store_->segment().fd());
+    auto s = ClientRegistry::SendWithFdNow(conn, frame, store_->segment().fd());
     if (!s.ok()) {
       conn.Close(s);
       return;
