@@ -35,6 +35,11 @@ Timeouts Timeouts::FromEnv() {
   Override("LUMEN_MAX_PARKED_WAIT_MS", &t.max_parked_wait);
   Override("LUMEN_REPORT_PERIOD_MS", &t.report_period);
   Override("LUMEN_WORKER_IDLE_TIMEOUT_MS", &t.worker_idle_timeout);
+  Override("LUMEN_WORKER_REAP_PERIOD_MS", &t.worker_reap_period);
+  Override("LUMEN_HEAD_RETRY_PERIOD_MS", &t.head_retry_period);
+  Override("LUMEN_LIST_STATE_TIMEOUT_MS", &t.list_state_timeout);
+  Override("LUMEN_MAX_WORKER_EXIT_WAIT_MS", &t.max_worker_exit_wait);
+  Override("LUMEN_WORKER_KILL_WAIT_MS", &t.worker_kill_wait);
   Override("LUMEN_LEASE_IDLE_TIMEOUT_MS", &t.lease_idle_timeout);
   Override("LUMEN_WORKER_EXIT_CAUSE_TIMEOUT_MS", &t.worker_exit_cause_timeout);
   Override("LUMEN_LEASE_RETRY_DELAY_MS", &t.lease_retry_delay);

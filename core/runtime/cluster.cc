@@ -16,8 +16,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "core/runtime/node_daemon.h"
 #include "lumen/head/head_service.h"
+#include "lumen/node/node_daemon.h"
 #include "lumen/common/ids.h"
 #include "lumen/common/process.h"
 
@@ -260,14 +260,10 @@ void MaybeRunClusterProcess() {
     std::_Exit(head::RunHeadService(options));
   }
   if (role == "node") {
-    NodeDaemonOptions options;
+    node::NodeDaemonOptions options;  // timeouts: Timeouts::FromEnv()
     options.session_dir = Env("LUMEN_SESSION_DIR");
     options.head_address = Env("LUMEN_HEAD_ADDRESS");
     if (!Env("LUMEN_NODE_HOST").empty()) options.host = Env("LUMEN_NODE_HOST");
-    int period = 0;
-    if (absl::SimpleAtoi(Env("LUMEN_HEALTH_CHECK_PERIOD_MS"), &period) && period > 0) {
-      options.report_period_ms = period;
-    }
     options.resources = DecodeResources(Env("LUMEN_NODE_RESOURCES"));
     uint64_t bytes = 0;
     options.object_store_bytes =
@@ -277,11 +273,7 @@ void MaybeRunClusterProcess() {
     options.remove_session_dir = !Env("LUMEN_REMOVE_SESSION_DIR").empty();
     int prestart = -1;
     if (absl::SimpleAtoi(Env("LUMEN_PRESTART_WORKERS"), &prestart)) options.prestart_workers = prestart;
-    int idle_ms = 0;
-    if (absl::SimpleAtoi(Env("LUMEN_WORKER_IDLE_TIMEOUT_MS"), &idle_ms)) {
-      options.worker_idle_timeout_ms = idle_ms;
-    }
-    std::_Exit(RunNodeDaemon(options));
+    std::_Exit(node::RunNodeDaemon(options));
   }
 }
 

@@ -29,6 +29,11 @@ struct Timeouts {
   // --- node daemon ---
   ms report_period{500};            // LUMEN_REPORT_PERIOD_MS: node -> head reports
   ms worker_idle_timeout{10000};    // LUMEN_WORKER_IDLE_TIMEOUT_MS: surplus idle workers exit
+  ms worker_reap_period{1000};      // LUMEN_WORKER_REAP_PERIOD_MS: how often idle workers are checked
+  ms head_retry_period{1000};       // LUMEN_HEAD_RETRY_PERIOD_MS: reconnect to a lost head after
+  ms list_state_timeout{2000};      // LUMEN_LIST_STATE_TIMEOUT_MS: `lumen list` waits for local processes
+  ms max_worker_exit_wait{10000};   // LUMEN_MAX_WORKER_EXIT_WAIT_MS: cap on a getWorkerExit wait
+  ms worker_kill_wait{2000};        // LUMEN_WORKER_KILL_WAIT_MS: at shutdown, per killed worker
 
   // --- driver / worker ---
   ms lease_idle_timeout{200};       // LUMEN_LEASE_IDLE_TIMEOUT_MS: an idle lease is kept this long

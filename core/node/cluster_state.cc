@@ -1,0 +1,52 @@
+#include "core/node/cluster_state.h"
+
+#include "absl/strings/str_cat.h"
+#include "core/node/proto_bytes.h"
+#include "lumen/common/proto_util.h"
+
+namespace lumen::node {
+
+ClusterState::Changes ClusterState::Apply(proto::ClusterView::Reader view) {
+  io_thread_.Check("ClusterState");
+  Changes changes;
+  for (auto n : view.getNodes()) {
+    std::string key = Bytes(n.getNodeId());
+    if (key == local_key_) continue;
+    auto total = scheduler::ResourceSet::FromMap(ReadResources(n.getTotal()));
+    auto available = scheduler::ResourceSet::FromMap(ReadResources(n.getAvailable()));
+    if (!total.ok() || !available.ok()) continue;
+    const scheduler::NodeResources* known = view_.Find(key);
+    if (known != nullptr && known->alive && !n.getAlive()) changes.died.push_back(key);
+    view_.Upsert(key, scheduler::NodeResources{*total, *available, n.getAlive()});
+    node_addresses_[key] = n.getAddress().cStr();
+    node_transfer_[key] = n.getTransferAddress().cStr();
+  }
+  for (auto job : view.getEndedJobs()) {
+    JobId id = IdFrom<JobId>(job);
+    if (!ended_jobs_.Contains(id)) changes.ended_jobs.push_back(id);
+  }
+  bundle_placements_.clear();
+  for (auto b : view.getBundles()) {
+    auto& placement = bundle_placements_[scheduler::BundleKey(Bytes(b.getGroupId()), b.getIndex())];
+    placement.node_id = Bytes(b.getNodeId());
+    auto size = scheduler::ResourceSet::FromMap(ReadResources(b.getResources()));
+    if (size.ok()) placement.size = *size;
+  }
+  for (auto g : view.getRemovedGroups()) {
+    std::string group = Bytes(g);
+    if (removed_groups_.Insert(group)) changes.removed_groups.push_back(group);
+  }
+  return changes;
+}
+
+std::string ClusterState::AddressOf(const std::string& node) const {
+  auto it = node_addresses_.find(node);
+  return it == node_addresses_.end() ? "" : it->second;
+}
+
+std::string ClusterState::TransferAddressOf(const std::string& node) const {
+  auto it = node_transfer_.find(node);
+  return it == node_transfer_.end() ? "" : it->second;
+}
+
+}  // namespace lumen::node

@@ -1,0 +1,225 @@
+#include "core/node/head_link.h"
+
+#include <sys/socket.h>
+
+#include "absl/strings/str_cat.h"
+#include "lumen/common/address.h"
+#include "lumen/common/head_client.h"
+#include "lumen/common/logging.h"
+#include "lumen/common/proto_util.h"
+
+namespace lumen::node {
+
+namespace asio = boost::asio;
+
+HeadLink::HeadLink(asio::io_context& io, HeadLinkOptions options, HeadLinkCallbacks callbacks)
+    : io_(io),
+      options_(std::move(options)),
+      callbacks_(std::move(callbacks)),
+      retry_timer_(io),
+      report_timer_(io),
+      connect_deadline_(io) {}
+
+HeadLink::~HeadLink() { Stop(); }
+
+std::chrono::milliseconds HeadLink::report_period() const {
+  return std::max(std::chrono::milliseconds(1),
+                  std::min(options_.timeouts.report_period, options_.timeouts.health_check_period));
+}
+
+void HeadLink::Start() {
+  io_thread_.Check("HeadLink");
+  Connect();
+}
+
+void HeadLink::Stop() {
+  stopped_ = true;
+  ++attempt_;
+  boost::system::error_code ignored;
+  retry_timer_.cancel();
+  report_timer_.cancel();
+  connect_deadline_.cancel();
+  if (resolver_) resolver_->cancel();
+  if (connecting_) connecting_->close(ignored);
+  if (connecting_local_) connecting_local_->close(ignored);
+  if (conn_ && !conn_->closed()) conn_->Close(absl::CancelledError("node daemon stopping"));
+}
+
+void HeadLink::Leave(const NodeId& node) {
+  io_thread_.Check("HeadLink");
+  if (conn_ && !conn_->closed()) {
+    // Leaving on purpose: the head marks us dead now, without a warning.
+    // (Best effort: sent now unless other frames are still queued.)
+    OutMessage out;
+    out.Init().setMarkNodeDead(DataOf(node));
+    std::string frame;
+    AppendFrame(out.builder(), &frame);
+    if (!conn_->TrySendNow(frame)) LUMEN_LOG(DEBUG) << "the head was not told this node left";
+  }
+  Stop();
+}
+
+void HeadLink::SendJobEnded(const JobId& job) {
+  io_thread_.Check("HeadLink");
+  if (!conn_ || conn_->closed()) return;
+  OutMessage out;
+  out.Init().setJobEnded(DataOf(job));
+  conn_->Send(out.builder());
+}
+
+void HeadLink::FirstAttemptDone() {
+  if (first_attempt_done_) return;
+  first_attempt_done_ = true;
+  if (callbacks_.after_first_attempt) callbacks_.after_first_attempt();
+}
+
+void HeadLink::RetryLater(const std::string& why) {
+  FirstAttemptDone();
+  if (stopped_) return;
+  LUMEN_LOG(WARNING) << why << "; retrying";
+  retry_timer_.expires_after(options_.timeouts.head_retry_period);
+  retry_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec && !stopped_) Connect();
+  });
+}
+
+void HeadLink::Connect() {
+  if (stopped_) return;
+  uint64_t attempt = ++attempt_;
+  Endpoint endpoint = ParseAddress(options_.head_address);
+  // Each attempt has one deadline for resolving and connecting.
+  connect_deadline_.expires_after(options_.timeouts.connect_timeout);
+  connect_deadline_.async_wait([this, attempt](const boost::system::error_code& ec) {
+    if (ec || attempt != attempt_) return;
+    ++attempt_;  // what completes late is ignored
+    boost::system::error_code ignored;
+    if (resolver_) resolver_->cancel();
+    if (connecting_) connecting_->close(ignored);
+    if (connecting_local_) connecting_local_->close(ignored);
+    RetryLater(absl::StrCat("cannot reach the head at ", options_.head_address, " within ",
+                            options_.timeouts.connect_timeout.count(), " ms"));
+  });
+  if (endpoint.tcp.empty() && !endpoint.unix_path.empty()) {
+    connecting_local_ = std::make_shared<asio::local::stream_protocol::socket>(io_);
+    connecting_local_->async_connect(
+        asio::local::stream_protocol::endpoint(endpoint.unix_path),
+        [this, attempt, sock = connecting_local_](const boost::system::error_code& ec) {
+          if (attempt != attempt_) return;
+          connect_deadline_.cancel();
+          if (ec) {
+            RetryLater(absl::StrCat("cannot reach the head at ", options_.head_address, ": ",
+                                    ec.message()));
+            return;
+          }
+          int fd = sock->release();
+          OnConnected(Socket(io_, asio::generic::stream_protocol(AF_UNIX, 0), fd));
+        });
+    return;
+  }
+  auto colon = endpoint.tcp.rfind(':');
+  if (colon == std::string::npos) {
+    connect_deadline_.cancel();
+    RetryLater(absl::StrCat("bad head address '", options_.head_address, "' (want host:port)"));
+    return;
+  }
+  ConnectTcp(endpoint.tcp.substr(0, colon), endpoint.tcp.substr(colon + 1));
+}
+
+void HeadLink::ConnectTcp(const std::string& host, const std::string& port) {
+  uint64_t attempt = attempt_;
+  resolver_ = std::make_shared<asio::ip::tcp::resolver>(io_);
+  resolver_->async_resolve(
+      host, port,
+      [this, attempt, resolver = resolver_](const boost::system::error_code& ec,
+                                            asio::ip::tcp::resolver::results_type results) {
+        if (attempt != attempt_) return;
+        if (ec) {
+          connect_deadline_.cancel();
+          RetryLater(absl::StrCat("cannot resolve the head at ", options_.head_address, ": ",
+                                  ec.message()));
+          return;
+        }
+        connecting_ = std::make_shared<asio::ip::tcp::socket>(io_);
+        asio::async_connect(
+            *connecting_, results,
+            [this, attempt, sock = connecting_](const boost::system::error_code& ec,
+                                                const asio::ip::tcp::endpoint&) {
+              if (attempt != attempt_) return;
+              connect_deadline_.cancel();
+              if (ec) {
+                RetryLater(absl::StrCat("cannot reach the head at ", options_.head_address,
+                                        ": ", ec.message()));
+                return;
+              }
+              OnConnected(AdoptTcp(io_, std::move(*sock)));
+            });
+      });
+}
+
+void HeadLink::OnConnected(Socket socket) {
+  io_thread_.Check("HeadLink");
+  connecting_.reset();
+  connecting_local_.reset();
+  resolver_.reset();
+  conn_ = Connection::Create(std::move(socket));
+  conn_->Start([this](Connection&, proto::Envelope::Reader m) { OnFrame(m); },
+               [this](Connection&, const absl::Status& why) {
+                 if (stopped_) return;
+                 RetryLater(absl::StrCat("lost the head: ", why.ToString()));
+               });
+  {
+    OutMessage out;
+    runtime::InitHello(out.Init(), proto::Role::NODE);
+    conn_->Send(out.builder());
+  }
+  OutMessage out;
+  callbacks_.fill_stats(out.Init().initRegisterNode());
+  conn_->Send(out.builder());
+  ReportLater();
+  FirstAttemptDone();
+}
+
+void HeadLink::ReportLater() {
+  report_timer_.expires_after(report_period());
+  report_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || stopped_ || !conn_ || conn_->closed()) return;
+    OutMessage out;
+    callbacks_.fill_stats(out.Init().initReportNode());
+    conn_->Send(out.builder());
+    ReportLater();
+  });
+}
+
+void HeadLink::OnFrame(proto::Envelope::Reader msg) {
+  io_thread_.Check("HeadLink");
+  switch (msg.which()) {
+    case proto::Envelope::CLUSTER_VIEW:
+      callbacks_.on_cluster_view(msg.getClusterView());
+      return;
+    case proto::Envelope::PREPARE_BUNDLES:
+    case proto::Envelope::COMMIT_BUNDLES:
+    case proto::Envelope::CANCEL_BUNDLES: {
+      absl::Status status = callbacks_.on_bundles(msg);
+      if (conn_ && !conn_->closed()) {
+        OutMessage out;
+        auto env = out.Init();
+        env.setRequestId(msg.getRequestId());
+        auto reply = env.initBundleReply();
+        reply.setOk(status.ok());
+        reply.setError(std::string(status.message()));
+        conn_->Send(out.builder());
+      }
+      if (callbacks_.after_bundles) callbacks_.after_bundles(msg);
+      return;
+    }
+    case proto::Envelope::MARK_NODE_DEAD:
+      LUMEN_LOG(ERROR) << "the head declared this node dead (it missed its health checks); "
+                          "stopping";
+      callbacks_.on_marked_dead();
+      return;
+    default:
+      return;
+  }
+}
+
+}  // namespace lumen::node

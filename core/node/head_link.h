@@ -1,0 +1,98 @@
+// HeadLink: the node daemon's connection to the head. It connects
+// asynchronously (resolve and connect bounded by Timeouts::connect_timeout),
+// says hello and registers the node, reports the node's stats every report
+// period, reconnects after Timeouts::head_retry_period when the head is gone,
+// and hands the head's messages (cluster view, placement-group bundle batches,
+// "you are dead") to the daemon. Nothing here blocks the io thread.
+//
+//   HeadLink head(io, {.head_address = "10.0.0.1:6379", .timeouts = t},
+//                 {.fill_stats = ..., .on_cluster_view = ..., .on_bundles = ...,
+//                  .on_marked_dead = ...});
+//   head.Start();
+//   head.SendJobEnded(job);
+//
+// Only on the node daemon's io thread (checked in debug builds); callbacks run
+// on it too.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <boost/asio.hpp>
+
+#include "absl/status/status.h"
+#include "lumen/common/connection.h"
+#include "lumen/common/ids.h"
+#include "lumen/common/thread_checker.h"
+#include "lumen/common/timeouts.h"
+
+namespace lumen::node {
+
+struct HeadLinkOptions {
+  std::string head_address;  // host:port (or a Unix socket path)
+  Timeouts timeouts;         // connect_timeout, head_retry_period, report period
+};
+
+struct HeadLinkCallbacks {
+  // Fills the node's stats for registration and each report.
+  std::function<void(proto::NodeStats::Builder)> fill_stats;
+  std::function<void(proto::ClusterView::Reader)> on_cluster_view;
+  // A prepare/commit/cancel batch; its result is the reply to the head.
+  std::function<absl::Status(proto::Envelope::Reader)> on_bundles;
+  // Runs after the bundle reply went out (a commit may let parked work run).
+  std::function<void(proto::Envelope::Reader)> after_bundles;
+  std::function<void()> on_marked_dead;
+  // Runs once, when the first connection attempt ended: registered (the
+  // registration is on its way) or failed (retries go on). The daemon reports
+  // itself ready then, so a driver that starts a cluster finds the node
+  // registered.
+  std::function<void()> after_first_attempt;
+};
+
+class HeadLink {
+ public:
+  HeadLink(boost::asio::io_context& io, HeadLinkOptions options, HeadLinkCallbacks callbacks);
+  ~HeadLink();
+
+  // Connects (and keeps reconnecting) until Stop.
+  void Start();
+  // Tells the head this node leaves on purpose (best effort, one non-blocking
+  // send), and stops.
+  void Leave(const NodeId& node);
+  void Stop();
+
+  // The job's driver left this node: the job ends everywhere.
+  void SendJobEnded(const JobId& job);
+
+  // The report period: LUMEN_REPORT_PERIOD_MS, but never slower than the head's
+  // health checks (a node reports at least as often as the head checks).
+  std::chrono::milliseconds report_period() const;
+
+ private:
+  void Connect();
+  void ConnectTcp(const std::string& host, const std::string& port);
+  void OnConnected(Socket socket);
+  void RetryLater(const std::string& why);
+  void ReportLater();
+  void OnFrame(proto::Envelope::Reader msg);
+  void FirstAttemptDone();
+
+  ThreadChecker io_thread_;
+  boost::asio::io_context& io_;
+  HeadLinkOptions options_;
+  HeadLinkCallbacks callbacks_;
+  std::shared_ptr<Connection> conn_;
+  boost::asio::steady_timer retry_timer_;
+  boost::asio::steady_timer report_timer_;
+  boost::asio::steady_timer connect_deadline_;
+  // The attempt in flight (its socket is closed at the deadline).
+  std::shared_ptr<boost::asio::ip::tcp::socket> connecting_;
+  std::shared_ptr<boost::asio::local::stream_protocol::socket> connecting_local_;
+  std::shared_ptr<boost::asio::ip::tcp::resolver> resolver_;
+  uint64_t attempt_ = 0;  // attempts started; a late completion of an old one is ignored
+  bool stopped_ = false;
+  bool first_attempt_done_ = false;
+};
+
+}  // namespace lumen::node

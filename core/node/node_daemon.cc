@@ -1,0 +1,735 @@
+// NodeDaemon: the composition root of the node daemon and its frame dispatch.
+// It owns the io_context, the listeners and every part (client registry,
+// worker pool, local lease manager, store server, pull manager, link to the
+// head) and routes each client frame to the part that owns it.
+//
+// Threads: everything runs on the io thread (the one that calls Run).
+#include "lumen/node/node_daemon.h"
+
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <boost/asio.hpp>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <optional>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "core/node/client_registry.h"
+#include "core/node/cluster_state.h"
+#include "core/node/head_link.h"
+#include "core/node/lease_replies.h"
+#include "core/node/local_lease_manager.h"
+#include "core/node/process_launcher.h"
+#include "core/node/proto_bytes.h"
+#include "core/node/state_lister.h"
+#include "core/node/worker_exit_log.h"
+#include "core/node/worker_pool.h"
+#include "lumen/common/address.h"
+#include "lumen/common/connection.h"
+#include "lumen/common/head_client.h"
+#include "lumen/common/ids.h"
+#include "lumen/common/logging.h"
+#include "lumen/common/process.h"
+#include "lumen/common/proto_util.h"
+#include "lumen/objectstore/pull_manager.h"
+#include "lumen/objectstore/store_server.h"
+#include "lumen/objectstore/transfer.h"
+
+namespace lumen::node {
+namespace {
+
+namespace asio = boost::asio;
+using scheduler::ResourceSet;
+
+// Lease requests one client may have queued or parked here (drivers keep a
+// few per task shape in flight; this bounds a misbehaving one).
+size_t MaxQueuedLeasesPerClient() {
+  const char* v = std::getenv("LUMEN_MAX_QUEUED_LEASES_PER_CLIENT");
+  size_t parsed = 0;
+  return v != nullptr && absl::SimpleAtoi(v, &parsed) ? parsed : size_t{10000};
+}
+
+absl::Mutex testing_mu;
+std::optional<NodeDaemonTesting> testing_override ABSL_GUARDED_BY(testing_mu);
+
+class NodeDaemon {
+ public:
+  explicit NodeDaemon(const NodeDaemonOptions& options)
+      : options_(options),
+        node_id_(NodeId::Random()),
+        cluster_(std::string(reinterpret_cast<const char*>(node_id_.data()), NodeId::kSize)),
+        acceptor_(io_),
+        signals_(io_, SIGTERM, SIGINT),
+        child_signal_(io_, SIGCHLD),
+        reap_timer_(io_),
+        clients_(io_, {.require_token = !IsLoopbackHost(options.host)}),
+        exits_(io_, options.timeouts.max_worker_exit_wait),
+        lister_(io_, clients_, node_id_.Hex().substr(0, 12), options.timeouts.list_state_timeout) {}
+
+  int Run();
+
+ private:
+  [[nodiscard]] absl::Status Setup();
+  void AcceptLocal();
+  void AcceptTcp();
+  void StartClient(Socket socket);
+  void OnFrame(Connection& conn, proto::Envelope::Reader msg);
+  void OnClose(Connection& conn, const absl::Status& why);
+  void OnHello(Connection& conn, proto::Hello::Reader hello);
+  void OnLeaseRequest(Connection& conn, proto::Envelope::Reader msg);
+  void OnStoreRequest(Connection& conn, proto::Envelope::Reader msg);
+  void OnPull(Connection& conn, proto::Envelope::Reader msg);
+  void OnGetWorkerExit(Connection& conn, proto::Envelope::Reader msg);
+  void OnClusterView(proto::ClusterView::Reader view);
+  [[nodiscard]] absl::Status OnBundles(proto::Envelope::Reader msg);
+  void EndJob(const JobId& job_id);
+  void ReapChildren();
+  void ReapIdleWorkersLater();
+  void FillStats(proto::NodeStats::Builder stats);
+  void Shutdown(const std::string& why);
+  void WatchSignals();
+  // Tells the process that started us where we serve (once).
+  void ReportReady();
+  void WatchChildren();
+  int PoolSize() const;
+
+  NodeDaemonOptions options_;
+  NodeId node_id_;
+  asio::io_context io_;
+  ClusterState cluster_;
+  asio::local::stream_protocol::acceptor acceptor_;
+  std::unique_ptr<asio::ip::tcp::acceptor> tcp_acceptor_;
+  std::string address_;  // "host:port;/unix/path"
+  asio::signal_set signals_;
+  asio::signal_set child_signal_;
+  asio::steady_timer reap_timer_;
+  std::optional<asio::posix::stream_descriptor> parent_watch_;
+  std::string socket_path_;
+  bool shutting_down_ = false;
+
+  ClientRegistry clients_;
+  WorkerExitLog exits_;
+  std::unique_ptr<PosixProcessLauncher> launcher_;
+  std::unique_ptr<WorkerPool> pool_;
+  std::unique_ptr<LeaseReplies> lease_replies_;
+  std::unique_ptr<LocalLeaseManager> leases_;
+  std::unique_ptr<objectstore::StoreServer> store_;
+  std::unique_ptr<objectstore::TransferServer> transfer_server_;
+  std::unique_ptr<objectstore::TransferClient> transfer_client_;
+  std::unique_ptr<objectstore::PullManager> pulls_;
+  std::unique_ptr<HeadLink> head_;
+  StateLister lister_;
+};
+
+int NodeDaemon::PoolSize() const {
+  return options_.prestart_workers >= 0
+             ? options_.prestart_workers
+             : static_cast<int>(leases_->resources().total().Get(scheduler::kCPU));
+}
+
+absl::Status NodeDaemon::Setup() {
+  std::filesystem::create_directories(options_.session_dir + "/sockets");
+  socket_path_ = options_.session_dir + "/sockets/node-" + node_id_.Hex().substr(0, 12) + ".sock";
+
+  std::map<std::string, double> totals = options_.resources;
+  totals["object_store_memory"] = static_cast<double>(options_.object_store_bytes);
+  auto total = ResourceSet::FromMap(totals);
+  if (!total.ok()) return total.status();
+
+  auto store = objectstore::StoreServer::Create(options_.object_store_bytes);
+  if (!store.ok()) return store.status();
+  store_ = std::move(*store);
+
+  boost::system::error_code ec;
+  ::unlink(socket_path_.c_str());
+  acceptor_.open(asio::local::stream_protocol(), ec);
+  if (!ec) acceptor_.bind(asio::local::stream_protocol::endpoint(socket_path_), ec);
+  if (!ec) acceptor_.listen(512, ec);
+  if (ec) return absl::UnavailableError(absl::StrCat("cannot listen on ", socket_path_, ": ", ec.message()));
+  auto tcp = ListenTcp(io_, options_.host, 0);
+  if (!tcp.ok()) return tcp.status();
+  tcp_acceptor_ = std::move(*tcp);
+  address_ = FormatAddress(
+      {absl::StrCat(options_.host, ":", tcp_acceptor_->local_endpoint().port()), socket_path_});
+
+  launcher_ = std::make_unique<PosixProcessLauncher>(PosixLauncherOptions{
+      socket_path_, options_.host, options_.session_dir, options_.head_address});
+  int pool_size = options_.prestart_workers >= 0 ? options_.prestart_workers
+                                                 : static_cast<int>(total->Get(scheduler::kCPU));
+  pool_ = std::make_unique<WorkerPool>(WorkerPoolOptions{
+      .launcher = launcher_.get(),
+      .pool_size = pool_size,
+      .idle_timeout = options_.timeouts.worker_idle_timeout});
+  lease_replies_ = std::make_unique<LeaseReplies>(clients_, cluster_, node_id_);
+  leases_ = std::make_unique<LocalLeaseManager>(LocalLeaseManagerOptions{
+      .total = *total,
+      .pool = pool_.get(),
+      .clients = lease_replies_.get(),
+      .cluster = &cluster_,
+      .max_queued_per_client = MaxQueuedLeasesPerClient(),
+      .post = [this](std::function<void()> task) { asio::post(io_, std::move(task)); },
+      .testing_refuse_prepares = options_.testing.refuse_prepares});
+
+  // Other nodes pull copies of our objects through the transfer server.
+  std::string token = IsLoopbackHost(options_.host) ? "" : runtime::HeadToken();
+  transfer_server_ = std::make_unique<objectstore::TransferServer>(
+      io_, [this](const ObjectId& id) { return store_->ServeOut(id); },
+      [this](const ObjectId& id) { store_->EndServeOut(id); }, token);
+  if (auto s = transfer_server_->Listen(options_.host, 0); !s.ok()) return s;
+  transfer_client_ = std::make_unique<objectstore::TransferClient>(io_, runtime::HeadToken());
+  pulls_ = std::make_unique<objectstore::PullManager>(
+      *store_, *transfer_client_, [this](const std::string& node) -> absl::StatusOr<std::string> {
+        std::string address = cluster_.TransferAddressOf(node);
+        const scheduler::NodeResources* source = cluster_.view().Find(node);
+        if (!address.empty() && source != nullptr && source->alive) return address;
+        return absl::UnavailableError(absl::StrCat(
+            "the only copy was on node ", NodeId::FromBinary(node).Hex(),
+            source == nullptr ? ", which is unknown" : ", which is dead"));
+      });
+  cluster_.view().Upsert(cluster_.local_key(),
+                         scheduler::NodeResources{*total, leases_->resources().available(), true});
+  if (!options_.head_address.empty()) {
+    head_ = std::make_unique<HeadLink>(
+        io_, HeadLinkOptions{options_.head_address, options_.timeouts},
+        HeadLinkCallbacks{
+            .fill_stats = [this](proto::NodeStats::Builder stats) { FillStats(stats); },
+            .on_cluster_view = [this](proto::ClusterView::Reader view) { OnClusterView(view); },
+            .on_bundles = [this](proto::Envelope::Reader msg) { return OnBundles(msg); },
+            .after_bundles =
+                [this](proto::Envelope::Reader msg) {
+                  if (msg.isCommitBundles()) leases_->ReplayParked();
+                  leases_->Dispatch();
+                },
+            .on_marked_dead = [this] { Shutdown("declared dead by the head"); },
+            .after_first_attempt = [this] { ReportReady(); }});
+  }
+  return absl::OkStatus();
+}
+
+int NodeDaemon::Run() {
+  logging::SetProcessTag("node");
+  if (auto s = Setup(); !s.ok()) {
+    LUMEN_LOG(ERROR) << "node daemon cannot start: " << s;
+    if (options_.ready_fd >= 0) {
+      std::string line = absl::StrCat("error ", s.message(), "\n");
+      if (::write(options_.ready_fd, line.data(), line.size()) < 0) {
+        LUMEN_LOG(ERROR) << "cannot tell the starter: " << std::strerror(errno);
+      }
+    }
+    return 1;
+  }
+  WatchSignals();
+  AcceptLocal();
+  AcceptTcp();
+  ReapIdleWorkersLater();
+  if (options_.parent_fd >= 0) {
+    parent_watch_.emplace(io_, options_.parent_fd);
+    auto buf = std::make_shared<char>();
+    parent_watch_->async_read_some(asio::buffer(buf.get(), 1),
+                                   [this, buf](const boost::system::error_code&, size_t) {
+                                     Shutdown("the driver that started this cluster exited");
+                                   });
+  }
+  if (head_) {
+    head_->Start();  // ready once the head was first tried (after_first_attempt)
+  } else {
+    ReportReady();
+  }
+  LUMEN_LOG(INFO) << "node " << node_id_.Hex().substr(0, 12) << " serving on " << address_
+                  << " with " << leases_->resources().total().ToString();
+  io_.run();
+  return 0;
+}
+
+void NodeDaemon::ReportReady() {
+  if (options_.ready_fd < 0) return;
+  std::string line = absl::StrCat("ready ", address_, "\n");
+  if (::write(options_.ready_fd, line.data(), line.size()) < 0) {
+    LUMEN_LOG(ERROR) << "cannot tell the starter: " << std::strerror(errno);
+  }
+  ::close(options_.ready_fd);
+  options_.ready_fd = -1;
+}
+
+void NodeDaemon::WatchSignals() {
+  signals_.async_wait([this](const boost::system::error_code& ec, int sig) {
+    if (!ec) Shutdown(absl::StrCat("signal ", sig));
+  });
+  WatchChildren();
+}
+
+void NodeDaemon::WatchChildren() {
+  child_signal_.async_wait([this](const boost::system::error_code& ec, int) {
+    if (ec || shutting_down_) return;
+    ReapChildren();
+    WatchChildren();
+  });
+}
+
+void NodeDaemon::AcceptLocal() {
+  acceptor_.async_accept([this](const boost::system::error_code& ec,
+                                asio::local::stream_protocol::socket socket) {
+    if (ec) return;
+    int fd = socket.release();
+    StartClient(Socket(io_, asio::generic::stream_protocol(AF_UNIX, 0), fd));
+    AcceptLocal();
+  });
+}
+
+void NodeDaemon::AcceptTcp() {
+  tcp_acceptor_->async_accept([this](const boost::system::error_code& ec,
+                                     asio::ip::tcp::socket socket) {
+    if (ec) return;
+    StartClient(AdoptTcp(io_, std::move(socket)));
+    AcceptTcp();
+  });
+}
+
+void NodeDaemon::StartClient(Socket socket) {
+  auto conn = clients_.Admit(std::move(socket));
+  if (!conn) return;
+  conn->Start([this](Connection& c, proto::Envelope::Reader m) { OnFrame(c, m); },
+              [this](Connection& c, const absl::Status& why) { OnClose(c, why); });
+}
+
+void NodeDaemon::OnHello(Connection& conn, proto::Hello::Reader hello) {
+  Client& client = ClientRegistry::Info(conn);
+  OutMessage out;
+  auto reply = out.Init().initHelloReply();
+  if (absl::Status s = clients_.CheckHello(hello); !s.ok()) {
+    if (s.code() == absl::StatusCode::kFailedPrecondition) {
+      // Tell the peer why, with one non-blocking send (a fresh socket takes it).
+      reply.setOk(false);
+      reply.setError(std::string(s.message()));
+      std::string frame;
+      AppendFrame(out.builder(), &frame);
+      if (!conn.TrySendNow(frame)) LUMEN_LOG(DEBUG) << "hello refusal not sent to " << conn.peer();
+      conn.Close(absl::FailedPreconditionError("protocol version mismatch"));
+    } else {
+      conn.Close(s);
+    }
+    return;
+  }
+  client.role = hello.getRole();
+  client.job = IdFrom<JobId>(hello.getJobId());
+  client.worker = IdFrom<WorkerId>(hello.getWorkerId());
+  client.is_driver = hello.getIsDriver();
+  if (client.role == proto::Role::REMOTE_OWNER) {
+    if (cluster_.IsEndedJob(client.job)) {
+      conn.Close(absl::FailedPreconditionError("this job has ended"));
+      return;
+    }
+    // A job whose driver runs elsewhere: its workers here run the same binary.
+    bool inserted = false;
+    Job& job = pool_->GetOrAddJob(client.job, &inserted);
+    if (inserted) job.remote = true;
+    if (job.exe_path.empty()) job.exe_path = hello.getExePath().cStr();
+  }
+  if (client.role == proto::Role::WORKER) {
+    if (auto s = pool_->OnWorkerHello(client.worker, conn.id(), hello.getListenAddress().cStr());
+        !s.ok()) {
+      conn.Close(s);
+      return;
+    }
+  } else if (client.role == proto::Role::DRIVER) {
+    bool inserted = false;
+    Job& job = pool_->GetOrAddJob(client.job, &inserted);
+    if (!inserted && job.driver_conn != 0) {
+      conn.Close(absl::AlreadyExistsError("a driver for this job is already connected"));
+      return;
+    }
+    job.exe_path = hello.getExePath().cStr();
+    job.driver_conn = conn.id();
+  }
+  client.hello_done = true;
+  conn.AcceptHello();
+  reply.setOk(true);
+  reply.setNodeId(DataOf(node_id_));
+  reply.setStoreSize(store_->segment().size());
+  reply.setSessionDir(options_.session_dir);
+  reply.setJobId(DataOf(client.job));
+  reply.setNodeHost(options_.host);
+  reply.setNodeAddress(address_);
+  if (client.local()) {
+    // The store's fd travels with the hello reply (SCM_RIGHTS).
+    std::string frame;
+    AppendFrame(out.builder(), &frame);
+    auto s = ClientRegistry::SendWithFdNow(conn, frame, store_->segment().fd());
+    if (!s.ok()) {
+      conn.Close(s);
+      return;
+    }
+  } else {
+    conn.Send(out.builder());
+  }
+  if (client.role == proto::Role::WORKER) {
+    leases_->Dispatch();
+  } else if (client.role == proto::Role::DRIVER) {
+    // Prestart a pool for the new job.
+    pool_->GetOrAddJob(client.job).remote = false;
+    for (int i = 0; i < PoolSize(); ++i) {
+      std::string why;
+      if (!pool_->StartWorker(client.job, &why)) {
+        asio::post(io_, [this, job = client.job, why] {
+          if (pool_->FindJob(job) != nullptr) leases_->FailJobRequests(job, why);
+        });
+      }
+    }
+  }
+}
+
+void NodeDaemon::OnFrame(Connection& conn, proto::Envelope::Reader msg) {
+  Client& client = ClientRegistry::Info(conn);
+  if (!client.hello_done) {
+    if (!msg.isHello()) {
+      conn.Close(absl::PermissionDeniedError("first frame was not a hello"));
+      return;
+    }
+    OnHello(conn, msg.getHello());
+    return;
+  }
+  switch (msg.which()) {
+    case proto::Envelope::REQUEST_LEASE:
+      OnLeaseRequest(conn, msg);
+      return;
+    case proto::Envelope::PULL_OBJECT:
+      OnPull(conn, msg);
+      return;
+    case proto::Envelope::LIST_STATE:
+      lister_.List(conn, msg.getRequestId(), msg.getListState().cStr());
+      return;
+    case proto::Envelope::STATE_ROWS:
+      lister_.OnRows(msg);
+      return;
+    case proto::Envelope::RETURN_LEASE:
+      leases_->ReturnLease(conn.id(), msg.getReturnLease(), /*kill=*/false);
+      return;
+    case proto::Envelope::KILL_LEASE:
+      // The holder lost its connection to the worker: it must not be reused.
+      leases_->ReturnLease(conn.id(), msg.getKillLease(), /*kill=*/true);
+      return;
+    case proto::Envelope::WORKER_BLOCKED:
+      if (client.role == proto::Role::WORKER) leases_->OnWorkerBlocked(client.worker);
+      return;
+    case proto::Envelope::WORKER_UNBLOCKED:
+      if (client.role == proto::Role::WORKER) leases_->OnWorkerUnblocked(client.worker);
+      return;
+    case proto::Envelope::GET_WORKER_EXIT:
+      OnGetWorkerExit(conn, msg);
+      return;
+    case proto::Envelope::GET_NODE_STATS: {
+      OutMessage out;
+      auto env = out.Init();
+      env.setRequestId(msg.getRequestId());
+      FillStats(env.initNodeStats());
+      conn.Send(out.builder());
+      return;
+    }
+    default:
+      OnStoreRequest(conn, msg);
+  }
+}
+
+void NodeDaemon::OnLeaseRequest(Connection& conn, proto::Envelope::Reader msg) {
+  const Client& client = ClientRegistry::Info(conn);
+  auto req = msg.getRequestLease();
+  std::map<std::string, double> wanted = ReadResources(req.getResources());
+  std::map<std::string, double> placement = ReadResources(req.getPlacement());
+  for (const auto& [name, qty] : wanted) placement[name] = std::max(placement[name], qty);
+  auto resources = ResourceSet::FromMap(wanted);
+  auto placement_set = ResourceSet::FromMap(placement);
+  absl::Status valid = !resources.ok() ? resources.status() : placement_set.status();
+  if (valid.ok()) valid = scheduler::GpuAssigner::Validate(placement[std::string(scheduler::kGPU)]);
+  bool can_lease = client.may_lease() && pool_->FindJob(client.job) != nullptr;
+  if (!can_lease || !valid.ok()) {
+    lease_replies_->Refuse(conn.id(), msg.getRequestId(),
+                           !can_lease ? std::string("only a driver or worker of a live job can lease")
+                                      : std::string(valid.message()));
+    return;
+  }
+  LeaseRequest request;
+  request.client = conn.id();
+  request.request_id = msg.getRequestId();
+  request.job = client.job;
+  request.resources = *resources;
+  request.placement = *placement_set;
+  request.placement_map = std::move(placement);
+  request.strategy.kind = static_cast<scheduler::StrategyKind>(req.getStrategy());
+  request.strategy.node_id = Bytes(req.getAffinityNode());
+  request.strategy.soft = req.getAffinitySoft();
+  request.group = Bytes(req.getPlacementGroup());
+  request.bundle_index = req.getBundleIndex();
+  request.grant_or_reject = req.getGrantOrReject();
+  request.detached = req.getDetached();
+  request.name = req.getName().cStr();
+  leases_->Submit(std::move(request));
+}
+
+void NodeDaemon::OnStoreRequest(Connection& conn, proto::Envelope::Reader msg) {
+  const Client& client = ClientRegistry::Info(conn);
+  objectstore::StoreCaller caller{conn.id(), client.job, client.local(), false};
+  if (client.role == proto::Role::WORKER) {
+    // A detached actor's objects belong to no job.
+    Worker* w = pool_->Find(client.worker);
+    caller.detached = w != nullptr && leases_->IsDetached(*w);
+  }
+  auto reply = store_->Handle(caller, msg);
+  if (!reply.ok()) {
+    conn.Close(reply.status());
+    return;
+  }
+  if (!reply->has_value()) return;
+  OutMessage out;
+  objectstore::FillStoreReply(out.Init(), msg.getRequestId(), **reply);
+  conn.Send(out.builder());
+}
+
+void NodeDaemon::OnPull(Connection& conn, proto::Envelope::Reader msg) {
+  auto pull = msg.getPullObject();
+  auto answer = [weak = conn.weak_from_this(), request_id = msg.getRequestId()](
+                    const absl::Status& status) {
+    auto c = weak.lock();
+    if (!c || c->closed()) return;
+    OutMessage out;
+    objectstore::FillStoreReply(out.Init(), request_id, objectstore::StoreReply{status});
+    c->Send(out.builder());
+  };
+  if (!ClientRegistry::Info(conn).local()) {
+    answer(absl::PermissionDeniedError("only local drivers and workers pull objects"));
+    return;
+  }
+  pulls_->Pull(IdFrom<ObjectId>(pull.getObjectId()), Bytes(pull.getNodeId()), pull.getSize(),
+               IdFrom<JobId>(pull.getJobId()), std::move(answer));
+}
+
+void NodeDaemon::OnGetWorkerExit(Connection& conn, proto::Envelope::Reader msg) {
+  const Client& client = ClientRegistry::Info(conn);
+  auto query = msg.getGetWorkerExit();
+  WorkerId id = IdFrom<WorkerId>(query.getWorkerId());
+  auto answer = [this, weak = conn.weak_from_this(), request_id = msg.getRequestId()](
+                    const WorkerExit* exit) {
+    auto c = weak.lock();
+    if (!c || c->closed()) return;
+    OutMessage out;
+    auto env = out.Init();
+    env.setRequestId(request_id);
+    auto info = env.initWorkerExit();
+    info.setNodeId(DataOf(node_id_));
+    info.setKnown(exit != nullptr);
+    info.setExitCode(-1);
+    if (exit != nullptr) {
+      info.setPid(exit->pid);
+      info.setCause(exit->cause);
+      info.setSignal(exit->signal);
+      info.setExitCode(exit->exit_code);
+    }
+    c->Send(out.builder());
+  };
+  if (!client.may_lease()) {
+    answer(nullptr);
+    return;
+  }
+  Worker* w = pool_->Find(id);
+  exits_.Ask(id, client.job, conn.id(), w != nullptr && w->job == client.job,
+             std::chrono::milliseconds(query.getTimeoutMs()), std::move(answer));
+}
+
+void NodeDaemon::OnClusterView(proto::ClusterView::Reader view) {
+  ClusterState::Changes changes = cluster_.Apply(view);
+  for (const std::string& node : changes.died) {
+    // Copies from it will not finish: tell their readers now.
+    pulls_->OnNodeDied(node, absl::StrCat("the only copy was on node ",
+                                          NodeId::FromBinary(node).Hex(), ", which died"));
+    // Work our clients run there is lost (even if its processes still run, the
+    // cluster no longer counts on them): tell them, so they retry it.
+    clients_.ForEachLocalProcess([&](Connection& process) {
+      OutMessage out;
+      out.Init().setMarkNodeDead(DataOfString(node));
+      process.Send(out.builder());
+    });
+  }
+  for (const JobId& job : changes.ended_jobs) EndJob(job);
+  for (const std::string& group : changes.removed_groups) leases_->RemoveGroup(group);
+  leases_->ReplayParked();
+  leases_->Dispatch();
+}
+
+absl::Status NodeDaemon::OnBundles(proto::Envelope::Reader msg) {
+  proto::BundleBatch::Reader batch = msg.isPrepareBundles()  ? msg.getPrepareBundles()
+                                     : msg.isCommitBundles() ? msg.getCommitBundles()
+                                                             : msg.getCancelBundles();
+  std::string group = Bytes(batch.getGroupId());
+  if (msg.isPrepareBundles()) {
+    std::vector<std::pair<int, ResourceSet>> bundles;
+    for (auto b : batch.getBundles()) {
+      auto need = ResourceSet::FromMap(ReadResources(b.getResources()));
+      if (!need.ok()) return need.status();
+      bundles.emplace_back(b.getIndex(), *need);
+    }
+    return leases_->PrepareBundles(group, bundles);
+  }
+  std::vector<int> indices;
+  for (auto b : batch.getBundles()) indices.push_back(b.getIndex());
+  if (msg.isCommitBundles()) return leases_->CommitBundles(group, indices);
+  leases_->CancelBundles(group, indices);
+  return absl::OkStatus();
+}
+
+void NodeDaemon::OnClose(Connection& conn, const absl::Status& why) {
+  uint64_t id = conn.id();
+  Client client = ClientRegistry::Info(conn);
+  if (!why.ok() && why.code() != absl::StatusCode::kUnavailable &&
+      why.code() != absl::StatusCode::kCancelled) {
+    LogRejectedConnection("node daemon", conn.peer(), why);
+  }
+  store_->DisconnectClient(id);
+  clients_.Remove(id);
+  leases_->OnClientClosed(id);
+  Job* job = pool_->FindJob(client.job);
+  if (client.role == proto::Role::DRIVER && job != nullptr && job->driver_conn == id) {
+    // The job is over, here and (through the head) on every node.
+    EndJob(client.job);
+    if (head_) head_->SendJobEnded(client.job);
+  } else if (client.role == proto::Role::REMOTE_OWNER && client.is_driver) {
+    EndJob(client.job);
+  } else if (client.role == proto::Role::WORKER) {
+    pool_->DropFromIdle(client.worker);
+    Worker* w = pool_->Find(client.worker);
+    if (w != nullptr && launcher_->IsAlive(w->pid)) {
+      pool_->Kill(client.worker, "its connection to the node daemon closed");
+    }
+  }
+  leases_->Dispatch();
+}
+
+void NodeDaemon::EndJob(const JobId& job_id) {
+  cluster_.MarkJobEnded(job_id);
+  if (pool_->FindJob(job_id) == nullptr) return;
+  // Its workers and its objects go with it, except detached actors, which keep
+  // the job's entry (its binary) for their own work.
+  auto detached = [this](const Worker& w) { return leases_->IsDetached(w); };
+  pool_->KillJobWorkers(job_id, detached);
+  bool has_detached = false;
+  for (const auto& [wid, w] : pool_->workers()) has_detached |= w.job == job_id && detached(w);
+  if (has_detached) {
+    Job* job = pool_->FindJob(job_id);
+    job->driver_conn = 0;
+    job->idle.clear();
+  } else {
+    pool_->EraseJob(job_id);
+  }
+  store_->EndJob(job_id);
+}
+
+void NodeDaemon::ReapChildren() {
+  for (const ProcessExit& exit : launcher_->Reap()) {
+    std::optional<WorkerPool::Gone> gone = pool_->OnProcessExit(exit);
+    if (!gone) continue;
+    std::string why = gone->exit.cause;
+    exits_.Record(gone->worker.id, gone->exit);
+    leases_->OnWorkerGone(gone->worker, gone->job_start_failed, why);
+    if (Connection* conn = clients_.Find(gone->worker.conn_id)) {
+      conn->Close(absl::CancelledError("worker exited"));
+    }
+    if (!gone->worker.address.empty()) {
+      ::unlink(ParseAddress(gone->worker.address).unix_path.c_str());
+    }
+  }
+  leases_->Dispatch();
+}
+
+void NodeDaemon::ReapIdleWorkersLater() {
+  pool_->ReapIdle();
+  reap_timer_.expires_after(std::min(options_.timeouts.worker_idle_timeout,
+                                     options_.timeouts.worker_reap_period));
+  reap_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec && !shutting_down_) ReapIdleWorkersLater();
+  });
+}
+
+void NodeDaemon::FillStats(proto::NodeStats::Builder stats) {
+  stats.setNodeId(DataOf(node_id_));
+  stats.setAddress(address_);
+  stats.setTransferAddress(transfer_server_ ? transfer_server_->address() : "");
+  stats.setHostAddress(options_.host);
+  std::vector<JobId> drivers;
+  for (const auto& [job_id, job] : pool_->jobs()) {
+    if (!job.remote && job.driver_conn != 0) drivers.push_back(job_id);
+  }
+  auto driver_list = stats.initDrivers(drivers.size());
+  for (size_t d = 0; d < drivers.size(); ++d) driver_list.set(d, DataOf(drivers[d]));
+  char host[256] = {0};
+  ::gethostname(host, sizeof(host) - 1);
+  stats.setHostname(host);
+  stats.setPid(::getpid());
+  stats.setAlive(!shutting_down_);
+  auto total = leases_->resources().total().ToMap();
+  auto available = leases_->resources().available().ToMap();
+  SetResources(stats.initTotal(total.size()), total);
+  SetResources(stats.initAvailable(available.size()), available);
+  auto store = store_->GetStats();
+  stats.setStoreCapacity(store.capacity);
+  stats.setStoreUsed(store.used);
+  stats.setStoreObjects(store.num_objects);
+  stats.setWorkers(pool_->num_workers());
+  stats.setIdleWorkers(pool_->num_idle());
+  stats.setQueuedLeases(leases_->num_queued());
+  stats.setActiveLeases(leases_->num_leases());
+  stats.setSessionDir(options_.session_dir);
+  // Infeasible demand, grouped by what it needs.
+  std::vector<LocalLeaseManager::Demand> demand = leases_->InfeasibleDemand();
+  auto list = stats.initInfeasible(demand.size());
+  for (size_t i = 0; i < demand.size(); ++i) {
+    list[i].setName(demand[i].name);
+    list[i].setCount(demand[i].count);
+    SetResources(list[i].initResources(demand[i].resources.size()), demand[i].resources);
+  }
+}
+
+void NodeDaemon::Shutdown(const std::string& why) {
+  if (shutting_down_) return;
+  shutting_down_ = true;
+  LUMEN_LOG(DEBUG) << "node daemon stopping: " << why;
+  leases_->set_draining(true);
+  if (head_) head_->Leave(node_id_);
+  for (const auto& [wid, w] : pool_->workers()) launcher_->Kill(w.pid);
+  // The loop ends here: waiting for the killed workers keeps their sockets
+  // from outliving the daemon.
+  for (const auto& [wid, w] : pool_->workers()) {
+    WaitForChildExit(w.pid, static_cast<int>(options_.timeouts.worker_kill_wait.count()));
+    if (!w.address.empty()) ::unlink(ParseAddress(w.address).unix_path.c_str());
+  }
+  boost::system::error_code ignored;
+  acceptor_.close(ignored);
+  if (tcp_acceptor_) tcp_acceptor_->close(ignored);
+  pulls_->Stop();
+  transfer_client_.reset();
+  transfer_server_.reset();
+  ::unlink(socket_path_.c_str());
+  if (options_.remove_session_dir) std::filesystem::remove_all(options_.session_dir, ignored);
+  io_.stop();
+}
+
+}  // namespace
+
+void TEST_SetNodeDaemonTesting(const NodeDaemonTesting& testing) {
+  absl::MutexLock lock(&testing_mu);
+  testing_override = testing;
+}
+
+int RunNodeDaemon(const NodeDaemonOptions& options) {
+  NodeDaemonOptions effective = options;
+  {
+    absl::MutexLock lock(&testing_mu);
+    if (testing_override) effective.testing = *testing_override;
+  }
+  NodeDaemon daemon(effective);
+  return daemon.Run();
+}
+
+}  // namespace lumen::node

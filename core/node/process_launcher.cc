@@ -1,0 +1,84 @@
+#include "core/node/process_launcher.h"
+
+#include <signal.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include <fstream>
+#include <iterator>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "lumen/common/head_client.h"
+#include "lumen/common/process.h"
+
+namespace lumen::node {
+
+absl::StatusOr<pid_t> PosixProcessLauncher::Launch(const WorkerLaunch& launch) {
+  SpawnOptions spawn;
+  spawn.executable = launch.executable;
+  spawn.env = {{"LUMEN_ROLE", "worker"},
+               {"LUMEN_NODE_SOCKET", options_.socket_path},
+               {"LUMEN_NODE_HOST", options_.host},
+               {"LUMEN_SESSION_DIR", options_.session_dir},
+               {"LUMEN_WORKER_ID", launch.worker.Hex()},
+               {"LUMEN_JOB_ID", launch.job.Hex()},
+               {"LUMEN_PARENT_FD", ""},
+               {"LUMEN_READY_FD", ""},
+               {"LUMEN_ADDRESS", ""},
+               {"LUMEN_HEAD_ADDRESS", options_.head_address},
+               {"LUMEN_TOKEN", runtime::HeadToken()}};
+  spawn.die_with_parent = true;
+  spawn.oom_score_adj = 500;  // workers go before daemons under memory pressure
+  return SpawnProcess(spawn);
+}
+
+void PosixProcessLauncher::Kill(pid_t pid) { ::kill(pid, SIGKILL); }
+
+bool PosixProcessLauncher::IsExiting(pid_t pid) {
+  // /proc/<pid>/stat: the state after the command name, and the kernel's
+  // PF_EXITING flag.
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t comm_end = stat.rfind(')');
+  if (comm_end == std::string::npos) return true;  // gone
+  std::istringstream fields(stat.substr(comm_end + 1));
+  std::string state;
+  unsigned long ppid = 0, pgrp = 0, session = 0, tpgid = 0, flags = 0;
+  long tty = 0;
+  fields >> state >> ppid >> pgrp >> session >> tty >> tpgid >> flags;
+  constexpr unsigned long kPfExiting = 0x4;
+  return state == "Z" || state == "X" || (flags & kPfExiting) != 0;
+}
+
+bool PosixProcessLauncher::IsAlive(pid_t pid) { return ProcessAlive(pid); }
+
+std::vector<ProcessExit> PosixProcessLauncher::Reap() {
+  std::vector<ProcessExit> exits;
+  while (true) {
+    int status = 0;
+    pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) break;
+    exits.push_back(ProcessExit{pid, status});
+  }
+  return exits;
+}
+
+std::string DescribeExit(int status, const std::string& kill_reason) {
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    if (sig == SIGKILL) {
+      if (!kill_reason.empty()) {
+        return absl::StrCat("killed by SIGKILL from its node daemon (", kill_reason, ")");
+      }
+      return "killed by SIGKILL (possibly the out-of-memory killer)";
+    }
+    const char* abbrev = ::sigabbrev_np(sig);
+    if (abbrev == nullptr) return absl::StrCat("killed by signal ", sig);
+    return absl::StrCat("killed by signal ", sig, " (SIG", abbrev, ")");
+  }
+  if (WIFEXITED(status)) return absl::StrCat("exited with code ", WEXITSTATUS(status));
+  return absl::StrCat("ended with wait status ", status);
+}
+
+}  // namespace lumen::node

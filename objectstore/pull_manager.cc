@@ -1,0 +1,78 @@
+#include "lumen/objectstore/pull_manager.h"
+
+#include "lumen/common/logging.h"
+
+namespace lumen::objectstore {
+
+PullManager::PullManager(StoreServer& store, TransferClient& transfer, SourceLookup lookup)
+    : store_(store), transfer_(transfer), lookup_(std::move(lookup)) {}
+
+void PullManager::AnswerAll(std::vector<Answer>& readers, const absl::Status& status) {
+  // Readers learn "unavailable" for every failed copy, with its cause.
+  absl::Status answer =
+      status.ok() ? status : absl::UnavailableError(std::string(status.message()));
+  for (auto& reader : readers) reader(answer);
+  readers.clear();
+}
+
+void PullManager::Pull(const ObjectId& id, const std::string& source_node, uint64_t size,
+                       const JobId& job, Answer answer) {
+  io_thread_.Check("PullManager");
+  auto pending = pulls_.find(id);
+  if (pending != pulls_.end()) {
+    if (!pending->second.answered) {
+      pending->second.readers.push_back(std::move(answer));
+    } else {
+      answer(absl::UnavailableError("its source node died during the copy"));
+    }
+    return;
+  }
+  if (store_.IsSealed(id)) {
+    answer(absl::OkStatus());
+    return;
+  }
+  auto source = lookup_(source_node);
+  if (!source.ok()) {
+    answer(source.status());
+    return;
+  }
+  auto dest = store_.BeginPullIn(id, size, job);
+  if (!dest.ok()) {
+    answer(dest.status());
+    return;
+  }
+  InFlight& entry = pulls_[id];
+  entry.source = source_node;
+  entry.readers.push_back(std::move(answer));
+  transfer_.Pull(*source, id, size, *dest,
+                 [this, id](absl::Status status) { Finish(id, std::move(status)); });
+}
+
+void PullManager::OnNodeDied(const std::string& node, const std::string& why) {
+  io_thread_.Check("PullManager");
+  for (auto& [object, pull] : pulls_) {
+    if (pull.source != node || pull.answered) continue;
+    pull.answered = true;
+    AnswerAll(pull.readers, absl::UnavailableError(why));
+  }
+}
+
+void PullManager::Finish(const ObjectId& id, absl::Status status) {
+  if (stopped_) return;
+  io_thread_.Check("PullManager");
+  auto it = pulls_.find(id);
+  if (it == pulls_.end()) return;
+  if (status.ok() && !it->second.answered) {
+    status = store_.SealPulledIn(id);
+  } else {
+    // Its memory is free again only now that nothing writes into it.
+    store_.AbortPulledIn(id);
+    if (!status.ok()) LUMEN_LOG(WARNING) << "pulling object " << id.Hex() << " failed: " << status;
+    if (status.ok()) status = absl::UnavailableError("its source node died during the copy");
+  }
+  std::vector<Answer> readers = std::move(it->second.readers);
+  pulls_.erase(it);
+  AnswerAll(readers, status);
+}
+
+}  // namespace lumen::objectstore

@@ -1,0 +1,441 @@
+// Deterministic tests of the node daemon's local lease manager and worker pool:
+// a fake process launcher (no processes), fake lease clients that record every
+// answer, a manual clock, and posted tasks run only when the test says so.
+#include "core/node/local_lease_manager.h"
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <capnp/message.h>
+#include <catch2/catch.hpp>
+
+#include "core/node/cluster_state.h"
+#include "core/node/process_launcher.h"
+#include "core/node/worker_pool.h"
+#include "lumen/common/proto_util.h"
+
+namespace lumen::node {
+namespace {
+
+using scheduler::ResourceSet;
+
+ResourceSet Make(const std::map<std::string, double>& m) {
+  auto set = ResourceSet::FromMap(m);
+  REQUIRE(set.ok());
+  return *set;
+}
+
+// Starts nothing: records launches and kills; exits are scripted by the test.
+class FakeLauncher : public ProcessLauncher {
+ public:
+  absl::StatusOr<pid_t> Launch(const WorkerLaunch& launch) override {
+    if (fail) return absl::InternalError("exec failed");
+    launched.push_back(launch);
+    return next_pid++;
+  }
+  void Kill(pid_t pid) override { killed.insert(pid); }
+  bool IsExiting(pid_t) override { return false; }
+  bool IsAlive(pid_t pid) override { return !killed.contains(pid); }
+  std::vector<ProcessExit> Reap() override { return std::exchange(exits, {}); }
+
+  bool fail = false;
+  pid_t next_pid = 1000;
+  std::vector<WorkerLaunch> launched;
+  std::set<pid_t> killed;
+  std::vector<ProcessExit> exits;
+};
+
+// Records what the lease manager answers, per client.
+class FakeClients : public LeaseClients {
+ public:
+  struct Answer {
+    std::string kind;  // "grant", "refuse", "spill", "retry", "waiting"
+    uint64_t request_id = 0;
+    std::string detail;
+    LeaseGrant grant;
+  };
+  bool IsConnected(ClientId client) override { return !closed.contains(client); }
+  void Grant(ClientId client, uint64_t request_id, const LeaseGrant& grant) override {
+    answers[client].push_back({"grant", request_id, "", grant});
+  }
+  void Refuse(ClientId client, uint64_t request_id, const std::string& why) override {
+    answers[client].push_back({"refuse", request_id, why, {}});
+  }
+  void Spillback(ClientId client, uint64_t request_id, const std::string& node) override {
+    answers[client].push_back({"spill", request_id, node, {}});
+  }
+  void Retry(ClientId client, uint64_t request_id) override {
+    answers[client].push_back({"retry", request_id, "", {}});
+  }
+  void Waiting(ClientId client, uint64_t request_id, const std::string& why) override {
+    answers[client].push_back({"waiting", request_id, why, {}});
+  }
+  void Reclaim(ClientId holder) override { ++reclaims[holder]; }
+
+  std::vector<Answer> Grants(ClientId client) {
+    std::vector<Answer> out;
+    for (const auto& a : answers[client]) {
+      if (a.kind == "grant") out.push_back(a);
+    }
+    return out;
+  }
+
+  std::set<ClientId> closed;
+  std::map<ClientId, std::vector<Answer>> answers;
+  std::map<ClientId, int> reclaims;
+};
+
+// One node with `cpus` CPUs, one job, no prestarted workers.
+struct Node {
+  explicit Node(double cpus, size_t max_queued = 100)
+      : pool(WorkerPoolOptions{.launcher = &launcher,
+                               .pool_size = 0,
+                               .idle_timeout = std::chrono::milliseconds(1000),
+                               .now = [this] { return now; }}),
+        leases(LocalLeaseManagerOptions{
+            .total = Make({{"CPU", cpus}}),
+            .pool = &pool,
+            .clients = &clients,
+            .cluster = &cluster,
+            .max_queued_per_client = max_queued,
+            .post = [this](std::function<void()> task) { posted.push_back(std::move(task)); }}) {
+    cluster.view().Upsert("local", {Make({{"CPU", cpus}}), Make({{"CPU", cpus}}), true});
+    pool.GetOrAddJob(job).exe_path = "/bin/driver";
+  }
+
+  void Submit(ClientId client, uint64_t request_id, double cpus) {
+    LeaseRequest request;
+    request.client = client;
+    request.request_id = request_id;
+    request.job = job;
+    request.resources = Make({{"CPU", cpus}});
+    request.placement = request.resources;
+    request.placement_map = {{"CPU", cpus}};
+    request.name = "task";
+    leases.Submit(std::move(request));
+  }
+
+  // Every launched worker connects and says hello; the manager dispatches.
+  void WorkersConnect() {
+    for (const auto& launch : launcher.launched) {
+      if (helloed.insert(launch.worker).second) {
+        REQUIRE(pool.OnWorkerHello(launch.worker, next_conn++, "/tmp/w.sock").ok());
+      }
+    }
+    leases.Dispatch();
+  }
+
+  void RunPosted() {
+    auto tasks = std::exchange(posted, {});
+    for (auto& task : tasks) task();
+  }
+
+  double FreeCpu() { return leases.resources().available().Get("CPU"); }
+
+  std::chrono::steady_clock::time_point now{};
+  FakeLauncher launcher;
+  FakeClients clients;
+  ClusterState cluster{"local"};
+  JobId job = JobId::FromBinary(std::string(JobId::kSize, '\x01'));
+  WorkerPool pool;
+  LocalLeaseManager leases;
+  std::vector<std::function<void()>> posted;
+  std::set<WorkerId> helloed;
+  uint64_t next_conn = 500;
+};
+
+TEST_CASE("a lease is granted once a worker of the job connects") {
+  // Invariant: a grant names a worker of the requester's job that said hello,
+  // and takes the lease's CPU from the node.
+  Node node(2);
+  node.Submit(/*client=*/1, /*request_id=*/7, 1);
+  REQUIRE(node.launcher.launched.size() == 1);
+  CHECK(node.clients.Grants(1).empty());  // no worker yet
+  node.WorkersConnect();
+  auto grants = node.clients.Grants(1);
+  REQUIRE(grants.size() == 1);
+  CHECK(grants[0].request_id == 7);
+  CHECK(grants[0].grant.worker == node.launcher.launched[0].worker);
+  CHECK(node.FreeCpu() == 1);
+  CHECK(node.leases.num_leases() == 1);
+  CHECK(node.leases.num_queued() == 0);
+}
+
+TEST_CASE("requests beyond the free CPUs queue until a lease is returned") {
+  // Invariant: granted leases never hold more CPU than the node has; a queued
+  // request is granted when a lease comes back, and its holder is asked to
+  // give back idle leases while others wait.
+  Node node(2);
+  node.Submit(1, 1, 1);
+  node.Submit(1, 2, 1);
+  node.Submit(2, 3, 1);
+  node.WorkersConnect();
+  REQUIRE(node.clients.Grants(1).size() == 2);
+  CHECK(node.clients.Grants(2).empty());
+  CHECK(node.FreeCpu() == 0);
+  CHECK(node.leases.num_queued() == 1);
+  CHECK(node.clients.reclaims[1] == 1);  // asked once, not per pass
+
+  uint64_t first = node.clients.Grants(1)[0].grant.lease_id;
+  node.leases.ReturnLease(/*holder=*/1, first, /*kill=*/false);
+  node.WorkersConnect();
+  REQUIRE(node.clients.Grants(2).size() == 1);
+  CHECK(node.FreeCpu() == 0);
+  CHECK(node.leases.num_queued() == 0);
+  // A returned lease's worker is reused, not killed.
+  CHECK(node.launcher.killed.empty());
+}
+
+TEST_CASE("a lease returned by someone other than its holder is ignored") {
+  // Invariant: only the holder ends a lease.
+  Node node(1);
+  node.Submit(1, 1, 1);
+  node.WorkersConnect();
+  uint64_t lease = node.clients.Grants(1).at(0).grant.lease_id;
+  node.leases.ReturnLease(/*holder=*/2, lease, /*kill=*/true);
+  CHECK(node.leases.num_leases() == 1);
+  CHECK(node.launcher.killed.empty());
+}
+
+TEST_CASE("a worker blocked in Get lends its CPU back until it unblocks") {
+  // Invariant: while a leased worker is blocked its CPU is free for others (so
+  // its children can run); on unblock it takes the CPU back only if free, and
+  // a lease that ran oversubscribed gives back no CPU when it ends, so the
+  // node's free CPU never exceeds its total.
+  Node node(1);
+  node.Submit(1, 1, 1);
+  node.WorkersConnect();
+  LeaseGrant parent = node.clients.Grants(1).at(0).grant;
+  node.Submit(2, 2, 1);  // the parent's child task
+  node.WorkersConnect();
+  CHECK(node.clients.Grants(2).empty());
+
+  node.leases.OnWorkerBlocked(parent.worker);
+  node.WorkersConnect();
+  REQUIRE(node.clients.Grants(2).size() == 1);
+  LeaseGrant child = node.clients.Grants(2)[0].grant;
+  CHECK(node.FreeCpu() == 0);
+
+  node.leases.OnWorkerBlocked(parent.worker);  // a repeat changes nothing
+  CHECK(node.FreeCpu() == 0);
+  node.leases.OnWorkerUnblocked(parent.worker);  // its CPU is taken: oversubscribed
+  CHECK(node.FreeCpu() == 0);
+  node.leases.ReturnLease(1, parent.lease_id, false);
+  CHECK(node.FreeCpu() == 0);  // the parent's CPU was the child's
+  node.leases.ReturnLease(2, child.lease_id, false);
+  CHECK(node.FreeCpu() == 1);
+}
+
+TEST_CASE("unblocking takes the CPU back when it is free") {
+  // Invariant: a blocked-then-unblocked lease with its CPU back returns it once.
+  Node node(1);
+  node.Submit(1, 1, 1);
+  node.WorkersConnect();
+  LeaseGrant lease = node.clients.Grants(1).at(0).grant;
+  node.leases.OnWorkerBlocked(lease.worker);
+  CHECK(node.FreeCpu() == 1);
+  node.leases.OnWorkerUnblocked(lease.worker);
+  CHECK(node.FreeCpu() == 0);
+  node.leases.ReturnLease(1, lease.lease_id, false);
+  CHECK(node.FreeCpu() == 1);
+}
+
+TEST_CASE("a client that disconnects with queued leases frees its slots and its leases") {
+  // Invariant: a client's queued requests count against its cap until they
+  // leave the queue; when it disconnects, its queued requests are dropped
+  // (never granted later), its leases end and their workers are killed (they
+  // may still run its tasks), and the CPU goes to the next client.
+  Node node(1, /*max_queued=*/2);
+  node.Submit(1, 1, 1);
+  node.WorkersConnect();
+  LeaseGrant held = node.clients.Grants(1).at(0).grant;
+  node.Submit(1, 2, 1);
+  node.Submit(1, 3, 1);
+  CHECK(node.leases.queued_of(1) == 2);
+  node.Submit(1, 4, 1);  // over the cap
+  REQUIRE(node.clients.answers[1].back().kind == "refuse");
+  CHECK(node.clients.answers[1].back().detail.find("LUMEN_MAX_QUEUED_LEASES_PER_CLIENT") !=
+        std::string::npos);
+  node.Submit(2, 5, 1);  // another client waits too
+
+  node.clients.closed.insert(1);
+  node.leases.OnClientClosed(1);
+  node.leases.Dispatch();
+  CHECK(node.leases.queued_of(1) == 0);
+  CHECK(node.launcher.killed == std::set<pid_t>{held.worker_pid});
+  CHECK(node.FreeCpu() == 1);
+  // The killed worker is no longer idle: the other client gets a fresh one.
+  node.WorkersConnect();
+  REQUIRE(node.clients.Grants(2).size() == 1);
+  CHECK(node.clients.Grants(2)[0].grant.worker != held.worker);
+  CHECK(node.clients.Grants(1).size() == 1);  // nothing more for the gone client
+  CHECK(node.leases.num_queued() == 0);
+}
+
+TEST_CASE("a detached actor's lease outlives its holder") {
+  // Invariant: a detached lease is orphaned, not ended, when its holder leaves.
+  Node node(1);
+  LeaseRequest request;
+  request.client = 1;
+  request.request_id = 1;
+  request.job = node.job;
+  request.resources = Make({{"CPU", 1}});
+  request.placement = request.resources;
+  request.detached = true;
+  node.leases.Submit(std::move(request));
+  node.WorkersConnect();
+  LeaseGrant lease = node.clients.Grants(1).at(0).grant;
+  node.clients.closed.insert(1);
+  node.leases.OnClientClosed(1);
+  CHECK(node.leases.num_leases() == 1);
+  CHECK(node.launcher.killed.empty());
+  CHECK(node.leases.IsDetached(*node.pool.Find(lease.worker)));
+}
+
+TEST_CASE("a worker that dies frees its lease's resources") {
+  // Invariant: a reaped leased worker's CPU goes back to the node.
+  Node node(1);
+  node.Submit(1, 1, 1);
+  node.WorkersConnect();
+  LeaseGrant lease = node.clients.Grants(1).at(0).grant;
+  auto gone = node.pool.OnProcessExit({lease.worker_pid, /*wait_status=*/9});
+  REQUIRE(gone.has_value());
+  CHECK(gone->exit.cause == "killed by SIGKILL (possibly the out-of-memory killer)");
+  CHECK(gone->exit.signal == 9);
+  node.leases.OnWorkerGone(gone->worker, gone->job_start_failed, gone->exit.cause);
+  CHECK(node.leases.num_leases() == 0);
+  CHECK(node.FreeCpu() == 1);
+}
+
+TEST_CASE("workers that keep failing to start fail the job's requests") {
+  // Invariant: after WorkerPool::kMaxFailedStarts launch failures in a row the
+  // job's queued requests are refused (posted, outside the dispatch pass), with
+  // a message that names the likely cause.
+  Node node(1);
+  node.launcher.fail = true;
+  node.Submit(1, 1, 1);
+  for (int i = 1; i < WorkerPool::kMaxFailedStarts; ++i) node.leases.Dispatch();
+  CHECK(node.clients.answers[1].empty());
+  REQUIRE(node.posted.size() == 1);
+  node.RunPosted();
+  REQUIRE(node.clients.answers[1].size() == 1);
+  CHECK(node.clients.answers[1][0].kind == "refuse");
+  CHECK(node.clients.answers[1][0].detail.find("lumen::Init") != std::string::npos);
+  CHECK(node.leases.num_queued() == 0);
+}
+
+TEST_CASE("surplus idle workers exit after the idle timeout, longest idle first") {
+  // Invariant: the pool keeps pool_size idle workers per job; others are
+  // killed only once idle for the whole idle timeout (manual clock).
+  Node node(2);
+  node.Submit(1, 1, 1);
+  node.Submit(1, 2, 1);
+  node.WorkersConnect();
+  for (const auto& g : node.clients.Grants(1)) node.leases.ReturnLease(1, g.grant.lease_id, false);
+  CHECK(node.pool.num_idle() == 2);
+  node.now += std::chrono::milliseconds(999);
+  node.pool.ReapIdle();
+  CHECK(node.launcher.killed.empty());
+  node.now += std::chrono::milliseconds(1);
+  node.pool.ReapIdle();
+  CHECK(node.launcher.killed.size() == 2);
+  CHECK(node.pool.num_idle() == 0);
+}
+
+TEST_CASE("placement-group bundles are reserved all or none") {
+  // Invariant: a prepare that cannot reserve every bundle leaves the node's
+  // resources as they were; a committed bundle serves its group's leases only.
+  Node node(2);
+  auto status = node.leases.PrepareBundles("g", {{0, Make({{"CPU", 1}})}, {1, Make({{"CPU", 2}})}});
+  CHECK(status.code() == absl::StatusCode::kResourceExhausted);
+  CHECK(node.FreeCpu() == 2);
+  REQUIRE(node.leases.PrepareBundles("g", {{0, Make({{"CPU", 1}})}}).ok());
+  CHECK(node.FreeCpu() == 1);
+  REQUIRE(node.leases.CommitBundles("g", {0}).ok());
+  LeaseRequest request;
+  request.client = 1;
+  request.request_id = 1;
+  request.job = node.job;
+  request.resources = Make({{"CPU", 1}});
+  request.placement = request.resources;
+  request.group = "g";
+  node.leases.Submit(std::move(request));
+  node.WorkersConnect();
+  REQUIRE(node.clients.Grants(1).size() == 1);
+  CHECK(node.FreeCpu() == 1);  // from the bundle, not the node
+  node.leases.RemoveGroup("g");
+  CHECK(node.FreeCpu() == 2);
+  CHECK(node.leases.num_leases() == 0);
+  CHECK(node.launcher.killed.size() == 1);  // what ran in it ends
+}
+
+// A cluster view from the head naming one other node, "far".
+void ApplyView(ClusterState& cluster, double far_cpus, bool far_alive) {
+  capnp::MallocMessageBuilder message;
+  auto view = message.initRoot<proto::ClusterView>();
+  auto nodes = view.initNodes(1);
+  std::string far = "far";
+  nodes[0].setNodeId(capnp::Data::Reader(reinterpret_cast<const uint8_t*>(far.data()), far.size()));
+  nodes[0].setAddress("10.0.0.2:7000");
+  nodes[0].setAlive(far_alive);
+  std::map<std::string, double> cpus{{"CPU", far_cpus}};
+  SetResources(nodes[0].initTotal(1), cpus);
+  SetResources(nodes[0].initAvailable(1), cpus);
+  cluster.Apply(view.asReader());
+}
+
+TEST_CASE("an infeasible request waits parked and spills once a node that fits joins") {
+  // Invariant: a request no node can run is answered "waiting" once, counted
+  // as infeasible demand and against its client's cap, and routed again when
+  // the cluster changes (here: spilled to the new node that fits it).
+  Node node(1);
+  node.Submit(1, 9, 4);
+  REQUIRE(node.clients.answers[1].size() == 1);
+  CHECK(node.clients.answers[1][0].kind == "waiting");
+  CHECK(node.leases.queued_of(1) == 1);
+  auto demand = node.leases.InfeasibleDemand();
+  REQUIRE(demand.size() == 1);
+  CHECK(demand[0].count == 1);
+
+  node.leases.ReplayParked();  // nothing changed: still parked, not re-announced
+  CHECK(node.clients.answers[1].size() == 1);
+  CHECK(node.leases.queued_of(1) == 1);
+
+  ApplyView(node.cluster, 8, true);
+  node.leases.ReplayParked();
+  REQUIRE(node.clients.answers[1].size() == 2);
+  CHECK(node.clients.answers[1][1].kind == "spill");
+  CHECK(node.clients.answers[1][1].detail == "far");
+  CHECK(node.leases.queued_of(1) == 0);
+  CHECK(node.leases.num_queued() == 0);
+}
+
+TEST_CASE("the cluster state reports a node's death once and bounds what it remembers") {
+  // Invariant: a node is reported dead on its alive -> dead transition only;
+  // ended jobs are remembered up to kRememberedIds, oldest forgotten first.
+  ClusterState cluster("local");
+  ApplyView(cluster, 2, true);
+  capnp::MallocMessageBuilder message;
+  auto view = message.initRoot<proto::ClusterView>();
+  auto nodes = view.initNodes(1);
+  std::string far = "far";
+  nodes[0].setNodeId(capnp::Data::Reader(reinterpret_cast<const uint8_t*>(far.data()), far.size()));
+  nodes[0].setAlive(false);
+  auto changes = cluster.Apply(view.asReader());
+  CHECK(changes.died == std::vector<std::string>{"far"});
+  CHECK(cluster.Apply(view.asReader()).died.empty());
+
+  RecentSet<int> recent(3);
+  for (int i = 0; i < 5; ++i) CHECK(recent.Insert(i));
+  CHECK_FALSE(recent.Insert(4));
+  CHECK(recent.size() == 3);
+  CHECK_FALSE(recent.Contains(1));
+  CHECK(recent.Contains(2));
+}
+
+}  // namespace
+}  // namespace lumen::node
