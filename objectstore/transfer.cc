@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "lumen/common/connection.h"
 #include "lumen/common/logging.h"
+#include "lumen/common/post.h"
 
 namespace lumen::objectstore {
 
@@ -527,7 +528,7 @@ class TransferClient::Conn : public std::enable_shared_from_this<Conn> {
   void Finish(PullOp& pull, absl::Status status) {
     if (pull.finished) return;
     pull.finished = true;
-    asio::post(io_, [done = std::move(pull.done), status = std::move(status)]() mutable {
+    lumen::Post(io_, "transfer.pull_done", [done = std::move(pull.done), status = std::move(status)]() mutable {
       done(std::move(status));
     });
   }
@@ -673,7 +674,7 @@ void TransferClient::Pull(const std::string& address, const ObjectId& id, uint64
   if (it == conns_.end()) {
     std::string host, port;
     if (!SplitAddress(address, &host, &port)) {
-      asio::post(io_, [done = std::move(done), address]() {
+      lumen::Post(io_, "transfer.bad_address", [done = std::move(done), address]() {
         done(absl::InvalidArgumentError(
             absl::StrCat("bad transfer server address \"", address, "\" (want host:port)")));
       });

@@ -18,6 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "lumen/common/logging.h"
+#include "lumen/common/post.h"
 
 namespace lumen {
 namespace {
@@ -378,7 +379,7 @@ void Connection::CheckSendQueue() {
     DisarmStallTimer();
     // Frames already buffered first, then more from the socket (posted: this may
     // run inside a write completion or a Send from a frame handler).
-    boost::asio::post(socket_.get_executor(), [self = shared_from_this()] {
+    lumen::Post(socket_.get_executor(), "connection.resume_reading", [self = shared_from_this()] {
       if (!self->closed_ && !self->reading_paused_) self->ProcessFrames();
     });
   } else if (!reading_paused_ && stall_armed_) {

@@ -29,6 +29,7 @@
 #include "lumen/common/logging.h"
 #include "lumen/common/proto_util.h"
 #include "lumen/common/thread_checker.h"
+#include "lumen/common/post.h"
 
 namespace lumen::head {
 namespace {
@@ -313,7 +314,7 @@ void HeadService::OnClose(Connection& conn, const absl::Status& why) {
   if (it == conns_.end()) return;
   std::shared_ptr<Connection> keep = std::move(it->second);
   conns_.erase(it);
-  asio::post(io_, [keep] {});
+  lumen::Post(io_, "head.release_closed_connection", [keep] {});
 }
 
 }  // namespace

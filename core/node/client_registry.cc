@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "lumen/common/head_client.h"
+#include "lumen/common/post.h"
 
 namespace lumen::node {
 
@@ -83,7 +84,7 @@ void ClientRegistry::Remove(uint64_t id) {
   io_thread_.Check("ClientRegistry");
   auto it = clients_.find(id);
   if (it == clients_.end()) return;
-  boost::asio::post(io_, [keep = std::move(it->second)] {});
+  lumen::Post(io_, "node.release_closed_client", [keep = std::move(it->second)] {});
   clients_.erase(it);
 }
 

@@ -36,6 +36,7 @@
 #include "lumen/common/logging.h"
 #include "lumen/common/process.h"
 #include "lumen/common/proto_util.h"
+#include "lumen/common/post.h"
 #include "lumen/objectstore/pull_manager.h"
 #include "lumen/objectstore/store_server.h"
 #include "lumen/objectstore/transfer.h"
@@ -172,7 +173,9 @@ absl::Status NodeDaemon::Setup() {
       .clients = lease_replies_.get(),
       .cluster = &cluster_,
       .max_queued_per_client = MaxQueuedLeasesPerClient(),
-      .post = [this](std::function<void()> task) { asio::post(io_, std::move(task)); },
+      .post = [this](std::function<void()> task) {
+        lumen::Post(io_, "node.lease_manager_task", std::move(task));
+      },
       .testing_refuse_prepares = options_.testing.refuse_prepares});
 
   // Other nodes pull copies of our objects through the transfer server.
@@ -375,7 +378,7 @@ void NodeDaemon::OnHello(Connection& conn, proto::Hello::Reader hello) {
     for (int i = 0; i < PoolSize(); ++i) {
       std::string why;
       if (!pool_->StartWorker(client.job, &why)) {
-        asio::post(io_, [this, job = client.job, why] {
+        lumen::Post(io_, "node.fail_job_leases", [this, job = client.job, why] {
           if (pool_->FindJob(job) != nullptr) leases_->FailJobRequests(job, why);
         });
       }

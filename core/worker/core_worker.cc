@@ -21,6 +21,7 @@
 #include "lumen/common/logging.h"
 #include "lumen/common/process.h"
 #include "lumen/common/proto_util.h"
+#include "lumen/common/post.h"
 #include "lumen/errors.h"
 #include "lumen/objectstore/fd_passing.h"
 #include "lumen/objectstore/object_table.h"
@@ -285,7 +286,7 @@ void CoreWorker::Stop() {
     absl::MutexLock lock(&post_mu_);
     accepting_posts_ = false;
     posted = io_thread_.joinable();
-    if (posted) boost::asio::post(io_, shutdown);
+    if (posted) lumen::Post(io_, "worker.shutdown", shutdown);
   }
   if (posted) io_thread_.join();
   ::unlink(unix_path_.c_str());

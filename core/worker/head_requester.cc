@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "lumen/common/address.h"
 #include "lumen/common/head_client.h"
+#include "lumen/common/post.h"
 
 namespace lumen::runtime {
 
@@ -106,7 +107,7 @@ void HeadRequester::Finish(uint64_t id, absl::StatusOr<proto::Envelope::Reader> 
   done(std::move(reply));
   if (p->conn) p->conn->Close(absl::CancelledError("head request done"));
   // Its handlers may still be on the stack (a reply, a close): free it later.
-  boost::asio::post(io_, [p] {});
+  lumen::Post(io_, "worker.release_head_request", [p] {});
   if (pending_.empty()) {
     auto waiters = std::move(idle_waiters_);
     idle_waiters_.clear();

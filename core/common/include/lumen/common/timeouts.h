@@ -18,6 +18,9 @@ struct Timeouts {
   ms send_stall_timeout{30000};   // LUMEN_SEND_STALL_TIMEOUT_MS: a peer that reads nothing
   ms connect_timeout{5000};       // LUMEN_CONNECT_TIMEOUT_MS: a TCP or Unix connect
   ms head_call_timeout{5000};     // LUMEN_HEAD_CALL_TIMEOUT_MS: a request to the head
+  // LUMEN_SLOW_HANDLER_WARNING_MS: a posted handler (lumen::Post) holding its
+  // event loop longer than this is logged by name.
+  ms slow_handler_warning{100};
 
   // --- head ---
   ms health_check_period{500};      // LUMEN_HEALTH_CHECK_PERIOD_MS

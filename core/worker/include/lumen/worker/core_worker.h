@@ -41,6 +41,7 @@
 #include "lumen/common/ids.h"
 #include "lumen/common/thread_checker.h"
 #include "lumen/common/timeouts.h"
+#include "lumen/common/post.h"
 #include "lumen/internal/runtime.h"
 #include "lumen/objectstore/shm_segment.h"
 
@@ -202,7 +203,7 @@ class CoreWorker {
   // stopping: never run then, it is destroyed with the io context.
   template <class T>
   void ReleaseLater(std::shared_ptr<T> keep) {
-    boost::asio::post(io_, [keep = std::move(keep)] {});
+    lumen::Post(io_, "worker.release_later", [keep = std::move(keep)] {});
   }
   // Large argument values go to the store (submitted tasks, actor creation).
   void MoveLargeArgumentsToStore(std::vector<internal::TaskArgument>& args);
