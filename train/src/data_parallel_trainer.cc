@@ -84,13 +84,13 @@ std::optional<std::string> Supervise(internal::WorkerGroup& group, const std::st
 DataParallelTrainer::DataParallelTrainer(TrainLoop loop, TrainLoopConfig config,
                                          ScalingConfig scaling, RunConfig run,
                                          std::map<std::string, Dataset> datasets)
-    : loop_name_(lumen::internal::FunctionName(lumen::internal::PointerKey(loop))),
+    : loop_name_(internal::TrainLoopName(loop)),
       config_(std::move(config)),
       scaling_(std::move(scaling)),
       run_(std::move(run)),
       datasets_(std::move(datasets)) {
   if (loop_name_.empty()) {
-    throw Error("DataParallelTrainer: the train loop is not registered; add it to LUMEN_REMOTE(...)");
+    throw Error("DataParallelTrainer: the train loop is not registered; add LUMEN_TRAIN_LOOP(loop) at namespace scope");
   }
   if (scaling_.num_workers < 1) throw Error("DataParallelTrainer: num_workers must be >= 1");
 }

@@ -1,7 +1,4 @@
 // TrainContext: accessors over the worker's session; the session table.
-#include <mutex>
-#include <unordered_map>
-
 #include "lumen/train/train_context.h"
 #include "worker_session.h"
 
@@ -43,44 +40,4 @@ std::optional<Checkpoint> TrainContext::GetCheckpoint() const {
 }
 std::string TrainContext::NewCheckpointDir() { return session().NewCheckpointDir(); }
 
-namespace internal {
-namespace {
-struct SessionTable {
-  std::mutex mu;
-  uint64_t next_id = 1;                                                 // guarded by mu
-  std::unordered_map<uint64_t, std::shared_ptr<WorkerSession>> live;  // guarded by mu
-};
-SessionTable& Table() {
-  static SessionTable* table = new SessionTable;  // never destroyed: used until exit
-  return *table;
-}
-}  // namespace
-
-uint64_t RegisterSession(std::shared_ptr<WorkerSession> session) {
-  SessionTable& t = Table();
-  std::lock_guard<std::mutex> lock(t.mu);
-  uint64_t id = t.next_id++;
-  t.live[id] = std::move(session);
-  return id;
-}
-void UnregisterSession(uint64_t id) {
-  SessionTable& t = Table();
-  std::lock_guard<std::mutex> lock(t.mu);
-  t.live.erase(id);
-}
-std::shared_ptr<WorkerSession> FindSession(uint64_t id) {
-  SessionTable& t = Table();
-  std::lock_guard<std::mutex> lock(t.mu);
-  auto it = t.live.find(id);
-  return it == t.live.end() ? nullptr : it->second;
-}
-uint64_t SessionId(const TrainContext& ctx) {
-  SessionTable& t = Table();
-  std::lock_guard<std::mutex> lock(t.mu);
-  for (const auto& [id, s] : t.live) {
-    if (s.get() == &ctx.session()) return id;
-  }
-  throw Error("this TrainContext's worker session has ended");
-}
-}  // namespace internal
 }  // namespace lumen::train

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include "lumen/train/trainer.h"
 #include "worker_session.h"
 
 namespace lumen::train::internal {
@@ -11,25 +12,16 @@ TrainWorker* TrainWorker::Create(WorkerSetup setup) { return new TrainWorker(std
 int TrainWorker::Pid() { return static_cast<int>(::getpid()); }
 
 int TrainWorker::Run(std::string loop_name) {
-  const lumen::internal::RemoteFunction* loop = lumen::internal::FindRemoteFunction(loop_name);
-  if (loop == nullptr || loop->kind != lumen::internal::RemoteFunction::Kind::kFunction) {
-    throw Error("train loop \"" + loop_name + "\" is not registered in the worker");
-  }
+  TrainLoop loop = FindTrainLoop(loop_name);
+  if (loop == nullptr) throw Error("train loop \"" + loop_name + "\" is not registered in the worker");
   auto session = std::make_shared<WorkerSession>(setup_);
-  const uint64_t id = RegisterSession(session);
-  struct Cleanup {
-    WorkerSession& session;
-    uint64_t id;
-    ~Cleanup() {
-      session.LeaveGroup();
-      UnregisterSession(id);
-    }
-  } cleanup{*session, id};
   session->JoinGroup();
-  // The loop takes its TrainContext as a registered function takes any
-  // argument: decoded from bytes (the session's number, see Codec<TrainContext>).
-  std::string encoded = codec::EncodeValue(TrainContext(session));
-  loop->invoke({lumen::internal::ObjectBytes{encoded, nullptr}});
+  struct LeaveAtExit {
+    WorkerSession& session;
+    ~LeaveAtExit() { session.LeaveGroup(); }
+  } leave{*session};
+  TrainContext ctx(session);
+  loop(ctx);
   return setup_.world_rank;
 }
 

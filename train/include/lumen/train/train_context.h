@@ -3,7 +3,7 @@
 // ray.train.get_context(), report(), get_checkpoint(), get_dataset_shard()).
 //
 //   void TrainLoop(lumen::train::TrainContext& ctx) { ... }
-//   LUMEN_REMOTE(TrainLoop);      // registered like any remote function
+//   LUMEN_TRAIN_LOOP(TrainLoop);   // registered by name in every process (trainer.h)
 //
 // A TrainContext exists only inside a worker of DataParallelTrainer; it is a
 // handle (copies share the worker's state). Used from the loop's thread
@@ -53,7 +53,6 @@ class WorkerSession;
 
 class TrainContext {
  public:
-  TrainContext() = default;  // empty: only for decoding
   explicit TrainContext(std::shared_ptr<WorkerSession> session) : session_(std::move(session)) {}
 
   int GetWorldRank() const;
@@ -118,35 +117,4 @@ class TrainContext {
   std::shared_ptr<WorkerSession> session_;
 };
 
-namespace internal {
-// The process-wide table of live sessions: a TrainContext travels (into the
-// registered train loop) as its session's number.
-uint64_t RegisterSession(std::shared_ptr<WorkerSession> session);
-void UnregisterSession(uint64_t id);
-std::shared_ptr<WorkerSession> FindSession(uint64_t id);
-uint64_t SessionId(const TrainContext& ctx);
-}  // namespace internal
-
 }  // namespace lumen::train
-
-namespace lumen::codec {
-// Lets LUMEN_REMOTE(TrainLoop) register a `void(TrainContext&)`: the context is
-// encoded as its session's number, valid only inside the worker that made it.
-template <>
-struct Codec<lumen::train::TrainContext> {
-  static void Encode(Writer& w, const lumen::train::TrainContext& ctx) {
-    Codec<uint64_t>::Encode(w, lumen::train::internal::SessionId(ctx));
-  }
-  static void Decode(Reader& r, lumen::train::TrainContext& ctx) {
-    uint64_t id = 0;
-    Codec<uint64_t>::Decode(r, id);
-    if (!r.ok()) return;
-    auto session = lumen::train::internal::FindSession(id);
-    if (session == nullptr) {
-      r.Fail("a TrainContext exists only inside a DataParallelTrainer worker");
-      return;
-    }
-    ctx = lumen::train::TrainContext(std::move(session));
-  }
-};
-}  // namespace lumen::codec

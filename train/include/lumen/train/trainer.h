@@ -6,7 +6,7 @@
 // a failed group (resuming from the latest checkpoint) up to max_failures.
 //
 //   void TrainLoop(lumen::train::TrainContext& ctx) { ... ctx.Report({{"loss", l}}); }
-//   LUMEN_REMOTE(TrainLoop);
+//   LUMEN_TRAIN_LOOP(TrainLoop);   // at namespace scope, like LUMEN_REMOTE
 //
 //   lumen::train::DataParallelTrainer trainer(
 //       TrainLoop, {{"lr", 0.05}, {"epochs", 20}},
@@ -19,6 +19,10 @@
 // driver's calling thread and blocks until the run ends; it reports failures
 // in Result::error instead of throwing (it throws lumen::Error only for a
 // misconfiguration: an unregistered loop, num_workers < 1).
+//
+// Train loops are registered with LUMEN_TRAIN_LOOP rather than LUMEN_REMOTE:
+// the runtime hands a registered function its decoded arguments as rvalues,
+// which a `TrainContext&` parameter cannot bind to.
 // See doc/train.md.
 #pragma once
 
@@ -33,6 +37,14 @@
 namespace lumen::train {
 
 using TrainLoop = void (*)(TrainContext&);
+
+namespace internal {
+// The train loops of this binary by name; every process of it registers the
+// same ones at start-up (LUMEN_TRAIN_LOOP). Thread-safe.
+bool RegisterTrainLoop(const char* name, TrainLoop loop);
+std::string TrainLoopName(TrainLoop loop);      // "" if not registered
+TrainLoop FindTrainLoop(const std::string& name);  // nullptr if not registered
+}  // namespace internal
 
 class DataParallelTrainer {
  public:
@@ -56,3 +68,9 @@ class DataParallelTrainer {
 };
 
 }  // namespace lumen::train
+
+// LUMEN_TRAIN_LOOP(f1, f2, ...)-style single registration: LUMEN_TRAIN_LOOP(TrainLoop).
+#define LUMEN_TRAIN_LOOP(f)                                                          \
+  [[maybe_unused]] static const bool LUMEN_INTERNAL_CAT(lumen_train_loop_registered_, \
+                                                        __COUNTER__) =               \
+      ::lumen::train::internal::RegisterTrainLoop(#f, f);
