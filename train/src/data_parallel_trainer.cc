@@ -137,6 +137,7 @@ Result DataParallelTrainer::Fit() {
     std::optional<std::string> failure = Supervise(group, attempt_id, run_, state);
     group.Shutdown();
     if (!failure) break;
+    DrainReports(attempt_id, state);  // what rank 0 put just before the group went
     result.num_failures++;
     const int max = run_.failure.max_failures;
     if (max >= 0 && result.num_failures > max) {

@@ -60,25 +60,30 @@ void WorkerSession::Report(const Metrics& metrics, const std::string& checkpoint
     timers_->AddCheckpoint(StepTimers::Clock::now() - *checkpoint_started_);
     checkpoint_started_.reset();
   }
-  auto barrier_start = StepTimers::Clock::now();
-  collective::Barrier(setup_.group_name);  // every rank reaches report k before any leaves it
-  timers_->AddAllReduce(StepTimers::Clock::now() - barrier_start);
   StepTimers::Interval t = timers_->Take();
   if (persisted) latest_ = persisted;
   const int64_t index = next_index_++;
-  if (setup_.world_rank != 0) return;
-  internal::ReportRecord record{.index = index, .metrics = metrics, .checkpoint = persisted};
-  record.metrics[kSamplesPerSecond] =
-      t.wall_s > 0 ? static_cast<double>(t.samples) * setup_.world_size / t.wall_s : 0;
-  record.metrics[kTimeTotalS] = t.wall_s;
-  record.metrics[kTimeComputeS] = t.compute_s();
-  record.metrics[kTimeAllReduceS] = t.allreduce_s;
-  record.metrics[kTimeDataWaitS] = t.data_wait_s;
-  record.metrics[kTimeCheckpointS] = t.checkpoint_s;
-  record.metrics[kSteps] = static_cast<double>(t.steps);
-  if (record.checkpoint) record.checkpoint->metrics = record.metrics;
-  kv::Put(internal::ReportKey(setup_.run_id, index), codec::EncodeValue(record),
-          internal::kReportNamespace);
+  if (setup_.world_rank == 0) {
+    // Before the barrier: once any rank has left Report k (and may die), the
+    // driver can already read report k.
+    internal::ReportRecord record{.index = index, .metrics = metrics, .checkpoint = persisted};
+    record.metrics[kSamplesPerSecond] =
+        t.wall_s > 0 ? static_cast<double>(t.samples) * setup_.world_size / t.wall_s : 0;
+    record.metrics[kTimeTotalS] = t.wall_s;
+    record.metrics[kTimeComputeS] = t.compute_s();
+    record.metrics[kTimeAllReduceS] = t.allreduce_s;
+    record.metrics[kTimeDataWaitS] = t.data_wait_s;
+    record.metrics[kTimeCheckpointS] = t.checkpoint_s;
+    record.metrics[kSteps] = static_cast<double>(t.steps);
+    if (record.checkpoint) record.checkpoint->metrics = record.metrics;
+    kv::Put(internal::ReportKey(setup_.run_id, index), codec::EncodeValue(record),
+            internal::kReportNamespace);
+  }
+  // Every rank reaches report k before any leaves it. The wait counts as
+  // synchronisation (all-reduce) time of the next interval.
+  auto barrier_start = StepTimers::Clock::now();
+  collective::Barrier(setup_.group_name);
+  timers_->AddAllReduce(StepTimers::Clock::now() - barrier_start);
 }
 
 }  // namespace lumen::train
