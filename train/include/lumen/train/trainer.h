@@ -30,6 +30,7 @@
 #include <string>
 
 #include "lumen/train/dataset.h"
+#include "lumen/train/gradient_bucketer.h"
 #include "lumen/train/result.h"
 #include "lumen/train/train_config.h"
 #include "lumen/train/train_context.h"
