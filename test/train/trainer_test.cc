@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "examples/linear_regression.h"
+#include "examples/mlp.h"
 #include "lumen/lumen.h"
 #include "lumen/train/trainer.h"
 #include "test/core/test_support.h"
@@ -155,8 +156,42 @@ void PlacementProbeLoop(TrainContext& ctx) {
               {"name_ok", ctx.GetExperimentName() == "probe" ? 1 : 0}});
 }
 
+// Four steps of three gradients (700, 300 and 1000 floats; rank r's element i
+// is (r + 1) * (i + 1), accumulated over the steps of an accumulation window)
+// through a GradientBucketer of 1 KiB buckets; rank 0 reports the largest
+// error against the expected average, how many steps communicated and how
+// many buckets went out.
+void BucketLoop(TrainContext& ctx) {
+  const int accumulation = ctx.Config<int>("accumulation_steps");
+  GradientBucketer buckets(ctx, BucketOptions{.overlap = ctx.Config<int>("overlap") != 0,
+                                              .accumulation_steps = accumulation,
+                                              .bucket_bytes = 1024});
+  std::vector<float> grads(2000, 0.f);
+  const std::span<float> all(grads);
+  const int world = ctx.GetWorldSize();
+  double max_error = 0;
+  int syncs = 0;
+  for (int step = 0; step < 4; ++step) {
+    for (size_t i = 0; i < grads.size(); ++i) grads[i] += (ctx.GetWorldRank() + 1.f) * (i + 1.f);
+    buckets.Ready(all.subspan(1300, 700));  // the last layer first, as backward goes
+    buckets.Ready(all.subspan(1000, 300));
+    buckets.Ready(all.subspan(0, 1000));
+    if (!buckets.Finish()) continue;
+    ++syncs;
+    for (size_t i = 0; i < grads.size(); ++i) {
+      const double expected = (world + 1) / 2.0 * (i + 1.0);  // mean over ranks of (r + 1)(i + 1)
+      max_error = std::max(max_error, std::abs(grads[i] - expected) / expected);
+    }
+    std::fill(grads.begin(), grads.end(), 0.f);
+  }
+  ctx.Report({{"max_error", max_error},
+              {"syncs", syncs},
+              {"buckets", static_cast<double>(buckets.buckets_sent())}});
+}
+
 }  // namespace
 
+LUMEN_TRAIN_LOOP(BucketLoop);
 LUMEN_TRAIN_LOOP(ShardProbeLoop);
 LUMEN_TRAIN_LOOP(BarrierLoop);
 LUMEN_TRAIN_LOOP(ScoreLoop);
@@ -382,4 +417,54 @@ TEST_CASE("trainer: a 2-node loopback cluster with SPREAD placement") {
   REQUIRE(fit.ok());
   CHECK(fit.metrics["weight"] == Approx(2).margin(0.05));
   CHECK(fit.metrics["bias"] == Approx(1).margin(0.05));
+}
+
+TEST_CASE("trainer: bucketed gradient all-reduce, overlapped or not, with accumulation") {
+  // Invariant: however the gradients are bucketed (one bucket per ready
+  // gradient here when overlapped, bucket-sized pieces when not) and however
+  // many steps are accumulated, every element ends as the average over the
+  // ranks; only every accumulation_steps-th step communicates.
+  ScopedCluster cluster;
+  ScratchDir storage;
+  struct Case {
+    int overlap, accumulation, syncs, buckets;
+  };
+  for (Case c : {Case{1, 1, 4, 4 * 3}, Case{0, 1, 4, 4 * 8}, Case{1, 2, 2, 2 * 3}}) {
+    Result r = DataParallelTrainer(BucketLoop,
+                                   {{"overlap", c.overlap}, {"accumulation_steps", c.accumulation}},
+                                   ScalingConfig{.num_workers = 2},
+                                   RunConfig{.name = "buckets", .storage_path = storage.path,
+                                             .verbose = false})
+                   .Fit();
+    INFO("overlap " << c.overlap << " accumulation " << c.accumulation << ": "
+                    << r.error.value_or("ok"));
+    REQUIRE(r.ok());
+    CHECK(r.metrics.at("max_error") < 1e-6);
+    CHECK(r.metrics.at("syncs") == c.syncs);
+    CHECK(r.metrics.at("buckets") == c.buckets);
+  }
+}
+
+TEST_CASE("trainer: the MLP example learns its blobs on 2 workers") {
+  // Invariant: hand-written backward + bucketed averaging train the model:
+  // held-in accuracy over 90% after 3 epochs, loss falling.
+  ScopedCluster cluster;
+  ScratchDir storage;
+  std::vector<float> x, y;
+  mlp_example::MakeData(1024, 8, 3, &x, &y);
+  Result r = DataParallelTrainer(
+                 mlp_example::TrainLoop,
+                 {{"epochs", 3}, {"global_batch", 32}, {"lr", 0.1}, {"inputs", 8}, {"hidden", 16},
+                  {"classes", 3}, {"bucket_kib", 1}},
+                 ScalingConfig{.num_workers = 2},
+                 RunConfig{.name = "mlp", .storage_path = storage.path,
+                           .checkpoint = {.num_to_keep = 1}, .verbose = false},
+                 {{"train", Dataset::FromArrays(x, 8, y, 1)}})
+                 .Fit();
+  INFO(r.error.value_or("ok"));
+  REQUIRE(r.ok());
+  REQUIRE(r.history.size() == 3);
+  CHECK(r.metrics.at("accuracy") > 0.9);
+  CHECK(r.history.back().at("loss") < r.history.front().at("loss"));
+  CHECK(CheckpointDirs(r.path) == std::vector<std::string>{"checkpoint_000002"});
 }
