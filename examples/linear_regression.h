@@ -6,7 +6,8 @@
 // Config keys: lr, epochs, batch_size; for the failure tests also
 // kill_rank / kill_epoch (that rank SIGKILLs its own process when it reaches
 // that epoch on a run that started without a checkpoint; with kill_always it
-// does so on every attempt).
+// does so on every attempt), and epoch_sleep_ms (a slower model: that long
+// per epoch, so a test can act mid-run).
 // Include it in one source file per binary (it registers the loop with LUMEN_TRAIN_LOOP).
 #pragma once
 
@@ -17,6 +18,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 #include <random>
 #include <vector>
 
@@ -50,10 +52,12 @@ inline void TrainLoop(lumen::train::TrainContext& ctx) {
   const int kill_rank = ctx.Config<int>("kill_rank", -1);
   const int kill_epoch = ctx.Config<int>("kill_epoch", -1);
   const bool kill_always = ctx.Config<int>("kill_always", 0) != 0;
+  const auto epoch_sleep = std::chrono::milliseconds(ctx.Config<int>("epoch_sleep_ms", 0));
   for (int epoch = start_epoch; epoch < epochs; ++epoch) {
     if (ctx.GetWorldRank() == kill_rank && epoch == kill_epoch && (!resumed || kill_always)) {
       ::raise(SIGKILL);  // a worker dying mid-run, as a crash would
     }
+    std::this_thread::sleep_for(epoch_sleep);
     std::vector<double> totals{0, 0};  // squared error, samples
     for (const lumen::train::Batch& batch : shard.Batches(batch_size, /*seed=*/epoch)) {
       std::vector<double> grad{0, 0};

@@ -468,3 +468,32 @@ TEST_CASE("trainer: the MLP example learns its blobs on 2 workers") {
   CHECK(r.history.back().at("loss") < r.history.front().at("loss"));
   CHECK(CheckpointDirs(r.path) == std::vector<std::string>{"checkpoint_000002"});
 }
+
+TEST_CASE("trainer: a node lost mid-run: the group is placed again and resumes") {
+  // Invariant: when a node holding a worker dies, the trainer replaces the
+  // whole group on what is left and resumes from the latest checkpoint: every
+  // epoch reported once, in order, and the fit converges.
+  MultiNodeCluster cluster({{{{"CPU", 2}}}, {{{"CPU", 2}}}});
+  ScratchDir storage;
+  Result result;
+  std::thread fit([&] {
+    result = FitLinreg(2, storage.path, {{"epoch_sleep_ms", 100}}, FailureConfig{.max_failures = 3},
+                       PlacementStrategy::SPREAD);
+  });
+  const fs::path csv = fs::path(storage.path) / "linreg" / "metrics.csv";
+  bool reported = lumen::test::WaitUntil([&] {
+    std::ifstream in(csv);
+    int lines = 0;
+    for (std::string line; std::getline(in, line);) ++lines;
+    return lines >= 4;  // header + 3 epochs
+  });
+  cluster.KillNode(1);
+  fit.join();
+  REQUIRE(reported);
+  INFO(result.error.value_or("ok"));
+  REQUIRE(result.ok());
+  CHECK(result.num_failures >= 1);
+  REQUIRE(result.history.size() == 20);
+  for (int e = 0; e < 20; ++e) REQUIRE(result.history[e]["epoch"] == e);
+  CHECK(result.metrics["weight"] == Approx(2).margin(0.05));
+}
