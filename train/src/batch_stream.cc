@@ -16,10 +16,9 @@ BatchStream::BatchStream(DatasetShard shard, std::vector<int64_t> indices, int64
 
 BatchStream::~BatchStream() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stop_ = true;
   }
-  cv_.notify_all();
   producer_.join();
 }
 
@@ -40,25 +39,31 @@ void BatchStream::Produce() {
       for (int64_t r = 0; r < b.size; ++r) {
         shard_.ReadRow(indices_[start + r], &b.features[r * fd], &b.labels[r * ld]);
       }
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || ready_.size() < prefetch_; });
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](BatchStream* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
+            return s->stop_ || s->ready_.size() < s->prefetch_;
+          },
+          this));
       if (stop_) return;
       ready_.push_back(std::move(b));
-      cv_.notify_all();
     }
   } catch (...) {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     error_ = std::current_exception();
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   produced_all_ = true;
-  cv_.notify_all();
 }
 
 bool BatchStream::Next(Batch* out) {
   auto start = StepTimers::Clock::now();
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return !ready_.empty() || produced_all_; });
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](BatchStream* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
+        return !s->ready_.empty() || s->produced_all_;
+      },
+      this));
   if (timers_) timers_->AddDataWait(StepTimers::Clock::now() - start);
   if (ready_.empty()) {
     if (error_) std::rethrow_exception(error_);
@@ -66,7 +71,6 @@ bool BatchStream::Next(Batch* out) {
   }
   *out = std::move(ready_.front());
   ready_.pop_front();
-  cv_.notify_all();
   if (timers_) timers_->AddSamples(out->size);
   return true;
 }

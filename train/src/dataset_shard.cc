@@ -19,6 +19,7 @@ DatasetShard::DatasetShard(Dataset dataset, int rank, int world_size, bool drop_
     state_->block_start.push_back(start);
     start += state_->dataset.block_rows(i);
   }
+  absl::MutexLock lock(&state_->mu);
   state_->cache.resize(state_->dataset.num_blocks());
 }
 
@@ -37,9 +38,9 @@ const DataBlock& DatasetShard::BlockOf(int64_t row, int64_t* offset) const {
   const auto& starts = state_->block_start;
   size_t b = std::upper_bound(starts.begin(), starts.end(), row) - starts.begin() - 1;
   *offset = row - starts[b];
-  std::lock_guard<std::mutex> lock(state_->mu);
+  absl::MutexLock lock(&state_->mu);
   if (state_->cache[b] == nullptr) state_->cache[b] = lumen::Get(state_->dataset.block(b));
-  return *state_->cache[b];
+  return *state_->cache[b];  // blocks are never replaced or freed while the shard lives
 }
 
 void DatasetShard::ReadRow(int64_t row, float* features, float* labels) const {

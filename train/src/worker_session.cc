@@ -26,6 +26,7 @@ void WorkerSession::JoinGroup() {
 void WorkerSession::LeaveGroup() { collective::DestroyGroup(setup_.group_name); }
 
 std::string WorkerSession::NewCheckpointDir() {
+  loop_thread_.Check("TrainContext::NewCheckpointDir");
   // On the run's storage, so that Persist is a rename within one file system.
   fs::path dir = fs::path(setup_.run_dir) /
                  (".tmp_checkpoint_" + setup_.run_id + "_r" + std::to_string(setup_.world_rank) +
@@ -47,6 +48,7 @@ Checkpoint WorkerSession::Persist(const std::string& dir, const Metrics& metrics
 }
 
 void WorkerSession::Report(const Metrics& metrics, const std::string& checkpoint_dir) {
+  loop_thread_.Check("TrainContext::Report");
   std::optional<Checkpoint> persisted;
   if (!checkpoint_dir.empty()) {
     if (setup_.world_rank == 0) {

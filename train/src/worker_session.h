@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "lumen/common/thread_checker.h"
 #include "lumen/train/step_timers.h"
 #include "lumen/train/train_context.h"
 
@@ -37,6 +38,7 @@ class WorkerSession {
   int64_t next_index_;
   int64_t temp_counter_ = 0;
   std::optional<StepTimers::Clock::time_point> checkpoint_started_;
+  ThreadChecker loop_thread_;  // Report and NewCheckpointDir: the train loop's thread
 };
 
 }  // namespace lumen::train

@@ -10,19 +10,21 @@
 //
 // Dataset is a value (it holds ObjectRefs): copy it, pass it to tasks.
 // Thread-safety: Dataset is immutable; a DatasetShard and its batch streams
-// are used by one thread (the prefetch thread is internal).
+// are used by the train loop's thread; each BatchStream has one prefetch
+// thread of its own (its queue is guarded by a mutex), and a shard's block
+// cache is guarded by a mutex shared by its copies.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "lumen/lumen.h"
 #include "lumen/train/step_timers.h"
 
@@ -131,8 +133,8 @@ class DatasetShard {
     int rank, world_size;
     bool drop_last;
     std::vector<int64_t> block_start;  // first row of each block
-    std::mutex mu;
-    std::vector<std::shared_ptr<DataBlock>> cache;  // guarded by mu; fetched on first use
+    absl::Mutex mu;
+    std::vector<std::shared_ptr<DataBlock>> cache ABSL_GUARDED_BY(mu);  // fetched on first use
   };
   const DataBlock& BlockOf(int64_t row, int64_t* offset) const;
   std::shared_ptr<State> state_;
@@ -182,13 +184,12 @@ class BatchStream {
   int64_t batch_size_;
   size_t prefetch_;
   std::shared_ptr<StepTimers> timers_;  // may be null
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Batch> ready_;       // guarded by mu_
-  bool produced_all_ = false;     // guarded by mu_
-  bool stop_ = false;             // guarded by mu_
-  std::exception_ptr error_;      // guarded by mu_
-  std::thread producer_;
+  absl::Mutex mu_;
+  std::deque<Batch> ready_ ABSL_GUARDED_BY(mu_);
+  bool produced_all_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::exception_ptr error_ ABSL_GUARDED_BY(mu_);
+  std::thread producer_;  // runs Produce
 };
 
 }  // namespace lumen::train
