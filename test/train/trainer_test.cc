@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -197,7 +198,7 @@ LUMEN_TRAIN_LOOP(BarrierLoop);
 LUMEN_TRAIN_LOOP(ScoreLoop);
 LUMEN_TRAIN_LOOP(PlacementProbeLoop);
 
-TEST_CASE("trainer: linear regression converges with 1 and 2 workers; checkpoints pruned to 2") {
+TEST_CASE("trainer: linear regression converges with 1 and 2 workers and checkpoints are pruned to 2") {
   // Invariant: y = 2x + 1 is fitted to within 0.05 whatever the number of
   // workers; every epoch is reported once, in order; only the newest
   // num_to_keep checkpoints remain, complete and renamed.
@@ -265,7 +266,7 @@ TEST_CASE("trainer: shards are disjoint and complete for 1, 2 and 3 workers and 
   }
 }
 
-TEST_CASE("trainer: Report is a barrier; worker ranks and config reach the loop") {
+TEST_CASE("trainer: Report is a barrier and worker ranks and config reach the loop") {
   // Invariant: no rank leaves Report k before every rank entered it, even when
   // one arrives late; on one node two workers are local ranks 0 and 1.
   ScopedCluster cluster;
@@ -296,7 +297,7 @@ TEST_CASE("trainer: Report is a barrier; worker ranks and config reach the loop"
   CHECK(probe.metrics.at("name_ok") == 1);
 }
 
-TEST_CASE("trainer: checkpoints kept by score, the latest kept too; resume from storage") {
+TEST_CASE("trainer: checkpoints kept by score, the latest kept too, and resume from storage") {
   // Invariant: with a score attribute the best num_to_keep checkpoints stay on
   // disk (plus the latest); a new run with resume_from_storage starts from the
   // newest checkpoint found there.
@@ -340,7 +341,7 @@ TEST_CASE("trainer: checkpoints kept by score, the latest kept too; resume from 
         std::vector<std::string>{"checkpoint_000028", "checkpoint_000029"});
 }
 
-TEST_CASE("trainer: a worker SIGKILLed mid-run is replaced; the run resumes and converges") {
+TEST_CASE("trainer: a worker SIGKILLed mid-run is replaced and the run resumes and converges") {
   // Invariant: after the failure the new group starts from the latest
   // checkpoint (epoch 4), so every epoch is reported exactly once, in order,
   // and the fit is as good as without the failure.
@@ -496,4 +497,67 @@ TEST_CASE("trainer: a node lost mid-run: the group is placed again and resumes")
   REQUIRE(result.history.size() == 20);
   for (int e = 0; e < 20; ++e) REQUIRE(result.history[e]["epoch"] == e);
   CHECK(result.metrics["weight"] == Approx(2).margin(0.05));
+}
+
+TEST_CASE("trainer: elastic: after a node loss the run goes on with fewer workers, then grows back") {
+  // Invariant: with min_workers 1 of 2, losing a node does not stall the run
+  // (it continues on one worker from the latest checkpoint); when a node
+  // joins again the group grows back to 2; every epoch is reported once, in
+  // order, and the fit converges.
+  MultiNodeCluster cluster({{{{"CPU", 1}}}, {{{"CPU", 1}}}});
+  ScratchDir storage;
+  Result result;
+  std::thread fit([&] {
+    DataParallelTrainer trainer(
+        linreg_example::TrainLoop,
+        {{"lr", 0.05}, {"epochs", 20}, {"batch_size", 16}, {"epoch_sleep_ms", 250}},
+        ScalingConfig{.num_workers = 2,
+                      .collective_timeout = std::chrono::seconds(20),
+                      .min_workers = 1,
+                      .elastic_placement_timeout = std::chrono::milliseconds(500),
+                      .elastic_check_period = std::chrono::milliseconds(100)},
+        RunConfig{.name = "elastic", .storage_path = storage.path, .failure = {.max_failures = 3},
+                  .checkpoint = {.num_to_keep = 2}, .verbose = false},
+        {{"train", LinregData()}});
+    result = trainer.Fit();
+  });
+  const fs::path csv = fs::path(storage.path) / "elastic" / "metrics.csv";
+  // The world_size column of each report so far (metrics.csv, columns sorted).
+  auto world_sizes = [&] {
+    std::ifstream in(csv);
+    std::string header;
+    std::getline(in, header);
+    std::vector<std::string> columns;
+    std::stringstream hs(header);
+    for (std::string c; std::getline(hs, c, ',');) columns.push_back(c);
+    const size_t col = std::find(columns.begin(), columns.end(), "world_size") - columns.begin();
+    std::vector<int> sizes;
+    for (std::string line; std::getline(in, line);) {
+      std::stringstream ls(line);
+      std::string field;
+      for (size_t i = 0; std::getline(ls, field, ','); ++i) {
+        if (i == col) sizes.push_back(std::stoi(field));
+      }
+    }
+    return sizes;
+  };
+  REQUIRE(lumen::test::WaitUntil([&] { return world_sizes().size() >= 3; }));
+  cluster.KillNode(1);
+  // Shrunk: two more reports by a group of one.
+  bool shrunk = lumen::test::WaitUntil([&] {
+    auto s = world_sizes();
+    return std::count(s.begin(), s.end(), 1) >= 2;
+  }, std::chrono::seconds(30));
+  cluster.AddNode({{{"CPU", 1}}});
+  fit.join();
+  REQUIRE(shrunk);
+  INFO(result.error.value_or("ok"));
+  REQUIRE(result.ok());
+  CHECK(result.num_failures == 1);
+  REQUIRE(result.history.size() == 20);
+  for (int e = 0; e < 20; ++e) REQUIRE(result.history[e]["epoch"] == e);
+  CHECK(result.history.front()[kWorldSize] == 2);
+  CHECK(result.history.back()[kWorldSize] == 2);  // grown back
+  CHECK(result.metrics["weight"] == Approx(2).margin(0.05));
+  CHECK(result.metrics["bias"] == Approx(1).margin(0.05));
 }

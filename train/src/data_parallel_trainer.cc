@@ -3,7 +3,10 @@
 // metrics.csv, checkpoint pruning), and watch the workers' Run calls; a
 // failure tears the group down and starts a new one from the latest
 // checkpoint, up to max_failures. Runs on the caller's thread.
+#include <chrono>
 #include <filesystem>
+#include <map>
+#include <memory>
 #include <iostream>
 #include <random>
 #include <sstream>
@@ -57,11 +60,29 @@ void DrainReports(const std::string& attempt_id, RunState& state) {
   }
 }
 
-// Watches one attempt until every worker's Run returned (nullopt) or one
-// failed (its error).
-std::optional<std::string> Supervise(internal::WorkerGroup& group, const std::string& attempt_id,
-                                     const RunConfig& run, RunState& state) {
+// Whether the free resources (summed over the nodes) hold `count` more bundles.
+bool RoomFor(const std::map<std::string, double>& bundle, int count) {
+  std::map<std::string, double> free = AvailableResources();
+  for (const auto& [name, quantity] : bundle) {
+    if (free[name] < quantity * count) return false;
+  }
+  return true;
+}
+
+// How one attempt ended.
+struct Outcome {
+  enum Kind { kDone, kFailed, kGrow } kind = kDone;
+  std::string error;  // kFailed
+};
+
+// Watches one attempt until every worker's Run returned, one failed, or (an
+// elastic group below its size, with a checkpoint reported by this attempt)
+// the cluster has room for the missing workers.
+Outcome Supervise(internal::WorkerGroup& group, const std::string& attempt_id,
+                  const ScalingConfig& scaling, const RunConfig& run, RunState& state) {
   const auto& runs = group.runs();
+  const int64_t first_index = state.next_index;
+  auto next_room_check = std::chrono::steady_clock::now() + scaling.elastic_check_period;
   while (true) {
     DrainReports(attempt_id, state);
     auto ready = lumen::Wait(runs, runs.size(), run.poll_period);
@@ -69,13 +90,38 @@ std::optional<std::string> Supervise(internal::WorkerGroup& group, const std::st
       try {
         lumen::Get(ref);
       } catch (const Error& e) {
-        return std::string(e.what());
+        return {Outcome::kFailed, e.what()};
       }
     }
     if (ready.unready.empty()) {
       DrainReports(attempt_id, state);  // rank 0 put its last report before returning
-      return std::nullopt;
+      return {Outcome::kDone, ""};
     }
+    if (scaling.Elastic() && group.size() < scaling.num_workers &&
+        std::chrono::steady_clock::now() >= next_room_check) {
+      next_room_check = std::chrono::steady_clock::now() + scaling.elastic_check_period;
+      const auto& latest = state.checkpoints.latest();
+      if (latest && latest->index >= first_index &&
+          RoomFor(scaling.WorkerResources(), scaling.num_workers - group.size())) {
+        return {Outcome::kGrow, ""};
+      }
+    }
+  }
+}
+
+// Reserves the largest group that can be placed: num_workers, or (elastic)
+// down to min_workers, each size above the minimum waiting
+// elastic_placement_timeout.
+std::unique_ptr<internal::WorkerGroup> Place(const ScalingConfig& scaling, const std::string& name,
+                                             absl::Status* status) {
+  const int smallest = scaling.Elastic() ? scaling.min_workers : scaling.num_workers;
+  for (int size = scaling.num_workers;; --size) {
+    ScalingConfig sized = scaling;
+    sized.num_workers = size;
+    if (size > smallest) sized.placement_timeout = scaling.elastic_placement_timeout;
+    auto group = std::make_unique<internal::WorkerGroup>(sized);
+    *status = group->Reserve(name + ".w" + std::to_string(size));
+    if (status->ok() || size <= smallest) return group;
   }
 }
 
@@ -115,8 +161,9 @@ Result DataParallelTrainer::Fit() {
   const std::string run_id = RandomId();
   for (int attempt = 0;; ++attempt) {
     const std::string attempt_id = run_id + "." + std::to_string(attempt);
-    internal::WorkerGroup group(scaling_);
-    absl::Status placed = group.Reserve("lumen.train." + run_.name + "." + attempt_id);
+    absl::Status placed;
+    std::unique_ptr<internal::WorkerGroup> group =
+        Place(scaling_, "lumen.train." + run_.name + "." + attempt_id, &placed);
     if (!placed.ok()) {
       result.error = "DataParallelTrainer: " + std::string(placed.message());
       break;
@@ -133,25 +180,32 @@ Result DataParallelTrainer::Fit() {
                      .checkpoint = state.checkpoints.latest(),
                      .next_report_index = state.next_index,
                      .drop_last = drop_last_};
-    group.Start(base, loop_name_);
-    std::optional<std::string> failure = Supervise(group, attempt_id, run_, state);
-    group.Shutdown();
-    if (!failure) break;
+    group->Start(base, loop_name_);
+    Outcome outcome = Supervise(*group, attempt_id, scaling_, run_, state);
+    group->Shutdown();
+    if (outcome.kind == Outcome::kDone) break;
     DrainReports(attempt_id, state);  // what rank 0 put just before the group went
+    const auto& latest = state.checkpoints.latest();
+    const std::string from = latest ? latest->path : std::string("scratch");
+    if (outcome.kind == Outcome::kGrow) {
+      if (run_.verbose) {
+        std::cout << "lumen.train: room for " << scaling_.num_workers << " workers again ("
+                  << group->size() << " now); restarting from " << from << std::endl;
+      }
+      continue;  // not a failure
+    }
     result.num_failures++;
     const int max = run_.failure.max_failures;
     if (max >= 0 && result.num_failures > max) {
       result.error = "DataParallelTrainer: the worker group failed " +
                      std::to_string(result.num_failures) + " time(s) (max_failures " +
-                     std::to_string(max) + "); last error: " + *failure;
+                     std::to_string(max) + "); last error: " + outcome.error;
       break;
     }
     if (run_.verbose) {
-      const auto& latest = state.checkpoints.latest();
-      std::cout << "lumen.train: worker group failed (" << *failure << "); restarting from "
-                << (latest ? latest->path : std::string("scratch")) << " (failure "
-                << result.num_failures << " of " << (max < 0 ? std::string("unlimited") : std::to_string(max))
-                << ")" << std::endl;
+      std::cout << "lumen.train: worker group failed (" << outcome.error << "); restarting from "
+                << from << " (failure " << result.num_failures << " of "
+                << (max < 0 ? std::string("unlimited") : std::to_string(max)) << ")" << std::endl;
     }
   }
   try {

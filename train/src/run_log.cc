@@ -37,12 +37,13 @@ std::string RunLog::Line(const Metrics& m) {
   auto epoch = m.find("epoch");
   if (epoch != m.end()) out << "epoch " << static_cast<long long>(epoch->second) << " | ";
   for (const auto& [k, v] : m) {
-    if (k == "epoch" || k == kSteps || k.rfind("time_", 0) == 0 || k == kSamplesPerSecond) continue;
+    if (k == "epoch" || k == kSteps || k == kWorldSize || k.rfind("time_", 0) == 0 || k == kSamplesPerSecond) continue;
     out << k << " " << v << " | ";
   }
   const double total = Get(m, kTimeTotalS);
   char sps[32];
   std::snprintf(sps, sizeof(sps), "%.0f", Get(m, kSamplesPerSecond));
+  if (m.contains(kWorldSize)) out << static_cast<int>(Get(m, kWorldSize)) << " workers | ";
   out << sps << " samples/s | compute " << Percent(Get(m, kTimeComputeS), total) << " allreduce "
       << Percent(Get(m, kTimeAllReduceS), total) << " data "
       << Percent(Get(m, kTimeDataWaitS), total) << " ckpt "

@@ -32,6 +32,7 @@ class WorkerGroup {
   // The workers' Run results (ranks), in rank order.
   const std::vector<ObjectRef<int>>& runs() const { return runs_; }
   const std::vector<ActorHandle<TrainWorker>>& actors() const { return actors_; }
+  int size() const { return scaling_.num_workers; }
   // Kills the actors and removes the placement group. Idempotent.
   void Shutdown();
 

@@ -77,6 +77,7 @@ void WorkerSession::Report(const Metrics& metrics, const std::string& checkpoint
     record.metrics[kTimeDataWaitS] = t.data_wait_s;
     record.metrics[kTimeCheckpointS] = t.checkpoint_s;
     record.metrics[kSteps] = static_cast<double>(t.steps);
+    record.metrics[kWorldSize] = setup_.world_size;
     if (record.checkpoint) record.checkpoint->metrics = record.metrics;
     kv::Put(internal::ReportKey(setup_.run_id, index), codec::EncodeValue(record),
             internal::kReportNamespace);

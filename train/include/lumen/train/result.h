@@ -48,5 +48,6 @@ inline constexpr const char* kTimeDataWaitS = "time_data_wait_s";
 inline constexpr const char* kTimeCheckpointS = "time_checkpoint_s";
 inline constexpr const char* kTimeTotalS = "time_total_s";
 inline constexpr const char* kSteps = "steps";
+inline constexpr const char* kWorldSize = "world_size";  // workers of the group that reported
 
 }  // namespace lumen::train

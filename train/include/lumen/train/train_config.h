@@ -37,8 +37,21 @@ struct ScalingConfig {
   // How long a collective call (and the group's rendezvous) may wait for the
   // other workers: a dead worker is detected by the others within this.
   std::chrono::milliseconds collective_timeout = std::chrono::seconds(30);
-  // Gradient buckets of TrainContext::GradientBucketer, in bytes.
+  // Gradient buckets of GradientBucketer, in bytes.
   uint64_t bucket_bytes = 4ull << 20;
+  // Elastic scaling: with 0 < min_workers < num_workers a group runs with as
+  // many workers as fit, from num_workers down to min_workers: after a node
+  // loss the run goes on with fewer instead of waiting, and it grows back
+  // (restarting from the latest checkpoint) when the cluster has room again.
+  // 0: always exactly num_workers.
+  int min_workers = 0;
+  // Elastic: how long each size above min_workers may wait to be placed
+  // (min_workers itself waits placement_timeout).
+  std::chrono::milliseconds elastic_placement_timeout = std::chrono::seconds(2);
+  // Elastic: how often a smaller group checks whether the cluster has room
+  // for the missing workers (by the free resources summed over the nodes).
+  std::chrono::milliseconds elastic_check_period = std::chrono::seconds(1);
+  bool Elastic() const { return min_workers > 0 && min_workers < num_workers; }
 
   // The bundle of one worker, defaults applied.
   std::map<std::string, double> WorkerResources() const {

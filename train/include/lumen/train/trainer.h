@@ -3,7 +3,9 @@
 // one placement-group bundle per worker, starts the workers as actors in it,
 // joins them in a collective group (Gloo on CPU, NCCL with use_gpu), hands
 // each its data shard, collects rank 0's reports and checkpoints, and replaces
-// a failed group (resuming from the latest checkpoint) up to max_failures.
+// a failed group (resuming from the latest checkpoint) up to max_failures;
+// with ScalingConfig::min_workers, elastically (fewer workers after a node
+// loss, more again when the cluster has room).
 //
 //   void TrainLoop(lumen::train::TrainContext& ctx) { ... ctx.Report({{"loss", l}}); }
 //   LUMEN_TRAIN_LOOP(TrainLoop);   // at namespace scope, like LUMEN_REMOTE
