@@ -541,7 +541,8 @@ TEST_CASE("trainer: elastic: after a node loss the run goes on with fewer worker
     }
     return sizes;
   };
-  REQUIRE(lumen::test::WaitUntil([&] { return world_sizes().size() >= 3; }));
+  // (No REQUIRE before the join: a failure must not leave the thread running.)
+  const bool started = lumen::test::WaitUntil([&] { return world_sizes().size() >= 3; });
   cluster.KillNode(1);
   // Shrunk: two more reports by a group of one.
   bool shrunk = lumen::test::WaitUntil([&] {
@@ -550,6 +551,7 @@ TEST_CASE("trainer: elastic: after a node loss the run goes on with fewer worker
   }, std::chrono::seconds(30));
   cluster.AddNode({{{"CPU", 1}}});
   fit.join();
+  REQUIRE(started);
   REQUIRE(shrunk);
   INFO(result.error.value_or("ok"));
   REQUIRE(result.ok());
