@@ -171,7 +171,7 @@ TEST_CASE("RunLog writes metrics.csv with every metric seen and one line per rep
   REQUIRE(lines[2] == "1,0.75,1,0.5,300,1,1,2");
   const std::string line = lumen::train::internal::RunLog::Line(log.history()[1]);
   REQUIRE(line == "epoch 1 | acc 0.75 | loss 0.5 | 300 samples/s | compute 50% allreduce 50% "
-                  "data 0% ckpt 0%");
+                  "data 0% ckpt 0% trainer 0%");
   auto summary = log.Summary();
   REQUIRE(summary.samples_per_second == Approx(200));
   REQUIRE(summary.compute_share == Approx(0.625));

@@ -226,8 +226,10 @@ TEST_CASE("trainer: linear regression converges with 1 and 2 workers and checkpo
     CHECK(lines == 21);
     CHECK(result.num_failures == 0);
     CHECK(result.time.compute_share + result.time.allreduce_share +
-              result.time.data_wait_share + result.time.checkpoint_share <=
+              result.time.data_wait_share + result.time.checkpoint_share +
+              result.time.framework_share <=
           1.0001);
+    CHECK(result.history.back().contains(kTimeFrameworkS));
   }
 }
 

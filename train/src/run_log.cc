@@ -47,7 +47,8 @@ std::string RunLog::Line(const Metrics& m) {
   out << sps << " samples/s | compute " << Percent(Get(m, kTimeComputeS), total) << " allreduce "
       << Percent(Get(m, kTimeAllReduceS), total) << " data "
       << Percent(Get(m, kTimeDataWaitS), total) << " ckpt "
-      << Percent(Get(m, kTimeCheckpointS), total);
+      << Percent(Get(m, kTimeCheckpointS), total) << " trainer "
+      << Percent(Get(m, kTimeFrameworkS), total);
   return out.str();
 }
 
@@ -104,6 +105,7 @@ TimeSummary RunLog::Summary() const {
     s.allreduce_share += Get(m, kTimeAllReduceS);
     s.data_wait_share += Get(m, kTimeDataWaitS);
     s.checkpoint_share += Get(m, kTimeCheckpointS);
+    s.framework_share += Get(m, kTimeFrameworkS);
   }
   if (total > 0) {
     s.samples_per_second = samples / total;
@@ -111,6 +113,7 @@ TimeSummary RunLog::Summary() const {
     s.allreduce_share /= total;
     s.data_wait_share /= total;
     s.checkpoint_share /= total;
+    s.framework_share /= total;
   }
   return s;
 }

@@ -62,6 +62,7 @@ void WorkerSession::Report(const Metrics& metrics, const std::string& checkpoint
     timers_->AddCheckpoint(StepTimers::Clock::now() - *checkpoint_started_);
     checkpoint_started_.reset();
   }
+  const auto bookkeeping_start = StepTimers::Clock::now();
   StepTimers::Interval t = timers_->Take();
   if (persisted) latest_ = persisted;
   const int64_t index = next_index_++;
@@ -76,6 +77,7 @@ void WorkerSession::Report(const Metrics& metrics, const std::string& checkpoint
     record.metrics[kTimeAllReduceS] = t.allreduce_s;
     record.metrics[kTimeDataWaitS] = t.data_wait_s;
     record.metrics[kTimeCheckpointS] = t.checkpoint_s;
+    record.metrics[kTimeFrameworkS] = t.framework_s;
     record.metrics[kSteps] = static_cast<double>(t.steps);
     record.metrics[kWorldSize] = setup_.world_size;
     if (record.checkpoint) record.checkpoint->metrics = record.metrics;
@@ -85,6 +87,7 @@ void WorkerSession::Report(const Metrics& metrics, const std::string& checkpoint
   // Every rank reaches report k before any leaves it. The wait counts as
   // synchronisation (all-reduce) time of the next interval.
   auto barrier_start = StepTimers::Clock::now();
+  timers_->AddFramework(barrier_start - bookkeeping_start);
   collective::Barrier(setup_.group_name);
   timers_->AddAllReduce(StepTimers::Clock::now() - barrier_start);
 }

@@ -25,7 +25,8 @@ struct Checkpoint {
 // Per-run summary of where time went (means over the reports).
 struct TimeSummary {
   double samples_per_second = 0;
-  double compute_share = 0, allreduce_share = 0, data_wait_share = 0, checkpoint_share = 0;
+  double compute_share = 0, allreduce_share = 0, data_wait_share = 0, checkpoint_share = 0,
+         framework_share = 0;
 };
 
 struct Result {
@@ -46,6 +47,9 @@ inline constexpr const char* kTimeComputeS = "time_compute_s";
 inline constexpr const char* kTimeAllReduceS = "time_allreduce_s";
 inline constexpr const char* kTimeDataWaitS = "time_data_wait_s";
 inline constexpr const char* kTimeCheckpointS = "time_checkpoint_s";
+// The trainer's own work on the loop's thread (Report's bookkeeping and its
+// message to the driver); the previous interval's, as it happens after the cut.
+inline constexpr const char* kTimeFrameworkS = "time_framework_s";
 inline constexpr const char* kTimeTotalS = "time_total_s";
 inline constexpr const char* kSteps = "steps";
 inline constexpr const char* kWorldSize = "world_size";  // workers of the group that reported
