@@ -126,13 +126,21 @@ void BarrierLoop(TrainContext& ctx) {
   ctx.Report({{"ordered", ordered ? 1 : 0}});
 }
 
-// Reports a score per epoch, {5, 9, 1, 3}, each with a checkpoint holding it.
+// Reports a score per epoch, {5, 9, 1, 3}, each with a checkpoint holding it;
+// "seen": whether on every rank GetCheckpoint() was the previous epoch's
+// checkpoint, complete on disk.
 void ScoreLoop(TrainContext& ctx) {
   const double scores[] = {5, 9, 1, 3};
   for (int epoch = 0; epoch < 4; ++epoch) {
+    std::vector<int32_t> seen{1};
+    if (epoch > 0) {
+      auto c = ctx.GetCheckpoint();
+      seen[0] = c && c->index == epoch - 1 && fs::exists(fs::path(c->path) / "score");
+    }
+    ctx.AllReduce(seen, col::ReduceOp::kMin);
     const std::string dir = ctx.NewCheckpointDir();
     std::ofstream(fs::path(dir) / "score") << scores[epoch];
-    ctx.Report({{"epoch", epoch}, {"score", scores[epoch]}}, dir);
+    ctx.Report({{"epoch", epoch}, {"score", scores[epoch]}, {"seen", seen[0]}}, dir);
   }
 }
 
@@ -309,8 +317,9 @@ TEST_CASE("trainer: checkpoints kept by score, the latest kept too, and resume f
                 .checkpoint = {.num_to_keep = 2, .checkpoint_score_attribute = "score",
                                .checkpoint_score_order = CheckpointOrder::kMax},
                 .verbose = false};
-  Result result = DataParallelTrainer(ScoreLoop, {}, ScalingConfig{.num_workers = 1}, run).Fit();
+  Result result = DataParallelTrainer(ScoreLoop, {}, ScalingConfig{.num_workers = 2}, run).Fit();
   REQUIRE(result.ok());
+  for (const auto& m : result.history) CHECK(m.at("seen") == 1);
   CHECK(CheckpointDirs(result.path) == std::vector<std::string>{
                                            "checkpoint_000000", "checkpoint_000001",
                                            "checkpoint_000003"});

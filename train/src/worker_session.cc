@@ -64,7 +64,6 @@ void WorkerSession::Report(const Metrics& metrics, const std::string& checkpoint
   }
   const auto bookkeeping_start = StepTimers::Clock::now();
   StepTimers::Interval t = timers_->Take();
-  if (persisted) latest_ = persisted;
   const int64_t index = next_index_++;
   if (setup_.world_rank == 0) {
     // Before the barrier: once any rank has left Report k (and may die), the
@@ -90,6 +89,16 @@ void WorkerSession::Report(const Metrics& metrics, const std::string& checkpoint
   timers_->AddFramework(barrier_start - bookkeeping_start);
   collective::Barrier(setup_.group_name);
   timers_->AddAllReduce(StepTimers::Clock::now() - barrier_start);
+  // Past the barrier rank 0's rename is done: every rank that reported a
+  // checkpoint sees it as the latest (same path and index on every rank).
+  if (persisted) {
+    latest_ = persisted;
+  } else if (!checkpoint_dir.empty()) {
+    latest_ = Checkpoint{
+        .path = (fs::path(setup_.run_dir) / internal::CheckpointDirName(index)).string(),
+        .index = index,
+        .metrics = metrics};
+  }
 }
 
 }  // namespace lumen::train

@@ -98,7 +98,8 @@ class TrainContext {
   // are discarded.
   void Report(const Metrics& metrics, const std::string& checkpoint_dir = "");
   // The latest checkpoint: the one this attempt resumed from, or the last
-  // one reported since. Empty on a fresh start.
+  // one reported since (on every rank that passed a directory to that Report;
+  // its metrics are this rank's). Empty on a fresh start.
   std::optional<Checkpoint> GetCheckpoint() const;
   // A new empty directory (on the run's storage, under a temporary name) to
   // write a checkpoint into and pass to Report. The time from here to Report
