@@ -198,8 +198,32 @@ void BucketLoop(TrainContext& ctx) {
               {"buckets", static_cast<double>(buckets.buckets_sent())}});
 }
 
+// Batches are made ahead of the loop: before it takes the first, the stream
+// fills its prefetch depth (2), and never holds more. Rank 0 reports whether
+// it did and how many batches it got.
+void PrefetchLoop(TrainContext& ctx) {
+  auto shard = ctx.GetDatasetShard("rows");
+  BatchStream& stream = shard.Batches(4, /*seed=*/0, /*prefetch=*/2);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (stream.buffered() < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();  // polls the producer's progress, bounded by the deadline
+  }
+  const bool ahead = stream.buffered() == 2;
+  size_t most = 0;
+  int batches = 0;
+  for (const Batch& b : stream) {
+    most = std::max(most, stream.buffered());
+    batches += b.size > 0;
+  }
+  ctx.Report({{"ahead", ahead ? 1 : 0},
+              {"most_buffered", static_cast<double>(most)},
+              {"batches", batches},
+              {"expected_batches", static_cast<double>(stream.num_batches())}});
+}
+
 }  // namespace
 
+LUMEN_TRAIN_LOOP(PrefetchLoop);
 LUMEN_TRAIN_LOOP(BucketLoop);
 LUMEN_TRAIN_LOOP(ShardProbeLoop);
 LUMEN_TRAIN_LOOP(BarrierLoop);
@@ -573,4 +597,24 @@ TEST_CASE("trainer: elastic: after a node loss the run goes on with fewer worker
   CHECK(result.history.back()[kWorldSize] == 2);  // grown back
   CHECK(result.metrics["weight"] == Approx(2).margin(0.05));
   CHECK(result.metrics["bias"] == Approx(1).margin(0.05));
+}
+
+TEST_CASE("trainer: batches are prefetched ahead of the loop, up to the prefetch depth") {
+  // Invariant: the data of the next batches is loaded while the loop has not
+  // asked for it yet (2 ahead here), and the queue never grows past that.
+  ScopedCluster cluster;
+  ScratchDir storage;
+  std::vector<float> ids(40), labels(40, 0.f);
+  for (int i = 0; i < 40; ++i) ids[i] = static_cast<float>(i);
+  Result r = DataParallelTrainer(PrefetchLoop, {}, ScalingConfig{.num_workers = 1},
+                                 RunConfig{.name = "prefetch", .storage_path = storage.path,
+                                           .verbose = false},
+                                 {{"rows", Dataset::FromVectors(ids, labels)}})
+                 .Fit();
+  INFO(r.error.value_or("ok"));
+  REQUIRE(r.ok());
+  CHECK(r.metrics.at("ahead") == 1);
+  CHECK(r.metrics.at("most_buffered") <= 2);
+  CHECK(r.metrics.at("batches") == 10);
+  CHECK(r.metrics.at("expected_batches") == 10);
 }

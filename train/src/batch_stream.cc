@@ -26,6 +26,11 @@ int64_t BatchStream::num_batches() const {
   return (static_cast<int64_t>(indices_.size()) + batch_size_ - 1) / batch_size_;
 }
 
+size_t BatchStream::buffered() {
+  absl::MutexLock lock(&mu_);
+  return ready_.size();
+}
+
 void BatchStream::Produce() {
   try {
     const int64_t fd = shard_.dataset().feature_dim(), ld = shard_.dataset().label_dim();

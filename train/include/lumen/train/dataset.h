@@ -174,6 +174,8 @@ class BatchStream {
   Iterator end() { return Iterator(); }
   // The number of batches this stream yields.
   int64_t num_batches() const;
+  // Batches made ahead and not yet taken (at most the prefetch depth).
+  size_t buffered();
 
  private:
   bool Next(Batch* out);  // false at the end
