@@ -71,7 +71,7 @@ TEST_CASE("a task whose worker dies is retried while its budget lasts, then fail
   CHECK(std::string(rig.tasks.finished()[0].state) == "FAILED");
 }
 
-TEST_CASE("a completed task gives its result a value; the history keeps the last few",
+TEST_CASE("a completed task gives its result a value, and the history keeps the last few",
           "[worker][tasks]") {
   // Invariant: Complete makes the return object ready with the reply's value
   // (an error value counts as FAILED in the history); the history is capped,
