@@ -15,6 +15,7 @@
 #include "core/worker/actor_names.h"
 #include "core/worker/borrower_registry.h"
 #include "core/worker/head_requester.h"
+#include "core/worker/dependency_resolver.h"
 #include "core/worker/task_manager.h"
 #include "core/worker/worker_state.h"
 #include "lumen/common/codec.h"
@@ -102,6 +103,15 @@ void CoreWorker::CreateObjectTracking() {
           .notify_blocked = [this](bool blocked) { NotifyBlocked(blocked); },
       });
   tasks_ = std::make_unique<TaskManager>(*memory_store_);
+  resolver_ = std::make_unique<DependencyResolver>(
+      *object_table_,
+      DependencyResolver::Callbacks{
+          .request_from_owner =
+              [this](const ObjectId& id, const std::string& owner) {
+                RequestObjectFromOwner(id, owner);
+              },
+          .on_resolved = [this](PendingTask* task) { OnTaskResolved(task); },
+      });
 }
 
 void CoreWorker::AddLocalRef(const ObjectId& id, const std::string& owner, bool decoded) {

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "core/worker/dependency_resolver.h"
 #include "core/worker/task_manager.h"
 #include "core/worker/worker_state.h"
 #include "lumen/common/codec.h"
@@ -97,36 +98,12 @@ void CoreWorker::DrainSubmissions() {
       ObjectId actor = raw->actor->id();
       std::string owner = raw->actor->owner_address();
       actor_submitter_->Submit(actor, owner, std::move(task));
-      ResolveDependencies(raw);
+      resolver_->Resolve(raw);
       continue;
     }
-    PendingTask* raw = task.release();
-    ResolveDependencies(raw);
+    // Owned by the resolver's callbacks until its arguments are ready.
+    resolver_->Resolve(task.release());
   }
-}
-
-// Takes ownership of `task` (raw while it waits for its arguments).
-void CoreWorker::ResolveDependencies(PendingTask* task) {
-  std::vector<std::pair<ObjectId, std::string>> to_request;
-  {
-    ObjectTable::Locked objects(*object_table_);
-    for (auto& arg : task->args) {
-      if (!arg.ref) continue;
-      auto it = objects->find(arg.ref->id());
-      if (it == objects->end() || it->second.ready) continue;
-      ObjectEntry& e = it->second;
-      ++task->unresolved;
-      e.on_ready.push_back([this, task] {
-        if (--task->unresolved == 0) OnTaskResolved(task);
-      });
-      if (!e.owned && !e.requested) {
-        e.requested = true;
-        to_request.emplace_back(arg.ref->id(), e.owner_address);
-      }
-    }
-  }
-  for (auto& [id, owner] : to_request) RequestObjectFromOwner(id, owner);
-  if (task->unresolved == 0) OnTaskResolved(task);
 }
 
 void CoreWorker::OnTaskResolved(PendingTask* raw) {
@@ -153,19 +130,7 @@ void CoreWorker::OnTaskResolved(PendingTask* raw) {
     return;
   }
   // A failed argument fails the task with the same error (as in Ray).
-  std::optional<Failure> failed_argument;
-  {
-    ObjectTable::Locked objects(*object_table_);
-    for (auto& arg : task->args) {
-      if (!arg.ref) continue;
-      auto it = objects->find(arg.ref->id());
-      if (it != objects->end() && it->second.kind == ObjectEntry::Kind::kFailed) {
-        failed_argument = it->second.failure;
-        break;
-      }
-    }
-  }
-  if (failed_argument) {
+  if (auto failed_argument = resolver_->FailedArgument(*task)) {
     tasks_->Fail(std::move(task), *std::move(failed_argument));
     return;
   }

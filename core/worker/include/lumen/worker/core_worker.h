@@ -56,6 +56,7 @@ class ObjectTable;        // core/worker/object_table.h
 class ReferenceCounter;   // core/worker/reference_counter.h
 class MemoryStore;        // core/worker/memory_store.h
 class TaskManager;        // core/worker/task_manager.h
+class DependencyResolver; // core/worker/dependency_resolver.h
 struct PendingTask;       // core/worker/pending_task.h
 struct ActorRecord;       // core/worker/pending_task.h
 
@@ -155,7 +156,9 @@ class CoreWorker {
   // Tells `owner` a borrowed ref of `id` was passed on (any thread; posted).
   void SendEscapeRef(const ObjectId& id, const std::string& owner);
   void DrainSubmissions();
-  void ResolveDependencies(PendingTask* task);
+  // Every argument of `task` is ready: an actor call goes in its actor's
+  // order, a creation starts its actor, a task joins its shape's queue (or
+  // fails with a failed argument's error). Takes ownership of a normal task.
   void OnTaskResolved(PendingTask* task);
   void DispatchQueue(SchedulingQueue& queue);
   void RequestLease(SchedulingQueue& queue);
@@ -349,6 +352,8 @@ class CoreWorker {
   absl::flat_hash_map<ObjectId, std::unique_ptr<ActorRecord>> owned_actors_;
   // How submitted tasks end: complete, fail, retry budget, history (io thread).
   std::unique_ptr<TaskManager> tasks_;
+  // Holds submitted tasks until their arguments are ready (io thread).
+  std::unique_ptr<DependencyResolver> resolver_;
   // Caller side of actors: the ordered submitter (lumen/actors) and the
   // transport it sends through (io thread only). Declared after the maps the
   // transport's callbacks use.
