@@ -9,6 +9,7 @@
 #include "core/worker/actor_caller.h"
 #include "core/worker/actor_names.h"
 #include "core/worker/head_requester.h"
+#include "core/worker/task_manager.h"
 #include "core/worker/worker_state.h"
 #include "lumen/common/logging.h"
 #include "lumen/common/proto_util.h"
@@ -128,7 +129,7 @@ void CoreWorker::OnActorTaskReply(const ObjectId& id, proto::TaskReply::Reader r
       actor_submitter_->TakeReplied(id, IdFrom<TaskId>(reply.getTaskId()));
   if (!call) return;
   std::unique_ptr<PendingTask> task(static_cast<PendingTask*>(call.release()));
-  CompleteTask(task.get(), reply.getResult());
+  tasks_->Complete(*task, reply.getResult());
 }
 
 }  // namespace lumen::runtime

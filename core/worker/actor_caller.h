@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
+#include "core/worker/task_manager.h"
 #include "core/worker/worker_state.h"
 #include "lumen/actors/actor_runtime.h"
 #include "lumen/common/proto_util.h"
@@ -51,11 +52,12 @@ class CoreWorker::ActorCaller final : public actors::ActorCallTransport {
   }
 
   void Fail(std::unique_ptr<actors::ActorCall> call, actors::TaskFailure failure) override {
-    core_.FailTask(static_cast<PendingTask*>(call.release()), std::move(failure));
+    core_.tasks_->Fail(std::unique_ptr<PendingTask>(static_cast<PendingTask*>(call.release())),
+                      std::move(failure));
   }
 
   void FailResult(const actors::ActorCall& call, const actors::TaskFailure& failure) override {
-    core_.SetObjectFailed(static_cast<const PendingTask&>(call).return_id, failure);
+    core_.memory_store_->SetFailed(static_cast<const PendingTask&>(call).return_id, failure);
   }
 
   // The connection of an open channel, or null.

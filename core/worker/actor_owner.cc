@@ -45,7 +45,7 @@ std::shared_ptr<internal::RefHandle> CoreWorker::CreateActor(
   // The handle is an object the owner reference-counts like any other: the
   // actor ends when no handle is left anywhere.
   auto handle = std::make_shared<internal::RefHandle>(id, listen_address_);
-  SetObjectReady(id, [](ObjectEntry& e) {
+  memory_store_->SetReady(id, [](ObjectEntry& e) {
     e.is_actor = true;
     e.kind = ObjectEntry::Kind::kInline;
     e.value = std::make_shared<const std::string>(codec::EncodeValue<uint8_t>(0));
@@ -86,7 +86,7 @@ std::shared_ptr<internal::RefHandle> CoreWorker::SubmitActorTask(
 void CoreWorker::KillActor(const internal::RefHandle& actor, bool no_restart) {
   ObjectId id = actor.id();
   std::string owner = actor.owner_address();
-  PostToIo([this, id, owner, no_restart] {
+  PostToIo("worker.kill_actor", [this, id, owner, no_restart] {
     if (no_restart) {
       // Calls this process submits from now on fail at once.
       actor_submitter_->MarkDead(id, "killed by lumen::ActorHandle::Kill()");
@@ -347,7 +347,7 @@ void CoreWorker::OnActorDead(ActorRecord& record) {
 
 void CoreWorker::ForgetActorLater(const ObjectId& id) {
   // Callers still on the stack may hold the record: erase it from the loop.
-  PostToIo([this, id] {
+  PostToIo("worker.forget_dead_actor", [this, id] {
     auto it = owned_actors_.find(id);
     if (it != owned_actors_.end() && it->second->life.IsDead() && it->second->out_of_scope) {
       owned_actors_.erase(it);

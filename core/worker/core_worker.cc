@@ -15,6 +15,8 @@
 #include "core/worker/actor_names.h"
 #include "core/worker/borrower_registry.h"
 #include "core/worker/head_requester.h"
+#include "core/worker/dependency_resolver.h"
+#include "core/worker/task_manager.h"
 #include "core/worker/worker_state.h"
 #include "lumen/common/codec.h"
 #include "lumen/common/head_client.h"
@@ -51,6 +53,7 @@ CoreWorker::CoreWorker(CoreWorkerOptions options)
       head_(std::make_unique<HeadRequester>(
           io_, HeadRequester::Options{options_.head_address, options_.timeouts.head_call_timeout})) {
   releaser_->core = this;
+  CreateObjectTracking();
   borrowers_ = std::make_unique<BorrowerRegistry>();
   lease_transport_ = std::make_unique<NodeLeaseTransport>(*this);
   lease_requester_ = std::make_unique<LeaseRequester>(
@@ -58,6 +61,66 @@ CoreWorker::CoreWorker(CoreWorkerOptions options)
                                                  options_.timeouts.spillback_retry_delay});
   CreateActorCaller();
 }
+
+void CoreWorker::CreateObjectTracking() {
+  object_table_ = std::make_unique<ObjectTable>();
+  refs_ = std::make_unique<ReferenceCounter>(
+      *object_table_,
+      ReferenceCounter::Callbacks{
+          .on_freed =
+              [this](ReferenceCounter::Freed freed) {
+                if (freed.stored) DeleteCopies(freed.id, std::move(freed.copies));
+                if (freed.is_actor && !stopped_) {
+                  // No handle to the actor is left anywhere: it ends (unless detached).
+                  PostToIo("worker.actor_out_of_scope", [this, id = freed.id] { OnActorOutOfScope(id); });
+                }
+              },
+          .send_borrower_change =
+              [this](const ObjectId& id, const std::string& owner, bool add) {
+                SendBorrowerChange(id, owner, add);
+              },
+          .send_escape = [this](const ObjectId& id,
+                                const std::string& owner) { SendEscapeRef(id, owner); },
+      });
+  memory_store_ = std::make_unique<MemoryStore>(
+      *object_table_,
+      MemoryStore::Callbacks{
+          .run_on_ready =
+              [this](const ObjectId& id, std::vector<std::function<void()>> callbacks) {
+                PostToIo("worker.run_on_ready_callbacks", [this, id, callbacks = std::move(callbacks)] {
+                  for (auto& cb : callbacks) cb();
+                  refs_->MaybeFree(id);
+                });
+              },
+          .delete_orphan_copies =
+              [this](const ObjectId& id, std::vector<std::string> copies) {
+                DeleteCopies(id, std::move(copies));
+              },
+          .request_from_owner =
+              [this](const ObjectId& id, const std::string& owner) {
+                PostToIo("worker.request_object_from_owner", [this, id, owner] { RequestObjectFromOwner(id, owner); });
+              },
+          .notify_blocked = [this](bool blocked) { NotifyBlocked(blocked); },
+      });
+  tasks_ = std::make_unique<TaskManager>(*memory_store_);
+  resolver_ = std::make_unique<DependencyResolver>(
+      *object_table_,
+      DependencyResolver::Callbacks{
+          .request_from_owner =
+              [this](const ObjectId& id, const std::string& owner) {
+                RequestObjectFromOwner(id, owner);
+              },
+          .on_resolved = [this](PendingTask* task) { OnTaskResolved(task); },
+      });
+}
+
+void CoreWorker::AddLocalRef(const ObjectId& id, const std::string& owner, bool decoded) {
+  refs_->AddLocalRef(id, owner, decoded);
+}
+
+void CoreWorker::RemoveLocalRef(const ObjectId& id) { refs_->RemoveLocalRef(id); }
+
+void CoreWorker::MarkEscaped(const ObjectId& id) { refs_->MarkEscaped(id); }
 
 absl::StatusOr<std::unique_ptr<CoreWorker>> CoreWorker::Start(CoreWorkerOptions options) {
   std::unique_ptr<CoreWorker> worker(new CoreWorker(std::move(options)));
@@ -89,6 +152,7 @@ absl::Status CoreWorker::Connect() {
   tcp_acceptor_ = std::move(*tcp);
   listen_address_ = FormatAddress(
       {absl::StrCat(options_.node_host, ":", tcp_acceptor_->local_endpoint().port()), unix_path_});
+  refs_->SetSelfAddress(listen_address_);
 
   // Handshake with the node daemon (blocking): its reply carries the store's fd.
   boost::asio::local::stream_protocol::socket node_socket(io_);
@@ -204,12 +268,12 @@ void CoreWorker::OnNodeLost(const absl::Status& why) {
   // Nothing will arrive any more: fail whatever is still pending.
   std::vector<ObjectId> waiting;
   {
-    absl::MutexLock lock(&mu_);
-    for (auto& [id, entry] : objects_)
+    ObjectTable::Locked objects(*object_table_);
+    for (auto& [id, entry] : *objects)
       if (!entry.ready) waiting.push_back(id);
   }
   for (const auto& id : waiting) {
-    SetObjectFailed(id, Failure{proto::FailureKind::OBJECT_LOST, "",
+    memory_store_->SetFailed(id, Failure{proto::FailureKind::OBJECT_LOST, "",
                                 "lost the connection to the node daemon", ""});
   }
   exec_mu_.Lock();
@@ -311,10 +375,10 @@ void CoreWorker::Stop() {
   }
 }
 
-bool CoreWorker::PostToIo(std::function<void()> fn) {
+bool CoreWorker::PostToIo(const char* name, std::function<void()> fn) {
   absl::MutexLock lock(&post_mu_);
   if (!accepting_posts_) return false;
-  boost::asio::post(io_, std::move(fn));
+  lumen::Post(io_, name, std::move(fn));
   return true;
 }
 

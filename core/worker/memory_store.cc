@@ -1,25 +1,16 @@
-// CoreWorker: the in-process memory store (pending/ready/failed values) and
-// the Get/Wait countdown waiters, O(1) per object becoming ready.
-#include "lumen/worker/core_worker.h"
-
-#include <sys/socket.h>
-#include <unistd.h>
+// MemoryStore: pending/ready/failed values and the Get/Wait countdown waiters,
+// O(1) per object becoming ready. Thread-safe under the object table's lock.
+#include "core/worker/memory_store.h"
 
 #include <algorithm>
-#include <cstring>
-#include <typeinfo>
+#include <atomic>
+#include <memory>
+#include <utility>
 
-#include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "core/worker/worker_state.h"
-#include "lumen/common/codec.h"
-#include "lumen/common/head_client.h"
-#include "lumen/common/logging.h"
-#include "lumen/common/process.h"
 #include "lumen/common/proto_util.h"
 #include "lumen/errors.h"
-#include "lumen/objectstore/fd_passing.h"
-#include "lumen/objectstore/object_table.h"
 
 namespace lumen::runtime {
 
@@ -39,25 +30,28 @@ uint64_t AwaitStepsForTesting() {
 
 namespace lumen::runtime {
 
-void CoreWorker::WakeWaitersLocked(ObjectEntry& entry) {
+MemoryStore::MemoryStore(ObjectTable& table, Callbacks callbacks)
+    : table_(table), callbacks_(std::move(callbacks)) {}
+
+void MemoryStore::WakeWaitersLocked(ObjectEntry& entry) {
   if (entry.waiters.empty()) return;
   await_steps.fetch_add(entry.waiters.size(), std::memory_order_relaxed);
-  for (Waiter* waiter : entry.waiters) {
+  for (ObjectWaiter* waiter : entry.waiters) {
     // A Wait already satisfied stays registered until its thread unregisters.
     if (waiter->remaining > 0 && --waiter->remaining == 0) waiter->done.Notify();
   }
-  std::vector<Waiter*>().swap(entry.waiters);
+  std::vector<ObjectWaiter*>().swap(entry.waiters);
 }
 
-void CoreWorker::SetObjectReady(const ObjectId& id, std::function<void(ObjectEntry&)> fill,
-                                bool owned_result) {
+void MemoryStore::SetReady(const ObjectId& id, const std::function<void(ObjectEntry&)>& fill,
+                           bool owned_result) {
   std::vector<std::function<void()>> callbacks;
   bool orphan_stored = false;
   std::vector<std::string> orphan_locations;
   {
-    absl::MutexLock lock(&mu_);
-    auto it = objects_.find(id);
-    if (it == objects_.end()) {
+    ObjectTable::Locked objects(table_);
+    auto it = objects->find(id);
+    if (it == objects->end()) {
       // Nobody holds a reference any more: drop the value, and the store copy
       // when it is a result this process owns (never a borrowed object).
       ObjectEntry scratch;
@@ -71,29 +65,22 @@ void CoreWorker::SetObjectReady(const ObjectId& id, std::function<void(ObjectEnt
       WakeWaitersLocked(it->second);
     }
   }
-  if (orphan_stored) DeleteCopies(id, std::move(orphan_locations));
-  if (!callbacks.empty()) {
-    PostToIo([this, id, callbacks = std::move(callbacks)] {
-      for (auto& cb : callbacks) cb();
-      absl::MutexLock lock(&mu_);
-      auto it = objects_.find(id);
-      if (it != objects_.end()) MaybeFreeLocked(it);
-    });
-  }
+  if (orphan_stored) callbacks_.delete_orphan_copies(id, std::move(orphan_locations));
+  if (!callbacks.empty()) callbacks_.run_on_ready(id, std::move(callbacks));
 }
 
-void CoreWorker::SetObjectFailed(const ObjectId& id, const Failure& failure) {
-  SetObjectReady(id, [&](ObjectEntry& e) { e.SetFailed(failure); });
+void MemoryStore::SetFailed(const ObjectId& id, const Failure& failure) {
+  SetReady(id, [&](ObjectEntry& e) { e.SetFailed(failure); });
 }
 
-void CoreWorker::SetObjectFromValue(const ObjectId& id, proto::Value::Reader value,
-                                    bool owned_result) {
+void MemoryStore::SetFromValue(const ObjectId& id, proto::Value::Reader value,
+                               bool owned_result) {
   switch (value.which()) {
     case proto::Value::INLINE: {
       auto data = value.getInline();
       auto bytes = std::make_shared<const std::string>(reinterpret_cast<const char*>(data.begin()),
                                                        data.size());
-      SetObjectReady(id, [&](ObjectEntry& e) {
+      SetReady(id, [&](ObjectEntry& e) {
         e.kind = ObjectEntry::Kind::kInline;
         e.value = bytes;
       });
@@ -103,7 +90,7 @@ void CoreWorker::SetObjectFromValue(const ObjectId& id, proto::Value::Reader val
       uint64_t size = value.getStored().getSize();
       std::pair<NodeId, std::string> location{IdFrom<NodeId>(value.getStored().getNodeId()),
                                               value.getStored().getNodeAddress().cStr()};
-      SetObjectReady(
+      SetReady(
           id,
           [&](ObjectEntry& e) {
             e.kind = ObjectEntry::Kind::kStored;
@@ -114,101 +101,88 @@ void CoreWorker::SetObjectFromValue(const ObjectId& id, proto::Value::Reader val
       break;
     }
     case proto::Value::ERROR:
-      SetObjectFailed(id, FailureFromProto(value.getError()));
+      SetFailed(id, FailureFromProto(value.getError()));
       break;
   }
 }
 
-std::vector<CoreWorker::ObjectEntry*> CoreWorker::AwaitReady(
-    const std::vector<const internal::RefHandle*>& refs, size_t num_ready,
-    std::optional<std::chrono::milliseconds> timeout) {
-  const auto deadline =
-      std::chrono::steady_clock::now() + timeout.value_or(std::chrono::milliseconds(0));
-  std::vector<ObjectEntry*> entries;
-  entries.reserve(refs.size());
-  // One scan under mu_: find the entries, count the ready ones and, when that is
-  // not enough, register the waiter on the others. From then on only objects
-  // becoming ready touch it (WakeWaitersLocked), once each.
-  Waiter waiter;
-  {
-    absl::MutexLock lock(&mu_);
-    size_t ready = 0;
-    for (const auto* ref : refs) {
-      auto it = objects_.find(ref->id());
-      if (it == objects_.end()) throw ObjectLostError("object " + ref->id().Hex() + " is unknown");
-      ObjectEntry& e = it->second;
-      if (!e.owned && !e.ready && !e.requested) {
-        // Borrowed and not here yet: ask its owner.
-        e.requested = true;
-        ObjectId id = ref->id();
-        std::string owner = e.owner_address;
-        PostToIo([this, id, owner] { RequestObjectFromOwner(id, owner); });
-      }
-      if (e.ready.load(std::memory_order_relaxed)) ++ready;
-      entries.push_back(&e);
+void MemoryStore::BeginWait(const std::vector<ObjectId>& ids, size_t num_ready,
+                            PendingWait& wait) {
+  wait.entries_.reserve(ids.size());
+  wait.num_ready_ = num_ready;
+  // One scan under the lock: find the entries, count the ready ones and, when
+  // that is not enough, register the waiter on the others. From then on only
+  // objects becoming ready touch it (WakeWaitersLocked), once each.
+  ObjectTable::Locked objects(table_);
+  size_t ready = 0;
+  for (const ObjectId& id : ids) {
+    auto it = objects->find(id);
+    if (it == objects->end()) throw ObjectLostError("object " + id.Hex() + " is unknown");
+    ObjectEntry& e = it->second;
+    if (!e.owned && !e.ready && !e.requested) {
+      // Borrowed and not here yet: ask its owner.
+      e.requested = true;
+      callbacks_.request_from_owner(id, e.owner_address);
     }
-    await_steps.fetch_add(entries.size(), std::memory_order_relaxed);
-    if (ready >= num_ready) return entries;
-    waiter.remaining = num_ready - ready;
-    for (ObjectEntry* e : entries) {
-      if (!e->ready.load(std::memory_order_relaxed)) e->waiters.push_back(&waiter);
-    }
+    if (e.ready.load(std::memory_order_relaxed)) ++ready;
+    wait.entries_.push_back(&e);
   }
-  // Entries stay put: node_hash_map nodes are stable and `refs` keep them alive.
-  bool done = SpinFor(std::chrono::microseconds(50), [&] { return waiter.done.HasBeenNotified(); });
-  if (!done) {
-    NotifyBlocked(true);
-    if (timeout) {
-      waiter.done.WaitForNotificationWithTimeout(
-          absl::FromChrono(deadline - std::chrono::steady_clock::now()));
-    } else {
-      waiter.done.WaitForNotification();
-    }
-    NotifyBlocked(false);
+  await_steps.fetch_add(wait.entries_.size(), std::memory_order_relaxed);
+  if (ready >= num_ready) return;
+  wait.registered_ = true;
+  wait.waiter_.remaining = num_ready - ready;
+  for (ObjectEntry* e : wait.entries_) {
+    if (!e->ready.load(std::memory_order_relaxed)) e->waiters.push_back(&wait.waiter_);
   }
-  {
-    // Unregister from whatever is still not ready (a timeout, or a Wait that
-    // needed fewer than all). Ready objects dropped their waiters already, and
-    // after this nobody touches `waiter`: it is only counted down and notified
-    // under mu_, so taking mu_ here also waits for a Notify() still returning.
-    absl::MutexLock lock(&mu_);
-    if (waiter.remaining > 0 || num_ready < entries.size()) {
-      uint64_t visited = 0;
-      for (ObjectEntry* e : entries) {
-        if (e->ready.load(std::memory_order_relaxed)) continue;
-        ++visited;
-        std::erase(e->waiters, &waiter);
-        if (e->waiters.empty()) std::vector<Waiter*>().swap(e->waiters);
-      }
-      await_steps.fetch_add(visited, std::memory_order_relaxed);
-    }
-  }
-  return entries;
 }
 
-std::vector<internal::ObjectBytes> CoreWorker::Get(
-    const std::vector<const internal::RefHandle*>& refs,
-    std::optional<std::chrono::milliseconds> timeout) {
-  auto entries = AwaitReady(refs, refs.size(), timeout);
-  for (size_t i = 0; i < entries.size(); ++i) {
-    if (!entries[i]->ready) {
-      throw GetTimeoutError(absl::StrCat("Get timed out after ", timeout->count(),
-                                         " ms waiting for object ", refs[i]->id().Hex()));
-    }
+void MemoryStore::BlockUntilDone(PendingWait& wait,
+                                 std::optional<std::chrono::steady_clock::time_point> deadline) {
+  if (wait.Done()) return;
+  // Entries stay put: node_hash_map nodes are stable and the caller's refs
+  // keep them alive.
+  bool done = SpinFor(std::chrono::microseconds(50), [&] { return wait.Done(); });
+  if (done) return;
+  callbacks_.notify_blocked(true);
+  if (deadline) {
+    wait.waiter_.done.WaitForNotificationWithTimeout(
+        absl::FromChrono(*deadline - std::chrono::steady_clock::now()));
+  } else {
+    wait.waiter_.done.WaitForNotification();
   }
-  std::vector<internal::ObjectBytes> out;
-  out.reserve(refs.size());
-  for (const auto* ref : refs) out.push_back(ReadyBytes(ref->id()));
-  return out;
+  callbacks_.notify_blocked(false);
 }
 
-std::vector<bool> CoreWorker::Wait(const std::vector<const internal::RefHandle*>& refs,
-                                   size_t num_returns,
-                                   std::optional<std::chrono::milliseconds> timeout) {
-  auto entries = AwaitReady(refs, num_returns, timeout);
-  std::vector<bool> ready(entries.size());
-  for (size_t i = 0; i < entries.size(); ++i) ready[i] = entries[i]->ready.load();
-  return ready;
+void MemoryStore::EndWait(PendingWait& wait) {
+  if (!wait.registered_) return;
+  // Unregister from whatever is still not ready (a timeout, or a Wait that
+  // needed fewer than all). Ready objects dropped their waiters already, and
+  // after this nobody touches the waiter: it is only counted down and notified
+  // under the lock, so taking it here also waits for a Notify() still returning.
+  ObjectTable::Locked objects(table_);
+  if (wait.waiter_.remaining > 0 || wait.num_ready_ < wait.entries_.size()) {
+    uint64_t visited = 0;
+    for (ObjectEntry* e : wait.entries_) {
+      if (e->ready.load(std::memory_order_relaxed)) continue;
+      ++visited;
+      std::erase(e->waiters, &wait.waiter_);
+      if (e->waiters.empty()) std::vector<ObjectWaiter*>().swap(e->waiters);
+    }
+    await_steps.fetch_add(visited, std::memory_order_relaxed);
+  }
+  wait.registered_ = false;
+}
+
+std::vector<ObjectEntry*> MemoryStore::AwaitReady(
+    const std::vector<ObjectId>& ids, size_t num_ready,
+    std::optional<std::chrono::milliseconds> timeout) {
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  if (timeout) deadline = std::chrono::steady_clock::now() + *timeout;
+  PendingWait wait;
+  BeginWait(ids, num_ready, wait);
+  BlockUntilDone(wait, deadline);
+  EndWait(wait);
+  return std::move(wait.entries_);
 }
 
 }  // namespace lumen::runtime

@@ -139,8 +139,8 @@ void CoreWorker::OnRemoteNodeDead(const NodeId& node) {
   for (auto& conn : doomed) conn->Close(why);
   // Copies there are gone: readers are sent to the others; an object with no
   // copy left is lost (no lineage reconstruction).
-  absl::MutexLock lock(&mu_);
-  for (auto& [id, entry] : objects_) {
+  ObjectTable::Locked objects(*object_table_);
+  for (auto& [id, entry] : *objects) {
     if (!entry.owned || !entry.ready || entry.kind != ObjectEntry::Kind::kStored) continue;
     auto& copies = entry.locations;
     auto before = copies.size();

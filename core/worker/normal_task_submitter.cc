@@ -11,6 +11,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "core/worker/dependency_resolver.h"
+#include "core/worker/task_manager.h"
 #include "core/worker/worker_state.h"
 #include "lumen/common/codec.h"
 #include "lumen/common/head_client.h"
@@ -65,7 +67,7 @@ void CoreWorker::Enqueue(std::unique_ptr<PendingTask> task) {
     submissions_.push_back(std::move(task));
   }
   // One wake-up of the io thread per batch of submissions.
-  if (was_empty && !PostToIo([this] { DrainSubmissions(); })) {
+  if (was_empty && !PostToIo("worker.drain_submissions", [this] { DrainSubmissions(); })) {
     // Stopping: nothing will run it; its result fails instead of hanging.
     std::vector<std::unique_ptr<PendingTask>> dropped;
     {
@@ -73,7 +75,7 @@ void CoreWorker::Enqueue(std::unique_ptr<PendingTask> task) {
       dropped.swap(submissions_);
     }
     for (auto& t : dropped) {
-      SetObjectFailed(t->return_id, Failure{proto::FailureKind::OTHER, "",
+      memory_store_->SetFailed(t->return_id, Failure{proto::FailureKind::OTHER, "",
                                             "the runtime is shutting down", ""});
     }
   }
@@ -96,47 +98,23 @@ void CoreWorker::DrainSubmissions() {
       ObjectId actor = raw->actor->id();
       std::string owner = raw->actor->owner_address();
       actor_submitter_->Submit(actor, owner, std::move(task));
-      ResolveDependencies(raw);
+      resolver_->Resolve(raw);
       continue;
     }
-    PendingTask* raw = task.release();
-    ResolveDependencies(raw);
+    // Owned by the resolver's callbacks until its arguments are ready.
+    resolver_->Resolve(task.release());
   }
-}
-
-// Takes ownership of `task` (raw while it waits for its arguments).
-void CoreWorker::ResolveDependencies(PendingTask* task) {
-  std::vector<std::pair<ObjectId, std::string>> to_request;
-  {
-    absl::MutexLock lock(&mu_);
-    for (auto& arg : task->args) {
-      if (!arg.ref) continue;
-      auto it = objects_.find(arg.ref->id());
-      if (it == objects_.end() || it->second.ready) continue;
-      ObjectEntry& e = it->second;
-      ++task->unresolved;
-      e.on_ready.push_back([this, task] {
-        if (--task->unresolved == 0) OnTaskResolved(task);
-      });
-      if (!e.owned && !e.requested) {
-        e.requested = true;
-        to_request.emplace_back(arg.ref->id(), e.owner_address);
-      }
-    }
-  }
-  for (auto& [id, owner] : to_request) RequestObjectFromOwner(id, owner);
-  if (task->unresolved == 0) OnTaskResolved(task);
 }
 
 void CoreWorker::OnTaskResolved(PendingTask* raw) {
   if (raw->kind == proto::TaskKind::ACTOR_METHOD) {
     // Owned by the actor submitter; it goes out in submission order.
     {
-      absl::MutexLock lock(&mu_);
+      ObjectTable::Locked objects(*object_table_);
       for (auto& arg : raw->args) {
         if (!arg.ref) continue;
-        auto it = objects_.find(arg.ref->id());
-        if (it != objects_.end() && it->second.kind == ObjectEntry::Kind::kFailed) {
+        auto it = objects->find(arg.ref->id());
+        if (it != objects->end() && it->second.kind == ObjectEntry::Kind::kFailed) {
           raw->dep_failure = it->second.failure;
         }
       }
@@ -152,19 +130,9 @@ void CoreWorker::OnTaskResolved(PendingTask* raw) {
     return;
   }
   // A failed argument fails the task with the same error (as in Ray).
-  {
-    absl::MutexLock lock(&mu_);
-    for (auto& arg : task->args) {
-      if (!arg.ref) continue;
-      auto it = objects_.find(arg.ref->id());
-      if (it != objects_.end() && it->second.kind == ObjectEntry::Kind::kFailed) {
-        Failure f = it->second.failure;
-        mu_.Unlock();
-        FailTask(task.release(), f);
-        mu_.Lock();
-        return;
-      }
-    }
+  if (auto failed_argument = resolver_->FailedArgument(*task)) {
+    tasks_->Fail(std::move(task), *std::move(failed_argument));
+    return;
   }
   auto& slot = queues_[task->queue_key];
   if (!slot) {
@@ -208,7 +176,7 @@ void CoreWorker::RequestLease(SchedulingQueue& queue) {
     while (!queue.ready.empty()) {
       auto task = std::move(queue.ready.front());
       queue.ready.pop_front();
-      FailTask(task.release(), Failure{proto::FailureKind::OBJECT_LOST, "",
+      tasks_->Fail(std::move(task), Failure{proto::FailureKind::OBJECT_LOST, "",
                                        "lost the connection to the node daemon", ""});
     }
     return;
@@ -230,7 +198,7 @@ void CoreWorker::OnLeaseReply(SchedulingQueue* queue, proto::LeaseReply::Reader 
     while (!queue->ready.empty()) {
       auto task = std::move(queue->ready.front());
       queue->ready.pop_front();
-      FailTask(task.release(), Failure{proto::FailureKind::OTHER, "", why, ""});
+      tasks_->Fail(std::move(task), Failure{proto::FailureKind::OTHER, "", why, ""});
     }
     MaybeDropQueueLater(queue->key);
     return;
@@ -296,15 +264,15 @@ void CoreWorker::FillTaskSpec(proto::TaskSpec::Builder spec, const PendingTask& 
   spec.setKind(task.kind);
   if (task.actor) spec.setActorId(DataOf(task.actor->id()));
   auto args = spec.initArgs(task.args.size());
-  absl::MutexLock lock(&mu_);
+  ObjectTable::Locked objects(*object_table_);
   for (size_t i = 0; i < task.args.size(); ++i) {
     const auto& arg = task.args[i];
     if (!arg.ref) {
       args[i].setInline(BytesOf(arg.value));
       continue;
     }
-    auto it = objects_.find(arg.ref->id());
-    if (it == objects_.end()) {
+    auto it = objects->find(arg.ref->id());
+    if (it == objects->end()) {
       // Cannot happen while `arg.ref` holds it; fail the argument rather than crash.
       FailureToProto(Failure{proto::FailureKind::OBJECT_LOST, "lumen::ObjectLostError",
                              absl::StrCat("argument object ", arg.ref->id().Hex(),
@@ -351,7 +319,7 @@ void CoreWorker::OnTaskReply(Lease& lease, proto::TaskReply::Reader reply) {
   double micros = static_cast<double>(reply.getExecMicros());
   queue.avg_exec_micros =
       queue.avg_exec_micros < 0 ? micros : 0.8 * queue.avg_exec_micros + 0.2 * micros;
-  CompleteTask(task.get(), reply.getResult());
+  tasks_->Complete(*task, reply.getResult());
   task.reset();  // releases the argument refs
   DispatchQueue(queue);
   MaybeReturnLease(lease);
@@ -374,9 +342,7 @@ void CoreWorker::OnLeaseLost(Lease* lease, const absl::Status& why) {
   std::vector<std::unique_ptr<PendingTask>> retry;
   auto failed = std::make_shared<std::vector<std::unique_ptr<PendingTask>>>();
   for (auto& [id, task] : owned->in_flight) {
-    if (task->retries_left > 0) {
-      --task->retries_left;
-      ++task->attempt;
+    if (tasks_->ConsumeRetry(*task)) {
       LUMEN_LOG(INFO) << "worker pid " << owned->worker_pid << " died running " << task->display_name
                       << "; retrying (attempt " << task->attempt + 1 << ")";
       retry.push_back(std::move(task));
@@ -399,7 +365,7 @@ void CoreWorker::OnLeaseLost(Lease* lease, const absl::Status& why) {
             "the worker (pid ", pid, ") running task ", task->display_name, " on node ", node,
             " died: ", cause.empty() ? closed : cause, "; no retries left (max_retries=",
             task->max_retries, ")");
-        FailTask(task.release(), Failure{proto::FailureKind::WORKER_CRASHED, "", message, ""});
+        tasks_->Fail(std::move(task), Failure{proto::FailureKind::WORKER_CRASHED, "", message, ""});
       }
       failed->clear();
     };
@@ -461,7 +427,7 @@ void CoreWorker::ReturnLease(Lease* lease) {
 void CoreWorker::MaybeDropQueueLater(const std::string& key) {
   // Posted: the caller may still hold the queue. A queue with no task, lease or
   // lease request left goes (a shape used once does not stay forever).
-  PostToIo([this, key] {
+  PostToIo("worker.maybe_drop_queue", [this, key] {
     auto it = queues_.find(key);
     if (it == queues_.end()) return;
     const SchedulingQueue& q = *it->second;

@@ -70,7 +70,7 @@ CoreWorker::StoreResult CoreWorker::GetOrPull(const ObjectId& id, uint64_t size,
   if (got.status.ok() && !owner.empty()) {
     NodeId here = node_id_;
     std::string here_address = node_address_;
-    PostToIo([this, id, owner, here, here_address] {
+    PostToIo("worker.report_new_copy", [this, id, owner, here, here_address] {
       if (owner == listen_address_) {
         OnObjectLocationAdded(id, here, here_address);
         return;
@@ -103,9 +103,9 @@ internal::ObjectBytes CoreWorker::ReadyBytes(const ObjectId& id) {
     uint64_t size = 0;
     std::string owner;
     {
-      absl::MutexLock lock(&mu_);
-      auto it = objects_.find(id);
-      if (it == objects_.end()) throw ObjectLostError("object " + id.Hex() + " is not known");
+      ObjectTable::Locked objects(*object_table_);
+      auto it = objects->find(id);
+      if (it == objects->end()) throw ObjectLostError("object " + id.Hex() + " is not known");
       kind = it->second.kind;
       value = it->second.value;
       failure = it->second.failure;
@@ -156,7 +156,7 @@ void CoreWorker::RequestObjectFromOwner(const ObjectId& id, const std::string& o
   absl::Status error;
   auto conn = PeerConnection(owner, &error);
   if (!conn) {
-    SetObjectFailed(id, Failure{proto::FailureKind::OBJECT_LOST, "",
+    memory_store_->SetFailed(id, Failure{proto::FailureKind::OBJECT_LOST, "",
                                 absl::StrCat("the owner of object ", id.Hex(),
                                              " is unreachable: ", error.message()),
                                 ""});
@@ -165,13 +165,50 @@ void CoreWorker::RequestObjectFromOwner(const ObjectId& id, const std::string& o
   uint64_t request_id = next_request_id_++;
   peer_requests_[request_id] = PeerRequest{conn->id(), [this, id](proto::Envelope::Reader msg) {
     if (!msg.isObjectStatus()) return;
-    SetObjectFromValue(id, msg.getObjectStatus().getValue(), /*owned_result=*/false);
+    memory_store_->SetFromValue(id, msg.getObjectStatus().getValue(), /*owned_result=*/false);
   }};
   OutMessage out;
   auto env = out.Init();
   env.setRequestId(request_id);
   env.setWaitObject(DataOf(id));
   conn->Send(out.builder());
+}
+
+// ---------------------------------------------------------------------------
+// Get / Wait
+
+std::vector<ObjectEntry*> CoreWorker::AwaitReady(
+    const std::vector<const internal::RefHandle*>& refs, size_t num_ready,
+    std::optional<std::chrono::milliseconds> timeout) {
+  std::vector<ObjectId> ids;
+  ids.reserve(refs.size());
+  for (const auto* ref : refs) ids.push_back(ref->id());
+  return memory_store_->AwaitReady(ids, num_ready, timeout);
+}
+
+std::vector<internal::ObjectBytes> CoreWorker::Get(
+    const std::vector<const internal::RefHandle*>& refs,
+    std::optional<std::chrono::milliseconds> timeout) {
+  auto entries = AwaitReady(refs, refs.size(), timeout);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (!entries[i]->ready) {
+      throw GetTimeoutError(absl::StrCat("Get timed out after ", timeout->count(),
+                                         " ms waiting for object ", refs[i]->id().Hex()));
+    }
+  }
+  std::vector<internal::ObjectBytes> out;
+  out.reserve(refs.size());
+  for (const auto* ref : refs) out.push_back(ReadyBytes(ref->id()));
+  return out;
+}
+
+std::vector<bool> CoreWorker::Wait(const std::vector<const internal::RefHandle*>& refs,
+                                   size_t num_returns,
+                                   std::optional<std::chrono::milliseconds> timeout) {
+  auto entries = AwaitReady(refs, num_returns, timeout);
+  std::vector<bool> ready(entries.size());
+  for (size_t i = 0; i < entries.size(); ++i) ready[i] = entries[i]->ready.load();
+  return ready;
 }
 
 }  // namespace lumen::runtime

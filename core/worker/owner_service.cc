@@ -56,8 +56,8 @@ std::shared_ptr<Connection> CoreWorker::PeerConnection(const std::string& addres
                 // The owner is gone: what we were waiting for from it is lost.
                 std::vector<ObjectId> lost;
                 {
-                  absl::MutexLock lock(&mu_);
-                  for (auto& [id, e] : objects_) {
+                  ObjectTable::Locked objects(*object_table_);
+                  for (auto& [id, e] : *objects) {
                     if (!e.owned && !e.ready && e.requested && e.owner_address == address) {
                       lost.push_back(id);
                     }
@@ -69,7 +69,7 @@ std::shared_ptr<Connection> CoreWorker::PeerConnection(const std::string& addres
                                                        " died: ", why.message()));
                 }
                 for (const auto& id : lost) {
-                  SetObjectFailed(id, Failure{proto::FailureKind::OBJECT_LOST, "",
+                  memory_store_->SetFailed(id, Failure{proto::FailureKind::OBJECT_LOST, "",
                                               absl::StrCat("the owner of object ", id.Hex(), " at ",
                                                            address, " died: ", why.message()),
                                               ""});
@@ -86,9 +86,9 @@ void CoreWorker::SendObjectStatus(Connection& conn, uint64_t request_id, const O
   env.setRequestId(request_id);
   auto value = env.initObjectStatus().initValue();
   {
-    absl::MutexLock lock(&mu_);
-    auto it = objects_.find(id);
-    if (it == objects_.end()) {
+    ObjectTable::Locked objects(*object_table_);
+    auto it = objects->find(id);
+    if (it == objects->end()) {
       FailureToProto(Failure{proto::FailureKind::OBJECT_LOST, "",
                              absl::StrCat("object ", id.Hex(),
                                           " was freed by its owner (no references left)"),
@@ -125,9 +125,9 @@ void CoreWorker::OnPeerAccepted(Socket socket) {
                 }
                 // A borrower that went away borrows nothing any more.
                 for (const auto& [object, delta] : borrowers_->DropConnection(id)) {
-                  ApplyBorrowerDelta(object, delta);
+                  refs_->ApplyBorrowerDelta(object, delta);
                 }
-                PostToIo([this, id] {
+                PostToIo("worker.forget_inbound_peer", [this, id] {
                   inbound_.erase(id);
                   parked_waits_.erase(id);
                 });
@@ -192,9 +192,9 @@ void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
       bool ready = true;
       bool too_many = false;
       {
-        absl::MutexLock lock(&mu_);
-        auto it = objects_.find(id);
-        if (it != objects_.end() && !it->second.ready) {
+        ObjectTable::Locked objects(*object_table_);
+        auto it = objects->find(id);
+        if (it != objects->end() && !it->second.ready) {
           ready = false;
           // Each parked wait counts against its connection until it runs or
           // its object goes (the slot is released with the callback).
@@ -287,9 +287,7 @@ void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
     case proto::Envelope::ESCAPE_REF: {
       auto data = msg.getEscapeRef();
       ObjectId id = IdFrom<ObjectId>(data);
-      absl::MutexLock lock(&mu_);
-      auto it = objects_.find(id);
-      if (it != objects_.end() && it->second.owned) ++it->second.pending_escapes;
+      refs_->OnEscapeRef(id);
       return;
     }
     case proto::Envelope::ADD_BORROWER:
@@ -367,6 +365,46 @@ void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
     default:
       LUMEN_LOG(DEBUG) << "ignoring unexpected frame from a peer";
   }
+}
+
+// ---------------------------------------------------------------------------
+// Borrowing: what the reference counter tells other owners, and what borrowers
+// tell us.
+
+void CoreWorker::SendEscapeRef(const ObjectId& id, const std::string& owner) {
+  // A borrowed ref passed on: the owner pins it for the next reader. Sent on the
+  // same connection as (and so before) our own removeBorrower.
+  PostToIo("worker.send_escape_ref", [this, id, owner] {
+    absl::Status error;
+    auto conn = PeerConnection(owner, &error);
+    if (!conn) return;
+    OutMessage out;
+    out.Init().setEscapeRef(DataOf(id));
+    conn->Send(out.builder());
+  });
+}
+
+void CoreWorker::SendBorrowerChange(const ObjectId& id, const std::string& owner, bool add) {
+  if (stopped_) return;
+  PostToIo("worker.send_borrower_change", [this, id, owner, add] {
+    absl::Status error;
+    auto conn = PeerConnection(owner, &error);
+    if (!conn) return;  // the owner is gone; so is the object
+    OutMessage out;
+    auto env = out.Init();
+    capnp::Data::Reader data = DataOf(id);
+    if (add) {
+      env.setAddBorrower(data);
+    } else {
+      env.setRemoveBorrower(data);
+    }
+    conn->Send(out.builder());
+  });
+}
+
+void CoreWorker::OnBorrowerChange(uint64_t conn_id, const ObjectId& id, int delta) {
+  delta = borrowers_->Apply(conn_id, id, delta);
+  if (delta != 0) refs_->ApplyBorrowerDelta(id, delta);
 }
 
 }  // namespace lumen::runtime

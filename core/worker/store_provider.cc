@@ -27,7 +27,7 @@ namespace lumen::runtime {
 // Node daemon requests
 
 void CoreWorker::SendToNode(std::function<void(proto::Envelope::Builder)> fill) {
-  PostToIo([this, fill = std::move(fill)] {
+  PostToIo("worker.send_to_node", [this, fill = std::move(fill)] {
     if (!node_conn_ || node_conn_->closed()) return;
     OutMessage out;
     fill(out.Init());
@@ -57,7 +57,7 @@ CoreWorker::StoreResult CoreWorker::CallNode(std::function<void(proto::Envelope:
     return result;
   }
   absl::Notification done;
-  bool posted = PostToIo([&] {
+  bool posted = PostToIo("worker.call_node", [&] {
     if (!node_conn_ || node_conn_->closed()) {
       result.status = absl::UnavailableError("lost the connection to the node daemon");
       done.Notify();
@@ -90,7 +90,7 @@ CoreWorker::StoreResult CoreWorker::CallNode(std::function<void(proto::Envelope:
 
 void CoreWorker::DeleteCopies(const ObjectId& id, std::vector<std::string> node_addresses) {
   if (node_addresses.empty()) node_addresses.push_back("");  // our node
-  PostToIo([this, id, node_addresses = std::move(node_addresses)] {
+  PostToIo("worker.delete_copies", [this, id, node_addresses = std::move(node_addresses)] {
     for (const auto& address : node_addresses) {
       absl::Status error;
       auto conn = NodeConnection(address, &error);
@@ -104,12 +104,12 @@ void CoreWorker::DeleteCopies(const ObjectId& id, std::vector<std::string> node_
 
 void CoreWorker::OnObjectLocationAdded(const ObjectId& id, const NodeId& node,
                                        const std::string& address) {
-  absl::MutexLock lock(&mu_);
-  auto it = objects_.find(id);
-  if (it != objects_.end() && (!it->second.owned || it->second.kind != ObjectEntry::Kind::kStored)) {
+  ObjectTable::Locked objects(*object_table_);
+  auto it = objects->find(id);
+  if (it != objects->end() && (!it->second.owned || it->second.kind != ObjectEntry::Kind::kStored)) {
     return;  // not ours to track
   }
-  if (it == objects_.end()) {
+  if (it == objects->end()) {
     DeleteCopies(id, {address});  // freed meanwhile: the new copy goes too
     return;
   }
@@ -129,7 +129,7 @@ std::shared_ptr<internal::RefHandle> CoreWorker::PutEncoded(std::string encoded)
   ObjectId id = ObjectId::ForPut();
   auto handle = std::make_shared<internal::RefHandle>(id, listen_address_);
   auto value = std::make_shared<const std::string>(std::move(encoded));
-  SetObjectReady(id, [&](ObjectEntry& e) {
+  memory_store_->SetReady(id, [&](ObjectEntry& e) {
     e.kind = ObjectEntry::Kind::kInline;
     e.value = value;
   });
@@ -159,7 +159,7 @@ std::shared_ptr<internal::RefHandle> CoreWorker::PutWithWriter(
     throw Error(absl::StrCat("Put failed: ", sealed.status.message()));
   }
   auto handle = std::make_shared<internal::RefHandle>(id, listen_address_);
-  SetObjectReady(id, [&](ObjectEntry& e) {
+  memory_store_->SetReady(id, [&](ObjectEntry& e) {
     e.kind = ObjectEntry::Kind::kStored;
     e.stored_size = size;
     e.locations = {{node_id_, node_address_}};

@@ -38,7 +38,7 @@ void CoreWorker::NotifyBlocked(bool blocked) {
     }
     for (auto& task : queued) {
       std::weak_ptr<Connection> reply_to = task->reply_to;
-      PostToIo([this, reply_to, id = task->task_id, attempt = task->attempt] {
+      PostToIo("worker.hand_back_queued_task", [this, reply_to, id = task->task_id, attempt = task->attempt] {
         if (auto conn = reply_to.lock()) SendRequeued(*conn, id, attempt);
       });
     }
@@ -278,11 +278,11 @@ void CoreWorker::ExecuteTask(TaskToRun& task) {
     // io thread. (If this is the last reference, the connection is already
     // closed and dies here harmlessly.)
     if (auto conn = task.reply_to.lock()) {
-      if (!conn->TrySendNow(frame)) PostToIo([conn] { conn->Flush(); });
+      if (!conn->TrySendNow(frame)) PostToIo("worker.flush_reply", [conn] { conn->Flush(); });
     }
     return;
   }
-  PostToIo([this, weak = task.reply_to, frame = std::move(frame), exiting] {
+  PostToIo("worker.send_task_reply", [this, weak = task.reply_to, frame = std::move(frame), exiting] {
     if (auto conn = weak.lock()) conn->SendFramed(frame);
     if (exiting) {
       if (auto owner = actor_owner_conn_.lock()) {

@@ -1,130 +1,34 @@
-// CoreWorker: the task manager (complete, fail, the finished-task history)
-// and the `lumen list` rows of what this process owns. io thread.
-#include "lumen/worker/core_worker.h"
+// TaskManager: complete, fail, the retry budget and the finished-task history.
+// io thread.
+#include "core/worker/task_manager.h"
 
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <cstring>
-#include <typeinfo>
-
-#include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
-#include "core/worker/worker_state.h"
-#include "lumen/common/codec.h"
-#include "lumen/common/head_client.h"
-#include "lumen/common/logging.h"
-#include "lumen/common/process.h"
-#include "lumen/common/proto_util.h"
-#include "lumen/errors.h"
-#include "lumen/objectstore/fd_passing.h"
-#include "lumen/objectstore/object_table.h"
+#include <utility>
 
 namespace lumen::runtime {
 
-void CoreWorker::RecordFinished(PendingTask& task, const char* state) {
+void TaskManager::RecordFinished(PendingTask& task, const char* state) {
   if (task.kind == proto::TaskKind::ACTOR_CREATION) return;
-  finished_tasks_.push_back(FinishedTask{task.task_id, std::move(task.display_name), state});
-  if (finished_tasks_.size() > 1000) finished_tasks_.pop_front();
+  finished_.push_back(FinishedTask{task.task_id, std::move(task.display_name), state});
+  if (finished_.size() > history_) finished_.pop_front();
 }
 
-void CoreWorker::SendStateRows(Connection& conn, uint64_t request_id, const std::string& what) {
-  io_checker_.Check("CoreWorker::SendStateRows");
-  std::vector<std::vector<std::pair<std::string, std::string>>> rows;
-  std::string owner = absl::StrCat(options_.is_worker ? "worker " : "driver ", ::getpid());
-  auto short_id = [](const std::string& hex) { return hex.substr(0, 16); };
-  if (what == "actors") {
-    for (const auto& [id, record] : owned_actors_) {
-      rows.push_back({{"ACTOR_ID", short_id(id.Hex())},
-                      {"CLASS", record->factory},
-                      {"STATE", actors::ActorStateName(record->life.state())},
-                      {"NAME", record->options.name},
-                      {"NODE", record->node_id.IsNil() ? "" : short_id(record->node_id.Hex())},
-                      {"PID", record->pid ? std::to_string(record->pid) : ""},
-                      {"RESTARTS", std::to_string(record->life.restarts())},
-                      {"OWNER", owner}});
-    }
-  } else if (what == "tasks") {
-    for (const auto& [key, queue] : queues_) {
-      for (const auto& task : queue->ready) {
-        rows.push_back({{"TASK_ID", short_id(task->task_id.Hex())},
-                        {"NAME", task->display_name},
-                        {"STATE", "PENDING_NODE_ASSIGNMENT"},
-                        {"NODE", ""},
-                        {"OWNER", owner}});
-      }
-      for (const auto& lease : queue->leases) {
-        for (const auto& [id, task] : lease->in_flight) {
-          rows.push_back({{"TASK_ID", short_id(id.Hex())},
-                          {"NAME", task->display_name},
-                          {"STATE", "RUNNING"},
-                          {"NODE", short_id(lease->node_id.Hex())},
-                          {"OWNER", owner}});
-        }
-      }
-    }
-    actor_submitter_->ForEachCall([&](const actors::ActorCall& call, bool in_flight) {
-      const auto& task = static_cast<const PendingTask&>(call);
-      rows.push_back({{"TASK_ID", short_id(task.task_id.Hex())},
-                      {"NAME", task.display_name},
-                      {"STATE", in_flight ? "RUNNING" : "PENDING_ACTOR"},
-                      {"NODE", ""},
-                      {"OWNER", owner}});
-    });
-    for (const auto& f : finished_tasks_) {
-      rows.push_back({{"TASK_ID", short_id(f.id.Hex())},
-                      {"NAME", f.name},
-                      {"STATE", f.state},
-                      {"NODE", ""},
-                      {"OWNER", owner}});
-    }
-  } else if (what == "objects") {
-    absl::MutexLock lock(&mu_);
-    for (const auto& [id, e] : objects_) {
-      if (!e.owned || e.is_actor) continue;
-      std::string where;
-      for (const auto& [node, address] : e.locations) {
-        absl::StrAppend(&where, where.empty() ? "" : ",", node.Hex().substr(0, 12));
-      }
-      const char* kind = !e.ready ? "PENDING"
-                         : e.kind == ObjectEntry::Kind::kInline ? "INLINE"
-                         : e.kind == ObjectEntry::Kind::kStored ? "STORED"
-                                                                : "FAILED";
-      uint64_t size = e.kind == ObjectEntry::Kind::kStored ? e.stored_size
-                      : e.value                            ? e.value->size()
-                                                           : 0;
-      rows.push_back({{"OBJECT_ID", short_id(id.Hex())},
-                      {"STATE", kind},
-                      {"SIZE", e.ready ? objectstore::FormatBytes(size) : ""},
-                      {"COPIES_ON", where},
-                      {"REFS", absl::StrCat(e.local_refs, " local, ", e.borrowers, " borrowers")},
-                      {"OWNER", owner}});
-    }
-  }
-  capnp::MallocMessageBuilder out;
-  auto env = out.initRoot<proto::Envelope>();
-  env.setRequestId(request_id);
-  auto list = env.initStateRows(rows.size());
-  for (size_t i = 0; i < rows.size(); ++i) {
-    auto fields = list[i].initFields(rows[i].size());
-    for (size_t j = 0; j < rows[i].size(); ++j) {
-      fields[j].setKey(rows[i][j].first);
-      fields[j].setValue(BytesOf(rows[i][j].second));
-    }
-  }
-  conn.Send(out);
+void TaskManager::Complete(PendingTask& task, proto::Value::Reader result) {
+  io_thread_.Check("TaskManager::Complete");
+  RecordFinished(task, result.isError() ? "FAILED" : "FINISHED");
+  store_.SetFromValue(task.return_id, result, /*owned_result=*/true);
 }
 
-void CoreWorker::CompleteTask(PendingTask* task, proto::Value::Reader result) {
-  RecordFinished(*task, result.isError() ? "FAILED" : "FINISHED");
-  SetObjectFromValue(task->return_id, result, /*owned_result=*/true);
-}
-
-void CoreWorker::FailTask(PendingTask* raw, Failure failure) {
-  std::unique_ptr<PendingTask> task(raw);
+void TaskManager::Fail(std::unique_ptr<PendingTask> task, Failure failure) {
   RecordFinished(*task, "FAILED");
-  SetObjectFailed(task->return_id, failure);
+  store_.SetFailed(task->return_id, failure);
+}
+
+bool TaskManager::ConsumeRetry(PendingTask& task) {
+  io_thread_.Check("TaskManager::ConsumeRetry");
+  if (task.retries_left <= 0) return false;
+  --task.retries_left;
+  ++task.attempt;
+  return true;
 }
 
 }  // namespace lumen::runtime

@@ -15,6 +15,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "core/worker/lease_requester.h"
+#include "core/worker/memory_store.h"
+#include "core/worker/object_table.h"
+#include "core/worker/pending_task.h"
+#include "core/worker/reference_counter.h"
 #include "lumen/worker/core_worker.h"
 
 namespace lumen::runtime {
@@ -74,85 +78,6 @@ bool SpinFor(std::chrono::microseconds budget, Pred ready) {
   return true;
 }
 
-// The state of one object this process owns or borrows.
-//
-// Lifecycle: PENDING (ready == false) -> READY (inline value or stored in the
-// node's store) or FAILED. Erased when no local reference, no pending task, no
-// borrower and no in-transit copy needs it; an owned stored object is then
-// deleted from the store.
-//
-// Borrowing: a reference serialised into a value pins the object at its owner
-// (pending_escapes) until a process decoding it registers as a borrower
-// (addBorrower, which takes the pin over); a borrower sends removeBorrower when
-// its last local reference goes, and a borrower that dies is dropped when its
-// connection closes. A value holding a reference that nobody ever decodes keeps
-// the object until its owner exits.
-struct CoreWorker::ObjectEntry {
-  bool owned = false;
-  std::string owner_address;
-  std::atomic<bool> ready{false};
-  enum class Kind { kInline, kStored, kFailed } kind = Kind::kInline;
-  std::shared_ptr<const std::string> value;  // inline bytes, shared with readers
-  uint64_t stored_size = 0;
-  // Stored: the nodes holding a copy (node id, its daemon's address); the first
-  // is where it was made. Owned objects learn of copies from their readers.
-  std::vector<std::pair<NodeId, std::string>> locations;
-  Failure failure;
-  int local_refs = 0;
-  int pending_escapes = 0;       // owned: serialised copies not yet claimed
-  int borrowers = 0;             // owned: processes holding the ref
-  bool registered_borrower = false;  // borrowed: we told the owner
-  bool requested = false;        // borrowed: the owner was asked for the value
-  bool is_actor = false;         // owned: the handle object of an actor we created
-  std::vector<std::function<void()>> on_ready;  // run on the io thread
-  // Threads in Get/Wait counting this object down (one per occurrence in
-  // their list); cleared when it becomes ready. Guarded by mu_.
-  std::vector<Waiter*> waiters;
-
-  // Makes it a failed object (the caller holds mu_ or owns the entry).
-  void SetFailed(Failure f) {
-    kind = Kind::kFailed;
-    failure = std::move(f);
-  }
-};
-
-// One call of Get or Wait that has to block (see AwaitReady). It is registered
-// on each of its objects that is not ready yet; each of them becoming ready
-// counts `remaining` down once (under mu_), and the one that brings it to zero
-// notifies the waiting thread. Nothing re-evaluates the whole list: a Get or
-// Wait of N refs costs O(N) to register and unregister, plus O(1) per object
-// that becomes ready.
-struct CoreWorker::Waiter {
-  size_t remaining = 0;  // guarded by mu_
-  absl::Notification done;
-};
-
-// An actor this process created and so manages: its creation, restarts, and
-// the answer to "where is it now?" for every caller.
-//
-// Its states, generations and the restart/kill decisions are `life`'s
-// (actors::ActorLifecycle: CREATING -> ALIVE -> (RESTARTING -> ALIVE)* -> DEAD);
-// the record adds the process it runs in. io thread only.
-struct CoreWorker::ActorRecord {
-  explicit ActorRecord(int max_restarts) : life(max_restarts) {}
-  ObjectId id;
-  std::string factory;
-  std::vector<internal::TaskArgument> args;  // kept for restarts
-  internal::ActorOptions options;
-  actors::ActorLifecycle life;
-  std::string address;
-  int pid = 0;
-  WorkerId worker_id;
-  uint64_t lease_id = 0;
-  std::shared_ptr<Connection> lease_node;  // the node daemon that granted the lease
-  NodeId node_id;
-  std::vector<int> gpu_ids;
-  std::shared_ptr<Connection> conn;  // ours to the actor process
-  // No handle to it is left anywhere: the record goes once it is dead.
-  bool out_of_scope = false;
-  std::vector<std::function<void()>> on_change;  // run when alive or dead
-};
-
 // The LeaseTransport of lease_requester_: our node connections and the io
 // thread's timers. io thread only.
 class CoreWorker::NodeLeaseTransport final : public LeaseTransport {
@@ -176,25 +101,6 @@ class CoreWorker::NodeLeaseTransport final : public LeaseTransport {
       std::shared_ptr<std::function<bool(proto::Envelope::Reader)>> on_reply);
 
   CoreWorker& core_;
-};
-
-// A task, actor call or actor creation this process submitted. The fields an
-// actor call needs for ordering (task_id, function, sequence, attempt,
-// resolved, dep_failure) are actors::ActorCall's. io thread once enqueued.
-struct CoreWorker::PendingTask : actors::ActorCall {
-  ObjectId return_id;
-  std::string display_name;  // SetName, or the function
-  std::vector<internal::TaskArgument> args;  // holds the argument refs alive
-  std::map<std::string, double> resources;
-  internal::SchedulingOptions scheduling;
-  std::string queue_key;
-  int retries_left = 0;
-  int max_retries = 0;
-  int unresolved = 0;
-  proto::TaskKind kind = proto::TaskKind::NORMAL;
-  // Actor calls: the actor (its handle keeps it alive while calls are pending).
-  std::shared_ptr<internal::RefHandle> actor;
-  std::unique_ptr<ActorRecord> actor_record;  // actor creation: handed to owned_actors_
 };
 
 // A worker leased from the node daemon; tasks of one resource shape go straight

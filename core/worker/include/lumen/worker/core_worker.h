@@ -12,8 +12,9 @@
 //
 // Threads: one io thread runs the event loop and owns every socket; user threads
 // (and, in a worker, the executor thread) call the public methods, which are
-// thread-safe. State shared between them is guarded by `mu_`; state marked "io
-// thread only" is touched there alone.
+// thread-safe. The per-object table (ObjectTable) has its own lock, shared by
+// the ReferenceCounter and the MemoryStore; state marked "io thread only" is
+// touched there alone.
 #pragma once
 
 #include <atomic>
@@ -50,6 +51,14 @@ namespace lumen::runtime {
 class HeadRequester;   // core/worker/head_requester.h
 class LeaseRequester;  // core/worker/lease_requester.h
 class BorrowerRegistry;  // core/worker/borrower_registry.h
+struct ObjectEntry;       // core/worker/object_table.h
+class ObjectTable;        // core/worker/object_table.h
+class ReferenceCounter;   // core/worker/reference_counter.h
+class MemoryStore;        // core/worker/memory_store.h
+class TaskManager;        // core/worker/task_manager.h
+class DependencyResolver; // core/worker/dependency_resolver.h
+struct PendingTask;       // core/worker/pending_task.h
+struct ActorRecord;       // core/worker/pending_task.h
 
 struct CoreWorkerOptions {
   bool is_worker = false;
@@ -117,13 +126,9 @@ class CoreWorker {
   void RunTaskLoop();
 
  private:
-  struct ObjectEntry;
-  struct Waiter;
-  struct PendingTask;
   struct Lease;
   struct SchedulingQueue;
   struct TaskToRun;
-  struct ActorRecord;
   class ActorCaller;  // actor_caller.h
   // A request to a peer's owner service, answered on the connection it went out on.
   struct PeerRequest {
@@ -143,16 +148,17 @@ class CoreWorker {
   void OnNodeFrame(Connection& conn, proto::Envelope::Reader msg);
   // `lumen list actors|tasks|objects`: what this process owns, one row each.
   void SendStateRows(Connection& conn, uint64_t request_id, const std::string& what);
-  // The task ends here: its name moves into the record (io thread).
-  void RecordFinished(PendingTask& task, const char* state);
   void OnPeerAccepted(Socket socket);
   void OnPeerFrame(Connection& conn, proto::Envelope::Reader msg);
   void OnBorrowerChange(uint64_t conn_id, const ObjectId& id, int delta);
-  // An owned object's borrower count changes by `delta` (frees it at zero).
-  void ApplyBorrowerDelta(const ObjectId& id, int delta) ABSL_LOCKS_EXCLUDED(mu_);
+  // Tells `owner` we start (add) or stop borrowing `id` (any thread; posted).
   void SendBorrowerChange(const ObjectId& id, const std::string& owner, bool add);
+  // Tells `owner` a borrowed ref of `id` was passed on (any thread; posted).
+  void SendEscapeRef(const ObjectId& id, const std::string& owner);
   void DrainSubmissions();
-  void ResolveDependencies(PendingTask* task);
+  // Every argument of `task` is ready: an actor call goes in its actor's
+  // order, a creation starts its actor, a task joins its shape's queue (or
+  // fails with a failed argument's error). Takes ownership of a normal task.
   void OnTaskResolved(PendingTask* task);
   void DispatchQueue(SchedulingQueue& queue);
   void RequestLease(SchedulingQueue& queue);
@@ -181,8 +187,6 @@ class CoreWorker {
   void OnReclaimLeases();
   // Erases the scheduling queue `key` if it is empty, from the io loop.
   void MaybeDropQueueLater(const std::string& key);
-  void CompleteTask(PendingTask* task, proto::Value::Reader result);
-  void FailTask(PendingTask* task, Failure failure);
   void SendRequeued(Connection& conn, const TaskId& task_id, uint32_t attempt);
   void SendObjectStatus(Connection& conn, uint64_t request_id, const ObjectId& id);
   void RequestObjectFromOwner(const ObjectId& id, const std::string& owner);
@@ -196,8 +200,10 @@ class CoreWorker {
   void FailNodeRequests(std::optional<uint64_t> conn_id = std::nullopt);
 
   // any thread
-  // Runs `fn` on the io thread; false (and `fn` dropped) once Stop has begun.
-  bool PostToIo(std::function<void()> fn);
+  // Runs `fn` on the io thread under `name` (a string literal saying what it
+  // does, "worker.what_it_does": a slow handler is logged with it); false (and
+  // `fn` dropped) once Stop has begun.
+  bool PostToIo(const char* name, std::function<void()> fn);
   // Keeps `keep` alive until the handlers now on the io thread's stack returned
   // (a connection closing from inside its own callback). Posted even while
   // stopping: never run then, it is destroyed with the io context.
@@ -213,6 +219,8 @@ class CoreWorker {
   std::vector<ObjectEntry*> AwaitReady(const std::vector<const internal::RefHandle*>& refs,
                                        size_t num_ready,
                                        std::optional<std::chrono::milliseconds> timeout);
+  // The memory store's and reference counter's hooks into the runtime.
+  void CreateObjectTracking();
   StoreResult CallStore(int op, const ObjectId& id, uint64_t size);
   // One blocking request to our node daemon, answered with a storeReply.
   StoreResult CallNode(std::function<void(proto::Envelope::Builder)> fill);
@@ -224,21 +232,7 @@ class CoreWorker {
   // Any thread: deletes the copies of an object on these nodes ("" is ours).
   void DeleteCopies(const ObjectId& id, std::vector<std::string> node_addresses);
   void SendToNode(std::function<void(proto::Envelope::Builder)> fill);
-  // `owned_result`: a task result this process owns, deleted from the store if
-  // nobody wants it any more.
-  void SetObjectReady(const ObjectId& id, std::function<void(ObjectEntry&)> fill,
-                      bool owned_result = false) ABSL_LOCKS_EXCLUDED(mu_);
-  // The object fails with `failure` (no effect once it is ready).
-  void SetObjectFailed(const ObjectId& id, const Failure& failure) ABSL_LOCKS_EXCLUDED(mu_);
-  // The object gets `value` (inline bytes, a stored copy's location, or an
-  // error) from a task reply or its owner's answer.
-  void SetObjectFromValue(const ObjectId& id, proto::Value::Reader value, bool owned_result)
-      ABSL_LOCKS_EXCLUDED(mu_);
   void OnNodeLost(const absl::Status& why);
-  void MaybeFreeLocked(absl::node_hash_map<ObjectId, ObjectEntry>::iterator it)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Counts down the Get/Wait calls waiting on an object that just became ready.
-  void WakeWaitersLocked(ObjectEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   internal::ObjectBytes ReadyBytes(const ObjectId& id);
   internal::ObjectBytes PinnedBytes(const ObjectId& id, uint64_t offset, uint64_t size);
   [[noreturn]] void ThrowFailure(const Failure& failure);
@@ -311,6 +305,12 @@ class CoreWorker {
   // last one would never run, and its caller would wait forever.
   absl::Mutex post_mu_;
   bool accepting_posts_ ABSL_GUARDED_BY(post_mu_) = true;
+  // What this process knows of each object it owns or borrows (thread-safe,
+  // one lock), and the two parts that read and change it. Declared early so
+  // they go last: references dropped while the rest is destroyed find them.
+  std::unique_ptr<ObjectTable> object_table_;
+  std::unique_ptr<ReferenceCounter> refs_;
+  std::unique_ptr<MemoryStore> memory_store_;
   std::atomic<bool> stopped_{false};
   std::atomic<bool> node_lost_{false};
 
@@ -350,13 +350,10 @@ class CoreWorker {
   std::unique_ptr<BorrowerRegistry> borrowers_;
 
   absl::flat_hash_map<ObjectId, std::unique_ptr<ActorRecord>> owned_actors_;
-  // The last finished tasks this process submitted, for `lumen list tasks`.
-  struct FinishedTask {
-    TaskId id;
-    std::string name;
-    const char* state;
-  };
-  std::deque<FinishedTask> finished_tasks_;
+  // How submitted tasks end: complete, fail, retry budget, history (io thread).
+  std::unique_ptr<TaskManager> tasks_;
+  // Holds submitted tasks until their arguments are ready (io thread).
+  std::unique_ptr<DependencyResolver> resolver_;
   // Caller side of actors: the ordered submitter (lumen/actors) and the
   // transport it sends through (io thread only). Declared after the maps the
   // transport's callbacks use.
@@ -375,9 +372,6 @@ class CoreWorker {
 
   absl::Mutex submit_mu_;
   std::vector<std::unique_ptr<PendingTask>> submissions_ ABSL_GUARDED_BY(submit_mu_);
-
-  mutable absl::Mutex mu_;
-  absl::node_hash_map<ObjectId, ObjectEntry> objects_ ABSL_GUARDED_BY(mu_);
 
   // worker mode: tasks waiting for the executor thread
   absl::Mutex exec_mu_;

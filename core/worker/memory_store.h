@@ -1,0 +1,108 @@
+// The in-process memory store of one driver or worker process (Ray's
+// CoreWorkerMemoryStore, smaller): each object's value as this process knows
+// it (pending, ready inline, ready in a node's store with its copies'
+// locations, or failed), and the threads in Get/Wait waiting for values.
+//
+//   MemoryStore store(table, callbacks);
+//   store.SetReady(id, [&](ObjectEntry& e) { e.kind = ObjectEntry::Kind::kInline; ... });
+//   auto entries = store.AwaitReady(ids, ids.size(), std::chrono::seconds(1));
+//
+// A Get or Wait of N objects costs O(N) plus O(1) per object becoming ready
+// (see ObjectWaiter); nothing re-scans the list.
+//
+// Thread-safe: every method takes the object table's lock; AwaitReady blocks
+// its calling thread (never call it on the io thread). Internal to core/worker.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/worker/object_table.h"
+#include "lumen/common/ids.h"
+#include "lumen/proto/lumen.capnp.h"
+
+namespace lumen::runtime {
+
+class MemoryStore {
+ public:
+  struct Callbacks {
+    // The on_ready callbacks of `id`, which just became ready or failed: they
+    // run on the io thread, and then the object may be freed. Runs without the lock.
+    std::function<void(const ObjectId&, std::vector<std::function<void()>>)> run_on_ready;
+    // A value arrived for an object nobody references any more, and it is a
+    // stored result this process owns: its copies (daemon addresses) go.
+    // Runs without the lock.
+    std::function<void(const ObjectId&, std::vector<std::string> copies)> delete_orphan_copies;
+    // A Get/Wait needs a borrowed object that is not here: ask `owner` for it.
+    // Runs with the table's lock held (post, do not block or re-enter).
+    std::function<void(const ObjectId&, const std::string& owner)> request_from_owner;
+    // The calling thread is about to block in Get/Wait (true), or is done (false).
+    std::function<void(bool blocked)> notify_blocked;
+  };
+
+  // One Get or Wait in progress (BeginWait, BlockUntilDone, EndWait). Lives on
+  // the waiting thread's stack; only counted down under the table's lock.
+  class PendingWait {
+   public:
+    PendingWait() = default;
+    PendingWait(const PendingWait&) = delete;
+    PendingWait& operator=(const PendingWait&) = delete;
+    // Enough of its objects are ready (or it never had to wait).
+    bool Done() const { return !registered_ || waiter_.done.HasBeenNotified(); }
+    // The entries of its objects, in the order asked; they stay valid while
+    // the caller holds references to the objects.
+    const std::vector<ObjectEntry*>& entries() const { return entries_; }
+
+   private:
+    friend class MemoryStore;
+    ObjectWaiter waiter_;
+    std::vector<ObjectEntry*> entries_;
+    size_t num_ready_ = 0;
+    bool registered_ = false;
+  };
+
+  // `table` outlives the store.
+  MemoryStore(ObjectTable& table, Callbacks callbacks);
+
+  // Makes `id` ready with what `fill` writes into its entry (no effect once
+  // it is ready). Wakes its waiters and hands its on_ready callbacks to
+  // run_on_ready. `owned_result`: a task result this process owns, whose
+  // stored copies go if nobody references it any more.
+  void SetReady(const ObjectId& id, const std::function<void(ObjectEntry&)>& fill,
+                bool owned_result = false);
+  // The object fails with `failure` (no effect once it is ready).
+  void SetFailed(const ObjectId& id, const Failure& failure);
+  // The object gets `value` (inline bytes, a stored copy's location, or an
+  // error) from a task reply or its owner's answer.
+  void SetFromValue(const ObjectId& id, proto::Value::Reader value, bool owned_result);
+
+  // Waits until `num_ready` of `ids` are ready or the timeout passes (none:
+  // forever); returns their entries (see PendingWait::entries). Throws
+  // ObjectLostError for an object this process does not know.
+  std::vector<ObjectEntry*> AwaitReady(const std::vector<ObjectId>& ids, size_t num_ready,
+                                       std::optional<std::chrono::milliseconds> timeout);
+
+  // AwaitReady in its three steps (tests drive them one by one). BeginWait
+  // finds the entries, asks owners for borrowed values not here, and registers
+  // `wait` on the objects not ready when fewer than `num_ready` are; throws
+  // ObjectLostError for an unknown object.
+  void BeginWait(const std::vector<ObjectId>& ids, size_t num_ready, PendingWait& wait);
+  // Spins briefly, then blocks until `wait` is done or the deadline passes.
+  void BlockUntilDone(PendingWait& wait,
+                      std::optional<std::chrono::steady_clock::time_point> deadline);
+  // Unregisters `wait` from the objects still not ready; after it nothing
+  // touches `wait`.
+  void EndWait(PendingWait& wait);
+
+ private:
+  // Counts down the waits registered on an entry that just became ready.
+  static void WakeWaitersLocked(ObjectEntry& entry);
+
+  ObjectTable& table_;
+  const Callbacks callbacks_;
+};
+
+}  // namespace lumen::runtime

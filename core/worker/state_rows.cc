@@ -1,0 +1,106 @@
+// CoreWorker: the `lumen list actors|tasks|objects` rows of what this
+// process owns, answered to its node daemon. io thread.
+#include "lumen/worker/core_worker.h"
+
+#include <unistd.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/worker/task_manager.h"
+#include "core/worker/worker_state.h"
+#include "lumen/common/proto_util.h"
+#include "lumen/objectstore/object_table.h"
+
+namespace lumen::runtime {
+
+void CoreWorker::SendStateRows(Connection& conn, uint64_t request_id, const std::string& what) {
+  io_checker_.Check("CoreWorker::SendStateRows");
+  std::vector<std::vector<std::pair<std::string, std::string>>> rows;
+  std::string owner = absl::StrCat(options_.is_worker ? "worker " : "driver ", ::getpid());
+  auto short_id = [](const std::string& hex) { return hex.substr(0, 16); };
+  if (what == "actors") {
+    for (const auto& [id, record] : owned_actors_) {
+      rows.push_back({{"ACTOR_ID", short_id(id.Hex())},
+                      {"CLASS", record->factory},
+                      {"STATE", actors::ActorStateName(record->life.state())},
+                      {"NAME", record->options.name},
+                      {"NODE", record->node_id.IsNil() ? "" : short_id(record->node_id.Hex())},
+                      {"PID", record->pid ? std::to_string(record->pid) : ""},
+                      {"RESTARTS", std::to_string(record->life.restarts())},
+                      {"OWNER", owner}});
+    }
+  } else if (what == "tasks") {
+    for (const auto& [key, queue] : queues_) {
+      for (const auto& task : queue->ready) {
+        rows.push_back({{"TASK_ID", short_id(task->task_id.Hex())},
+                        {"NAME", task->display_name},
+                        {"STATE", "PENDING_NODE_ASSIGNMENT"},
+                        {"NODE", ""},
+                        {"OWNER", owner}});
+      }
+      for (const auto& lease : queue->leases) {
+        for (const auto& [id, task] : lease->in_flight) {
+          rows.push_back({{"TASK_ID", short_id(id.Hex())},
+                          {"NAME", task->display_name},
+                          {"STATE", "RUNNING"},
+                          {"NODE", short_id(lease->node_id.Hex())},
+                          {"OWNER", owner}});
+        }
+      }
+    }
+    actor_submitter_->ForEachCall([&](const actors::ActorCall& call, bool in_flight) {
+      const auto& task = static_cast<const PendingTask&>(call);
+      rows.push_back({{"TASK_ID", short_id(task.task_id.Hex())},
+                      {"NAME", task.display_name},
+                      {"STATE", in_flight ? "RUNNING" : "PENDING_ACTOR"},
+                      {"NODE", ""},
+                      {"OWNER", owner}});
+    });
+    for (const auto& f : tasks_->finished()) {
+      rows.push_back({{"TASK_ID", short_id(f.id.Hex())},
+                      {"NAME", f.name},
+                      {"STATE", f.state},
+                      {"NODE", ""},
+                      {"OWNER", owner}});
+    }
+  } else if (what == "objects") {
+    ObjectTable::Locked objects(*object_table_);
+    for (const auto& [id, e] : *objects) {
+      if (!e.owned || e.is_actor) continue;
+      std::string where;
+      for (const auto& [node, address] : e.locations) {
+        absl::StrAppend(&where, where.empty() ? "" : ",", node.Hex().substr(0, 12));
+      }
+      const char* kind = !e.ready ? "PENDING"
+                         : e.kind == ObjectEntry::Kind::kInline ? "INLINE"
+                         : e.kind == ObjectEntry::Kind::kStored ? "STORED"
+                                                                : "FAILED";
+      uint64_t size = e.kind == ObjectEntry::Kind::kStored ? e.stored_size
+                      : e.value                            ? e.value->size()
+                                                           : 0;
+      rows.push_back({{"OBJECT_ID", short_id(id.Hex())},
+                      {"STATE", kind},
+                      {"SIZE", e.ready ? objectstore::FormatBytes(size) : ""},
+                      {"COPIES_ON", where},
+                      {"REFS", absl::StrCat(e.local_refs, " local, ", e.borrowers, " borrowers")},
+                      {"OWNER", owner}});
+    }
+  }
+  capnp::MallocMessageBuilder out;
+  auto env = out.initRoot<proto::Envelope>();
+  env.setRequestId(request_id);
+  auto list = env.initStateRows(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    auto fields = list[i].initFields(rows[i].size());
+    for (size_t j = 0; j < rows[i].size(); ++j) {
+      fields[j].setKey(rows[i][j].first);
+      fields[j].setValue(BytesOf(rows[i][j].second));
+    }
+  }
+  conn.Send(out);
+}
+
+}  // namespace lumen::runtime

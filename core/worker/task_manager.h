@@ -1,0 +1,65 @@
+// The task manager of one driver or worker process (Ray's TaskManager,
+// smaller): how a task this process submitted ends. Completing it or failing
+// it gives its return object its value in the MemoryStore and moves its name
+// into the finished-task history (`lumen list tasks`); a retry takes one from
+// its budget (max_retries) and bumps its attempt.
+//
+//   TaskManager tasks(memory_store);
+//   if (!tasks.ConsumeRetry(*task)) tasks.Fail(std::move(task), failure);
+//
+// Only on the io thread (checked in debug builds; Fail also on the thread that
+// destroys the runtime, which drops what is still queued). Internal to core/worker.
+#pragma once
+
+#include <cstddef>
+#include <deque>
+#include <memory>
+#include <string>
+
+#include "core/worker/memory_store.h"
+#include "core/worker/pending_task.h"
+#include "lumen/common/ids.h"
+#include "lumen/common/thread_checker.h"
+#include "lumen/proto/lumen.capnp.h"
+
+namespace lumen::runtime {
+
+class TaskManager {
+ public:
+  // A task that ended, as `lumen list tasks` shows it.
+  struct FinishedTask {
+    TaskId id;
+    std::string name;
+    const char* state;  // "FINISHED" or "FAILED" (a literal)
+  };
+  static constexpr size_t kDefaultHistory = 1000;
+
+  // `store` outlives the manager; `history`: how many finished tasks are kept.
+  explicit TaskManager(MemoryStore& store, size_t history = kDefaultHistory)
+      : store_(store), history_(history) {}
+  TaskManager(const TaskManager&) = delete;
+  TaskManager& operator=(const TaskManager&) = delete;
+
+  // The task ran: its return object gets `result` (a value or the task's
+  // error), as a result this process owns.
+  void Complete(PendingTask& task, proto::Value::Reader result);
+  // The task fails for good with `failure`; it is destroyed here (which
+  // releases its argument refs).
+  void Fail(std::unique_ptr<PendingTask> task, Failure failure);
+  // Its worker died: true (and the next attempt numbered) while its retry
+  // budget lasts, false once it is spent.
+  [[nodiscard]] bool ConsumeRetry(PendingTask& task);
+
+  // The last finished tasks, oldest first.
+  const std::deque<FinishedTask>& finished() const { return finished_; }
+
+ private:
+  void RecordFinished(PendingTask& task, const char* state);
+
+  MemoryStore& store_;
+  const size_t history_;
+  ThreadChecker io_thread_;
+  std::deque<FinishedTask> finished_;
+};
+
+}  // namespace lumen::runtime

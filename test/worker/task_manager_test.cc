@@ -1,0 +1,116 @@
+// Deterministic tests of the TaskManager: tasks and values made by the test,
+// a real MemoryStore over a table; no processes, no sockets.
+#include "core/worker/task_manager.h"
+
+#include <capnp/message.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+namespace lumen::runtime {
+namespace {
+
+struct ManagerRig {
+  ObjectTable table;
+  int on_ready_handed = 0;
+  MemoryStore store{table,
+                    {.run_on_ready = [this](const ObjectId&,
+                                            std::vector<std::function<void()>>) { ++on_ready_handed; },
+                     .delete_orphan_copies = [](const ObjectId&, std::vector<std::string>) {},
+                     .request_from_owner = [](const ObjectId&, const std::string&) {},
+                     .notify_blocked = [](bool) {}}};
+  TaskManager tasks{store, /*history=*/3};
+
+  std::unique_ptr<PendingTask> NewTask(const std::string& name, int max_retries) {
+    auto task = std::make_unique<PendingTask>();
+    task->task_id = TaskId::Random();
+    task->return_id = ObjectId::ForTaskReturn(task->task_id, 1);
+    task->display_name = name;
+    task->max_retries = task->retries_left = max_retries;
+    ObjectTable::Locked objects(table);
+    ObjectEntry& e = (*objects)[task->return_id];  // the caller's ObjectRef
+    e.owned = true;
+    e.local_refs = 1;
+    return task;
+  }
+  const ObjectEntry& Entry(const ObjectId& id) {
+    ObjectTable::Locked objects(table);
+    return objects->at(id);  // stable: node_hash_map
+  }
+};
+
+TEST_CASE("a task whose worker dies is retried while its budget lasts, then fails once",
+          "[worker][tasks]") {
+  // Invariant: a task with max_retries = N gets exactly N more attempts,
+  // numbered 1..N; after that it fails for good: its return object fails with
+  // the failure given and the history records it FAILED, once.
+  ManagerRig rig;
+  auto task = rig.NewTask("flaky", 2);
+  ObjectId result = task->return_id;
+  REQUIRE(rig.tasks.ConsumeRetry(*task));
+  CHECK(task->attempt == 1);
+  REQUIRE(rig.tasks.ConsumeRetry(*task));
+  CHECK(task->attempt == 2);
+  REQUIRE_FALSE(rig.tasks.ConsumeRetry(*task));
+  CHECK(task->attempt == 2);
+  CHECK_FALSE(rig.Entry(result).ready.load());
+  TaskId id = task->task_id;
+  rig.tasks.Fail(std::move(task),
+                 Failure{proto::FailureKind::WORKER_CRASHED, "", "the worker died", ""});
+  const ObjectEntry& e = rig.Entry(result);
+  REQUIRE(e.ready.load());
+  CHECK(e.kind == ObjectEntry::Kind::kFailed);
+  CHECK(e.failure.kind == proto::FailureKind::WORKER_CRASHED);
+  CHECK(e.failure.message == "the worker died");
+  REQUIRE(rig.tasks.finished().size() == 1);
+  CHECK(rig.tasks.finished()[0].id == id);
+  CHECK(rig.tasks.finished()[0].name == "flaky");
+  CHECK(std::string(rig.tasks.finished()[0].state) == "FAILED");
+}
+
+TEST_CASE("a completed task gives its result a value, and the history keeps the last few",
+          "[worker][tasks]") {
+  // Invariant: Complete makes the return object ready with the reply's value
+  // (an error value counts as FAILED in the history); the history is capped,
+  // oldest out first, and actor creations are not tasks in it.
+  ManagerRig rig;
+  capnp::MallocMessageBuilder message;
+  auto value = message.initRoot<proto::Value>();
+  std::string bytes = "forty-two";
+  value.setInline(capnp::Data::Reader(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
+  auto first = rig.NewTask("first", 0);
+  rig.tasks.Complete(*first, value.asReader());
+  const ObjectEntry& e = rig.Entry(first->return_id);
+  REQUIRE(e.ready.load());
+  CHECK(e.kind == ObjectEntry::Kind::kInline);
+  CHECK(*e.value == bytes);
+
+  capnp::MallocMessageBuilder error_message;
+  auto error = error_message.initRoot<proto::Value>();
+  error.initError().setMessage("boom");
+  auto second = rig.NewTask("second", 0);
+  rig.tasks.Complete(*second, error.asReader());
+  CHECK(rig.Entry(second->return_id).kind == ObjectEntry::Kind::kFailed);
+
+  auto creation = rig.NewTask("an actor", 0);
+  creation->kind = proto::TaskKind::ACTOR_CREATION;
+  rig.tasks.Complete(*creation, value.asReader());
+  for (const char* name : {"third", "fourth"}) {
+    auto task = rig.NewTask(name, 0);
+    rig.tasks.Complete(*task, value.asReader());
+  }
+  std::vector<std::string> names;
+  std::vector<std::string> states;
+  for (const auto& f : rig.tasks.finished()) {
+    names.push_back(f.name);
+    states.push_back(f.state);
+  }
+  CHECK(names == std::vector<std::string>{"second", "third", "fourth"});
+  CHECK(states == std::vector<std::string>{"FAILED", "FINISHED", "FINISHED"});
+}
+
+}  // namespace
+}  // namespace lumen::runtime
