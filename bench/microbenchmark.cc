@@ -44,10 +44,13 @@ int RunMicrobenchmark(const MicrobenchmarkOptions& options) {
   const Timeouts timeouts = Timeouts::FromEnv();
   Reporter out(PlanFor(quick));
   const TrialPlan& plan = out.plan();
-  out.Note("mean +- standard deviation of " + std::to_string(plan.trials) + " trials of " +
-           std::to_string(plan.trial_seconds) + " s after a " +
-           std::to_string(plan.warmup_seconds) + " s warm-up, as Ray's timeit" +
-           (quick ? " (--quick: shorter trials, batches over 1,000 and objects a tenth of Ray's)"
+  char plan_text[160];
+  std::snprintf(plan_text, sizeof(plan_text),
+                "mean +- standard deviation of %d trials of %g s after a %g s warm-up, as Ray's "
+                "timeit",
+                plan.trials, plan.trial_seconds, plan.warmup_seconds);
+  out.Note(std::string(plan_text) +
+           (quick ? " (--quick: shorter trials, smaller objects, batches over 1,000 a tenth of Ray's)"
                   : ""));
   out.Note("the _gigabytes metrics of puts count as Ray does: 1 GB = 1000 MiB");
 

@@ -9,6 +9,7 @@
 #include "bench/remote_calls.h"
 #include "bench/timeit.h"
 #include "core/runtime/cluster.h"
+#include "lumen/common/head_client.h"
 #include "lumen/lumen.h"
 #include "lumen/objectstore/transfer.h"
 
