@@ -105,11 +105,12 @@ Run RunQuickMicrobenchmark(const fs::path& tmpdir) {
   return run;
 }
 
-// A fresh directory, removed with everything in it when this goes.
+// A fresh directory, removed with everything in it when this goes. Its name is
+// short: the runtime's Unix socket paths under it must fit in 108 bytes.
 class TempDir {
  public:
   TempDir() {
-    char pattern[] = "/tmp/lumen-bench-smoke-XXXXXX";
+    char pattern[] = "/tmp/lbs-XXXXXX";
     if (::mkdtemp(pattern) != nullptr) path_ = pattern;
   }
   ~TempDir() {
