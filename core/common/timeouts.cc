@@ -46,6 +46,7 @@ Timeouts Timeouts::FromEnv() {
   Override("LUMEN_SPILLBACK_RETRY_DELAY_MS", &t.spillback_retry_delay);
   Override("LUMEN_EXIT_FLUSH_TIMEOUT_MS", &t.exit_flush_timeout);
   Override("LUMEN_SLOW_HANDLER_WARNING_MS", &t.slow_handler_warning);
+  Override("LUMEN_BENCH_WAIT_TIMEOUT_MS", &t.bench_wait_timeout);
   return t;
 }
 

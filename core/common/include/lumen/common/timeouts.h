@@ -45,6 +45,11 @@ struct Timeouts {
   ms spillback_retry_delay{50};     // LUMEN_SPILLBACK_RETRY_DELAY_MS: the spillback target is gone
   ms exit_flush_timeout{2000};      // LUMEN_EXIT_FLUSH_TIMEOUT_MS: an exiting actor flushes replies
 
+  // --- microbenchmark (bench/) ---
+  // LUMEN_BENCH_WAIT_TIMEOUT_MS: the longest `lumen microbenchmark` waits for
+  // its cluster's nodes to register, or for a placement group (Ray's 30 s).
+  ms bench_wait_timeout{30000};
+
   // The defaults above, each replaced by its environment variable when that is
   // set to a number.
   static Timeouts FromEnv();
