@@ -170,6 +170,21 @@ int CountFiles(const std::string& dir) {
 
 }  // namespace
 
+TEST_CASE("the DEFAULT policy keeps work local then spills it back to other nodes") {
+  // Invariant (hybrid policy): on an idle cluster a task runs on the driver's
+  // node; six 1-CPU tasks that must all run at once (a barrier) on three
+  // 2-CPU nodes fill the driver's node and spill the rest to the others.
+  MultiNodeCluster cluster({Cpus(2), Cpus(2), Cpus(2)});
+  REQUIRE(*lumen::Get(lumen::Task(HereNode).Remote()) == cluster.node_id(0));
+  Scratch scratch("spill");
+  std::vector<lumen::ObjectRef<std::string>> refs;
+  for (int i = 0; i < 6; ++i) refs.push_back(lumen::Task(MeetAt).Remote(scratch.dir, 6));
+  std::map<std::string, int> per_node;
+  for (const auto& node : lumen::Get(refs, std::chrono::seconds(90))) ++per_node[*node];
+  REQUIRE(per_node.size() == 3);
+  for (size_t i = 0; i < 3; ++i) REQUIRE(per_node[cluster.node_id(i)] == 2);
+}
+
 TEST_CASE("Pack fills one node before the next") {
   MultiNodeCluster cluster({Cpus(2), Cpus(2), Cpus(2)});
   Scratch scratch("pack");
