@@ -543,6 +543,27 @@ TEST_CASE("a node that stops answering health checks is declared dead and its ta
   REQUIRE(lumen::WaitForChildExit(cluster.daemon_pid(1), 20000));
 }
 
+TEST_CASE("LUMEN_HEALTH_CHECK_FAILURE_THRESHOLD sets how many missed checks declare a node dead") {
+  // Invariant: with checks every 100 ms and a threshold of 30, a frozen node is
+  // declared dead no sooner than ~3 s after it froze (the default, 5, would
+  // take ~0.5 s). A lower bound: a slow machine only makes it later.
+  MultiNodeCluster cluster({Cpus(2), Cpus(2)}, {{"LUMEN_HEALTH_CHECK_FAILURE_THRESHOLD", "30"}});
+  std::string victim = cluster.node_id(1);
+  auto frozen = std::chrono::steady_clock::now();
+  REQUIRE(::kill(cluster.daemon_pid(1), SIGSTOP) == 0);
+  REQUIRE(WaitUntil(
+      [&] {
+        for (const auto& n : lumen::Nodes())
+          if (n.id == victim) return !n.alive;
+        return false;
+      },
+      std::chrono::seconds(60)));
+  auto declared = std::chrono::steady_clock::now() - frozen;
+  REQUIRE(::kill(cluster.daemon_pid(1), SIGCONT) == 0);
+  REQUIRE(declared >= std::chrono::milliseconds(2500));
+  REQUIRE(lumen::WaitForChildExit(cluster.daemon_pid(1), 20000));
+}
+
 TEST_CASE("nodes that lose the head retry and join a new head on the same address") {
   MultiNodeCluster cluster({Cpus(2), Cpus(2)});
   cluster.RestartHead();

@@ -123,7 +123,7 @@ bool InsideStoreMapping(const uint8_t* data, size_t size, std::string* mappings)
   return inside;
 }
 
-std::string GpuView() {
+std::string GpuViewOfTask() {
   const char* env = std::getenv("CUDA_VISIBLE_DEVICES");
   std::string ids;
   for (int id : lumen::GetGpuIds()) ids += (ids.empty() ? "" : ",") + std::to_string(id);
@@ -134,7 +134,7 @@ std::string GpuView() {
 
 LUMEN_REMOTE(Fragile::Create, &Fragile::Pid, &Fragile::DieOnce, Tally::Create, &Tally::Add,
              &Tally::Get, Relay::Create, &Relay::AddVia, &Relay::Keep, &Relay::AddToKept,
-             AlwaysDie, Times, PidThenAwait, GpuView, MakeBuffer);
+             AlwaysDie, Times, PidThenAwait, GpuViewOfTask, MakeBuffer);
 
 TEST_CASE("SetMaxTaskRetries resubmits an actor call that was running when the actor died") {
   // Invariant: with max_task_retries 1, a call whose actor process died while
@@ -288,7 +288,7 @@ TEST_CASE("lumen start --num-gpus declares GPUs that tasks get one by one") {
     config.address = "auto";
     lumen::Init(config);
     REQUIRE(lumen::ClusterResources()["GPU"] == 2);
-    std::string view = *lumen::Get(lumen::Task(GpuView).SetNumGpus(1).Remote());
+    std::string view = *lumen::Get(lumen::Task(GpuViewOfTask).SetNumGpus(1).Remote());
     REQUIRE((view == "0|0" || view == "1|1"));
     lumen::Shutdown();
   }

@@ -41,7 +41,7 @@ bool Gather(std::string dir, int parties) {
   return false;
 }
 
-int Nothing() { return 0; }
+int NoOpProbe() { return 0; }
 
 // What the task saw: its CUDA_VISIBLE_DEVICES and GetGpuIds, as "env|ids".
 std::string GpuView() {
@@ -114,7 +114,7 @@ size_t FilesIn(const std::string& dir) {
 
 }  // namespace
 
-LUMEN_REMOTE(Gather, Nothing, GpuView, HoldGpu, HoldResource, GpuViewAt, GpuHolder::Create, &GpuHolder::View);
+LUMEN_REMOTE(Gather, NoOpProbe, GpuView, HoldGpu, HoldResource, GpuViewAt, GpuHolder::Create, &GpuHolder::View);
 
 using lumen::test::ScopedCluster;
 using lumen::test::WaitUntil;
@@ -136,7 +136,7 @@ void WarmPool(const std::string& session_dir) {
 
 // Returns once a CPU-only task submitted now has run: the node has gone past
 // every request submitted before it, so one it wrongly admitted is running.
-void LetTheNodeCatchUp() { REQUIRE(*lumen::Get(lumen::Task(Nothing).Remote()) == 0); }
+void LetTheNodeCatchUp() { REQUIRE(*lumen::Get(lumen::Task(NoOpProbe).Remote()) == 0); }
 }  // namespace
 
 TEST_CASE("a GPU task sees exactly its GPU in CUDA_VISIBLE_DEVICES and GetGpuIds") {

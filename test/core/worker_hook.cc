@@ -43,6 +43,12 @@ struct LumenRoleListener : Catch::TestEventListenerBase {
   }
 
   void testCaseStarting(const Catch::TestCaseInfo& info) override {
+    // A driver that a test case started (this binary re-run on one test case)
+    // shares its parent's TMPDIR: the parent's clusters are found there.
+    if (std::getenv("LUMEN_TEST_TMPDIR") != nullptr) {
+      TestEventListenerBase::testCaseStarting(info);
+      return;
+    }
     const char* tmp = std::getenv("TMPDIR");
     original_tmpdir_ = tmp != nullptr ? tmp : "";
     std::string root = original_tmpdir_.empty() ? "/tmp" : original_tmpdir_;
@@ -52,6 +58,7 @@ struct LumenRoleListener : Catch::TestEventListenerBase {
     if (::mkdtemp(pattern.data()) != nullptr) {
       test_tmpdir_ = pattern;
       ::setenv("TMPDIR", test_tmpdir_.c_str(), 1);
+      ::setenv("LUMEN_TEST_TMPDIR", test_tmpdir_.c_str(), 1);
     }
     TestEventListenerBase::testCaseStarting(info);
   }
@@ -69,6 +76,7 @@ struct LumenRoleListener : Catch::TestEventListenerBase {
       if (!std::filesystem::remove(test_tmpdir_, ec)) {
         std::cerr << "test left files behind in its TMPDIR " << test_tmpdir_ << std::endl;
       }
+      ::unsetenv("LUMEN_TEST_TMPDIR");
       if (original_tmpdir_.empty()) {
         ::unsetenv("TMPDIR");
       } else {
