@@ -180,9 +180,11 @@ TEST_CASE("kill -9 of an actor without restarts: the next call throws ActorDiedE
   auto counter = lumen::Actor(Counter::Create).Remote(0);
   int pid = *lumen::Get(counter.Task(&Counter::Pid).Remote());
   REQUIRE(::kill(pid, SIGKILL) == 0);
+  // "At once": the node's report of the death, not a timeout, ends the call;
+  // the deadline is generous for a loaded machine but well below the Get's.
   auto start = std::chrono::steady_clock::now();
   try {
-    lumen::Get(counter.Task(&Counter::Add).Remote(1), std::chrono::seconds(10));
+    lumen::Get(counter.Task(&Counter::Add).Remote(1), std::chrono::seconds(60));
     FAIL("the call should throw ActorDiedError");
   } catch (const lumen::ActorDiedError& e) {
     // The node daemon saw a SIGKILL it did not send.
@@ -190,7 +192,7 @@ TEST_CASE("kill -9 of an actor without restarts: the next call throws ActorDiedE
     CHECK(std::string(e.what()).find("killed by SIGKILL (possibly the out-of-memory killer)") !=
           std::string::npos);
   }
-  REQUIRE(std::chrono::steady_clock::now() - start < std::chrono::seconds(1));
+  REQUIRE(std::chrono::steady_clock::now() - start < std::chrono::seconds(20));
   // Later calls fail the same way.
   REQUIRE_THROWS_AS(lumen::Get(counter.Task(&Counter::Get).Remote()), lumen::ActorDiedError);
 }

@@ -128,8 +128,33 @@ class Where {
   int calls_ = 0;
 };
 
-LUMEN_REMOTE(GpuInfo, GpuMeet, MakeBlob, BlobChecksum, AnnounceThenAwait, Where::Create, &Where::Node,
-             &Where::Bump);
+// Nanoseconds on the machine-wide monotonic clock (the same in every process
+// of this machine, hence comparable across the nodes of a loopback cluster).
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// AnnounceThenAwait that also says when it ended: "node@end_ns".
+std::string AwaitThenSayWhen(std::string dir, std::string gate) {
+  std::string node = AnnounceThenAwait(dir, gate);
+  return node + "@" + std::to_string(NowNs());
+}
+
+// Where and when a task started: "node@start_ns".
+std::string HereNodeAt() {
+  int64_t start = NowNs();
+  return lumen::GetNodeId() + "@" + std::to_string(start);
+}
+
+std::pair<std::string, int64_t> SplitAt(const std::string& s) {
+  auto at = s.find('@');
+  return {s.substr(0, at), std::stoll(s.substr(at + 1))};
+}
+
+LUMEN_REMOTE(GpuInfo, GpuMeet, MakeBlob, BlobChecksum, AnnounceThenAwait, AwaitThenSayWhen,
+             HereNodeAt, Where::Create, &Where::Node, &Where::Bump);
 
 
 
@@ -144,6 +169,21 @@ int CountFiles(const std::string& dir) {
 }
 
 }  // namespace
+
+TEST_CASE("the DEFAULT policy keeps work local then spills it back to other nodes") {
+  // Invariant (hybrid policy): on an idle cluster a task runs on the driver's
+  // node; six 1-CPU tasks that must all run at once (a barrier) on three
+  // 2-CPU nodes fill the driver's node and spill the rest to the others.
+  MultiNodeCluster cluster({Cpus(2), Cpus(2), Cpus(2)});
+  REQUIRE(*lumen::Get(lumen::Task(HereNode).Remote()) == cluster.node_id(0));
+  Scratch scratch("spill");
+  std::vector<lumen::ObjectRef<std::string>> refs;
+  for (int i = 0; i < 6; ++i) refs.push_back(lumen::Task(MeetAt).Remote(scratch.dir, 6));
+  std::map<std::string, int> per_node;
+  for (const auto& node : lumen::Get(refs, std::chrono::seconds(90))) ++per_node[*node];
+  REQUIRE(per_node.size() == 3);
+  for (size_t i = 0; i < 3; ++i) REQUIRE(per_node[cluster.node_id(i)] == 2);
+}
 
 TEST_CASE("Pack fills one node before the next") {
   MultiNodeCluster cluster({Cpus(2), Cpus(2), Cpus(2)});
@@ -189,12 +229,13 @@ TEST_CASE("GPU and fractional GPU and memory and custom resources pick the nodes
   REQUIRE(*lumen::Get(lumen::Task(HereNode).SetMemory(2ull << 30).Remote()) == cluster.node_id(2));
   // A custom resource only node 1 has.
   REQUIRE(*lumen::Get(lumen::Task(HereNode).SetResource("ssd", 1).Remote()) == cluster.node_id(1));
-  // CPU-only work stays off nothing in particular, but never fails.
-  REQUIRE(cluster.index_of(*lumen::Get(lumen::Task(HereNode).Remote())) < 3);
+  // CPU-only work on an idle cluster: the default (hybrid) policy keeps it on
+  // the driver's own node.
+  REQUIRE(*lumen::Get(lumen::Task(HereNode).Remote()) == cluster.node_id(0));
 }
 
 TEST_CASE("node affinity: hard runs there or fails naming the node and soft falls back") {
-  MultiNodeCluster cluster({Cpus(2), Cpus(2), Cpus(2)});
+  MultiNodeCluster cluster({Cpus(2), Cpus(2), {{{"CPU", 2}, {"ssd", 1}}}});
   for (size_t i = 0; i < 3; ++i) {
     auto hard = lumen::NodeAffinity(cluster.node_id(i), false);
     REQUIRE(*lumen::Get(lumen::Task(HereNode).SetSchedulingStrategy(hard).Remote()) ==
@@ -213,9 +254,12 @@ TEST_CASE("node affinity: hard runs there or fails naming the node and soft fall
   } catch (const lumen::Error& e) {
     REQUIRE(std::string(e.what()).find(unknown) != std::string::npos);
   }
-  REQUIRE(cluster.index_of(*lumen::Get(lumen::Task(HereNode)
-                                           .SetSchedulingStrategy(lumen::NodeAffinity(unknown, true))
-                                           .Remote())) < 3);
+  // A soft affinity to an unknown node falls back to the default policy over
+  // the nodes that can run the task: here only node 2 has an "ssd".
+  REQUIRE(*lumen::Get(lumen::Task(HereNode)
+                          .SetResource("ssd", 1)
+                          .SetSchedulingStrategy(lumen::NodeAffinity(unknown, true))
+                          .Remote()) == cluster.node_id(2));
   // Actors too.
   auto actor = lumen::Actor(Where::Create)
                    .SetSchedulingStrategy(lumen::NodeAffinity(cluster.node_id(1), false))
@@ -243,13 +287,17 @@ TEST_CASE("placement groups: every strategy with tasks and actors in bundles and
   // more CPUs free; and a task bigger than the bundle is refused.
   Scratch scratch("bundle");
   const std::string &dir = scratch.dir, &gate = scratch.gate;
-  auto first = lumen::Task(AnnounceThenAwait).SetPlacementGroup(spread, 1).Remote(dir, gate);
+  // The tasks record when they start and end: the second starts only after
+  // the first ended.
+  auto first = lumen::Task(AwaitThenSayWhen).SetPlacementGroup(spread, 1).Remote(dir, gate);
   REQUIRE(WaitUntil([&] { return CountFiles(dir) == 1; }));
-  auto second = lumen::Task(HereNode).SetPlacementGroup(spread, 1).Remote();
-  REQUIRE(lumen::Wait(std::vector{second}, 1, std::chrono::milliseconds(300)).ready.empty());
+  auto second = lumen::Task(HereNodeAt).SetPlacementGroup(spread, 1).Remote();
   std::ofstream(gate).flush();
-  REQUIRE(*lumen::Get(first) == info.bundle_nodes[1]);
-  REQUIRE(*lumen::Get(second) == info.bundle_nodes[1]);
+  auto [first_node, first_end] = SplitAt(*lumen::Get(first));
+  auto [second_node, second_start] = SplitAt(*lumen::Get(second));
+  REQUIRE(first_node == info.bundle_nodes[1]);
+  REQUIRE(second_node == info.bundle_nodes[1]);
+  REQUIRE(second_start > first_end);
   REQUIRE_THROWS_WITH(
       lumen::Get(lumen::Task(HereNode).SetNumCpus(2).SetPlacementGroup(spread, 1).Remote(),
                  std::chrono::seconds(30)),
@@ -451,7 +499,7 @@ TEST_CASE("lumen list shows actors and tasks and objects across nodes") {
                    .SetSchedulingStrategy(lumen::NodeAffinity(cluster.node_id(1), false))
                    .Remote();
   REQUIRE(*lumen::Get(actor.Task(&Where::Node).Remote()) == cluster.node_id(1));
-  REQUIRE(*lumen::Get(lumen::Task(HereNode).SetName("named-task").Remote()) != "");
+  REQUIRE(*lumen::Get(lumen::Task(HereNode).SetName("named-task").Remote()) == cluster.node_id(0));
   auto big = lumen::Put(std::vector<uint8_t>(1 << 20, 7));
   std::string cli = std::string(LUMEN_CLI_PATH);
   std::string out;
@@ -492,6 +540,27 @@ TEST_CASE("a node that stops answering health checks is declared dead and its ta
   // Woken up, it learns it was declared dead and stops (a new incarnation
   // would have to join again).
   REQUIRE(::kill(cluster.daemon_pid(1), SIGCONT) == 0);
+  REQUIRE(lumen::WaitForChildExit(cluster.daemon_pid(1), 20000));
+}
+
+TEST_CASE("LUMEN_HEALTH_CHECK_FAILURE_THRESHOLD sets how many missed checks declare a node dead") {
+  // Invariant: with checks every 100 ms and a threshold of 30, a frozen node is
+  // declared dead no sooner than ~3 s after it froze (the default, 5, would
+  // take ~0.5 s). A lower bound: a slow machine only makes it later.
+  MultiNodeCluster cluster({Cpus(2), Cpus(2)}, {{"LUMEN_HEALTH_CHECK_FAILURE_THRESHOLD", "30"}});
+  std::string victim = cluster.node_id(1);
+  auto frozen = std::chrono::steady_clock::now();
+  REQUIRE(::kill(cluster.daemon_pid(1), SIGSTOP) == 0);
+  REQUIRE(WaitUntil(
+      [&] {
+        for (const auto& n : lumen::Nodes())
+          if (n.id == victim) return !n.alive;
+        return false;
+      },
+      std::chrono::seconds(60)));
+  auto declared = std::chrono::steady_clock::now() - frozen;
+  REQUIRE(::kill(cluster.daemon_pid(1), SIGCONT) == 0);
+  REQUIRE(declared >= std::chrono::milliseconds(2500));
   REQUIRE(lumen::WaitForChildExit(cluster.daemon_pid(1), 20000));
 }
 

@@ -237,6 +237,14 @@ TEST_CASE("the last reference going frees the stored object and a pending task's
     sum = lumen::Task(SumBig).Remote(data);
   }
   // Nobody holds `data` but the pending task: it must still be in the store.
+  // Release is asynchronous, so first make sure that a release sent after
+  // `data`'s has reached the store (a sentinel dropped next is freed); a
+  // premature free of `data` would have happened by then.
+  {
+    auto sentinel = lumen::Put(std::vector<uint8_t>(8ull << 20, 5));
+    REQUIRE(WaitUntil([] { return StoreUsed() >= (24ull << 20); }));
+  }
+  REQUIRE(WaitUntil([] { return StoreUsed() < (24ull << 20); }));
   REQUIRE(StoreUsed() >= (16ull << 20));
   std::ofstream(gate) << "open";
   REQUIRE(*lumen::Get(sum) == int64_t{4 << 20} * ((4 << 20) - 1) / 2);
@@ -289,7 +297,7 @@ TEST_CASE("ObjectRefs inside values are borrowed and freed once nobody holds the
 namespace {
 
 size_t WaitOnly(std::vector<lumen::ObjectRef<std::vector<int32_t>>> refs) {
-  return lumen::Wait(refs, refs.size(), std::chrono::milliseconds(0)).ready.size();
+  return lumen::Wait(refs, refs.size(), std::chrono::seconds(30)).ready.size();
 }
 
 size_t Length(std::vector<uint8_t> data) { return data.size(); }
@@ -299,10 +307,22 @@ size_t Length(std::vector<uint8_t> data) { return data.size(); }
 LUMEN_REMOTE(WaitOnly, Length);
 
 TEST_CASE("a borrower that drops its reference does not free the owner's object") {
+  // Invariant: a task that borrowed the driver's object (a ref inside its
+  // argument) sees it ready, and its release when it ends does not free the
+  // object the driver still holds. A sentinel borrowed alongside, which the
+  // driver dropped, is freed by that same release: once it is gone from the
+  // store, the borrower's release has been applied.
   ScopedCluster cluster;
-  auto big = lumen::Put(MakeBig(1 << 20));
-  std::vector<lumen::ObjectRef<std::vector<int32_t>>> refs{big};
-  REQUIRE(*lumen::Get(lumen::Task(WaitOnly).Remote(refs)) <= 1);
+  REQUIRE(WaitUntil([] { return StoreUsed() == 0; }));
+  auto big = lumen::Put(MakeBig(1 << 20));          // 4 MiB, held by the driver
+  auto sentinel = lumen::Put(MakeBig(1 << 19));     // 2 MiB, dropped below
+  std::vector<lumen::ObjectRef<std::vector<int32_t>>> refs{big, sentinel};
+  auto seen = lumen::Task(WaitOnly).Remote(refs);
+  refs.clear();
+  sentinel = {};
+  REQUIRE(*lumen::Get(seen) == 2);  // the borrower saw both ready
+  REQUIRE(WaitUntil([] { return StoreUsed() < (6ull << 20); }));  // the sentinel is freed
+  REQUIRE(StoreUsed() >= (4ull << 20));                            // `big` is not
   auto view = lumen::GetArray(big);
   REQUIRE(view.size() == (1u << 20));
   REQUIRE(view[1000] == 1000);

@@ -12,11 +12,13 @@
 #include <map>
 #include <numeric>
 #include <optional>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "lumen/common/head_client.h"
+#include "lumen/common/process.h"
 #include "lumen/lumen.h"
 #include "test/core/test_support.h"
 
@@ -65,6 +67,15 @@ int NestedDepth(int depth) {
   return 1 + *lumen::Get(lumen::Task(NestedDepth).Remote(depth - 1));
 }
 
+// The pids of the workers running each level of a nested chain, innermost
+// first: every level blocks in Get while the next one runs.
+std::vector<int> NestedPids(int depth) {
+  std::vector<int> pids;
+  if (depth > 0) pids = *lumen::Get(lumen::Task(NestedPids).Remote(depth - 1));
+  pids.push_back(static_cast<int>(::getpid()));
+  return pids;
+}
+
 int SumOfSquaresViaTasks(int n) {
   std::vector<lumen::ObjectRef<int>> refs;
   for (int i = 0; i < n; ++i) refs.push_back(lumen::Task(Square).Remote(i));
@@ -76,7 +87,7 @@ int SumOfSquaresViaTasks(int n) {
 }  // namespace
 
 LUMEN_REMOTE(Zero, Add, AddMany, Concat, Histogram, Midpoint, MaybeTuple, Nothing, GatedOne, Pid,
-             Square, Increment, NestedDepth, SumOfSquaresViaTasks);
+             Square, Increment, NestedDepth, NestedPids, SumOfSquaresViaTasks);
 
 using lumen::test::ScopedCluster;
 
@@ -184,9 +195,16 @@ TEST_CASE("workers started beyond the pool exit once idle") {
     auto stats = lumen::runtime::QueryNodeStats(nodes->front().address);
     return stats.ok() ? static_cast<int>(stats->workers) : -1;
   };
-  REQUIRE(*lumen::Get(lumen::Task(NestedDepth).Remote(4)) == 4);
-  REQUIRE(workers() >= 4);  // one per blocked level
-  REQUIRE(lumen::test::WaitUntil([&] { return workers() == 1; }));
+  // What the tasks recorded while they ran: five levels in five distinct
+  // worker processes, on a one-CPU node.
+  auto pids = *lumen::Get(lumen::Task(NestedPids).Remote(4));
+  REQUIRE(pids.size() == 5);
+  REQUIRE(std::set<int>(pids.begin(), pids.end()).size() == 5);
+  // Once idle, the node returns to its pool size: the surplus workers exit.
+  REQUIRE(lumen::test::WaitUntil([&] { return workers() == 1; }, std::chrono::seconds(60)));
+  int alive = 0;
+  for (int pid : pids) alive += lumen::ProcessAlive(pid) ? 1 : 0;
+  REQUIRE(alive <= 1);
   REQUIRE(*lumen::Get(lumen::Task(Square).Remote(7)) == 49);
 }
 

@@ -399,9 +399,13 @@ TEST_CASE("Transfer: destroying the client cancels its pulls", "[transfer]") {
   CHECK(r.status->code() == absl::StatusCode::kCancelled);
 }
 
-TEST_CASE("Transfer: 256 MiB pull throughput vs a plain loopback TCP copy", "[transfer][perf]") {
+TEST_CASE("Transfer: a 256 MiB object with the default chunk and window arrives intact each time",
+          "[transfer]") {
+  // Invariant: with the client's defaults, every pull of a large object fills
+  // the whole destination with the server's bytes (the destination is
+  // poisoned before each pull), over one reused connection, and the server
+  // unpins what it pinned. Throughput is the microbenchmark's business.
   constexpr uint64_t kBytes = 256 * kMiB;
-  constexpr int kRounds = 3;
   ServerThread server;
   ObjectId id = ObjectId::ForPut();
   server.Add(id, Pattern(11, kBytes));
@@ -409,31 +413,16 @@ TEST_CASE("Transfer: 256 MiB pull throughput vs a plain loopback TCP copy", "[tr
 
   asio::io_context io;
   TransferClient client(io);  // Default chunk size and window.
-  std::vector<uint8_t> dest(kBytes, 0);  // Zero-filled: pages faulted in, as for a store object.
-  // Warm-up: the connection, the TCP windows, the caches.
-  REQUIRE(PullOnce(client, io, server.address(), id, kBytes, dest.data()).ok());
-  CHECK(std::memcmp(dest.data(), server.Get(id).data(), kBytes) == 0);
-
-  // Alternate the two, so that both see the same noise; report the best of each.
-  double best_pull = 0, best_tcp = 0;
-  for (int round = 0; round < kRounds; ++round) {
-    auto start = std::chrono::steady_clock::now();
+  std::vector<uint8_t> dest(kBytes);
+  for (int round = 0; round < 2; ++round) {
+    std::memset(dest.data(), 0xee, kBytes);
     REQUIRE(PullOnce(client, io, server.address(), id, kBytes, dest.data()).ok());
-    double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    double pull_bps = kBytes / seconds;
-    double tcp_bps = MeasureLoopbackTcpBytesPerSecond(kBytes);
-    std::cout << "transfer: round " << round << ": pull " << pull_bps / (1 << 30)
-              << " GiB/s, plain TCP " << tcp_bps / (1 << 30) << " GiB/s" << std::endl;
-    best_pull = std::max(best_pull, pull_bps);
-    best_tcp = std::max(best_tcp, tcp_bps);
+    REQUIRE(std::memcmp(dest.data(), server.Get(id).data(), kBytes) == 0);
+    CHECK(client.num_connections() == 1);
   }
-  CHECK(std::memcmp(dest.data(), server.Get(id).data(), kBytes) == 0);
-  std::cout << "transfer: 256 MiB pull " << best_pull / (1 << 30) << " GiB/s, plain loopback TCP "
-            << best_tcp / (1 << 30) << " GiB/s, ratio "
-            << (best_tcp > 0 ? best_pull / best_tcp : 0) << " (best of " << kRounds << ")"
-            << std::endl;
-  CHECK(best_tcp > 0);
+  server.Stop();
+  CHECK(server.pins() >= 1);
+  CHECK(server.pins() == server.unpins());
 }
 
 }  // namespace

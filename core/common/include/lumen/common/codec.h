@@ -264,7 +264,7 @@ absl::StatusOr<T> DecodeValue(std::string_view bytes) {
 
 // As above, but every lumen::Buffer inside is a view into `bytes` that holds
 // `keepalive` (which must keep `bytes` valid and unchanged) instead of a copy.
-// A null keepalive means copies.
+// An empty keepalive (one that owns nothing) means copies.
 template <class T>
 absl::StatusOr<T> DecodeValue(std::string_view bytes, std::shared_ptr<const void> keepalive) {
   Reader r(bytes);

@@ -90,7 +90,9 @@ struct Codec<Buffer> {
     uint64_t n = 0;
     const uint8_t* p = internal::ReadAlignedBlock(r, 1, &n);
     if (p == nullptr || !r.ok()) return;
-    b = r.keepalive() ? Buffer::View(p, n, r.keepalive()) : Buffer::Copy(p, n);
+    // A keepalive that owns something, even with a null stored pointer (a
+    // store pin is a deleter on nullptr), makes a view; only none makes a copy.
+    b = r.keepalive().use_count() > 0 ? Buffer::View(p, n, r.keepalive()) : Buffer::Copy(p, n);
   }
 };
 
