@@ -44,6 +44,34 @@ absl::Status WaitFor(int fd, short events) {
   return absl::OkStatus();
 }
 
+// One sendmsg of `len` bytes of `data`, with `fd_to_send` attached when it is
+// >= 0; retries EINTR. Returns sendmsg's result (errno set when < 0).
+ssize_t SendMsg(int socket_fd, const char* data, size_t len, int fd_to_send, int flags) {
+  struct iovec iov;
+  iov.iov_base = const_cast<char*>(data);
+  iov.iov_len = len;
+  struct msghdr msg;
+  std::memset(&msg, 0, sizeof(msg));
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+  if (fd_to_send >= 0) {
+    std::memset(control, 0, sizeof(control));
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    struct cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+    cmsg->cmsg_level = SOL_SOCKET;
+    cmsg->cmsg_type = SCM_RIGHTS;
+    cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(cmsg), &fd_to_send, sizeof(int));
+  }
+  ssize_t n;
+  do {
+    n = sendmsg(socket_fd, &msg, flags | MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
+  return n;
+}
+
 }  // namespace
 
 absl::Status SendWithFd(int socket_fd, const void* data, size_t len, int fd_to_send) {
@@ -53,28 +81,9 @@ absl::Status SendWithFd(int socket_fd, const void* data, size_t len, int fd_to_s
   const auto* bytes = static_cast<const char*>(data);
   size_t sent = 0;
   bool fd_sent = false;
-  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))];
   while (sent < len) {
-    struct iovec iov;
-    iov.iov_base = const_cast<char*>(bytes + sent);
-    iov.iov_len = len - sent;
-    struct msghdr msg;
-    std::memset(&msg, 0, sizeof(msg));
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    if (!fd_sent) {
-      std::memset(control, 0, sizeof(control));
-      msg.msg_control = control;
-      msg.msg_controllen = sizeof(control);
-      struct cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
-      cmsg->cmsg_level = SOL_SOCKET;
-      cmsg->cmsg_type = SCM_RIGHTS;
-      cmsg->cmsg_len = CMSG_LEN(sizeof(int));
-      std::memcpy(CMSG_DATA(cmsg), &fd_to_send, sizeof(int));
-    }
-    ssize_t n = sendmsg(socket_fd, &msg, MSG_NOSIGNAL);
+    ssize_t n = SendMsg(socket_fd, bytes + sent, len - sent, fd_sent ? -1 : fd_to_send, 0);
     if (n < 0) {
-      if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
         absl::Status st = WaitFor(socket_fd, POLLOUT);
         if (!st.ok()) return st;
@@ -87,6 +96,17 @@ absl::Status SendWithFd(int socket_fd, const void* data, size_t len, int fd_to_s
     sent += static_cast<size_t>(n);
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<size_t> TrySendWithFd(int socket_fd, const void* data, size_t len, int fd_to_send) {
+  if (len == 0) return absl::InvalidArgumentError("TrySendWithFd needs at least one byte of data");
+  if (fd_to_send < 0) return absl::InvalidArgumentError("TrySendWithFd: invalid fd to send");
+  ssize_t n = SendMsg(socket_fd, static_cast<const char*>(data), len, fd_to_send, MSG_DONTWAIT);
+  if (n <= 0) {
+    return absl::UnavailableError(
+        absl::StrCat("sendmsg: ", n < 0 ? std::strerror(errno) : "nothing sent"));
+  }
+  return static_cast<size_t>(n);
 }
 
 absl::StatusOr<int> RecvWithFd(int socket_fd, void* buf, size_t capacity, size_t* received) {

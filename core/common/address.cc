@@ -3,13 +3,26 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
+#include <cstdint>
+
 #include "absl/strings/str_cat.h"
+#include "lumen/common/timeouts.h"
 
 namespace lumen {
 
 namespace asio = boost::asio;
 
-constexpr int kConnectTimeoutMs = 3000;
+namespace {
+
+// Timeouts::connect_timeout (LUMEN_CONNECT_TIMEOUT_MS), read once per process.
+int ConnectTimeoutMs() {
+  static const int timeout_ms =
+      static_cast<int>(std::max<int64_t>(1, Timeouts::FromEnv().connect_timeout.count()));
+  return timeout_ms;
+}
+
+}  // namespace
 
 Endpoint ParseAddress(std::string_view address) {
   Endpoint out;
@@ -78,7 +91,7 @@ absl::StatusOr<Socket> ConnectToAddress(asio::io_context& io, const std::string&
     s.connect(candidate.endpoint(), ec);
     if (ec == asio::error::would_block || ec == asio::error::in_progress) {
       pollfd p{s.native_handle(), POLLOUT, 0};
-      int ready = ::poll(&p, 1, kConnectTimeoutMs);
+      int ready = ::poll(&p, 1, ConnectTimeoutMs());
       if (ready <= 0) {
         ec = asio::error::timed_out;
         continue;

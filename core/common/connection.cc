@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "lumen/common/logging.h"
 #include "lumen/common/post.h"
+#include "lumen/common/timeouts.h"
 
 namespace lumen {
 namespace {
@@ -189,12 +190,12 @@ size_t EnvSize(const char* name, size_t fallback) {
 
 ServerLimits ServerLimits::FromEnv() {
   ServerLimits limits;
-  limits.hello_timeout = std::chrono::milliseconds(
-      EnvSize("LUMEN_HELLO_TIMEOUT_MS", static_cast<size_t>(limits.hello_timeout.count())));
+  // The timeouts are lumen::Timeouts' (one reader of each variable).
+  const Timeouts timeouts = Timeouts::FromEnv();
+  limits.hello_timeout = timeouts.hello_timeout;
+  limits.send_stall_timeout = timeouts.send_stall_timeout;
   limits.max_pending_hellos = EnvSize("LUMEN_MAX_PENDING_HELLOS", limits.max_pending_hellos);
   limits.max_send_queue_bytes = EnvSize("LUMEN_MAX_SEND_QUEUE_BYTES", limits.max_send_queue_bytes);
-  limits.send_stall_timeout = std::chrono::milliseconds(EnvSize(
-      "LUMEN_SEND_STALL_TIMEOUT_MS", static_cast<size_t>(limits.send_stall_timeout.count())));
   return limits;
 }
 

@@ -129,51 +129,62 @@ absl::StatusOr<std::vector<capnp::word>> CallHead(
   return words;
 }
 
+absl::Status ReadReply(const std::vector<capnp::word>& words, const char* peer,
+                       const std::function<absl::Status(proto::Envelope::Reader)>& read) {
+  try {
+    capnp::FlatArrayMessageReader reader(kj::arrayPtr(words.data(), words.size()));
+    return read(reader.getRoot<proto::Envelope>());
+  } catch (const kj::Exception& e) {
+    return absl::InternalError(
+        absl::StrCat("bad reply from ", peer, ": ", e.getDescription().cStr()));
+  }
+}
+
+absl::Status UnexpectedReply(const char* peer) {
+  return absl::InternalError(absl::StrCat("unexpected reply from ", peer));
+}
+
 absl::StatusOr<std::vector<NodeView>> QueryNodes(const std::string& head_address) {
   auto reply = CallHead(head_address, [](proto::Envelope::Builder env) { env.setGetNodes(); });
   if (!reply.ok()) return reply.status();
-  std::vector<capnp::word>& words = *reply;
   std::vector<NodeView> nodes;
-  try {
-    capnp::FlatArrayMessageReader reader(kj::arrayPtr(words.data(), words.size()));
-    auto env = reader.getRoot<proto::Envelope>();
-    if (!env.isNodes()) return absl::InternalError("unexpected reply from the head");
+  absl::Status read = ReadReply(*reply, "the head", [&](proto::Envelope::Reader env) {
+    if (!env.isNodes()) return UnexpectedReply("the head");
     for (auto n : env.getNodes()) nodes.push_back(ToNodeView(n));
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("bad reply from the head: ", e.what()));
-  }
+    return absl::OkStatus();
+  });
+  if (!read.ok()) return read;
   return nodes;
 }
 
 namespace {
 NodeView ToNodeView(proto::NodeStats::Reader n) {
-      NodeView v;
-      auto id = n.getNodeId();
-      v.id = IdFrom<NodeId>(id);
-      v.address = n.getAddress().cStr();
-      v.hostname = n.getHostname().cStr();
-      v.pid = n.getPid();
-      v.alive = n.getAlive();
-      for (auto r : n.getTotal()) v.total[r.getName().cStr()] = r.getQuantity();
-      for (auto r : n.getAvailable()) v.available[r.getName().cStr()] = r.getQuantity();
-      v.store_capacity = n.getStoreCapacity();
-      v.store_used = n.getStoreUsed();
-      v.store_objects = n.getStoreObjects();
-      v.workers = n.getWorkers();
-      v.idle_workers = n.getIdleWorkers();
-      v.queued_leases = n.getQueuedLeases();
-      v.active_leases = n.getActiveLeases();
-      v.session_dir = n.getSessionDir().cStr();
-      v.transfer_address = n.getTransferAddress().cStr();
-      v.host = n.getHostAddress().cStr();
-      for (auto d : n.getInfeasible()) {
-        NodeView::Demand demand;
-        for (auto r : d.getResources()) demand.resources[r.getName().cStr()] = r.getQuantity();
-        demand.count = d.getCount();
-        demand.name = d.getName().cStr();
-        v.infeasible.push_back(std::move(demand));
-      }
-      return v;
+  NodeView v;
+  v.id = IdFrom<NodeId>(n.getNodeId());
+  v.address = n.getAddress().cStr();
+  v.hostname = n.getHostname().cStr();
+  v.pid = n.getPid();
+  v.alive = n.getAlive();
+  v.total = ReadResources(n.getTotal());
+  v.available = ReadResources(n.getAvailable());
+  v.store_capacity = n.getStoreCapacity();
+  v.store_used = n.getStoreUsed();
+  v.store_objects = n.getStoreObjects();
+  v.workers = n.getWorkers();
+  v.idle_workers = n.getIdleWorkers();
+  v.queued_leases = n.getQueuedLeases();
+  v.active_leases = n.getActiveLeases();
+  v.session_dir = n.getSessionDir().cStr();
+  v.transfer_address = n.getTransferAddress().cStr();
+  v.host = n.getHostAddress().cStr();
+  for (auto d : n.getInfeasible()) {
+    NodeView::Demand demand;
+    demand.resources = ReadResources(d.getResources());
+    demand.count = d.getCount();
+    demand.name = d.getName().cStr();
+    v.infeasible.push_back(std::move(demand));
+  }
+  return v;
 }
 }  // namespace
 
@@ -211,14 +222,14 @@ absl::StatusOr<std::vector<capnp::word>> CallNode(
 absl::StatusOr<NodeView> QueryNodeStats(const std::string& node_address) {
   auto words = CallNode(node_address, [](proto::Envelope::Builder env) { env.setGetNodeStats(); });
   if (!words.ok()) return words.status();
-  try {
-    capnp::FlatArrayMessageReader reader(kj::arrayPtr(words->data(), words->size()));
-    auto env = reader.getRoot<proto::Envelope>();
-    if (!env.isNodeStats()) return absl::InternalError("unexpected reply from the node");
-    return ToNodeView(env.getNodeStats());
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("bad reply from the node: ", e.what()));
-  }
+  NodeView view;
+  absl::Status read = ReadReply(*words, "the node", [&](proto::Envelope::Reader env) {
+    if (!env.isNodeStats()) return UnexpectedReply("the node");
+    view = ToNodeView(env.getNodeStats());
+    return absl::OkStatus();
+  });
+  if (!read.ok()) return read;
+  return view;
 }
 
 absl::StatusOr<std::vector<StateRow>> QueryNodeState(const std::string& node_address,
@@ -227,22 +238,16 @@ absl::StatusOr<std::vector<StateRow>> QueryNodeState(const std::string& node_add
       CallNode(node_address, [&](proto::Envelope::Builder env) { env.setListState(what); });
   if (!words.ok()) return words.status();
   std::vector<StateRow> rows;
-  try {
-    capnp::FlatArrayMessageReader reader(kj::arrayPtr(words->data(), words->size()));
-    auto env = reader.getRoot<proto::Envelope>();
-    if (!env.isStateRows()) return absl::InternalError("unexpected reply from the node");
+  absl::Status read = ReadReply(*words, "the node", [&](proto::Envelope::Reader env) {
+    if (!env.isStateRows()) return UnexpectedReply("the node");
     for (auto row : env.getStateRows()) {
       StateRow out;
-      for (auto f : row.getFields()) {
-        out.emplace_back(f.getKey().cStr(),
-                         std::string(reinterpret_cast<const char*>(f.getValue().begin()),
-                                     f.getValue().size()));
-      }
+      for (auto f : row.getFields()) out.emplace_back(f.getKey().cStr(), StringOf(f.getValue()));
       rows.push_back(std::move(out));
     }
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("bad reply from the node: ", e.what()));
-  }
+    return absl::OkStatus();
+  });
+  if (!read.ok()) return read;
   return rows;
 }
 
@@ -252,32 +257,27 @@ absl::StatusOr<std::vector<PlacementGroupView>> QueryPlacementGroups(
       CallHead(head_address, [](proto::Envelope::Builder env) { env.setListPlacementGroups(); });
   if (!reply.ok()) return reply.status();
   std::vector<PlacementGroupView> groups;
-  try {
-    capnp::FlatArrayMessageReader reader(kj::arrayPtr(reply->data(), reply->size()));
-    auto env = reader.getRoot<proto::Envelope>();
-    if (!env.isPlacementGroups()) return absl::InternalError("unexpected reply from the head");
+  absl::Status read = ReadReply(*reply, "the head", [&](proto::Envelope::Reader env) {
+    if (!env.isPlacementGroups()) return UnexpectedReply("the head");
     static constexpr const char* kStrategies[] = {"PACK", "SPREAD", "STRICT_PACK",
                                                   "STRICT_SPREAD"};
     for (auto g : env.getPlacementGroups()) {
       PlacementGroupView view;
-      view.id = std::string(reinterpret_cast<const char*>(g.getGroupId().begin()),
-                            g.getGroupId().size());
+      view.id = StringOf(g.getGroupId());
       view.name = g.getName().cStr();
       view.strategy = kStrategies[static_cast<int>(g.getStrategy()) & 3];
       view.state = g.getState().cStr();
       view.error = g.getError().cStr();
       for (auto b : g.getBundles()) {
-        std::map<std::string, double> resources;
-        for (auto r : b.getResources()) resources[r.getName().cStr()] = r.getQuantity();
-        view.bundles.push_back(std::move(resources));
+        view.bundles.push_back(ReadResources(b.getResources()));
         view.bundle_nodes.push_back(b.getNodeId().size() ? IdFrom<NodeId>(b.getNodeId()).Hex()
                                                          : "");
       }
       groups.push_back(std::move(view));
     }
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("bad reply from the head: ", e.what()));
-  }
+    return absl::OkStatus();
+  });
+  if (!read.ok()) return read;
   return groups;
 }
 

@@ -14,18 +14,10 @@
 #include <string>
 
 #include "lumen/common/connection.h"
+#include "lumen/common/proto_util.h"  // BytesOf, StringOf: head handlers use them
 #include "lumen/proto/lumen.capnp.h"
 
 namespace lumen::head {
-
-// `s`'s bytes as a Data field; the reader borrows `s`.
-inline capnp::Data::Reader BytesOf(const std::string& s) {
-  return capnp::Data::Reader(reinterpret_cast<const uint8_t*>(s.data()), s.size());
-}
-
-inline std::string StringOf(capnp::Data::Reader data) {
-  return std::string(reinterpret_cast<const char*>(data.begin()), data.size());
-}
 
 // Builds an envelope answering `request_id`, lets `fill` set its body, sends it.
 template <class Fill>

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "lumen/common/head_client.h"
 #include "lumen/common/post.h"
+#include "lumen/objectstore/fd_passing.h"
 
 namespace lumen::node {
 
@@ -40,32 +41,14 @@ absl::Status ClientRegistry::CheckHello(proto::Hello::Reader hello) const {
 }
 
 absl::Status ClientRegistry::SendWithFdNow(Connection& conn, const std::string& frame, int fd) {
-  struct iovec iov;
-  iov.iov_base = const_cast<char*>(frame.data());
-  iov.iov_len = frame.size();
-  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  struct msghdr msg = {};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  struct cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
-  cmsg->cmsg_level = SOL_SOCKET;
-  cmsg->cmsg_type = SCM_RIGHTS;
-  cmsg->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(cmsg), &fd, sizeof(int));
-  ssize_t n;
-  do {
-    n = ::sendmsg(conn.socket().native_handle(), &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
-  } while (n < 0 && errno == EINTR);
-  if (n <= 0) {
+  auto sent = objectstore::TrySendWithFd(conn.socket().native_handle(), frame.data(),
+                                         frame.size(), fd);
+  if (!sent.ok()) {
     return absl::UnavailableError(
-        absl::StrCat("cannot send the hello reply: ", n < 0 ? ::strerror(errno) : "nothing sent"));
+        absl::StrCat("cannot send the hello reply: ", sent.status().message()));
   }
   // The fd went with the first byte; the rest, if any, takes the ordinary path.
-  if (static_cast<size_t>(n) < frame.size()) {
-    conn.SendFramed(std::string_view(frame).substr(static_cast<size_t>(n)));
-  }
+  if (*sent < frame.size()) conn.SendFramed(std::string_view(frame).substr(*sent));
   return absl::OkStatus();
 }
 

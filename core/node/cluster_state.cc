@@ -1,7 +1,6 @@
 #include "core/node/cluster_state.h"
 
 #include "absl/strings/str_cat.h"
-#include "core/node/proto_bytes.h"
 #include "lumen/common/proto_util.h"
 
 namespace lumen::node {
@@ -10,7 +9,7 @@ ClusterState::Changes ClusterState::Apply(proto::ClusterView::Reader view) {
   io_thread_.Check("ClusterState");
   Changes changes;
   for (auto n : view.getNodes()) {
-    std::string key = Bytes(n.getNodeId());
+    std::string key = StringOf(n.getNodeId());
     if (key == local_key_) continue;
     auto total = scheduler::ResourceSet::FromMap(ReadResources(n.getTotal()));
     auto available = scheduler::ResourceSet::FromMap(ReadResources(n.getAvailable()));
@@ -27,13 +26,13 @@ ClusterState::Changes ClusterState::Apply(proto::ClusterView::Reader view) {
   }
   bundle_placements_.clear();
   for (auto b : view.getBundles()) {
-    auto& placement = bundle_placements_[scheduler::BundleKey(Bytes(b.getGroupId()), b.getIndex())];
-    placement.node_id = Bytes(b.getNodeId());
+    auto& placement = bundle_placements_[scheduler::BundleKey(StringOf(b.getGroupId()), b.getIndex())];
+    placement.node_id = StringOf(b.getNodeId());
     auto size = scheduler::ResourceSet::FromMap(ReadResources(b.getResources()));
     if (size.ok()) placement.size = *size;
   }
   for (auto g : view.getRemovedGroups()) {
-    std::string group = Bytes(g);
+    std::string group = StringOf(g);
     if (removed_groups_.Insert(group)) changes.removed_groups.push_back(group);
   }
   return changes;

@@ -1,6 +1,5 @@
 #include "core/node/lease_replies.h"
 
-#include "core/node/proto_bytes.h"
 #include "lumen/common/connection.h"
 #include "lumen/common/proto_util.h"
 
@@ -42,7 +41,7 @@ void LeaseReplies::Spillback(ClientId client, uint64_t request_id, const std::st
   OutMessage out;
   auto reply = InitReply(out, request_id);
   reply.setGranted(false);
-  reply.setSpillbackNode(DataOfString(node_id));
+  reply.setSpillbackNode(BytesOf(node_id));
   reply.setSpillbackAddress(cluster_.AddressOf(node_id));
   clients_.Send(client, out.builder());
 }

@@ -5,6 +5,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "lumen/common/logging.h"
+#include "lumen/common/proto_util.h"
 
 namespace lumen::node {
 
@@ -454,9 +455,7 @@ std::vector<LocalLeaseManager::Demand> LocalLeaseManager::InfeasibleDemand() con
   std::map<std::pair<std::string, std::string>, Demand> demand;
   for (const auto& p : parked_) {
     if (!p.infeasible || !options_.clients->IsConnected(p.request.client)) continue;
-    std::string shape;
-    for (const auto& [name, qty] : p.request.placement_map) absl::StrAppend(&shape, name, "=", qty, ";");
-    Demand& d = demand[{p.request.name, shape}];
+    Demand& d = demand[{p.request.name, ResourceShapeKey(p.request.placement_map)}];
     d.name = p.request.name;
     ++d.count;
     d.resources = p.request.placement_map;

@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include <boost/asio.hpp>
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
@@ -25,7 +27,6 @@
 #include "core/node/lease_replies.h"
 #include "core/node/local_lease_manager.h"
 #include "core/node/process_launcher.h"
-#include "core/node/proto_bytes.h"
 #include "core/node/state_lister.h"
 #include "core/node/worker_exit_log.h"
 #include "core/node/worker_pool.h"
@@ -463,9 +464,9 @@ void NodeDaemon::OnLeaseRequest(Connection& conn, proto::Envelope::Reader msg) {
   request.placement = *placement_set;
   request.placement_map = std::move(placement);
   request.strategy.kind = static_cast<scheduler::StrategyKind>(req.getStrategy());
-  request.strategy.node_id = Bytes(req.getAffinityNode());
+  request.strategy.node_id = StringOf(req.getAffinityNode());
   request.strategy.soft = req.getAffinitySoft();
-  request.group = Bytes(req.getPlacementGroup());
+  request.group = StringOf(req.getPlacementGroup());
   request.bundle_index = req.getBundleIndex();
   request.grant_or_reject = req.getGrantOrReject();
   request.detached = req.getDetached();
@@ -506,7 +507,7 @@ void NodeDaemon::OnPull(Connection& conn, proto::Envelope::Reader msg) {
     answer(absl::PermissionDeniedError("only local drivers and workers pull objects"));
     return;
   }
-  pulls_->Pull(IdFrom<ObjectId>(pull.getObjectId()), Bytes(pull.getNodeId()), pull.getSize(),
+  pulls_->Pull(IdFrom<ObjectId>(pull.getObjectId()), StringOf(pull.getNodeId()), pull.getSize(),
                IdFrom<JobId>(pull.getJobId()), std::move(answer));
 }
 
@@ -552,7 +553,7 @@ void NodeDaemon::OnClusterView(proto::ClusterView::Reader view) {
     // cluster no longer counts on them): tell them, so they retry it.
     clients_.ForEachLocalProcess([&](Connection& process) {
       OutMessage out;
-      out.Init().setMarkNodeDead(DataOfString(node));
+      out.Init().setMarkNodeDead(BytesOf(node));
       process.Send(out.builder());
     });
   }
@@ -566,7 +567,7 @@ absl::Status NodeDaemon::OnBundles(proto::Envelope::Reader msg) {
   proto::BundleBatch::Reader batch = msg.isPrepareBundles()  ? msg.getPrepareBundles()
                                      : msg.isCommitBundles() ? msg.getCommitBundles()
                                                              : msg.getCancelBundles();
-  std::string group = Bytes(batch.getGroupId());
+  std::string group = StringOf(batch.getGroupId());
   if (msg.isPrepareBundles()) {
     std::vector<std::pair<int, ResourceSet>> bundles;
     for (auto b : batch.getBundles()) {
@@ -702,9 +703,13 @@ void NodeDaemon::Shutdown(const std::string& why) {
   if (head_) head_->Leave(node_id_);
   for (const auto& [wid, w] : pool_->workers()) launcher_->Kill(w.pid);
   // The loop ends here: waiting for the killed workers keeps their sockets
-  // from outliving the daemon.
+  // from outliving the daemon. One deadline for all of them, so that the
+  // loop's last handler is bounded by worker_kill_wait however many there are.
+  const auto kill_deadline = std::chrono::steady_clock::now() + options_.timeouts.worker_kill_wait;
   for (const auto& [wid, w] : pool_->workers()) {
-    WaitForChildExit(w.pid, static_cast<int>(options_.timeouts.worker_kill_wait.count()));
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        kill_deadline - std::chrono::steady_clock::now());
+    WaitForChildExit(w.pid, static_cast<int>(std::max<int64_t>(0, left.count())));
     if (!w.address.empty()) ::unlink(ParseAddress(w.address).unix_path.c_str());
   }
   boost::system::error_code ignored;

@@ -1,6 +1,6 @@
 #include "core/node/state_lister.h"
 
-#include "core/node/proto_bytes.h"
+#include "lumen/common/proto_util.h"
 
 namespace lumen::node {
 
@@ -39,7 +39,7 @@ void StateLister::OnRows(proto::Envelope::Reader msg) {
   requests_.erase(it);
   for (auto row : msg.getStateRows()) {
     std::vector<std::pair<std::string, std::string>> fields;
-    for (auto f : row.getFields()) fields.emplace_back(f.getKey().cStr(), Bytes(f.getValue()));
+    for (auto f : row.getFields()) fields.emplace_back(f.getKey().cStr(), StringOf(f.getValue()));
     listing->rows.push_back(std::move(fields));
   }
   if (--listing->pending == 0) Finish(listing);
@@ -59,10 +59,10 @@ void StateLister::Finish(const std::shared_ptr<Listing>& listing) {
   for (size_t i = 0; i < listing->rows.size(); ++i) {
     auto fields = list[i].initFields(listing->rows[i].size() + 1);
     fields[0].setKey("NODE_DAEMON");
-    fields[0].setValue(DataOfString(node_));
+    fields[0].setValue(BytesOf(node_));
     for (size_t j = 0; j < listing->rows[i].size(); ++j) {
       fields[j + 1].setKey(listing->rows[i][j].first);
-      fields[j + 1].setValue(DataOfString(listing->rows[i][j].second));
+      fields[j + 1].setValue(BytesOf(listing->rows[i][j].second));
     }
   }
   conn->Send(out.builder());

@@ -222,22 +222,20 @@ PlacementGroupInfo CallGroup(const std::function<void(proto::Envelope::Builder)>
   if (!reply.ok()) {
     throw PlacementGroupError(absl::StrCat("placement group request failed: ", reply.status().message()));
   }
-  capnp::FlatArrayMessageReader reader(kj::arrayPtr(reply->data(), reply->size()));
-  auto env = reader.getRoot<proto::Envelope>();
   PlacementGroupInfo info;
-  if (env.isAck()) return info;
-  if (!env.isPlacementGroupState()) throw PlacementGroupError("unexpected reply from the head");
-  auto state = env.getPlacementGroupState();
-  info.state = state.getState().cStr();
-  for (auto b : state.getBundles()) {
-    info.bundle_nodes.push_back(b.getNodeId().size() ? IdFrom<NodeId>(b.getNodeId()).Hex() : "");
-  }
-  if (error) *error = state.getError().cStr();
+  absl::Status read = runtime::ReadReply(*reply, "the head", [&](proto::Envelope::Reader env) {
+    if (env.isAck()) return absl::OkStatus();
+    if (!env.isPlacementGroupState()) return runtime::UnexpectedReply("the head");
+    auto state = env.getPlacementGroupState();
+    info.state = state.getState().cStr();
+    for (auto b : state.getBundles()) {
+      info.bundle_nodes.push_back(b.getNodeId().size() ? IdFrom<NodeId>(b.getNodeId()).Hex() : "");
+    }
+    if (error) *error = state.getError().cStr();
+    return absl::OkStatus();
+  });
+  if (!read.ok()) throw PlacementGroupError(std::string(read.message()));
   return info;
-}
-
-capnp::Data::Reader BytesOf(const std::string& s) {
-  return capnp::Data::Reader(reinterpret_cast<const uint8_t*>(s.data()), s.size());
 }
 
 }  // namespace

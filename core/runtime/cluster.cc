@@ -6,7 +6,9 @@
 #include <sys/sysinfo.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
@@ -19,6 +21,7 @@
 #include "lumen/head/head_service.h"
 #include "lumen/node/node_daemon.h"
 #include "lumen/common/ids.h"
+#include "lumen/common/logging.h"
 #include "lumen/common/process.h"
 
 namespace lumen::runtime {
@@ -215,11 +218,13 @@ absl::StatusOr<ClusterProcesses> StartCluster(const ClusterSpec& spec) {
     // The token, for this user only: nodes and drivers on this machine read it.
     cluster.token_file = cluster.session_dir + "/token";
     int fd = ::open(cluster.token_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd >= 0) {
-      ssize_t ignored = ::write(fd, spec.token.data(), spec.token.size());
-      (void)ignored;
-      ::close(fd);
+    ssize_t written = fd >= 0 ? ::write(fd, spec.token.data(), spec.token.size()) : -1;
+    if (written != static_cast<ssize_t>(spec.token.size())) {
+      // Drivers on this machine then need --token / LUMEN_TOKEN / Config::token.
+      LUMEN_LOG(WARNING) << "cannot write the cluster token to " << cluster.token_file << ": "
+                         << std::strerror(errno);
     }
+    if (fd >= 0) ::close(fd);
   }
   if (!spec.embedded) {
     std::ofstream pids(cluster.session_dir + "/cluster.pids");

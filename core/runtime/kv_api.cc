@@ -22,10 +22,6 @@ std::string HeadAddress() {
   return head;
 }
 
-capnp::Data::Reader BytesOf(const std::string& s) {
-  return capnp::Data::Reader(reinterpret_cast<const uint8_t*>(s.data()), s.size());
-}
-
 struct Result {
   bool found = false;
   std::string value;
@@ -55,19 +51,18 @@ Result Call(proto::KvOp op, const std::string& ns, const std::string& key,
                                reply.status().message()));
   }
   Result out;
-  try {
-    capnp::FlatArrayMessageReader reader(kj::arrayPtr(reply->data(), reply->size()));
-    auto env = reader.getRoot<proto::Envelope>();
-    if (!env.isKvResult()) throw KvError("unexpected reply from the head to a key-value request");
-    auto r = env.getKvResult();
-    if (r.getCode() != 0) throw KvError(r.getError().cStr());
-    out.found = r.getFound();
-    out.value.assign(reinterpret_cast<const char*>(r.getValue().begin()), r.getValue().size());
-    for (auto k : r.getKeys()) out.keys.emplace_back(k.cStr());
-    out.count = r.getCount();
-  } catch (const kj::Exception& e) {
-    throw KvError(absl::StrCat("bad key-value reply from the head: ", e.getDescription().cStr()));
-  }
+  absl::Status read = runtime::ReadReply(
+      *reply, "the head to a key-value request", [&](proto::Envelope::Reader env) {
+        if (!env.isKvResult()) return runtime::UnexpectedReply("the head to a key-value request");
+        auto r = env.getKvResult();
+        if (r.getCode() != 0) throw KvError(r.getError().cStr());
+        out.found = r.getFound();
+        out.value = StringOf(r.getValue());
+        for (auto k : r.getKeys()) out.keys.emplace_back(k.cStr());
+        out.count = r.getCount();
+        return absl::OkStatus();
+      });
+  if (!read.ok()) throw KvError(std::string(read.message()));
   return out;
 }
 

@@ -356,7 +356,9 @@ void CoreWorker::Stop() {
   ::unlink(unix_path_.c_str());
   // Our actors (but detached ones) end with us: free their names (blocking:
   // this is the thread that called Stop, never the io thread).
-  for (const auto& [name, id] : names) {
+  for (const auto& name_and_id : names) {
+    const std::string& name = name_and_id.first;  // not a structured binding:
+    const ObjectId& id = name_and_id.second;       // clang 14 cannot capture one
     auto reply = CallHead(
         options_.head_address,
         [&](proto::Envelope::Builder env) {

@@ -196,5 +196,37 @@ TEST_CASE("fd passing: a large payload on a non-blocking socket arrives whole", 
   CHECK(WEXITSTATUS(status) == 0);
 }
 
+TEST_CASE("fd passing: TrySendWithFd never waits, and says how much the socket took", "[shm][fd]") {
+  // Invariant: one non-blocking call: a socket with room takes some bytes and
+  // the fd with them; a full socket takes nothing and the call returns at once
+  // with Unavailable instead of waiting for the reader.
+  auto seg = MakeSegment(4096);
+  int sv[2];
+  REQUIRE(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+  int small = 4096;
+  REQUIRE(setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)) == 0);
+  std::string payload(1 << 20, 'p');  // far more than the socket holds
+
+  auto sent = TrySendWithFd(sv[0], payload.data(), payload.size(), seg->fd());
+  REQUIRE(sent.ok());
+  CHECK(*sent > 0);
+  CHECK(*sent < payload.size());
+  // Full now: nothing more goes, and the call does not block.
+  auto full = TrySendWithFd(sv[0], payload.data(), payload.size(), seg->fd());
+  CHECK(full.status().code() == absl::StatusCode::kUnavailable);
+
+  std::string in(*sent, '\0');
+  size_t got = 0;
+  auto fd = RecvWithFd(sv[1], in.data(), in.size(), &got);
+  REQUIRE(fd.ok());
+  CHECK(got > 0);
+  CHECK(in.substr(0, got) == payload.substr(0, got));
+  close(*fd);
+  CHECK(TrySendWithFd(sv[0], "", 0, seg->fd()).status().code() ==
+        absl::StatusCode::kInvalidArgument);
+  close(sv[0]);
+  close(sv[1]);
+}
+
 }  // namespace
 }  // namespace lumen::objectstore

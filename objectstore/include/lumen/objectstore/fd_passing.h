@@ -27,6 +27,14 @@ namespace lumen::objectstore {
 // caller keeps ownership of `fd_to_send`.
 absl::Status SendWithFd(int socket_fd, const void* data, size_t len, int fd_to_send);
 
+// One non-blocking sendmsg of up to `len` (> 0) bytes of `data` with
+// `fd_to_send` attached (retries EINTR only): for an event loop, which must
+// not wait. Returns how many bytes the socket took (> 0; the fd went with
+// them); the caller sends the rest without the fd. Errors: Unavailable when
+// the socket took nothing (full, or the peer is gone), InvalidArgument for an
+// empty `data` or a negative fd. The caller keeps ownership of `fd_to_send`.
+absl::StatusOr<size_t> TrySendWithFd(int socket_fd, const void* data, size_t len, int fd_to_send);
+
 // Reads with one recvmsg (blocking: retries EINTR, polls on EAGAIN) up to
 // `capacity` bytes into `buf` and returns the file descriptor that came with
 // them, opened O_CLOEXEC; the caller owns it. `*received` is the number of

@@ -27,7 +27,8 @@ std::string FormatAddress(const Endpoint& endpoint);
 // Connects (blocking) to `address`: over its Unix socket when the socket lies
 // under `local_session_dir` (the caller's own node) or there is no TCP part,
 // else over TCP (with TCP_NODELAY), giving up on a host that does not answer
-// within 3 s.
+// within Timeouts::connect_timeout (LUMEN_CONNECT_TIMEOUT_MS). Blocking, also
+// its name resolution: not for an event loop that must not wait.
 absl::StatusOr<Socket> ConnectToAddress(boost::asio::io_context& io, const std::string& address,
                                         const std::string& local_session_dir);
 

@@ -65,7 +65,8 @@ struct ConnectionOptions {
   std::chrono::milliseconds send_stall_timeout{30000};
 };
 
-// A daemon's limits for the connections it accepts, from the environment:
+// A daemon's limits for the connections it accepts, from the environment
+// (doc/configuration.md); the two timeouts are Timeouts' fields of those names:
 //   LUMEN_HELLO_TIMEOUT_MS          (default 5000)  hello deadline
 //   LUMEN_MAX_PENDING_HELLOS        (default 128)   connections awaiting hello, per
 //                                                   HelloAdmission (one per listener)

@@ -59,6 +59,16 @@ absl::StatusOr<std::vector<capnp::word>> CallHead(
     const std::string& head_address, const std::function<void(proto::Envelope::Builder)>& fill,
     std::chrono::milliseconds reply_timeout = std::chrono::seconds(5));
 
+// Reads `words`, a reply from `peer` ("the head", "the node"), as an envelope
+// and returns what `read` returns for it. A message Cap'n Proto cannot read
+// (it throws kj::Exception, here or inside `read`) is Internal "bad reply from
+// <peer>: ..."; other exceptions `read` throws pass through.
+[[nodiscard]] absl::Status ReadReply(
+    const std::vector<capnp::word>& words, const char* peer,
+    const std::function<absl::Status(proto::Envelope::Reader)>& read);
+// Internal "unexpected reply from <peer>": for a reply of the wrong kind.
+[[nodiscard]] absl::Status UnexpectedReply(const char* peer);
+
 // "auto" (or empty) means the cluster started last by `lumen start` on this machine.
 absl::StatusOr<std::string> ResolveHeadAddress(const std::string& address);
 absl::StatusOr<std::vector<NodeView>> QueryNodes(const std::string& head_address);

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <utility>
 
 #include <boost/asio/post.hpp>
@@ -19,8 +20,15 @@ namespace lumen {
 // Timeouts::FromEnv().slow_handler_warning, read once per process.
 std::chrono::steady_clock::duration SlowHandlerThreshold();
 
-// Logs (rate limited) that the handler `name` held its loop for `took`.
+// Logs (rate limited) that the handler `name` held its loop for `took`, after
+// telling the test observer, if one is set (every report, before the rate limit).
 void ReportSlowHandler(const char* name, std::chrono::steady_clock::duration took);
+
+namespace post_internal {
+// The time Post measures handlers with: steady_clock::now(), or the test clock
+// (TEST_SetPostClock). Thread-safe.
+std::chrono::steady_clock::time_point Now();
+}  // namespace post_internal
 
 // Runs `handler` on `executor` later, as boost::asio::post does; `name` must be
 // a string literal (it is kept by pointer). Thread-safe as asio::post is.
@@ -28,11 +36,23 @@ template <class Executor, class Handler>
 void Post(Executor&& executor, const char* name, Handler&& handler) {
   boost::asio::post(std::forward<Executor>(executor),
                     [name, handler = std::forward<Handler>(handler)]() mutable {
-                      const auto start = std::chrono::steady_clock::now();
+                      const auto start = post_internal::Now();
                       handler();
-                      const auto took = std::chrono::steady_clock::now() - start;
+                      const auto took = post_internal::Now() - start;
                       if (took > SlowHandlerThreshold()) ReportSlowHandler(name, took);
                     });
 }
+
+// Test hooks, process-wide and thread-safe; pass nullptr (or {}) to restore.
+//
+// TEST_SetPostClock: Post times handlers with `now` instead of steady_clock
+// (a manual clock: the handler under test advances it).
+using PostClockFn = std::chrono::steady_clock::time_point (*)();
+void TEST_SetPostClock(PostClockFn now);
+// TEST_SetSlowHandlerObserver: called with the name and duration of every
+// handler reported as slow, on the thread that ran it, before the log line.
+using SlowHandlerObserver =
+    std::function<void(const char* name, std::chrono::steady_clock::duration took)>;
+void TEST_SetSlowHandlerObserver(SlowHandlerObserver observer);
 
 }  // namespace lumen

@@ -36,7 +36,7 @@ struct Timeouts {
   ms head_retry_period{1000};       // LUMEN_HEAD_RETRY_PERIOD_MS: reconnect to a lost head after
   ms list_state_timeout{2000};      // LUMEN_LIST_STATE_TIMEOUT_MS: `lumen list` waits for local processes
   ms max_worker_exit_wait{10000};   // LUMEN_MAX_WORKER_EXIT_WAIT_MS: cap on a getWorkerExit wait
-  ms worker_kill_wait{2000};        // LUMEN_WORKER_KILL_WAIT_MS: at shutdown, per killed worker
+  ms worker_kill_wait{2000};        // LUMEN_WORKER_KILL_WAIT_MS: at shutdown, for the killed workers to exit
 
   // --- driver / worker ---
   ms lease_idle_timeout{200};       // LUMEN_LEASE_IDLE_TIMEOUT_MS: an idle lease is kept this long
