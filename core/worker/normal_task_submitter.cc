@@ -41,7 +41,7 @@ std::shared_ptr<internal::RefHandle> CoreWorker::SubmitTask(
   task->resources = options.resources;
   if (task->resources.empty()) task->resources["CPU"] = 1;
   task->scheduling = options.scheduling;
-  task->queue_key = QueueKey(task->resources) + SchedulingKey(task->scheduling);
+  task->queue_key = ResourceShapeKey(task->resources) + SchedulingKey(task->scheduling);
   task->max_retries = task->retries_left = std::max(0, options.max_retries);
   auto handle = std::make_shared<internal::RefHandle>(task->return_id, listen_address_);
   Enqueue(std::move(task));

@@ -19,6 +19,7 @@
 #include "core/worker/object_table.h"
 #include "core/worker/pending_task.h"
 #include "core/worker/reference_counter.h"
+#include "lumen/common/proto_util.h"
 #include "lumen/worker/core_worker.h"
 
 namespace lumen::runtime {
@@ -27,18 +28,6 @@ extern thread_local bool in_task;
 
 enum StoreOp { kCreate, kSeal, kAbort, kGet, kRelease, kDelete };
 
-
-// Bytes as a Cap'n Proto Data field (a view: `bytes` outlives the builder call).
-inline capnp::Data::Reader BytesOf(std::string_view bytes) {
-  return capnp::Data::Reader(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
-}
-
-// The scheduling queue of a resource shape: "CPU=1;GPU=2;".
-inline std::string QueueKey(const std::map<std::string, double>& resources) {
-  std::string key;
-  for (const auto& [name, qty] : resources) absl::StrAppend(&key, name, "=", qty, ";");
-  return key;
-}
 
 inline std::string SchedulingKey(const internal::SchedulingOptions& s) {
   if (s.kind == internal::SchedulingOptions::Kind::kDefault && s.placement_group.empty()) return "";
