@@ -161,8 +161,9 @@ class Grammar {
                     std::string* token_value) {
     command
         ->add_option("--address", options.address,
-                     "The head at HOST:PORT (default 'auto': the head started last here, "
-                     "or LUMEN_ADDRESS)")
+                     "The head at HOST:PORT (default: LUMEN_ADDRESS, else 'auto': the head "
+                     "started last here)")
+        ->envname("LUMEN_ADDRESS")
         ->type_name("HOST:PORT");
     *token = command->add_option("--token", *token_value,
                                  "The cluster's token (default: LUMEN_TOKEN, or the session's "

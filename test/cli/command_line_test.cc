@@ -4,6 +4,8 @@
 // it; --help of each subcommand lists its flags.
 #include "lumen/cli/command_line.h"
 
+#include <stdlib.h>
+
 #include <catch2/catch.hpp>
 
 using Catch::Matchers::Contains;
@@ -76,6 +78,7 @@ TEST_CASE("lumen start leaves flags it was not given unset") {
 }
 
 TEST_CASE("lumen stop, status, list and microbenchmark parse to their options") {
+  ::unsetenv("LUMEN_ADDRESS");  // the default of --address, checked below
   CHECK(Parsed({"stop"}).kind == CommandKind::kStop);
 
   auto status = Parsed({"status", "--address", "10.0.0.1:6379", "--token", "t"});
@@ -177,4 +180,13 @@ TEST_CASE("--help of each subcommand lists its flags") {
     CHECK_THAT(top, Contains(command));
   }
   CHECK(Help({"help"}) == top);
+}
+
+TEST_CASE("--address of status and list defaults to LUMEN_ADDRESS, a flag wins over it") {
+  ::setenv("LUMEN_ADDRESS", "10.1.2.3:6379", 1);
+  CHECK(Parsed({"status"}).status.address == "10.1.2.3:6379");
+  CHECK(Parsed({"list", "nodes"}).list.head.address == "10.1.2.3:6379");
+  CHECK(Parsed({"status", "--address", "h:1"}).status.address == "h:1");
+  ::unsetenv("LUMEN_ADDRESS");
+  CHECK(Parsed({"status"}).status.address.empty());
 }
