@@ -182,7 +182,7 @@ TEST_CASE("--help of each subcommand lists its flags") {
   CHECK(Help({"help"}) == top);
 }
 
-TEST_CASE("--address of status and list defaults to LUMEN_ADDRESS, a flag wins over it") {
+TEST_CASE("status and list default their --address to LUMEN_ADDRESS, a flag wins over it") {
   ::setenv("LUMEN_ADDRESS", "10.1.2.3:6379", 1);
   CHECK(Parsed({"status"}).status.address == "10.1.2.3:6379");
   CHECK(Parsed({"list", "nodes"}).list.head.address == "10.1.2.3:6379");
