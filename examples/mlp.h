@@ -7,7 +7,9 @@
 // include it in one source file per binary (it registers the loop).
 //
 // Config keys: epochs, global_batch (split evenly over the workers), lr,
-// inputs, hidden, classes, overlap (1/0), accumulation_steps, bucket_kib.
+// inputs, hidden, classes, overlap (1/0), accumulation_steps, bucket_kib,
+// use_gpu (1: the cuBLAS path of mlp_cuda.h when the binary was built with
+// CUDA, LUMEN_MLP_WITH_CUDA, and a GPU is visible; otherwise the CPU path).
 #pragma once
 
 #include <lumen/lumen.h>
@@ -17,9 +19,14 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <span>
 #include <vector>
+
+#ifdef LUMEN_MLP_WITH_CUDA
+#include "mlp_cuda.h"
+#endif
 
 namespace mlp_example {
 
@@ -159,15 +166,31 @@ inline void TrainLoop(lumen::train::TrainContext& ctx) {
       .accumulation_steps = ctx.Config<int>("accumulation_steps", 1),
       .bucket_bytes = static_cast<uint64_t>(ctx.Config<double>("bucket_kib", 0) * 1024)};
   lumen::train::GradientBucketer buckets(ctx, options);
+  auto ready = [&](std::span<float> g) { buckets.Ready(g); };
+#ifdef LUMEN_MLP_WITH_CUDA
+  std::unique_ptr<MlpCuda> gpu;
+  if (ctx.Config<int>("use_gpu", 0) != 0 && CudaDeviceAvailable())
+    gpu = std::make_unique<MlpCuda>(&model);
+#else
+  struct NoGpu {
+    double Backward(const lumen::train::Batch&, int*, decltype(ready)&) { return 0; }
+    void Step(float) {}
+  };
+  std::unique_ptr<NoGpu> gpu;  // never set: this binary has no CUDA path
+#endif
   auto shard = ctx.GetDatasetShard("train");
   for (int epoch = start_epoch; epoch < epochs; ++epoch) {
     std::vector<double> totals{0, 0, 0};  // loss, correct, samples
     for (const lumen::train::Batch& batch : shard.Batches(local_batch, epoch)) {
       int correct = 0;
-      totals[0] += model.Backward(batch, &correct, [&](std::span<float> g) { buckets.Ready(g); });
+      totals[0] += gpu ? gpu->Backward(batch, &correct, ready)
+                       : model.Backward(batch, &correct, ready);
       totals[1] += correct;
       totals[2] += static_cast<double>(batch.size);
-      if (buckets.Finish()) model.Step(lr);
+      if (buckets.Finish()) {
+        if (gpu) gpu->Step(lr);
+        else model.Step(lr);
+      }
     }
     ctx.AllReduce(totals, lumen::collective::ReduceOp::kSum);
     std::string dir;
@@ -188,4 +211,6 @@ inline void TrainLoop(lumen::train::TrainContext& ctx) {
 
 }  // namespace mlp_example
 
+#ifndef MLP_EXAMPLE_NO_LOOP_REGISTRATION  // mlp_cuda.cc needs only the model
 LUMEN_TRAIN_LOOP(mlp_example::TrainLoop);
+#endif

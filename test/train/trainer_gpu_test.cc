@@ -1,6 +1,8 @@
 // DataParallelTrainer with use_gpu on the GPUs of this machine: each worker
 // holds one GPU (CUDA_VISIBLE_DEVICES names one device, GetGpuIds one id) and
-// TrainContext::AllReduce runs on NCCL over device buffers.
+// TrainContext::AllReduce runs on NCCL over device buffers. Where the MLP
+// example's cuBLAS path is built (LUMEN_MLP_WITH_CUDA), a first case checks
+// that it computes the CPU path's gradients on one batch (within 1e-4).
 //
 // Exits 77 (CTest: SKIPPED) and says why when Lumen was built without CUDA and
 // NCCL or when no GPU is visible.
@@ -28,7 +30,49 @@ int main() {
 #include "lumen/lumen.h"
 #include "lumen/train/trainer.h"
 
+#ifdef LUMEN_MLP_WITH_CUDA
+#define MLP_EXAMPLE_NO_LOOP_REGISTRATION
+#include <cmath>
+
+#include "mlp.h"
+#include "mlp_cuda.h"
+#endif
+
 namespace {
+
+#ifdef LUMEN_MLP_WITH_CUDA
+// Invariant: on the same batch and parameters the cuBLAS path adds the same
+// gradients as the CPU path (max abs difference <= 1e-4), in the same
+// ready() order and spans, and returns the same loss and correct count.
+bool CublasMatchesCpu() {
+  const int inputs = 16, hidden = 32, classes = 4, n = 24;
+  std::vector<float> x, y;
+  mlp_example::MakeData(n, inputs, classes, &x, &y);
+  lumen::train::Batch batch{.size = n, .feature_dim = inputs, .label_dim = 1,
+                            .features = x, .labels = y};
+  mlp_example::Mlp cpu(inputs, hidden, classes), gpu_host(inputs, hidden, classes);
+  std::vector<size_t> cpu_spans, gpu_spans;
+  int cpu_correct = 0, gpu_correct = 0;
+  const double cpu_loss = cpu.Backward(batch, &cpu_correct, [&](std::span<float> g) {
+    cpu_spans.push_back(static_cast<size_t>(g.data() - cpu.grads.data()));
+    cpu_spans.push_back(g.size());
+  });
+  mlp_example::MlpCuda gpu(&gpu_host);
+  const double gpu_loss = gpu.Backward(batch, &gpu_correct, [&](std::span<float> g) {
+    gpu_spans.push_back(static_cast<size_t>(g.data() - gpu_host.grads.data()));
+    gpu_spans.push_back(g.size());
+  });
+  float worst = 0;
+  for (size_t i = 0; i < cpu.grads.size(); ++i)
+    worst = std::max(worst, std::abs(cpu.grads[i] - gpu_host.grads[i]));
+  const bool pass = worst <= 1e-4f && cpu_spans == gpu_spans && cpu_correct == gpu_correct &&
+                    std::abs(cpu_loss - gpu_loss) <= 1e-3 * n;
+  std::printf("%s: cuBLAS MLP gradients vs CPU: max |diff| %g, spans %s, loss %g vs %g\n",
+              pass ? "PASSED" : "FAILED", worst, cpu_spans == gpu_spans ? "same" : "DIFFER",
+              gpu_loss, cpu_loss);
+  return pass;
+}
+#endif
 
 int GpuCount() {
   int n = 0;
@@ -67,6 +111,9 @@ int main(int argc, char** argv) {
                 "path needs one\n");
     return 77;
   }
+#ifdef LUMEN_MLP_WITH_CUDA
+  if (!CublasMatchesCpu()) return 1;
+#endif
   lumen::Config config;
   config.num_cpus = 4;
   config.num_gpus = gpus;
