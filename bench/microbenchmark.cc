@@ -13,6 +13,7 @@
 #include "bench/object_metrics.h"
 #include "bench/reporter.h"
 #include "bench/task_metrics.h"
+#include "lumen/common/process.h"
 #include "lumen/common/timeouts.h"
 #include "lumen/lumen.h"
 
@@ -22,10 +23,7 @@ namespace {
 // The collective metrics come from lumen-collective-bench (it needs Gloo and
 // lumen::train), run from this binary's directory when it was built there.
 void RunCollectiveBench(Reporter& out, bool quick) {
-  char self[4096] = {0};
-  ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (n <= 0) return;
-  std::string path = std::string(self, n);
+  std::string path = SelfExecutablePath();
   path = path.substr(0, path.rfind('/') + 1) + "lumen-collective-bench";
   if (::access(path.c_str(), X_OK) != 0) {
     out.Note("allreduce_gigabytes etc. not measured: " + path + " is not built");

@@ -176,11 +176,7 @@ void HeadService::Stop() {
 void HeadService::AcceptNext() {
   acceptor_.async_accept([this](const boost::system::error_code& ec, asio::ip::tcp::socket s) {
     if (ec) return;
-    s.set_option(asio::ip::tcp::no_delay(true));
-    auto protocol = s.local_endpoint().protocol();
-    int fd = s.release();
-    auto conn = admission_.Admit(
-        Socket(io_, asio::generic::stream_protocol(protocol.family(), protocol.protocol()), fd));
+    auto conn = admission_.Admit(AdoptTcp(io_, std::move(s)));
     if (conn) {
       conn->context() = false;  // hello seen
       conns_[conn->id()] = conn;

@@ -109,16 +109,7 @@ void CoreWorker::DrainSubmissions() {
 void CoreWorker::OnTaskResolved(PendingTask* raw) {
   if (raw->kind == proto::TaskKind::ACTOR_METHOD) {
     // Owned by the actor submitter; it goes out in submission order.
-    {
-      ObjectTable::Locked objects(*object_table_);
-      for (auto& arg : raw->args) {
-        if (!arg.ref) continue;
-        auto it = objects->find(arg.ref->id());
-        if (it != objects->end() && it->second.kind == ObjectEntry::Kind::kFailed) {
-          raw->dep_failure = it->second.failure;
-        }
-      }
-    }
+    raw->dep_failure = resolver_->FailedArgument(*raw);
     raw->resolved = true;
     actor_submitter_->OnCallResolved(raw->actor->id());
     return;

@@ -13,12 +13,7 @@
 
 namespace {
 
-int64_t NowNanos() {
-  // CLOCK_MONOTONIC: one clock for every process on the machine.
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+using lumen::test::NowNs;
 
 std::string PutFromTask(std::string key, std::string value, std::string ns) {
   lumen::kv::Put(key, value, ns);
@@ -27,7 +22,7 @@ std::string PutFromTask(std::string key, std::string value, std::string ns) {
 
 // Puts `key` and returns when it did (just before the request left).
 int64_t PutAndStamp(std::string key, std::string ns) {
-  int64_t at = NowNanos();
+  int64_t at = NowNs();
   lumen::kv::Put(key, "go", ns);
   return at;
 }
@@ -39,9 +34,9 @@ class Waiter {
   // (found, when the wait request left, when the wait returned).
   std::tuple<bool, int64_t, int64_t> WaitFor(std::string key, std::string ns, int timeout_ms) {
     lumen::kv::Put(key + "-started", "1", ns);
-    int64_t begin = NowNanos();
+    int64_t begin = NowNs();
     bool found = lumen::kv::Wait(key, std::chrono::milliseconds(timeout_ms), ns);
-    return {found, begin, NowNanos()};
+    return {found, begin, NowNs()};
   }
 };
 

@@ -23,6 +23,8 @@
 namespace {
 
 using lumen::test::MultiNodeCluster;
+using lumen::test::FilesIn;
+using lumen::test::NowNs;
 using lumen::test::WaitUntil;
 
 // A scratch directory for barriers (and a gate file next to it), removed at
@@ -128,14 +130,6 @@ class Where {
   int calls_ = 0;
 };
 
-// Nanoseconds on the machine-wide monotonic clock (the same in every process
-// of this machine, hence comparable across the nodes of a loopback cluster).
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 // AnnounceThenAwait that also says when it ended: "node@end_ns".
 std::string AwaitThenSayWhen(std::string dir, std::string gate) {
   std::string node = AnnounceThenAwait(dir, gate);
@@ -156,17 +150,6 @@ std::pair<std::string, int64_t> SplitAt(const std::string& s) {
 LUMEN_REMOTE(GpuInfo, GpuMeet, MakeBlob, BlobChecksum, AnnounceThenAwait, AwaitThenSayWhen,
              HereNodeAt, Where::Create, &Where::Node, &Where::Bump);
 
-
-
-int CountFiles(const std::string& dir) {
-  int n = 0;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    (void)entry;
-    ++n;
-  }
-  return n;
-}
 
 }  // namespace
 
@@ -290,7 +273,7 @@ TEST_CASE("placement groups: every strategy with tasks and actors in bundles and
   // The tasks record when they start and end: the second starts only after
   // the first ended.
   auto first = lumen::Task(AwaitThenSayWhen).SetPlacementGroup(spread, 1).Remote(dir, gate);
-  REQUIRE(WaitUntil([&] { return CountFiles(dir) == 1; }));
+  REQUIRE(WaitUntil([&] { return FilesIn(dir) == 1; }));
   auto second = lumen::Task(HereNodeAt).SetPlacementGroup(spread, 1).Remote();
   std::ofstream(gate).flush();
   auto [first_node, first_end] = SplitAt(*lumen::Get(first));
@@ -440,7 +423,7 @@ TEST_CASE("kill -9 of a node daemon: its tasks retry and its actor restarts else
     std::string line = listing.substr(at, listing.find('\n', at) - at);
     return line.find(cluster.node_id(2).substr(0, 12)) != std::string::npos;
   }));
-  REQUIRE(WaitUntil([&] { return CountFiles(dir) == 2; }));
+  REQUIRE(WaitUntil([&] { return FilesIn(dir) == 2; }));
 
   std::vector<pid_t> workers;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
@@ -527,7 +510,7 @@ TEST_CASE("a node that stops answering health checks is declared dead and its ta
                        .SetSchedulingStrategy(lumen::NodeAffinity(victim, true))
                        .Remote(dir, gate));
   }
-  REQUIRE(WaitUntil([&] { return CountFiles(dir) == 2; }));
+  REQUIRE(WaitUntil([&] { return FilesIn(dir) == 2; }));
   // Frozen, not dead: its sockets stay open, only its reports stop.
   REQUIRE(::kill(cluster.daemon_pid(1), SIGSTOP) == 0);
   REQUIRE(WaitUntil([&] {

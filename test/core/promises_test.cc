@@ -24,14 +24,8 @@
 namespace {
 
 using lumen::test::ScopedCluster;
+using lumen::test::FilesIn;
 using lumen::test::WaitUntil;
-
-size_t FilesIn(const std::string& dir) {
-  size_t n = 0;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) n += e.is_regular_file() ? 1 : 0;
-  return n;
-}
 
 // An actor whose DieOnce kills its own process the first time it runs (it
 // leaves `marker` naming the pid it ran in), and answers the next time.

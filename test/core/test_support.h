@@ -66,6 +66,13 @@ class MultiNodeCluster {
 bool WaitUntil(const std::function<bool()>& condition,
                std::chrono::milliseconds timeout = std::chrono::seconds(20));
 
+// Nanoseconds on the machine-wide monotonic clock (CLOCK_MONOTONIC): the same
+// in every process of this machine, so times recorded by different workers of
+// a loopback cluster compare.
+int64_t NowNs();
+// The regular files directly in `dir`; 0 when it does not exist.
+size_t FilesIn(const std::string& dir);
+
 // Children of `pid` (direct), from /proc.
 std::vector<pid_t> ChildPids(pid_t pid);
 // Every live process whose environment or command line mentions `needle`.

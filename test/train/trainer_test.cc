@@ -27,6 +27,7 @@
 namespace fs = std::filesystem;
 namespace col = lumen::collective;
 using lumen::test::MultiNodeCluster;
+using lumen::test::NowNs;
 using lumen::test::ScopedCluster;
 using lumen::PlacementStrategy;
 using namespace lumen::train;
@@ -45,12 +46,6 @@ struct ScratchDir {
   }
   std::string path;
 };
-
-int64_t NowNanos() {  // CLOCK_MONOTONIC: comparable across the processes of a machine
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 std::vector<std::string> CheckpointDirs(const std::string& run_dir) {
   std::vector<std::string> names;
@@ -111,9 +106,9 @@ void BarrierLoop(TrainContext& ctx) {
   bool ordered = true;
   for (int k = 0; k < 3; ++k) {
     if (ctx.GetWorldRank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(150));
-    std::vector<int64_t> mine{NowNanos(), 0};
+    std::vector<int64_t> mine{NowNs(), 0};
     ctx.Report({{"k", k}});
-    mine[1] = NowNanos();
+    mine[1] = NowNs();
     std::vector<int64_t> all(2 * ctx.GetWorldSize());
     col::AllGather(std::span<const int64_t>(mine), std::span<int64_t>(all), ctx.GroupName());
     int64_t last_entry = 0, first_exit = INT64_MAX;

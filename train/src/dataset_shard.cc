@@ -29,9 +29,7 @@ std::vector<int64_t> DatasetShard::Indices(uint64_t seed) const {
 }
 
 int64_t DatasetShard::size() const {
-  const int64_t n = state_->dataset.size();
-  const int w = state_->world_size;
-  return state_->drop_last ? n / w : (n + w - 1) / w;
+  return ShardSize(state_->dataset.size(), state_->world_size, state_->drop_last);
 }
 
 const DataBlock& DatasetShard::BlockOf(int64_t row, int64_t* offset) const {

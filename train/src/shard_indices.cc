@@ -7,6 +7,10 @@
 
 namespace lumen::train {
 
+int64_t ShardSize(int64_t dataset_size, int world_size, bool drop_last) {
+  return drop_last ? dataset_size / world_size : (dataset_size + world_size - 1) / world_size;
+}
+
 std::vector<int64_t> ShardIndices(int64_t dataset_size, int rank, int world_size, uint64_t seed,
                                   bool drop_last) {
   if (world_size < 1 || rank < 0 || rank >= world_size) {
@@ -14,8 +18,7 @@ std::vector<int64_t> ShardIndices(int64_t dataset_size, int rank, int world_size
                 std::to_string(world_size));
   }
   if (dataset_size <= 0) return {};
-  const int64_t per_rank = drop_last ? dataset_size / world_size
-                                     : (dataset_size + world_size - 1) / world_size;
+  const int64_t per_rank = ShardSize(dataset_size, world_size, drop_last);
   const int64_t total = per_rank * world_size;
   std::vector<int64_t> order(dataset_size);
   std::iota(order.begin(), order.end(), 0);

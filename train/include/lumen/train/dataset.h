@@ -54,6 +54,9 @@ enum class FileFormat {
 // (drop_last: at most once; pad: the few repeated rows twice).
 std::vector<int64_t> ShardIndices(int64_t dataset_size, int rank, int world_size, uint64_t seed,
                                   bool drop_last);
+// How many rows ShardIndices gives each rank: dataset_size / world_size,
+// rounded up (padded) or down (drop_last).
+int64_t ShardSize(int64_t dataset_size, int world_size, bool drop_last);
 
 class Dataset {
  public:
