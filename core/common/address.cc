@@ -130,3 +130,99 @@ bool IsLoopbackHost(const std::string& host) {
 }
 
 }  // namespace lumen
+
+namespace lumen {
+
+namespace {
+
+// One asynchronous connect: the socket being connected, its resolver and its
+// deadline. Owned by the handlers in flight (shared_ptr); io thread only.
+struct PendingConnect {
+  PendingConnect(asio::io_context& io, ConnectCallback callback)
+      : io(io), resolver(io), tcp_socket(io), unix_socket(io), deadline(io), done(std::move(callback)) {}
+
+  // Runs `done` once; later calls (the deadline after a connect, or the
+  // reverse) do nothing.
+  void Finish(absl::StatusOr<Socket> result) {
+    if (!done) return;
+    deadline.cancel();
+    auto callback = std::move(done);
+    done = nullptr;
+    callback(std::move(result));
+  }
+
+  asio::io_context& io;
+  asio::ip::tcp::resolver resolver;
+  asio::ip::tcp::socket tcp_socket;
+  asio::local::stream_protocol::socket unix_socket;
+  asio::steady_timer deadline;
+  std::string target;  // for messages
+  ConnectCallback done;
+};
+
+}  // namespace
+
+void AsyncConnectToAddress(asio::io_context& io, const std::string& address,
+                           const std::string& local_session_dir, std::chrono::milliseconds timeout,
+                           ConnectCallback done) {
+  auto pending = std::make_shared<PendingConnect>(io, std::move(done));
+  auto fail_later = [&io, pending](absl::Status status) {
+    asio::post(io, [pending, status = std::move(status)] { pending->Finish(status); });
+  };
+  Endpoint endpoint = ParseAddress(address);
+  bool same_node = !endpoint.unix_path.empty() && !local_session_dir.empty() &&
+                   endpoint.unix_path.rfind(local_session_dir + "/", 0) == 0;
+  bool use_unix = !endpoint.unix_path.empty() && (same_node || endpoint.tcp.empty());
+  size_t colon = endpoint.tcp.rfind(':');
+  if (!use_unix && (endpoint.tcp.empty() || colon == std::string::npos)) {
+    fail_later(absl::InvalidArgumentError(absl::StrCat("bad address '", address, "' (want host:port or /path)")));
+    return;
+  }
+  pending->target = use_unix ? endpoint.unix_path : endpoint.tcp;
+  pending->deadline.expires_after(timeout);
+  pending->deadline.async_wait([pending, timeout](const boost::system::error_code& ec) {
+    if (ec) return;  // cancelled: the connect finished first
+    boost::system::error_code ignored;
+    pending->resolver.cancel();
+    pending->tcp_socket.close(ignored);
+    pending->unix_socket.close(ignored);
+    pending->Finish(absl::DeadlineExceededError(absl::StrCat(
+        "cannot reach ", pending->target, ": no answer within ", timeout.count(), " ms")));
+  });
+
+  if (use_unix) {
+    pending->unix_socket.async_connect(
+        asio::local::stream_protocol::endpoint(endpoint.unix_path),
+        [pending](const boost::system::error_code& ec) {
+          if (!pending->done) return;
+          if (ec) {
+            pending->Finish(absl::UnavailableError(absl::StrCat("cannot reach ", pending->target, ": ", ec.message())));
+            return;
+          }
+          int fd = pending->unix_socket.release();
+          pending->Finish(Socket(pending->io, asio::generic::stream_protocol(AF_UNIX, 0), fd));
+        });
+    return;
+  }
+  pending->resolver.async_resolve(
+      endpoint.tcp.substr(0, colon), endpoint.tcp.substr(colon + 1),
+      [pending](const boost::system::error_code& ec, asio::ip::tcp::resolver::results_type results) {
+        if (!pending->done) return;
+        if (ec) {
+          pending->Finish(absl::UnavailableError(absl::StrCat("cannot reach ", pending->target, ": ", ec.message())));
+          return;
+        }
+        asio::async_connect(pending->tcp_socket, results,
+                            [pending](const boost::system::error_code& ec, const asio::ip::tcp::endpoint&) {
+                              if (!pending->done) return;
+                              if (ec) {
+                                pending->Finish(absl::UnavailableError(
+                                    absl::StrCat("cannot reach ", pending->target, ": ", ec.message())));
+                                return;
+                              }
+                              pending->Finish(AdoptTcp(pending->io, std::move(pending->tcp_socket)));
+                            });
+      });
+}
+
+}  // namespace lumen

@@ -6,6 +6,8 @@
 // string is also the identity peers key their connections by.
 #pragma once
 
+#include <chrono>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -31,6 +33,15 @@ std::string FormatAddress(const Endpoint& endpoint);
 // its name resolution: not for an event loop that must not wait.
 absl::StatusOr<Socket> ConnectToAddress(boost::asio::io_context& io, const std::string& address,
                                         const std::string& local_session_dir);
+
+// Connects to `address` like ConnectToAddress, without blocking the loop:
+// name resolution and the connect run asynchronously on `io`, and a peer that
+// has not answered within `timeout` fails with DeadlineExceeded. `done` runs
+// exactly once, on `io`'s thread (never inside this call).
+using ConnectCallback = std::function<void(absl::StatusOr<Socket>)>;
+void AsyncConnectToAddress(boost::asio::io_context& io, const std::string& address,
+                           const std::string& local_session_dir, std::chrono::milliseconds timeout,
+                           ConnectCallback done);
 
 // A TCP acceptor on `host`, port `port` (0: any free port).
 absl::StatusOr<std::unique_ptr<boost::asio::ip::tcp::acceptor>> ListenTcp(
