@@ -67,6 +67,14 @@ std::vector<pid_t> ChildrenOf(pid_t pid) {
   return out;
 }
 
+long ThreadsOf(pid_t pid) { return FieldKiB(ProcPath(pid, "status"), "Threads:"); }
+
+long PidLimit() {
+  long limit = 0;
+  std::ifstream("/proc/sys/kernel/pid_max") >> limit;
+  return limit;
+}
+
 long AvailableMemoryKiB() { return FieldKiB("/proc/meminfo", "MemAvailable:"); }
 
 long OpenFileLimit() {

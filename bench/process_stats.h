@@ -29,6 +29,10 @@ bool ResetPeakRss(pid_t pid = 0);
 double CpuSeconds(pid_t pid = 0);
 // The direct children of `pid`, from each of its threads' `children` list.
 std::vector<pid_t> ChildrenOf(pid_t pid);
+// The threads of `pid` (0: this process).
+long ThreadsOf(pid_t pid = 0);
+// The machine's limit on process ids (each thread takes one).
+long PidLimit();
 // MemAvailable of the machine, in KiB.
 long AvailableMemoryKiB();
 // The soft limit on open files of this process.

@@ -83,15 +83,20 @@ void RunActorScale(ScaleContext& context) {
     create(kProbe);
     Check(CountEqual(Get(pings), 1) == kProbe, "an actor answered wrong");
     const double probe_kib = static_cast<double>(WorkersPss(daemon) - pss_before) / kProbe;
-    const long by_memory = static_cast<long>(AvailableMemoryKiB() * 0.5 / std::max(1.0, probe_kib));
+    // The machine is shared: at most a third of its free memory and of its
+    // process ids (one per thread), and the driver's file descriptors.
+    const long by_memory = static_cast<long>(AvailableMemoryKiB() / 3.0 / std::max(1.0, probe_kib));
+    long threads = 0;
+    for (pid_t child : ChildrenOf(daemon)) threads = std::max(threads, ThreadsOf(child));
+    const long by_pids = PidLimit() / 3 / std::max(1L, threads);
     const long by_files = (OpenFileLimit() - 1000) / 3;  // driver, daemon: a few per actor
-    const long count = std::max(kProbe, std::min({wanted, by_memory, by_files}));
+    const long count = std::max(kProbe, std::min({wanted, by_memory, by_pids, by_files}));
     if (count < wanted) {
       Note(out,
-           "actors: %.0f instead of %.0f: each takes %.0f KiB (PSS) and this machine has %.0f "
-           "KiB available (half used at most) and room for the file descriptors of this many",
+           "actors: %.0f instead of %.0f: each takes %.0f KiB (PSS) and %.0f process ids "
+           "(threads); this run uses at most a third of the free memory and of the pids",
            static_cast<double>(count), static_cast<double>(wanted), probe_kib,
-           static_cast<double>(AvailableMemoryKiB()));
+           static_cast<double>(threads));
     }
     create(count - kProbe);
     Check(CountEqual(Get(pings), 1) == count, "an actor answered wrong");

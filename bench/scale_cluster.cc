@@ -46,10 +46,11 @@ absl::StatusOr<std::unique_ptr<BenchCluster>> BenchCluster::Start(const BenchClu
 }
 
 void BenchCluster::Stop() {
-  // Every daemon is told at once (its parent pipe closes), then each is reaped.
-  for (auto& part : parts_) {
-    if (part.parent_pipe >= 0) ::close(part.parent_pipe);
-    part.parent_pipe = -1;
+  // The node daemons are told at once (their parent pipes close) and reaped,
+  // then the head, so that no daemon sees its head go first.
+  for (size_t i = 1; i < parts_.size(); ++i) {
+    if (parts_[i].parent_pipe >= 0) ::close(parts_[i].parent_pipe);
+    parts_[i].parent_pipe = -1;
   }
   for (auto it = parts_.rbegin(); it != parts_.rend(); ++it) runtime::StopCluster(*it);
   parts_.clear();
