@@ -21,7 +21,9 @@ void ReferenceCounter::AddLocalRef(const ObjectId& id, const std::string& owner,
     ObjectEntry& e = it->second;
     if (inserted) {
       e.owned = owner == self_address_;
-      e.owner_address = owner;
+      // Only a borrowed object needs its owner's address: an owned one's is
+      // ours (its readers use listen_address_), which saves a copy per object.
+      if (!e.owned) e.owner_address = owner;
     }
     ++e.local_refs;
     if (decoded && inserted && e.owned) {
