@@ -60,7 +60,7 @@ struct ObjectWaiter {
 // without it once set (readers then see the value written before it).
 struct ObjectEntry {
   bool owned = false;
-  std::string owner_address;  // borrowed only (an owned object's owner is this process)
+  std::string owner_address;
   std::atomic<bool> ready{false};
   enum class Kind { kInline, kStored, kFailed } kind = Kind::kInline;
   std::shared_ptr<const std::string> value;  // inline bytes, shared with readers

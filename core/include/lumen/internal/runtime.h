@@ -40,13 +40,11 @@ class RefHandle {
   RefHandle& operator=(const RefHandle&) = delete;
 
   const ObjectId& id() const { return id_; }
-  const std::string& owner_address() const { return *owner_address_; }
+  const std::string& owner_address() const { return owner_address_; }
 
  private:
   ObjectId id_;
-  // Shared by the handles of one owner (most are this process's own): one
-  // address string per owner instead of one per reference (issue 17).
-  std::shared_ptr<const std::string> owner_address_;
+  std::string owner_address_;
 };
 
 // Called when a reference is serialised into a value: the owner pins the object
