@@ -21,10 +21,7 @@ void ReferenceCounter::AddLocalRef(const ObjectId& id, const std::string& owner,
     ObjectEntry& e = it->second;
     if (inserted) {
       e.owned = owner == self_address_;
-      // Only a borrowed object needs its owner's address (ObjectEntry::
-      // owner_address is read for borrowed entries only; an owned one's readers
-      // use listen_address_): one heap copy (~100 bytes) less per owned object.
-      if (!e.owned) e.owner_address = owner;
+      e.owner_address = owner;
     }
     ++e.local_refs;
     if (decoded && inserted && e.owned) {
