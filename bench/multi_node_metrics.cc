@@ -2,14 +2,13 @@
 
 #include <chrono>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "bench/check.h"
 #include "bench/remote_calls.h"
+#include "bench/scale_cluster.h"
 #include "bench/timeit.h"
 #include "core/runtime/cluster.h"
-#include "lumen/common/head_client.h"
 #include "lumen/lumen.h"
 #include "lumen/objectstore/transfer.h"
 
@@ -28,19 +27,6 @@ namespace lumen::bench {
 namespace {
 
 constexpr int kNodes = 3;
-
-// Polls the head until `count` nodes are registered; throws after `timeout`.
-void WaitForNodes(const std::string& head, size_t count, std::chrono::milliseconds timeout) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (true) {
-    auto nodes = runtime::QueryNodes(head);
-    if (nodes.ok() && nodes->size() == count) return;
-    Check(std::chrono::steady_clock::now() < deadline,
-          "the benchmark cluster's " + std::to_string(count) + " nodes did not register within " +
-              std::to_string(timeout.count()) + " ms");
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-}
 
 void SpreadTasks(Reporter& out, bool quick) {
   const int n = Batch(10000, quick);

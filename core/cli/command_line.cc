@@ -197,6 +197,14 @@ class Grammar {
                      "Shorter runs and smaller objects (under 30 s)");
     // Internal: how the benchmark starts its extra driver processes.
     client_ = bench_->add_option("--client", client_value_)->group("")->check(kClientSeconds);
+    bench_->add_flag("--scale", line_.microbenchmark.scale,
+                     "How costs grow: up to 1M queued tasks, 10k actors, 1M puts, 100 nodes; "
+                     "writes scale.csv and scale.png");
+    bench_->add_option("--scale-max-tasks", line_.microbenchmark.scale_max_tasks,
+                       "The largest drain of --scale (default 1000000)")
+        ->check(CLI::Range(10000L, 100000000L));
+    bench_->add_option("--out", line_.microbenchmark.out_dir,
+                       "Where --scale writes scale.csv and scale.png (default: the build folder)");
   }
 
   bool IsCommand(const std::string& word) const {

@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "bench/microbenchmark.h"
+#include "bench/scale_metrics.h"
 #include "core/cli/start_command.h"
 #include "core/cli/state_commands.h"
 #include "core/cli/stop_command.h"
@@ -45,6 +46,13 @@ int main(int argc, char** argv) {
     case lumen::cli::CommandKind::kList:
       return Report(lumen::cli::RunList(line.list));
     case lumen::cli::CommandKind::kMicrobenchmark:
+      if (line.microbenchmark.scale) {
+        return lumen::bench::RunScaleBenchmark(
+            {.quick = line.microbenchmark.quick,
+             .max_tasks = line.microbenchmark.scale_max_tasks,
+             .out_dir = line.microbenchmark.out_dir.empty() ? lumen::bench::DefaultScaleOutDir()
+                                                            : line.microbenchmark.out_dir});
+      }
       return lumen::bench::RunMicrobenchmark(
           {.quick = line.microbenchmark.quick,
            .client_seconds = line.microbenchmark.client_seconds});

@@ -42,12 +42,10 @@ void LocalLeaseManager::Route(LeaseRequest request, bool replayed) {
   if (request.group.empty() && !request.grant_or_reject) {
     // This node as the policy sees it: what is free minus what queued requests
     // will take once their workers are ready.
+    // O(resource kinds): the queue keeps the sum of its requests' placements.
     ResourceSet free_now = resources_->available();
-    for (const auto& queued : queue_) {
-      if (!queued.group.empty()) continue;
-      for (const auto& [name, qty] : queued.placement.ToMap()) {
-        free_now.Set(name, std::max(0.0, free_now.Get(name) - qty));
-      }
+    for (const auto& [name, qty] : queue_.queued_placement().ToMap()) {
+      free_now.Set(name, std::max(0.0, free_now.Get(name) - qty));
     }
     cluster.view().Upsert(cluster.local_key(),
                           scheduler::NodeResources{resources_->total(), free_now, !draining_});
@@ -85,7 +83,7 @@ void LocalLeaseManager::Route(LeaseRequest request, bool replayed) {
 
 void LocalLeaseManager::Enqueue(LeaseRequest request) {
   Track(request.client);
-  queue_.push_back(std::move(request));
+  queue_.Push(std::move(request));
   Dispatch();
 }
 
@@ -149,25 +147,42 @@ std::string LocalLeaseManager::FindBundleWithRoom(const std::string& group, int 
 
 void LocalLeaseManager::Dispatch() {
   io_thread_.Check("LocalLeaseManager");
-  // One pass, O(queued requests + leases per requester): the requests that stay
-  // move to `kept`, each job's queued requests are counted once up front, and
-  // holders are asked for idle leases once per requester per pass.
+  // A dispatch asked for while one runs (a callback reentering) runs after it.
+  if (dispatching_) {
+    dispatch_again_ = true;
+    return;
+  }
+  dispatching_ = true;
+  do {
+    dispatch_again_ = false;
+    DispatchPass();
+  } while (dispatch_again_);
+  dispatching_ = false;
+}
+
+void LocalLeaseManager::DispatchPass() {
+  // One pass over the fronts of the queue's classes, oldest first: a class
+  // whose front cannot be granted is skipped whole (its requests are
+  // equivalent), so a pass costs O(classes + grants), not O(queued requests).
+  // Holders are asked for idle leases once per requester per pass.
+  using Verdict = LeaseQueue::Verdict;
   WorkerPool& pool = *options_.pool;
-  absl::flat_hash_map<JobId, int> waiting;  // requests of each job still queued
-  for (const auto& r : queue_) ++waiting[r.job];
   absl::flat_hash_set<ClientId> asked_for;
   auto ask_holders = [&](ClientId requester) {
     if (asked_for.insert(requester).second) AskHoldersForIdleLeases(requester);
   };
-  std::deque<LeaseRequest> queue;
-  queue.swap(queue_);
-  std::deque<LeaseRequest> kept;
-  for (auto& request : queue) {
+  auto blocked = [&](const LeaseRequest& front, const LeaseQueue::ClassView& cls) {
+    // Asking for X reaches every holder but X; a second requester of the
+    // class reaches X's own idle leases too, as asking for each would.
+    ask_holders(front.client);
+    if (auto other = cls.AnotherClient(front.client)) ask_holders(*other);
+    return Verdict::kBlocked;
+  };
+  queue_.Pass([&](LeaseRequest& request, const LeaseQueue::ClassView& cls) {
     Job* job = pool.FindJob(request.job);
     if (!options_.clients->IsConnected(request.client) || job == nullptr) {
-      --waiting[request.job];
       Untrack(request.client);
-      continue;
+      return Verdict::kDrop;
     }
     LocalResourceManager* resources = resources_.get();
     std::string bundle;
@@ -177,55 +192,83 @@ void LocalLeaseManager::Dispatch() {
       resources = bundle.empty() ? nullptr : PoolFor(bundle);
     }
     if (resources == nullptr || !request.placement.IsSubsetOf(resources->available())) {
-      ask_holders(request.client);
-      kept.push_back(std::move(request));
-      continue;
+      return blocked(request, cls);
     }
     if (!pool.HasIdle(request.job)) {
-      // Start enough workers for the requests of this job that fit right now.
-      if (job->starting < std::min(waiting[request.job], 64)) {
+      // Start enough workers for the requests of this job that fit right now
+      // (every request of the class fits as its front does), at most 64 at once.
+      const int cap = static_cast<int>(std::min<size_t>(queue_.queued_of_job(request.job), 64));
+      const size_t to_start = std::min<size_t>(cls.size(), std::max(0, cap - job->starting));
+      for (size_t i = 0; i < to_start; ++i) {
         std::string why;
         if (!pool.StartWorker(request.job, &why)) {
           // Answered outside this pass.
           options_.post([this, job_id = request.job, why] {
             if (options_.pool->FindJob(job_id) != nullptr) FailJobRequests(job_id, why);
           });
+          break;
         }
       }
-      kept.push_back(std::move(request));
-      continue;
+      return Verdict::kBlocked;
     }
     // The GPUs themselves: whole ones alone, fractions sharing one device.
     std::optional<std::vector<int>> gpu_ids = gpus_.Assign(request.resources.Get(scheduler::kGPU));
-    if (!gpu_ids) {
-      ask_holders(request.client);
-      kept.push_back(std::move(request));
-      continue;
-    }
+    if (!gpu_ids) return blocked(request, cls);
     // Placement (a superset of resources) fits, checked above.
     [[maybe_unused]] bool acquired = resources->TryAcquire(request.resources);
     uint64_t lease_id = next_lease_id_++;
     Worker* w = pool.TakeIdle(request.job, lease_id);
-    leases_[lease_id] = Lease{w->id, request.resources, request.client, false, false,
-                              request.detached, *gpu_ids, bundle};
+    AddLease(lease_id, Lease{w->id, request.resources, request.client, false, false,
+                             request.detached, *gpu_ids, bundle});
     options_.clients->Grant(request.client, request.request_id,
                             LeaseGrant{lease_id, w->id, w->address, w->pid, *gpu_ids});
-    --waiting[request.job];
     Untrack(request.client);
+    return Verdict::kTake;
+  });
+}
+
+void LocalLeaseManager::AddLease(uint64_t lease_id, Lease lease) {
+  leases_by_holder_[lease.holder].insert(lease_id);
+  unasked_by_holder_[lease.holder].push_back(lease_id);
+  leases_[lease_id] = std::move(lease);
+}
+
+LocalLeaseManager::Lease LocalLeaseManager::TakeLease(
+    absl::flat_hash_map<uint64_t, Lease>::iterator it) {
+  uint64_t lease_id = it->first;
+  Lease lease = std::move(it->second);
+  leases_.erase(it);
+  auto held = leases_by_holder_.find(lease.holder);
+  if (held != leases_by_holder_.end()) {
+    held->second.erase(lease_id);
+    if (held->second.empty()) leases_by_holder_.erase(held);
   }
-  // Requests queued while this pass ran go after the ones that were waiting.
-  for (auto& late : queue_) kept.push_back(std::move(late));
-  queue_.swap(kept);
+  return lease;
 }
 
 void LocalLeaseManager::AskHoldersForIdleLeases(ClientId requester) {
   // Holders keep idle leases briefly for their next task; when a request waits
   // for resources, ask each holder (once per lease) to give idle ones back.
-  absl::flat_hash_set<ClientId> holders;
-  for (auto& [lease_id, lease] : leases_) {
-    if (lease.reclaim_asked || lease.holder == requester) continue;
-    lease.reclaim_asked = true;
-    holders.insert(lease.holder);
+  // Only holders with leases not asked about yet are looked at, and each lease
+  // is marked once: O(holders with new leases) per call, O(1) per lease.
+  std::vector<ClientId> holders;
+  for (auto it = unasked_by_holder_.begin(); it != unasked_by_holder_.end();) {
+    if (it->first == requester) {
+      ++it;
+      continue;
+    }
+    bool any = false;
+    for (uint64_t lease_id : it->second) {
+      auto lease = leases_.find(lease_id);
+      if (lease == leases_.end() || lease->second.holder != it->first ||
+          lease->second.reclaim_asked) {
+        continue;  // ended, orphaned or asked already
+      }
+      lease->second.reclaim_asked = true;
+      any = true;
+    }
+    if (any) holders.push_back(it->first);
+    unasked_by_holder_.erase(it++);
   }
   for (ClientId holder : holders) {
     if (holder != 0 && options_.clients->IsConnected(holder)) options_.clients->Reclaim(holder);
@@ -243,8 +286,7 @@ void LocalLeaseManager::FreeLeaseResources(const Lease& lease) {
 void LocalLeaseManager::EndLease(uint64_t lease_id, bool kill_worker, const char* reason) {
   auto it = leases_.find(lease_id);
   if (it == leases_.end()) return;
-  Lease lease = std::move(it->second);
-  leases_.erase(it);
+  Lease lease = TakeLease(it);
   FreeLeaseResources(lease);
   options_.pool->ReturnToIdle(lease.worker);
   // The holder may still have work on it: it must not be reused.
@@ -297,18 +339,26 @@ void LocalLeaseManager::OnClientClosed(ClientId client) {
   io_thread_.Check("LocalLeaseManager");
   // Leases held by this client end; their workers may still run its tasks, so
   // they are stopped rather than reused. A detached actor's lease is orphaned.
-  std::vector<uint64_t> held;
-  for (auto& [lease_id, lease] : leases_) {
-    if (lease.holder != client) continue;
-    if (lease.detached) {
-      lease.holder = 0;
-    } else {
-      held.push_back(lease_id);
+  // O(its leases + queued and parked requests).
+  std::vector<uint64_t> held, orphaned;
+  auto by_holder = leases_by_holder_.find(client);
+  if (by_holder != leases_by_holder_.end()) {
+    for (uint64_t lease_id : by_holder->second) {
+      Lease& lease = leases_.at(lease_id);
+      if (lease.detached) {
+        lease.holder = 0;
+        orphaned.push_back(lease_id);
+      } else {
+        held.push_back(lease_id);
+      }
     }
+    leases_by_holder_.erase(by_holder);
   }
+  for (uint64_t lease_id : orphaned) leases_by_holder_[0].insert(lease_id);
+  unasked_by_holder_.erase(client);
   for (uint64_t lease_id : held) EndLease(lease_id, true, "its lease holder disconnected");
   auto gone = [client](const LeaseRequest& r) { return r.client == client; };
-  queue_.erase(std::remove_if(queue_.begin(), queue_.end(), gone), queue_.end());
+  queue_.RemoveIf(gone, [](const LeaseRequest&) {});
   parked_.erase(std::remove_if(parked_.begin(), parked_.end(),
                                [&](const Parked& p) { return gone(p.request); }),
                 parked_.end());
@@ -320,10 +370,7 @@ void LocalLeaseManager::OnWorkerGone(const Worker& worker, bool job_start_failed
   io_thread_.Check("LocalLeaseManager");
   if (worker.state == WorkerState::kLeased) {
     auto it = leases_.find(worker.lease_id);
-    if (it != leases_.end()) {
-      FreeLeaseResources(it->second);
-      leases_.erase(it);
-    }
+    if (it != leases_.end()) FreeLeaseResources(TakeLease(it));
   }
   if (job_start_failed) FailJobRequests(worker.job, why);
 }
@@ -335,15 +382,11 @@ void LocalLeaseManager::FailJobRequests(const JobId& job, const std::string& why
       "workers of this job keep exiting before they connect (last one ", why, "): does ",
       entry != nullptr ? entry->exe_path : "", " call lumen::Init(argc, argv) first thing in main?");
   LUMEN_LOG(ERROR) << message;
-  for (auto it = queue_.begin(); it != queue_.end();) {
-    if (it->job != job) {
-      ++it;
-      continue;
-    }
-    options_.clients->Refuse(it->client, it->request_id, message);
-    Untrack(it->client);
-    it = queue_.erase(it);
-  }
+  queue_.RemoveIf([&](const LeaseRequest& r) { return r.job == job; },
+                  [&](const LeaseRequest& r) {
+                    options_.clients->Refuse(r.client, r.request_id, message);
+                    Untrack(r.client);
+                  });
   if (entry != nullptr) entry->failed_starts = 0;
 }
 
@@ -418,8 +461,7 @@ void LocalLeaseManager::RemoveBundle(const std::string& key) {
     if (lease.bundle == key) ended.push_back(lease_id);
   }
   for (uint64_t lease_id : ended) {
-    Lease lease = std::move(leases_[lease_id]);
-    leases_.erase(lease_id);
+    Lease lease = TakeLease(leases_.find(lease_id));
     gpus_.Release(lease.gpu_ids, lease.resources.Get(scheduler::kGPU));
     if (Worker* w = options_.pool->Find(lease.worker)) {
       w->lease_id = 0;
@@ -434,20 +476,17 @@ void LocalLeaseManager::RemoveBundle(const std::string& key) {
     if (scheduler::IsBundleOf(k, group, -1)) return;
   }
   bool removed = options_.cluster->IsRemovedGroup(group);
-  for (auto qit = queue_.begin(); qit != queue_.end();) {
-    if (qit->group != group) {
-      ++qit;
-      continue;
-    }
-    if (removed) {
-      options_.clients->Refuse(qit->client, qit->request_id, "its placement group was removed");
-    } else {
-      // Rolled back here (it may be placed again elsewhere): ask again.
-      options_.clients->Retry(qit->client, qit->request_id);
-    }
-    Untrack(qit->client);
-    qit = queue_.erase(qit);
-  }
+  queue_.RemoveIf([&](const LeaseRequest& r) { return r.group == group; },
+                  [&](const LeaseRequest& r) {
+                    if (removed) {
+                      options_.clients->Refuse(r.client, r.request_id,
+                                               "its placement group was removed");
+                    } else {
+                      // Rolled back here (it may be placed again elsewhere): ask again.
+                      options_.clients->Retry(r.client, r.request_id);
+                    }
+                    Untrack(r.client);
+                  });
 }
 
 std::vector<LocalLeaseManager::Demand> LocalLeaseManager::InfeasibleDemand() const {

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "lumen/common/ids.h"
 #include "lumen/common/thread_checker.h"
@@ -36,12 +37,11 @@
 #include "lumen/scheduler/lease_router.h"
 #include "lumen/scheduler/resource_set.h"
 #include "core/node/cluster_state.h"
+#include "core/node/lease_queue.h"
+#include "core/node/lease_request.h"
 #include "core/node/worker_pool.h"
 
 namespace lumen::node {
-
-// A client of the daemon, by its connection id.
-using ClientId = uint64_t;
 
 // A granted lease, as its holder learns it.
 struct LeaseGrant {
@@ -68,22 +68,6 @@ class LeaseClients {
   virtual void Waiting(ClientId client, uint64_t request_id, const std::string& why) = 0;
   // Asks a holder to give back the leases it keeps idle.
   virtual void Reclaim(ClientId holder) = 0;
-};
-
-// One lease request, decoded.
-struct LeaseRequest {
-  ClientId client = 0;
-  uint64_t request_id = 0;
-  JobId job;
-  scheduler::ResourceSet resources;  // held by the lease
-  scheduler::ResourceSet placement;  // must be free to grant it (>= resources)
-  std::map<std::string, double> placement_map;  // the same, for messages
-  scheduler::SchedulingStrategy strategy;
-  std::string group;  // placement group (binary id), or ""
-  int bundle_index = -1;
-  bool grant_or_reject = false;
-  bool detached = false;  // a detached actor: outlives its holder and job
-  std::string name;
 };
 
 struct LocalLeaseManagerOptions {
@@ -138,6 +122,8 @@ class LocalLeaseManager {
   // --- for reports ---
   const scheduler::LocalResourceManager& resources() const { return *resources_; }
   size_t num_queued() const { return queue_.size() + parked_.size(); }
+  // Queued requests looked at by dispatch passes so far (tests count work).
+  uint64_t TEST_dispatch_visits() const { return queue_.TEST_visits(); }
   size_t num_leases() const { return leases_.size(); }
   size_t queued_of(ClientId client) const;
   struct Demand {
@@ -174,6 +160,10 @@ class LocalLeaseManager {
   std::string FindBundleWithRoom(const std::string& group, int index,
                                  const scheduler::ResourceSet& need);
   void RemoveBundle(const std::string& key);
+  void DispatchPass();
+  void AddLease(uint64_t lease_id, Lease lease);
+  // Removes a lease from the table and its holder's index; returns it.
+  Lease TakeLease(absl::flat_hash_map<uint64_t, Lease>::iterator it);
   void EndLease(uint64_t lease_id, bool kill_worker, const char* reason);
   void FreeLeaseResources(const Lease& lease);
   void AskHoldersForIdleLeases(ClientId requester);
@@ -185,11 +175,17 @@ class LocalLeaseManager {
   scheduler::GpuAssigner gpus_;
   absl::flat_hash_map<std::string, scheduler::ReservedBundle> bundles_;  // "group/index"
   absl::flat_hash_map<uint64_t, Lease> leases_;
-  std::deque<LeaseRequest> queue_;
+  // lease ids by holder (0: orphaned detached leases), and the leases each
+  // holder has not been asked to give back yet (may name ended leases).
+  absl::flat_hash_map<ClientId, absl::flat_hash_set<uint64_t>> leases_by_holder_;
+  absl::flat_hash_map<ClientId, std::vector<uint64_t>> unasked_by_holder_;
+  LeaseQueue queue_;
   std::deque<Parked> parked_;
   absl::flat_hash_map<ClientId, size_t> queued_per_client_;
   uint64_t next_lease_id_ = 1;
   bool replaying_ = false;
+  bool dispatching_ = false;
+  bool dispatch_again_ = false;
   bool draining_ = false;
 };
 

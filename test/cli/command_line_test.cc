@@ -105,6 +105,13 @@ TEST_CASE("lumen stop, status, list and microbenchmark parse to their options") 
   auto client = Parsed({"microbenchmark", "--client", "0.500000"});
   CHECK(client.microbenchmark.client_seconds == 0.5);
   CHECK_FALSE(Parsed({"microbenchmark"}).microbenchmark.quick);
+  // --scale (issue 17): off by default; its size cap and output folder.
+  CHECK_FALSE(Parsed({"microbenchmark"}).microbenchmark.scale);
+  auto scale = Parsed({"microbenchmark", "--scale", "--scale-max-tasks", "300000", "--out", "/x"});
+  CHECK(scale.microbenchmark.scale);
+  CHECK(scale.microbenchmark.scale_max_tasks == 300000);
+  CHECK(scale.microbenchmark.out_dir == "/x");
+  CHECK(Parsed({"microbenchmark", "--scale"}).microbenchmark.scale_max_tasks == 1000000);
 }
 
 TEST_CASE("an unknown flag is a usage error that names it") {

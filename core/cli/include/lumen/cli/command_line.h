@@ -60,6 +60,13 @@ struct MicrobenchmarkArgs {
   // --client SECONDS (internal, hidden from --help): run as one of the extra
   // driver processes of multi_client_tasks_async for that long.
   std::optional<double> client_seconds;
+  // --scale: how costs grow with the work (bench/scale_metrics.h) instead of
+  // Ray's metrics; --scale-max-tasks N caps its largest drain (default 1M);
+  // --out DIR is where it writes scale.csv and scale.png (default: the build
+  // folder, the one above this binary's bin/).
+  bool scale = false;
+  long scale_max_tasks = 1000000;
+  std::string out_dir;
 };
 
 enum class CommandKind { kStart, kStop, kStatus, kList, kMicrobenchmark };

@@ -1,0 +1,201 @@
+// actors (Ray's many_actors) and puts: per-item time and memory.
+#include <malloc.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench/check.h"
+#include "bench/process_stats.h"
+#include "bench/remote_calls.h"
+#include "bench/scale_cluster.h"
+#include "bench/scale_experiments.h"
+#include "lumen/common/head_client.h"
+#include "lumen/lumen.h"
+
+namespace lumen::bench {
+namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+long WorkersPss(pid_t daemon) {
+  long kib = 0;
+  for (pid_t child : ChildrenOf(daemon)) kib += PssKiB(child);
+  return kib;
+}
+
+// Waits (polling /proc, up to `timeout`) until `daemon` has at most `count` children.
+bool WaitForChildren(pid_t daemon, size_t count, std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (ChildrenOf(daemon).size() > count) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return true;
+}
+
+void Note(Reporter& out, const char* format, double a, double b = 0, double c = 0,
+          double d = 0) {
+  char text[320];
+  std::snprintf(text, sizeof(text), format, a, b, c, d);
+  out.Note(text);
+}
+
+}  // namespace
+
+void RunActorScale(ScaleContext& context) {
+  Reporter& out = context.out;
+  const long wanted = context.options.quick ? 1000 : 10000;
+  constexpr long kProbe = 20;
+  std::unique_ptr<BenchCluster> cluster;
+  if (!out.Step("actors", [&] {
+        auto started = BenchCluster::Start(
+            {.nodes = 1, .resources = {{"CPU", 2.0}}, .join_timeout = context.wait_timeout});
+        Check(started.ok(), "cannot start the cluster: " +
+                                std::string(started.ok() ? "" : started.status().message()));
+        cluster = std::move(*started);
+        Config config;
+        config.address = cluster->head_address();
+        Init(config);
+      })) {
+    return;
+  }
+  const pid_t daemon = cluster->node_pids().at(0);
+  out.Value("actors_seconds_per_actor", "s", [&] {
+    const size_t children_before = ChildrenOf(daemon).size();
+    const long pss_before = WorkersPss(daemon), driver_before = RssKiB(),
+               daemon_before = RssKiB(daemon);
+    std::vector<ActorHandle<Server>> actors;
+    std::vector<ObjectRef<int>> pings;
+    auto start = std::chrono::steady_clock::now();
+    auto create = [&](long count) {
+      for (long i = 0; i < count; ++i) {
+        actors.push_back(Actor(Server::Create).Remote());
+        pings.push_back(actors.back().Task(&Server::SmallValue).Remote());
+      }
+    };
+    // A few first, to learn what one costs, then as many as the machine holds.
+    create(kProbe);
+    Check(CountEqual(Get(pings), 1) == kProbe, "an actor answered wrong");
+    const double probe_kib = static_cast<double>(WorkersPss(daemon) - pss_before) / kProbe;
+    // The machine is shared: at most a third of its free memory and of its
+    // process ids (one per thread), and the driver's file descriptors.
+    const long by_memory = static_cast<long>(AvailableMemoryKiB() / 3.0 / std::max(1.0, probe_kib));
+    long threads = 0;
+    for (pid_t child : ChildrenOf(daemon)) threads = std::max(threads, ThreadsOf(child));
+    const long by_pids = PidLimit() / 3 / std::max(1L, threads);
+    const long by_files = (OpenFileLimit() - 1000) / 3;  // driver, daemon: a few per actor
+    const long count = std::max(kProbe, std::min({wanted, by_memory, by_pids, by_files}));
+    if (count < wanted) {
+      Note(out,
+           "actors: %.0f instead of %.0f: each takes %.0f KiB (PSS) and %.0f process ids "
+           "(threads); this run uses at most a third of the free memory and of the pids",
+           static_cast<double>(count), static_cast<double>(wanted), probe_kib,
+           static_cast<double>(threads));
+    }
+    create(count - kProbe);
+    Check(CountEqual(Get(pings), 1) == count, "an actor answered wrong");
+    const double seconds = SecondsSince(start);
+    const double worker_kib = static_cast<double>(WorkersPss(daemon) - pss_before);
+    const double driver_kib = static_cast<double>(RssKiB() - driver_before);
+    const double daemon_kib = static_cast<double>(RssKiB(daemon) - daemon_before);
+    Note(out,
+         "actors: %.0f created and called once in %.1f s; per actor: %.0f KiB in its worker "
+         "(PSS), %.1f KiB in the driver",
+         static_cast<double>(count), seconds, worker_kib / count, driver_kib / count);
+    Note(out, "actors: per actor %.1f KiB in the node daemon", daemon_kib / count);
+    context.table.Add({.experiment = "actors",
+                       .n = count,
+                       .seconds = seconds,
+                       .rate = count / seconds,
+                       .driver_kib = driver_kib,
+                       .daemon_kib = daemon_kib,
+                       .note = "worker PSS per actor " + std::to_string(worker_kib / count) +
+                               " KiB"});
+    actors.clear();
+    pings.clear();
+    Check(WaitForChildren(daemon, children_before, context.wait_timeout),
+          "the actors' workers did not exit once their handles were gone");
+    return seconds / count;
+  });
+  Shutdown();
+  cluster->Stop();
+}
+
+void RunPutScale(ScaleContext& context) {
+  Reporter& out = context.out;
+  const long n = context.options.quick ? 100000 : 1000000;
+  std::unique_ptr<BenchCluster> cluster;
+  if (!out.Step("puts", [&] {
+        auto started = BenchCluster::Start(
+            {.nodes = 1, .resources = {{"CPU", 2.0}}, .join_timeout = context.wait_timeout});
+        Check(started.ok(), "cannot start the cluster: " +
+                                std::string(started.ok() ? "" : started.status().message()));
+        cluster = std::move(*started);
+        Config config;
+        config.address = cluster->head_address();
+        Init(config);
+      })) {
+    return;
+  }
+  const pid_t daemon = cluster->node_pids().at(0);
+  out.Value("puts_seconds", "s", [&] {
+    auto store_objects = [&] {
+      auto nodes = runtime::QueryNodes(cluster->head_address());
+      Check(nodes.ok() && !nodes->empty(), "cannot read the node's store");
+      auto stats = runtime::QueryNodeStats(nodes->front().address);
+      Check(stats.ok(), "cannot read the node's store");
+      return std::pair<uint64_t, uint64_t>(stats->store_objects, stats->store_used);
+    };
+    ::malloc_trim(0);
+    const auto store_before = store_objects();
+    const long driver_before = RssKiB(), daemon_before = RssKiB(daemon);
+    ResetPeakRss();
+    auto start = std::chrono::steady_clock::now();
+    {
+      std::vector<ObjectRef<int>> refs;
+      refs.reserve(static_cast<size_t>(n));
+      for (long i = 0; i < n; ++i) refs.push_back(Put(static_cast<int>(i)));
+      Check(*Get(refs[n / 2]) == n / 2, "a Put object read back wrong");
+    }
+    const double seconds = SecondsSince(start);
+    const long driver_peak = PeakRssKiB();
+    ::malloc_trim(0);
+    const long driver_after = RssKiB(), daemon_after = RssKiB(daemon);
+    const auto store_after = store_objects();
+    Note(out,
+         "puts: %.0f small objects Put then freed in %.2f s; owner peak %.0f B per object over "
+         "its baseline, %.0f KiB over it once freed",
+         static_cast<double>(n), seconds,
+         static_cast<double>(driver_peak - driver_before) * 1024 / n,
+         static_cast<double>(driver_after - driver_before));
+    Note(out,
+         "puts: node daemon %.0f KiB over its baseline once freed; store objects %.0f before, "
+         "%.0f after (bytes used before/after: %.0f)",
+         static_cast<double>(daemon_after - daemon_before),
+         static_cast<double>(store_before.first), static_cast<double>(store_after.first),
+         static_cast<double>(store_after.second) - static_cast<double>(store_before.second));
+    context.table.Add({.experiment = "puts",
+                       .n = n,
+                       .seconds = seconds,
+                       .rate = n / seconds,
+                       .driver_kib = static_cast<double>(driver_peak - driver_before),
+                       .daemon_kib = static_cast<double>(daemon_after - daemon_before),
+                       .note = "owner after free " + std::to_string(driver_after - driver_before) +
+                               " KiB over baseline"});
+    Check(store_after.first <= store_before.first, "the store kept objects after they were freed");
+    Check(driver_after - driver_before < std::max(4096L, (driver_peak - driver_before) / 10),
+          "the owner kept " + std::to_string(driver_after - driver_before) +
+              " KiB after its objects were freed");
+    return seconds;
+  });
+  Shutdown();
+  cluster->Stop();
+}
+
+}  // namespace lumen::bench
