@@ -115,14 +115,10 @@ void CoreWorker::OnRemoteNodeDead(const NodeId& node) {
   absl::Status why = absl::UnavailableError(
       absl::StrCat("node ", node.Hex().substr(0, 12), " was declared dead"));
   std::vector<std::shared_ptr<Connection>> doomed;
-  for (auto& [key, queue] : queues_) {
-    for (auto& lease : queue->leases) {
-      if (lease->node_id != node) continue;
-      // Nothing more goes to it while the others close (retries would pick it).
-      lease->node_dead = true;
-      if (lease->conn) doomed.push_back(lease->conn);
-      if (lease->node && lease->node != node_conn_) doomed.push_back(lease->node);
-    }
+  // Leases there: nothing more goes to them (nor to one granted there later);
+  // their workers' connections close now, the daemons' with the rest below.
+  for (auto& daemon : submitter_->OnNodeDead(node, why)) {
+    if (daemon != node_conn_) doomed.push_back(daemon);
   }
   for (auto& [id, record] : owned_actors_) {
     if (record->node_id != node || !record->conn) continue;

@@ -6,7 +6,8 @@
 // parts, and its implementation is split by responsibility over core/worker/
 // (core_worker.cc: startup and shutdown; reference_counter.cc; memory_store.cc;
 // store_provider.cc; object_getter.cc; owner_service.cc; lease_requester.cc;
-// normal_task_submitter.cc; task_manager.cc; task_executor.cc; actor_owner.cc
+// task_submission.cc with normal_task_submitter.h; task_manager.cc;
+// task_executor.cc; actor_owner.cc
 // with the lifecycle state machine of lumen/actors; actor_caller.cc with the
 // ordered submitter of lumen/actors; head_requester.cc).
 //
@@ -57,6 +58,7 @@ class ReferenceCounter;   // core/worker/reference_counter.h
 class MemoryStore;        // core/worker/memory_store.h
 class TaskManager;        // core/worker/task_manager.h
 class DependencyResolver; // core/worker/dependency_resolver.h
+class NormalTaskSubmitter; // core/worker/normal_task_submitter.h
 struct PendingTask;       // core/worker/pending_task.h
 struct ActorRecord;       // core/worker/pending_task.h
 
@@ -72,7 +74,7 @@ struct CoreWorkerOptions {
   int max_tasks_in_flight_per_worker = 16;
   int max_pending_lease_requests = 4;
   // Used here: lease_idle_timeout, worker_exit_cause_timeout, head_call_timeout,
-  // lease_retry_delay, spillback_retry_delay, exit_flush_timeout.
+  // lease_retry_delay, spillback_retry_delay, exit_flush_timeout, connect_timeout.
   Timeouts timeouts = Timeouts::FromEnv();
 };
 
@@ -126,8 +128,6 @@ class CoreWorker {
   void RunTaskLoop();
 
  private:
-  struct Lease;
-  struct SchedulingQueue;
   struct TaskToRun;
   class ActorCaller;  // actor_caller.h
   // A request to a peer's owner service, answered on the connection it went out on.
@@ -160,11 +160,8 @@ class CoreWorker {
   // order, a creation starts its actor, a task joins its shape's queue (or
   // fails with a failed argument's error). Takes ownership of a normal task.
   void OnTaskResolved(PendingTask* task);
-  void DispatchQueue(SchedulingQueue& queue);
-  void RequestLease(SchedulingQueue& queue);
-  void OnLeaseReply(SchedulingQueue* queue, proto::LeaseReply::Reader reply,
-                    std::shared_ptr<Connection> node);
   class NodeLeaseTransport;  // worker_state.h
+  class SubmitterTransport;  // worker_state.h
   // A connection to the node daemon at `address` (ours when empty or ours).
   std::shared_ptr<Connection> NodeConnection(const std::string& address, absl::Status* error);
   void OnRemoteNodeLost(Connection& conn, const absl::Status& why);
@@ -179,14 +176,6 @@ class CoreWorker {
   void AskWorkerExitCause(const std::shared_ptr<Connection>& node, const WorkerId& worker,
                           std::function<void(std::string cause)> done);
   void SendLeaseEnd(const std::shared_ptr<Connection>& node, uint64_t lease_id, bool kill);
-  void PushTask(Lease& lease, PendingTask* task);
-  void OnTaskReply(Lease& lease, proto::TaskReply::Reader reply);
-  void OnLeaseLost(Lease* lease, const absl::Status& why);
-  void MaybeReturnLease(Lease& lease);
-  void ReturnLease(Lease* lease);
-  void OnReclaimLeases();
-  // Erases the scheduling queue `key` if it is empty, from the io loop.
-  void MaybeDropQueueLater(const std::string& key);
   void SendRequeued(Connection& conn, const TaskId& task_id, uint32_t attempt);
   void SendObjectStatus(Connection& conn, uint64_t request_id, const ObjectId& id);
   void RequestObjectFromOwner(const ObjectId& id, const std::string& owner);
@@ -331,7 +320,6 @@ class CoreWorker {
   std::unique_ptr<LeaseRequester> lease_requester_;
   // Dropped with the connection they went out on.
   absl::flat_hash_map<uint64_t, PeerRequest> peer_requests_;
-  std::map<std::string, std::unique_ptr<SchedulingQueue>> queues_;
   absl::flat_hash_map<std::string, std::shared_ptr<Connection>> peers_;  // by address
   absl::flat_hash_map<uint64_t, std::shared_ptr<Connection>> inbound_;  // by connection id
   // Caps the accepted connections that have not said hello yet (io thread).
@@ -354,6 +342,10 @@ class CoreWorker {
   std::unique_ptr<TaskManager> tasks_;
   // Holds submitted tasks until their arguments are ready (io thread).
   std::unique_ptr<DependencyResolver> resolver_;
+  // Normal tasks whose arguments are ready: queues per shape, leases,
+  // pipelining, lost workers and dead nodes (io thread), over our connections.
+  std::unique_ptr<SubmitterTransport> submitter_transport_;
+  std::unique_ptr<NormalTaskSubmitter> submitter_;
   // Caller side of actors: the ordered submitter (lumen/actors) and the
   // transport it sends through (io thread only). Declared after the maps the
   // transport's callbacks use.
