@@ -54,6 +54,7 @@ CoreWorker::CoreWorker(CoreWorkerOptions options)
       head_(std::make_unique<HeadRequester>(
           io_, HeadRequester::Options{options_.head_address, options_.timeouts.head_call_timeout})) {
   releaser_->core = this;
+  receiver_ = std::make_unique<TaskReceiver>();
   CreateObjectTracking();
   borrowers_ = std::make_unique<BorrowerRegistry>();
   lease_transport_ = std::make_unique<NodeLeaseTransport>(*this);
@@ -283,9 +284,7 @@ void CoreWorker::OnNodeLost(const absl::Status& why) {
     memory_store_->SetFailed(id, Failure{proto::FailureKind::OBJECT_LOST, "",
                                 "lost the connection to the node daemon", ""});
   }
-  exec_mu_.Lock();
-  exec_queue_size_.fetch_add(0);
-  exec_mu_.Unlock();
+  receiver_->Wake();  // executor threads see node_lost_
 }
 
 void CoreWorker::FailNodeRequests(std::optional<uint64_t> conn_id) {

@@ -20,6 +20,7 @@
 #include "core/worker/object_table.h"
 #include "core/worker/pending_task.h"
 #include "core/worker/reference_counter.h"
+#include "core/worker/task_receiver.h"
 #include "lumen/common/proto_util.h"
 #include "lumen/worker/core_worker.h"
 
@@ -75,9 +76,9 @@ class CoreWorker::NodeLeaseTransport final : public LeaseTransport {
   // `core` outlives the transport (it owns it).
   explicit NodeLeaseTransport(CoreWorker& core) : core_(core) {}
   bool LocalNodeConnected() override { return core_.node_conn_ && !core_.node_conn_->closed(); }
-  absl::StatusOr<std::shared_ptr<Connection>> SendLeaseRequest(
-      const std::string& target, const LeaseShape& shape, bool grant_or_reject,
-      std::function<bool(proto::Envelope::Reader)> on_reply) override;
+  void SendLeaseRequest(const std::string& target, const LeaseShape& shape,
+                        bool grant_or_reject, std::function<bool(proto::Envelope::Reader)> on_reply,
+                        SentCallback on_sent) override;
   void OnSpillback(const std::string& address, const NodeId& node) override {
     core_.remote_node_ids_[address] = node;
   }
@@ -119,27 +120,6 @@ class CoreWorker::SubmitterTransport final : public NormalTaskTransport {
   class Worker;  // a LeasedWorker over a Connection
   class Timer;   // a OneShotTimer over a steady_timer
   CoreWorker& core_;
-};
-
-// A task received by a worker, decoded out of its frame.
-struct CoreWorker::TaskToRun {
-  std::weak_ptr<Connection> reply_to;
-  TaskId task_id;
-  uint32_t attempt = 0;
-  std::string function;
-  proto::TaskKind kind = proto::TaskKind::NORMAL;
-  uint32_t max_concurrency = 1;
-  std::vector<int> gpu_ids;
-  struct Arg {
-    std::string value;  // inline bytes
-    ObjectId stored;    // or a stored object
-    bool is_stored = false;
-    uint64_t size = 0;
-    NodeId node;               // where a copy of it is
-    std::string node_address;
-    std::string owner;         // who to tell when we make a copy here
-  };
-  std::vector<Arg> args;
 };
 
 }  // namespace lumen::runtime

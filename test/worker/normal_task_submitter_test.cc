@@ -28,12 +28,15 @@ using std::chrono::milliseconds;
 class FakeNodes : public LeaseTransport {
  public:
   bool LocalNodeConnected() override { return !dead.contains(""); }
-  absl::StatusOr<std::shared_ptr<Connection>> SendLeaseRequest(
-      const std::string& target, const LeaseShape&, bool,
-      std::function<bool(proto::Envelope::Reader)> on_reply) override {
-    if (dead.contains(target)) return absl::UnavailableError("connection refused");
+  void SendLeaseRequest(const std::string& target, const LeaseShape&, bool,
+                        std::function<bool(proto::Envelope::Reader)> on_reply,
+                        SentCallback on_sent) override {
+    if (dead.contains(target)) {
+      on_sent(absl::UnavailableError("connection refused"));
+      return;
+    }
     held[target].push_back(std::move(on_reply));
-    return std::shared_ptr<Connection>();
+    on_sent(std::shared_ptr<Connection>());
   }
   void OnSpillback(const std::string&, const NodeId&) override {}
   void After(milliseconds, std::function<void()> fn) override { timers.push_back(std::move(fn)); }
