@@ -406,7 +406,7 @@ TEST_CASE("spillback to a node that dies: the task is re-requested elsewhere",
   CHECK(rig.runtime.workers.count("worker-b") == 0);
 }
 
-TEST_CASE("short tasks with a backlog are pipelined up to the depth; others go one per worker",
+TEST_CASE("short tasks with a backlog are pipelined up to the depth, others go one per worker",
           "[worker][submitter]") {
   // Invariant: a worker holds at most one task until the shape's tasks are
   // known to be short (< 1 ms) and the backlog is deep (>= 32 and > 4 per
@@ -434,7 +434,7 @@ TEST_CASE("short tasks with a backlog are pipelined up to the depth; others go o
         std::vector<TaskId>(backlog.begin() + 4, backlog.begin() + 8));
 }
 
-TEST_CASE("a task handed back by a blocked worker runs elsewhere; the blocked worker gets no more",
+TEST_CASE("a task handed back by a blocked worker runs elsewhere, the blocked worker gets no more",
           "[worker][submitter]") {
   // Invariant: a requeued task is not a failed attempt (attempt unchanged);
   // while its worker still runs a task of ours and blocks, nothing more is
@@ -466,7 +466,7 @@ TEST_CASE("a task handed back by a blocked worker runs elsewhere; the blocked wo
   CHECK(rig.Finished(running));
 }
 
-TEST_CASE("an idle lease is kept for the idle timeout, then returned; reclaim returns it at once",
+TEST_CASE("an idle lease is kept for the idle timeout, then returned, reclaim returns it at once",
           "[worker][submitter]") {
   // Invariant: a lease with nothing to run stays lease_idle_timeout (a task
   // submitted meanwhile reuses it without a new lease request), then is

@@ -64,7 +64,7 @@ TEST_CASE("a plain worker blocked in Get hands queued and new tasks back until i
   CHECK(task->task_id == c);
 }
 
-TEST_CASE("an actor keeps its calls while it blocks; once exiting it starts none",
+TEST_CASE("an actor keeps its calls while it blocks, once exiting it starts none",
           "[worker][receiver]") {
   // Invariant: an actor's calls are never handed back (they must run on this
   // instance, in order); after StopAfterCurrent no queued call starts and
