@@ -16,6 +16,7 @@
 #include "core/worker/borrower_registry.h"
 #include "core/worker/head_requester.h"
 #include "core/worker/dependency_resolver.h"
+#include "core/worker/normal_task_submitter.h"
 #include "core/worker/task_manager.h"
 #include "core/worker/worker_state.h"
 #include "lumen/common/codec.h"
@@ -53,12 +54,19 @@ CoreWorker::CoreWorker(CoreWorkerOptions options)
       head_(std::make_unique<HeadRequester>(
           io_, HeadRequester::Options{options_.head_address, options_.timeouts.head_call_timeout})) {
   releaser_->core = this;
+  receiver_ = std::make_unique<TaskReceiver>();
   CreateObjectTracking();
   borrowers_ = std::make_unique<BorrowerRegistry>();
   lease_transport_ = std::make_unique<NodeLeaseTransport>(*this);
   lease_requester_ = std::make_unique<LeaseRequester>(
       *lease_transport_, LeaseRequester::Options{options_.timeouts.lease_retry_delay,
                                                  options_.timeouts.spillback_retry_delay});
+  submitter_transport_ = std::make_unique<SubmitterTransport>(*this);
+  submitter_ = std::make_unique<NormalTaskSubmitter>(
+      *lease_requester_, *tasks_, *submitter_transport_,
+      NormalTaskSubmitter::Options{options_.max_tasks_in_flight_per_worker,
+                                   options_.max_pending_lease_requests,
+                                   options_.timeouts.lease_idle_timeout});
   CreateActorCaller();
 }
 
@@ -276,9 +284,7 @@ void CoreWorker::OnNodeLost(const absl::Status& why) {
     memory_store_->SetFailed(id, Failure{proto::FailureKind::OBJECT_LOST, "",
                                 "lost the connection to the node daemon", ""});
   }
-  exec_mu_.Lock();
-  exec_queue_size_.fetch_add(0);
-  exec_mu_.Unlock();
+  receiver_->Wake();  // executor threads see node_lost_
 }
 
 void CoreWorker::FailNodeRequests(std::optional<uint64_t> conn_id) {
@@ -298,7 +304,9 @@ void CoreWorker::FailNodeRequests(std::optional<uint64_t> conn_id) {
 
 CoreWorker::~CoreWorker() {
   Stop();
-  // The submitter refers to the transport; both go before the maps they use.
+  // The submitters refer to their transports; all go before the maps they use.
+  submitter_.reset();
+  submitter_transport_.reset();
   actor_submitter_.reset();
   actor_caller_.reset();
   lease_requester_.reset();
@@ -324,12 +332,7 @@ void CoreWorker::Stop() {
     auto remotes = remote_nodes_;  // closing erases from remote_nodes_
     for (auto& [address, conn] : remotes) conn->Close(absl::CancelledError("shutdown"));
     if (node_conn_) node_conn_->Close(absl::CancelledError("shutdown"));
-    for (auto& [key, queue] : queues_) {
-      for (auto& lease : queue->leases) {
-        if (lease->idle_timer) lease->idle_timer->cancel();
-        if (lease->conn) lease->conn->Close(absl::CancelledError("shutdown"));
-      }
-    }
+    submitter_->CloseAll(absl::CancelledError("shutdown"));
     auto peers = peers_;  // closing erases from peers_
     for (auto& [addr, conn] : peers) conn->Close(absl::CancelledError("shutdown"));
     auto inbound = inbound_;
@@ -370,7 +373,7 @@ void CoreWorker::Stop() {
     }
   }
   // Drop queued work (its refs) while the maps are still consistent.
-  queues_.clear();
+  submitter_->Clear();
   {
     absl::MutexLock lock(&submit_mu_);
     submissions_.clear();
@@ -387,7 +390,7 @@ bool CoreWorker::PostToIo(const char* name, std::function<void()> fn) {
 void CoreWorker::OnNodeFrame(Connection& conn, proto::Envelope::Reader msg) {
   io_checker_.Check("CoreWorker::OnNodeFrame");
   if (msg.isReclaimLeases()) {
-    OnReclaimLeases();
+    submitter_->OnReclaimLeases();
     return;
   }
   if (msg.isListState()) {

@@ -18,16 +18,26 @@ void LeaseRequester::Acquire(const LeaseShape& shape, Callback done, std::string
                              int attempt) {
   io_thread_.Check("LeaseRequester::Acquire");
   auto pending = std::make_shared<Attempt>(Attempt{shape, std::move(done), target, attempt, {}});
-  auto node = transport_.SendLeaseRequest(
+  transport_.SendLeaseRequest(
       target, shape, /*grant_or_reject=*/!target.empty(),
-      [this, pending](proto::Envelope::Reader msg) { return OnReply(pending, msg); });
+      [this, pending](proto::Envelope::Reader msg) { return OnReply(pending, msg); },
+      [this, pending](absl::StatusOr<std::shared_ptr<Connection>> node) {
+        OnSent(pending, std::move(node));
+      });
+}
+
+void LeaseRequester::OnSent(const std::shared_ptr<Attempt>& pending,
+                            absl::StatusOr<std::shared_ptr<Connection>> node) {
+  io_thread_.Check("LeaseRequester::OnSent");
   if (node.ok()) {
     pending->node = std::move(*node);
     return;
   }
   if (node.status().code() == absl::StatusCode::kCancelled) return;  // shutting down
   const absl::Status& error = node.status();
-  if (!target.empty() && attempt < options_.max_attempts && transport_.LocalNodeConnected()) {
+  const std::string& target = pending->target;
+  if (!target.empty() && pending->attempt < options_.max_attempts &&
+      transport_.LocalNodeConnected()) {
     // The node we were sent to is gone: ask ours again, once its view catches up.
     transport_.After(options_.spillback_retry_delay, [this, pending] {
       Acquire(pending->shape, std::move(pending->done), "", pending->attempt + 1);

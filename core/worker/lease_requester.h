@@ -47,16 +47,21 @@ class LeaseTransport {
   virtual ~LeaseTransport() = default;
   // Whether our own node daemon is connected.
   virtual bool LocalNodeConnected() = 0;
-  // Sends a lease request for `shape` to the daemon at `target` ("" for ours);
+  // What became of a lease request: sent, over the node's connection (what a
+  // grant hands back; fakes may give null); Cancelled when shutting down; or
+  // another error when the node cannot be reached.
+  using SentCallback = std::function<void(absl::StatusOr<std::shared_ptr<Connection>>)>;
+  // Sends a lease request for `shape` to the daemon at `target` ("" for ours)
+  // without blocking (a connect to another node is asynchronous);
   // `grant_or_reject`: a spilled request, which that node grants or refuses.
-  // Every reply to it goes to `on_reply` until that returns false (true: a
-  // "waiting" note, more to come); an envelope that is no leaseReply means the
-  // node went away first. Returns the node's connection (what a grant hands
-  // back; fakes may return null), Cancelled when shutting down, or another
-  // error when the node cannot be reached (then `on_reply` never runs).
-  [[nodiscard]] virtual absl::StatusOr<std::shared_ptr<Connection>> SendLeaseRequest(
-      const std::string& target, const LeaseShape& shape, bool grant_or_reject,
-      std::function<bool(proto::Envelope::Reader)> on_reply) = 0;
+  // `on_sent` runs once, maybe inside this call, before any reply. Every reply
+  // then goes to `on_reply` until that returns false (true: a "waiting" note,
+  // more to come); an envelope that is no leaseReply means the node went away
+  // first. After an error `on_reply` never runs.
+  virtual void SendLeaseRequest(const std::string& target, const LeaseShape& shape,
+                                bool grant_or_reject,
+                                std::function<bool(proto::Envelope::Reader)> on_reply,
+                                SentCallback on_sent) = 0;
   // A spillback named the node id of the daemon at `address`.
   virtual void OnSpillback(const std::string& address, const NodeId& node) = 0;
   // Runs `fn` on the io thread after `delay`.
@@ -93,6 +98,10 @@ class LeaseRequester {
     int attempt = 0;
     std::shared_ptr<Connection> node;
   };
+  // The request went out (or could not): keeps the node's connection, or
+  // retries or refuses as an unreachable node calls for.
+  void OnSent(const std::shared_ptr<Attempt>& pending,
+              absl::StatusOr<std::shared_ptr<Connection>> node);
   // Returns true while more replies are expected (a "waiting" note).
   bool OnReply(const std::shared_ptr<Attempt>& pending, proto::Envelope::Reader msg);
   static void Refuse(const Callback& done, const std::string& why);

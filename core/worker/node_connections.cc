@@ -84,17 +84,35 @@ void CoreWorker::AskWorkerExitCause(const std::shared_ptr<Connection>& node,
   });
 }
 
-std::shared_ptr<Connection> CoreWorker::NodeConnection(const std::string& address,
-                                                       absl::Status* error) {
-  if (address.empty() || address == node_address_) return node_conn_;
-  auto it = remote_nodes_.find(address);
-  if (it != remote_nodes_.end() && !it->second->closed()) return it->second;
-  auto socket = ConnectToAddress(io_, address, options_.session_dir);
-  if (!socket.ok()) {
-    *error = socket.status();
-    return nullptr;
+void CoreWorker::WithNode(const std::string& address, ConnectionUse use) {
+  io_checker_.Check("CoreWorker::WithNode");
+  if (address.empty() || address == node_address_) {
+    if (node_conn_) {
+      use(node_conn_);
+    } else {
+      use(absl::UnavailableError("not connected to the node daemon"));
+    }
+    return;
   }
-  auto conn = Connection::Create(std::move(*socket));
+  if (auto pending = connecting_nodes_.find(address); pending != connecting_nodes_.end()) {
+    pending->second.push_back(std::move(use));
+    return;
+  }
+  auto it = remote_nodes_.find(address);
+  if (it != remote_nodes_.end() && !it->second->closed()) {
+    use(it->second);
+    return;
+  }
+  connecting_nodes_[address].push_back(std::move(use));
+  AsyncConnectToAddress(io_, address, options_.session_dir, options_.timeouts.connect_timeout,
+                        [this, address](absl::StatusOr<Socket> socket) {
+                          OnConnectEnded(connecting_nodes_, remote_nodes_, address,
+                                         std::move(socket), &CoreWorker::AdoptNode);
+                        });
+}
+
+std::shared_ptr<Connection> CoreWorker::AdoptNode(const std::string& address, Socket socket) {
+  auto conn = Connection::Create(std::move(socket));
   conn->Start([this](Connection& c, proto::Envelope::Reader m) { OnNodeFrame(c, m); },
               [this](Connection& c, const absl::Status& why) { OnRemoteNodeLost(c, why); });
   OutMessage out;
@@ -115,14 +133,10 @@ void CoreWorker::OnRemoteNodeDead(const NodeId& node) {
   absl::Status why = absl::UnavailableError(
       absl::StrCat("node ", node.Hex().substr(0, 12), " was declared dead"));
   std::vector<std::shared_ptr<Connection>> doomed;
-  for (auto& [key, queue] : queues_) {
-    for (auto& lease : queue->leases) {
-      if (lease->node_id != node) continue;
-      // Nothing more goes to it while the others close (retries would pick it).
-      lease->node_dead = true;
-      if (lease->conn) doomed.push_back(lease->conn);
-      if (lease->node && lease->node != node_conn_) doomed.push_back(lease->node);
-    }
+  // Leases there: nothing more goes to them (nor to one granted there later);
+  // their workers' connections close now, the daemons' with the rest below.
+  for (auto& daemon : submitter_->OnNodeDead(node, why)) {
+    if (daemon != node_conn_) doomed.push_back(daemon);
   }
   for (auto& [id, record] : owned_actors_) {
     if (record->node_id != node || !record->conn) continue;
@@ -182,34 +196,47 @@ void CoreWorker::SendLeaseEnd(const std::shared_ptr<Connection>& node, uint64_t 
   node->Send(out.builder());
 }
 
-absl::StatusOr<std::shared_ptr<Connection>> CoreWorker::NodeLeaseTransport::SendLeaseRequest(
+void CoreWorker::NodeLeaseTransport::SendLeaseRequest(
     const std::string& target, const LeaseShape& shape, bool grant_or_reject,
-    std::function<bool(proto::Envelope::Reader)> on_reply) {
-  if (core_.stopped_) return absl::CancelledError("shutting down");
-  absl::Status error;
-  std::shared_ptr<Connection> node = core_.NodeConnection(target, &error);
-  if (!node || node->closed()) return absl::UnavailableError(error.message());
-  core_.SendNodeRequest(
-      *node,
-      [&](proto::Envelope::Builder env) {
-        auto lease = env.initRequestLease();
-        SetResources(lease.initResources(shape.resources.size()), shape.resources);
-        SetResources(lease.initPlacement(shape.placement.size()), shape.placement);
-        lease.setActor(shape.actor);
-        lease.setDetached(shape.detached);
-        lease.setStrategy(static_cast<proto::SchedulingKind>(shape.scheduling.kind));
-        if (!shape.scheduling.node.IsNil()) lease.setAffinityNode(DataOf(shape.scheduling.node));
-        lease.setAffinitySoft(shape.scheduling.soft);
-        lease.setGrantOrReject(grant_or_reject);
-        if (!shape.scheduling.placement_group.empty()) {
-          lease.setPlacementGroup(BytesOf(shape.scheduling.placement_group));
-        }
-        lease.setBundleIndex(shape.scheduling.bundle_index);
-        lease.setName(shape.name);
-      },
-      Relay(&core_, node->id(),
-            std::make_shared<std::function<bool(proto::Envelope::Reader)>>(std::move(on_reply))));
-  return node;
+    std::function<bool(proto::Envelope::Reader)> on_reply, SentCallback on_sent) {
+  if (core_.stopped_) {
+    on_sent(absl::CancelledError("shutting down"));
+    return;
+  }
+  CoreWorker& core = core_;
+  core_.WithNode(target, [&core, shape, grant_or_reject, on_reply = std::move(on_reply),
+                          on_sent = std::move(on_sent)](
+                             absl::StatusOr<std::shared_ptr<Connection>> conn) mutable {
+    if (!conn.ok() || !*conn || (*conn)->closed()) {
+      on_sent(absl::UnavailableError(conn.ok() ? "" : conn.status().message()));
+      return;
+    }
+    std::shared_ptr<Connection> node = *std::move(conn);
+    core.SendNodeRequest(
+        *node,
+        [&](proto::Envelope::Builder env) {
+          auto lease = env.initRequestLease();
+          SetResources(lease.initResources(shape.resources.size()), shape.resources);
+          SetResources(lease.initPlacement(shape.placement.size()), shape.placement);
+          lease.setActor(shape.actor);
+          lease.setDetached(shape.detached);
+          lease.setStrategy(static_cast<proto::SchedulingKind>(shape.scheduling.kind));
+          if (!shape.scheduling.node.IsNil()) {
+            lease.setAffinityNode(DataOf(shape.scheduling.node));
+          }
+          lease.setAffinitySoft(shape.scheduling.soft);
+          lease.setGrantOrReject(grant_or_reject);
+          if (!shape.scheduling.placement_group.empty()) {
+            lease.setPlacementGroup(BytesOf(shape.scheduling.placement_group));
+          }
+          lease.setBundleIndex(shape.scheduling.bundle_index);
+          lease.setName(shape.name);
+        },
+        Relay(&core, node->id(),
+              std::make_shared<std::function<bool(proto::Envelope::Reader)>>(
+                  std::move(on_reply))));
+    on_sent(std::move(node));
+  });
 }
 
 std::function<void(proto::Envelope::Reader)> CoreWorker::NodeLeaseTransport::Relay(

@@ -75,15 +75,15 @@ CoreWorker::StoreResult CoreWorker::GetOrPull(const ObjectId& id, uint64_t size,
         OnObjectLocationAdded(id, here, here_address);
         return;
       }
-      absl::Status error;
-      auto conn = PeerConnection(owner, &error);
-      if (!conn) return;
-      OutMessage out;
-      auto location = out.Init().initAddObjectLocation();
-      location.setObjectId(DataOf(id));
-      location.setNodeId(DataOf(here));
-      location.setNodeAddress(here_address);
-      conn->Send(out.builder());
+      WithPeer(owner, [id, here, here_address](absl::StatusOr<std::shared_ptr<Connection>> conn) {
+        if (!conn.ok()) return;
+        OutMessage out;
+        auto location = out.Init().initAddObjectLocation();
+        location.setObjectId(DataOf(id));
+        location.setNodeId(DataOf(here));
+        location.setNodeAddress(here_address);
+        (*conn)->Send(out.builder());
+      });
     });
   }
   return got;
@@ -153,25 +153,28 @@ internal::ObjectBytes CoreWorker::PinnedBytes(const ObjectId& id, uint64_t offse
 }
 
 void CoreWorker::RequestObjectFromOwner(const ObjectId& id, const std::string& owner) {
-  absl::Status error;
-  auto conn = PeerConnection(owner, &error);
-  if (!conn) {
-    memory_store_->SetFailed(id, Failure{proto::FailureKind::OBJECT_LOST, "",
-                                absl::StrCat("the owner of object ", id.Hex(),
-                                             " is unreachable: ", error.message()),
-                                ""});
-    return;
-  }
-  uint64_t request_id = next_request_id_++;
-  peer_requests_[request_id] = PeerRequest{conn->id(), [this, id](proto::Envelope::Reader msg) {
-    if (!msg.isObjectStatus()) return;
-    memory_store_->SetFromValue(id, msg.getObjectStatus().getValue(), /*owned_result=*/false);
-  }};
-  OutMessage out;
-  auto env = out.Init();
-  env.setRequestId(request_id);
-  env.setWaitObject(DataOf(id));
-  conn->Send(out.builder());
+  WithPeer(owner, [this, id](absl::StatusOr<std::shared_ptr<Connection>> conn) {
+    if (!conn.ok()) {
+      memory_store_->SetFailed(id, Failure{proto::FailureKind::OBJECT_LOST, "",
+                                           absl::StrCat("the owner of object ", id.Hex(),
+                                                        " is unreachable: ",
+                                                        conn.status().message()),
+                                           ""});
+      return;
+    }
+    uint64_t request_id = next_request_id_++;
+    peer_requests_[request_id] =
+        PeerRequest{(*conn)->id(), [this, id](proto::Envelope::Reader msg) {
+                      if (!msg.isObjectStatus()) return;
+                      memory_store_->SetFromValue(id, msg.getObjectStatus().getValue(),
+                                                  /*owned_result=*/false);
+                    }};
+    OutMessage out;
+    auto env = out.Init();
+    env.setRequestId(request_id);
+    env.setWaitObject(DataOf(id));
+    (*conn)->Send(out.builder());
+  });
 }
 
 // ---------------------------------------------------------------------------

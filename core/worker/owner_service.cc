@@ -45,7 +45,50 @@ std::shared_ptr<Connection> CoreWorker::PeerConnection(const std::string& addres
     *error = socket.status();
     return nullptr;
   }
-  auto conn = Connection::Create(std::move(*socket));
+  return AdoptPeer(address, std::move(*socket));
+}
+
+void CoreWorker::WithPeer(const std::string& address, ConnectionUse use) {
+  io_checker_.Check("CoreWorker::WithPeer");
+  // Behind a connect in flight: wait in order (an escape before its removeBorrower).
+  if (auto pending = connecting_peers_.find(address); pending != connecting_peers_.end()) {
+    pending->second.push_back(std::move(use));
+    return;
+  }
+  auto it = peers_.find(address);
+  if (it != peers_.end() && !it->second->closed()) {
+    use(it->second);
+    return;
+  }
+  connecting_peers_[address].push_back(std::move(use));
+  AsyncConnectToAddress(io_, address, options_.session_dir, options_.timeouts.connect_timeout,
+                        [this, address](absl::StatusOr<Socket> socket) {
+                          OnConnectEnded(connecting_peers_, peers_, address, std::move(socket),
+                                         &CoreWorker::AdoptPeer);
+                        });
+}
+
+void CoreWorker::OnConnectEnded(
+    absl::flat_hash_map<std::string, std::vector<ConnectionUse>>& waiting,
+    const absl::flat_hash_map<std::string, std::shared_ptr<Connection>>& open,
+    const std::string& address, absl::StatusOr<Socket> socket,
+    std::shared_ptr<Connection> (CoreWorker::*adopt)(const std::string&, Socket)) {
+  auto entry = waiting.extract(address);
+  if (entry.empty() || stopped_) return;  // shutting down: nothing is sent any more
+  absl::StatusOr<std::shared_ptr<Connection>> conn;
+  auto it = open.find(address);
+  if (it != open.end() && !it->second->closed()) {
+    conn = it->second;  // opened meanwhile (a blocking connect); the new socket closes
+  } else if (!socket.ok()) {
+    conn = socket.status();
+  } else {
+    conn = (this->*adopt)(address, std::move(*socket));
+  }
+  for (auto& use : entry.mapped()) use(conn);
+}
+
+std::shared_ptr<Connection> CoreWorker::AdoptPeer(const std::string& address, Socket socket) {
+  auto conn = Connection::Create(std::move(socket));
   conn->Start([this](Connection& c, proto::Envelope::Reader m) { OnPeerFrame(c, m); },
               [this, address](Connection& c, const absl::Status& why) {
                 peers_.erase(address);
@@ -261,7 +304,7 @@ void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
       ObjectId id = IdFrom<ObjectId>(data);
       if (owned_actors_.contains(id)) {
         KillOwnedActor(id, msg.getRequestId() != 0, "killed by lumen::ActorHandle::Kill()");
-      } else if (is_actor_ && id == actor_id_) {
+      } else if (receiver_->is_actor() && id == actor_id_) {
         // Told directly (its owner is gone): free the name (without blocking
         // the io thread; the head call has a deadline) and end.
         auto exit_now = [this] {
@@ -321,7 +364,7 @@ void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
         auto aid = spec.getActorId();
         actor_id_ = IdFrom<ObjectId>(aid);
         actor_name_ = spec.getActorName().cStr();
-        is_actor_ = true;
+        receiver_->BecomeActor();
       }
       for (auto arg : spec.getArgs()) {
         TaskToRun::Arg a;
@@ -346,20 +389,11 @@ void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
         }
         task->args.push_back(std::move(a));
       }
-      {
-        absl::MutexLock lock(&exec_mu_);
-        // An actor's calls run here whatever it waits for; a plain task blocked
-        // in Get hands new ones back.
-        if (exit_after_call_) {
-          // The actor is exiting: the call is dropped, and its caller sees the
-          // actor die.
-          task.reset();
-        } else if (!exec_blocked_ || is_actor_) {
-          exec_queue_.push_back(std::move(task));
-          exec_queue_size_.fetch_add(1, std::memory_order_release);
-        }
+      // Queued for the executor; handed back while a plain worker's running
+      // task blocks; dropped while an actor exits (its caller sees it die).
+      if (auto back = receiver_->Receive(std::move(task))) {
+        SendRequeued(conn, back->task_id, back->attempt);
       }
-      if (task) SendRequeued(conn, task->task_id, task->attempt);
       return;
     }
     default:
@@ -375,30 +409,30 @@ void CoreWorker::SendEscapeRef(const ObjectId& id, const std::string& owner) {
   // A borrowed ref passed on: the owner pins it for the next reader. Sent on the
   // same connection as (and so before) our own removeBorrower.
   PostToIo("worker.send_escape_ref", [this, id, owner] {
-    absl::Status error;
-    auto conn = PeerConnection(owner, &error);
-    if (!conn) return;
-    OutMessage out;
-    out.Init().setEscapeRef(DataOf(id));
-    conn->Send(out.builder());
+    WithPeer(owner, [id](absl::StatusOr<std::shared_ptr<Connection>> conn) {
+      if (!conn.ok()) return;  // the owner is gone; so is the object
+      OutMessage out;
+      out.Init().setEscapeRef(DataOf(id));
+      (*conn)->Send(out.builder());
+    });
   });
 }
 
 void CoreWorker::SendBorrowerChange(const ObjectId& id, const std::string& owner, bool add) {
   if (stopped_) return;
   PostToIo("worker.send_borrower_change", [this, id, owner, add] {
-    absl::Status error;
-    auto conn = PeerConnection(owner, &error);
-    if (!conn) return;  // the owner is gone; so is the object
-    OutMessage out;
-    auto env = out.Init();
-    capnp::Data::Reader data = DataOf(id);
-    if (add) {
-      env.setAddBorrower(data);
-    } else {
-      env.setRemoveBorrower(data);
-    }
-    conn->Send(out.builder());
+    WithPeer(owner, [id, add](absl::StatusOr<std::shared_ptr<Connection>> conn) {
+      if (!conn.ok()) return;  // the owner is gone; so is the object
+      OutMessage out;
+      auto env = out.Init();
+      capnp::Data::Reader data = DataOf(id);
+      if (add) {
+        env.setAddBorrower(data);
+      } else {
+        env.setRemoveBorrower(data);
+      }
+      (*conn)->Send(out.builder());
+    });
   });
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/worker/normal_task_submitter.h"
 #include "core/worker/task_manager.h"
 #include "core/worker/worker_state.h"
 #include "lumen/common/proto_util.h"
@@ -33,24 +34,13 @@ void CoreWorker::SendStateRows(Connection& conn, uint64_t request_id, const std:
                       {"OWNER", owner}});
     }
   } else if (what == "tasks") {
-    for (const auto& [key, queue] : queues_) {
-      for (const auto& task : queue->ready) {
-        rows.push_back({{"TASK_ID", short_id(task->task_id.Hex())},
-                        {"NAME", task->display_name},
-                        {"STATE", "PENDING_NODE_ASSIGNMENT"},
-                        {"NODE", ""},
-                        {"OWNER", owner}});
-      }
-      for (const auto& lease : queue->leases) {
-        for (const auto& [id, task] : lease->in_flight) {
-          rows.push_back({{"TASK_ID", short_id(id.Hex())},
-                          {"NAME", task->display_name},
-                          {"STATE", "RUNNING"},
-                          {"NODE", short_id(lease->node_id.Hex())},
-                          {"OWNER", owner}});
-        }
-      }
-    }
+    submitter_->ForEachTask([&](const PendingTask& task, const NodeId* node) {
+      rows.push_back({{"TASK_ID", short_id(task.task_id.Hex())},
+                      {"NAME", task.display_name},
+                      {"STATE", node ? "RUNNING" : "PENDING_NODE_ASSIGNMENT"},
+                      {"NODE", node ? short_id(node->Hex()) : ""},
+                      {"OWNER", owner}});
+    });
     actor_submitter_->ForEachCall([&](const actors::ActorCall& call, bool in_flight) {
       const auto& task = static_cast<const PendingTask&>(call);
       rows.push_back({{"TASK_ID", short_id(task.task_id.Hex())},

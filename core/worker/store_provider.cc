@@ -92,12 +92,12 @@ void CoreWorker::DeleteCopies(const ObjectId& id, std::vector<std::string> node_
   if (node_addresses.empty()) node_addresses.push_back("");  // our node
   PostToIo("worker.delete_copies", [this, id, node_addresses = std::move(node_addresses)] {
     for (const auto& address : node_addresses) {
-      absl::Status error;
-      auto conn = NodeConnection(address, &error);
-      if (!conn || conn->closed()) continue;
-      OutMessage out;
-      out.Init().initStoreDelete().setObjectId(DataOf(id));
-      conn->Send(out.builder());
+      WithNode(address, [id](absl::StatusOr<std::shared_ptr<Connection>> conn) {
+        if (!conn.ok() || !*conn || (*conn)->closed()) return;
+        OutMessage out;
+        out.Init().initStoreDelete().setObjectId(DataOf(id));
+        (*conn)->Send(out.builder());
+      });
     }
   });
 }

@@ -25,26 +25,14 @@ namespace lumen::runtime {
 
 void CoreWorker::NotifyBlocked(bool blocked) {
   if (!options_.is_worker || !in_task) return;
-  if (blocked && !is_actor_) {
-    // Tasks queued behind this one could be what it waits for: hand them back
-    // to their owners to run elsewhere (this is not a failed attempt), and the
-    // ones that arrive while we wait too.
-    std::deque<std::unique_ptr<TaskToRun>> queued;
-    {
-      absl::MutexLock lock(&exec_mu_);
-      exec_blocked_ = true;
-      queued.swap(exec_queue_);
-      exec_queue_size_.store(0, std::memory_order_release);
-    }
-    for (auto& task : queued) {
-      std::weak_ptr<Connection> reply_to = task->reply_to;
-      PostToIo("worker.hand_back_queued_task", [this, reply_to, id = task->task_id, attempt = task->attempt] {
-        if (auto conn = reply_to.lock()) SendRequeued(*conn, id, attempt);
-      });
-    }
-  } else if (!blocked) {
-    absl::MutexLock lock(&exec_mu_);
-    exec_blocked_ = false;
+  // Tasks queued behind this one could be what it waits for: a plain worker
+  // hands them back to their owners to run elsewhere (this is not a failed
+  // attempt), and the ones that arrive while it waits too.
+  for (auto& task : receiver_->SetBlocked(blocked)) {
+    std::weak_ptr<Connection> reply_to = task->reply_to;
+    PostToIo("worker.hand_back_queued_task", [this, reply_to, id = task->task_id, attempt = task->attempt] {
+      if (auto conn = reply_to.lock()) SendRequeued(*conn, id, attempt);
+    });
   }
   SendToNode([blocked](proto::Envelope::Builder env) {
     if (blocked) {
@@ -64,23 +52,13 @@ void CoreWorker::RunTaskLoop() {
 }
 
 void CoreWorker::ExecutorLoop() {
+  auto give_up = [this] { return node_lost_.load(); };
   while (!node_lost_ && !stopped_) {
-    auto have_work = [this] {
-      return exec_queue_size_.load(std::memory_order_acquire) > 0 || node_lost_.load();
-    };
-    if (!SpinFor(std::chrono::microseconds(100), have_work)) {
-      absl::MutexLock lock(&exec_mu_);
-      exec_mu_.AwaitWithTimeout(absl::Condition(&have_work), absl::Milliseconds(200));
-    }
-    std::unique_ptr<TaskToRun> task;
-    {
-      absl::MutexLock lock(&exec_mu_);
-      if (exec_queue_.empty() || exit_after_call_) continue;
-      task = std::move(exec_queue_.front());
-      exec_queue_.pop_front();
-      exec_queue_size_.fetch_sub(1, std::memory_order_release);
-    }
-    ExecuteTask(*task);
+    // Spin briefly, then block (up to 200 ms, to notice stopped_).
+    bool spun = SpinFor(std::chrono::microseconds(100),
+                        [&] { return receiver_->HasQueued() || give_up(); });
+    auto task = receiver_->Take(spun ? absl::ZeroDuration() : absl::Milliseconds(200), give_up);
+    if (task) ExecuteTask(*task);
   }
 }
 
@@ -119,9 +97,11 @@ void CoreWorker::UseGpus(const std::vector<int>& ids) {
 }
 
 void CoreWorker::ExitActorAfterCall() {
-  if (!is_actor_ || !in_task) throw Error("lumen::ExitActor() must be called inside an actor method");
+  if (!receiver_->is_actor() || !in_task) {
+    throw Error("lumen::ExitActor() must be called inside an actor method");
+  }
   this_call_exits = true;
-  exit_after_call_ = true;  // no further calls start
+  receiver_->StopAfterCurrent();  // no further calls start
 }
 
 void CoreWorker::ExitProcessWhenFlushed() {
@@ -268,7 +248,7 @@ void CoreWorker::ExecuteTask(TaskToRun& task) {
   r.setExecMicros(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
                                             std::chrono::steady_clock::now() - start)
                                             .count()));
-  bool exiting = is_actor_ && this_call_exits;
+  bool exiting = receiver_->is_actor() && this_call_exits;
   this_call_exits = false;
   if (exiting) r.setActorExiting(true);
   std::string frame;
@@ -296,12 +276,7 @@ void CoreWorker::ExecuteTask(TaskToRun& task) {
   if (exiting) {
     // No further calls run here; the io thread ends the process once the reply
     // is out.
-    {
-      absl::MutexLock lock(&exec_mu_);
-      exec_blocked_ = true;
-      exec_queue_.clear();
-      exec_queue_size_.store(0);
-    }
+    receiver_->DropQueued();
     absl::Notification never;
     never.WaitForNotification();
   }

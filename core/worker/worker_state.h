@@ -16,9 +16,11 @@
 #include "absl/synchronization/notification.h"
 #include "core/worker/lease_requester.h"
 #include "core/worker/memory_store.h"
+#include "core/worker/normal_task_submitter.h"
 #include "core/worker/object_table.h"
 #include "core/worker/pending_task.h"
 #include "core/worker/reference_counter.h"
+#include "core/worker/task_receiver.h"
 #include "lumen/common/proto_util.h"
 #include "lumen/worker/core_worker.h"
 
@@ -74,9 +76,9 @@ class CoreWorker::NodeLeaseTransport final : public LeaseTransport {
   // `core` outlives the transport (it owns it).
   explicit NodeLeaseTransport(CoreWorker& core) : core_(core) {}
   bool LocalNodeConnected() override { return core_.node_conn_ && !core_.node_conn_->closed(); }
-  absl::StatusOr<std::shared_ptr<Connection>> SendLeaseRequest(
-      const std::string& target, const LeaseShape& shape, bool grant_or_reject,
-      std::function<bool(proto::Envelope::Reader)> on_reply) override;
+  void SendLeaseRequest(const std::string& target, const LeaseShape& shape,
+                        bool grant_or_reject, std::function<bool(proto::Envelope::Reader)> on_reply,
+                        SentCallback on_sent) override;
   void OnSpillback(const std::string& address, const NodeId& node) override {
     core_.remote_node_ids_[address] = node;
   }
@@ -92,54 +94,32 @@ class CoreWorker::NodeLeaseTransport final : public LeaseTransport {
   CoreWorker& core_;
 };
 
-// A worker leased from the node daemon; tasks of one resource shape go straight
-// to it over `conn`.
-struct CoreWorker::Lease {
-  uint64_t lease_id = 0;
-  WorkerId worker_id;
-  int worker_pid = 0;
-  std::shared_ptr<Connection> node;  // the node daemon that granted it
-  NodeId node_id;
-  std::shared_ptr<Connection> conn;
-  SchedulingQueue* queue = nullptr;
-  absl::flat_hash_map<TaskId, std::unique_ptr<PendingTask>> in_flight;
-  std::unique_ptr<boost::asio::steady_timer> idle_timer;
-  std::vector<int> gpu_ids;       // its worker's GPUs
-  bool return_when_idle = false;  // the node asked for it back
-  bool node_dead = false;         // its node was declared dead: being closed
-  bool worker_blocked = false;    // its worker waits in Get: send it nothing more
-};
+// The NormalTaskTransport of submitter_: leased workers' connections (opened
+// with AsyncConnectToAddress), our node connections, the io thread's timers.
+// io thread only.
+class CoreWorker::SubmitterTransport final : public NormalTaskTransport {
+ public:
+  // `core` outlives the transport (it owns it).
+  explicit SubmitterTransport(CoreWorker& core) : core_(core) {}
+  bool LocalNodeConnected() override { return core_.node_conn_ && !core_.node_conn_->closed(); }
+  void ConnectWorker(const std::string& address, WorkerHandlers handlers,
+                     ConnectDone done) override;
+  void EndLease(const std::shared_ptr<Connection>& node, uint64_t lease_id, bool kill) override {
+    core_.SendLeaseEnd(node, lease_id, kill);
+  }
+  void AskWorkerExitCause(const std::shared_ptr<Connection>& node, const WorkerId& worker,
+                          std::function<void(std::string cause)> done) override {
+    core_.AskWorkerExitCause(node, worker, std::move(done));
+  }
+  std::unique_ptr<OneShotTimer> NewTimer() override;
+  void Post(const char* name, std::function<void()> fn) override {
+    core_.PostToIo(name, std::move(fn));
+  }
 
-struct CoreWorker::SchedulingQueue {
-  std::string key;
-  LeaseShape shape;
-  std::deque<std::unique_ptr<PendingTask>> ready;
-  std::vector<std::unique_ptr<Lease>> leases;
-  int pending_lease_requests = 0;
-  // Moving average of how long tasks of this shape run: short tasks are
-  // pipelined several per worker, long ones go one per worker.
-  double avg_exec_micros = -1;
-};
-
-// A task received by a worker, decoded out of its frame.
-struct CoreWorker::TaskToRun {
-  std::weak_ptr<Connection> reply_to;
-  TaskId task_id;
-  uint32_t attempt = 0;
-  std::string function;
-  proto::TaskKind kind = proto::TaskKind::NORMAL;
-  uint32_t max_concurrency = 1;
-  std::vector<int> gpu_ids;
-  struct Arg {
-    std::string value;  // inline bytes
-    ObjectId stored;    // or a stored object
-    bool is_stored = false;
-    uint64_t size = 0;
-    NodeId node;               // where a copy of it is
-    std::string node_address;
-    std::string owner;         // who to tell when we make a copy here
-  };
-  std::vector<Arg> args;
+ private:
+  class Worker;  // a LeasedWorker over a Connection
+  class Timer;   // a OneShotTimer over a steady_timer
+  CoreWorker& core_;
 };
 
 }  // namespace lumen::runtime

@@ -28,13 +28,16 @@ class FakeNodes : public LeaseTransport {
   };
 
   bool LocalNodeConnected() override { return !dead.contains(""); }
-  absl::StatusOr<std::shared_ptr<Connection>> SendLeaseRequest(
-      const std::string& target, const LeaseShape& shape, bool grant_or_reject,
-      std::function<bool(proto::Envelope::Reader)> on_reply) override {
-    if (dead.contains(target)) return absl::UnavailableError("connection refused");
+  void SendLeaseRequest(const std::string& target, const LeaseShape& shape,
+                        bool grant_or_reject, std::function<bool(proto::Envelope::Reader)> on_reply,
+                        SentCallback on_sent) override {
+    if (dead.contains(target)) {
+      on_sent(absl::UnavailableError("connection refused"));
+      return;
+    }
     held[target].push_back({shape.name, grant_or_reject, std::move(on_reply)});
     ++requests[target];
-    return std::shared_ptr<Connection>();
+    on_sent(std::shared_ptr<Connection>());
   }
   void OnSpillback(const std::string& address, const NodeId&) override {
     spilled_to.push_back(address);

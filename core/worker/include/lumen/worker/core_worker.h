@@ -6,7 +6,8 @@
 // parts, and its implementation is split by responsibility over core/worker/
 // (core_worker.cc: startup and shutdown; reference_counter.cc; memory_store.cc;
 // store_provider.cc; object_getter.cc; owner_service.cc; lease_requester.cc;
-// normal_task_submitter.cc; task_manager.cc; task_executor.cc; actor_owner.cc
+// task_submission.cc with normal_task_submitter.h; task_manager.cc;
+// task_executor.cc; actor_owner.cc
 // with the lifecycle state machine of lumen/actors; actor_caller.cc with the
 // ordered submitter of lumen/actors; head_requester.cc).
 //
@@ -57,6 +58,9 @@ class ReferenceCounter;   // core/worker/reference_counter.h
 class MemoryStore;        // core/worker/memory_store.h
 class TaskManager;        // core/worker/task_manager.h
 class DependencyResolver; // core/worker/dependency_resolver.h
+class NormalTaskSubmitter; // core/worker/normal_task_submitter.h
+class TaskReceiver;        // core/worker/task_receiver.h
+struct TaskToRun;          // core/worker/task_receiver.h
 struct PendingTask;       // core/worker/pending_task.h
 struct ActorRecord;       // core/worker/pending_task.h
 
@@ -72,7 +76,7 @@ struct CoreWorkerOptions {
   int max_tasks_in_flight_per_worker = 16;
   int max_pending_lease_requests = 4;
   // Used here: lease_idle_timeout, worker_exit_cause_timeout, head_call_timeout,
-  // lease_retry_delay, spillback_retry_delay, exit_flush_timeout.
+  // lease_retry_delay, spillback_retry_delay, exit_flush_timeout, connect_timeout.
   Timeouts timeouts = Timeouts::FromEnv();
 };
 
@@ -126,9 +130,6 @@ class CoreWorker {
   void RunTaskLoop();
 
  private:
-  struct Lease;
-  struct SchedulingQueue;
-  struct TaskToRun;
   class ActorCaller;  // actor_caller.h
   // A request to a peer's owner service, answered on the connection it went out on.
   struct PeerRequest {
@@ -160,13 +161,18 @@ class CoreWorker {
   // order, a creation starts its actor, a task joins its shape's queue (or
   // fails with a failed argument's error). Takes ownership of a normal task.
   void OnTaskResolved(PendingTask* task);
-  void DispatchQueue(SchedulingQueue& queue);
-  void RequestLease(SchedulingQueue& queue);
-  void OnLeaseReply(SchedulingQueue* queue, proto::LeaseReply::Reader reply,
-                    std::shared_ptr<Connection> node);
   class NodeLeaseTransport;  // worker_state.h
+  class SubmitterTransport;  // worker_state.h
   // A connection to the node daemon at `address` (ours when empty or ours).
-  std::shared_ptr<Connection> NodeConnection(const std::string& address, absl::Status* error);
+  // What waits for a connection: it, or the connect's error. io thread.
+  using ConnectionUse = std::function<void(absl::StatusOr<std::shared_ptr<Connection>>)>;
+  // Runs `use` with our connection to the node daemon at `address` (ours when
+  // empty or ours): at once when it is open, else once a non-blocking connect
+  // (Timeouts::connect_timeout) ends, in the order asked; with the connect's
+  // error if it fails. io thread.
+  void WithNode(const std::string& address, ConnectionUse use);
+  // A new connection to the remote daemon at `address`: started, hello sent, kept.
+  std::shared_ptr<Connection> AdoptNode(const std::string& address, Socket socket);
   void OnRemoteNodeLost(Connection& conn, const absl::Status& why);
   void OnRemoteNodeDead(const NodeId& node);
   // Returns the request's id.
@@ -179,18 +185,24 @@ class CoreWorker {
   void AskWorkerExitCause(const std::shared_ptr<Connection>& node, const WorkerId& worker,
                           std::function<void(std::string cause)> done);
   void SendLeaseEnd(const std::shared_ptr<Connection>& node, uint64_t lease_id, bool kill);
-  void PushTask(Lease& lease, PendingTask* task);
-  void OnTaskReply(Lease& lease, proto::TaskReply::Reader reply);
-  void OnLeaseLost(Lease* lease, const absl::Status& why);
-  void MaybeReturnLease(Lease& lease);
-  void ReturnLease(Lease* lease);
-  void OnReclaimLeases();
-  // Erases the scheduling queue `key` if it is empty, from the io loop.
-  void MaybeDropQueueLater(const std::string& key);
   void SendRequeued(Connection& conn, const TaskId& task_id, uint32_t attempt);
   void SendObjectStatus(Connection& conn, uint64_t request_id, const ObjectId& id);
   void RequestObjectFromOwner(const ObjectId& id, const std::string& owner);
+  // Blocking (its connect): left for the actor code (actor_owner.cc,
+  // actor_caller.cc); everything else uses WithPeer.
   std::shared_ptr<Connection> PeerConnection(const std::string& address, absl::Status* error);
+  // Like WithNode, for the owner service of another process at `address`.
+  void WithPeer(const std::string& address, ConnectionUse use);
+  // A new connection to the owner service at `address`: started, hello sent, kept.
+  std::shared_ptr<Connection> AdoptPeer(const std::string& address, Socket socket);
+  // Runs what waits in `waiting` for `address` once its connect ended: with
+  // the open connection in `open` (maybe made meanwhile), the new socket
+  // adopted by `adopt`, or the error. io thread.
+  void OnConnectEnded(
+      absl::flat_hash_map<std::string, std::vector<ConnectionUse>>& waiting,
+      const absl::flat_hash_map<std::string, std::shared_ptr<Connection>>& open,
+      const std::string& address, absl::StatusOr<Socket> socket,
+      std::shared_ptr<Connection> (CoreWorker::*adopt)(const std::string&, Socket));
   // The first frame on a connection we open to another process's owner service.
   static void SendPeerHello(Connection& conn);
   void FillValue(proto::Value::Builder out, const ObjectEntry& entry);
@@ -331,8 +343,11 @@ class CoreWorker {
   std::unique_ptr<LeaseRequester> lease_requester_;
   // Dropped with the connection they went out on.
   absl::flat_hash_map<uint64_t, PeerRequest> peer_requests_;
-  std::map<std::string, std::unique_ptr<SchedulingQueue>> queues_;
   absl::flat_hash_map<std::string, std::shared_ptr<Connection>> peers_;  // by address
+  // What waits for connects in flight, by address (io thread): to owner
+  // services (peers_) and to other nodes' daemons (remote_nodes_).
+  absl::flat_hash_map<std::string, std::vector<ConnectionUse>> connecting_peers_;
+  absl::flat_hash_map<std::string, std::vector<ConnectionUse>> connecting_nodes_;
   absl::flat_hash_map<uint64_t, std::shared_ptr<Connection>> inbound_;  // by connection id
   // Caps the accepted connections that have not said hello yet (io thread).
   // Connections awaiting their hello, capped per listener (TCP, Unix socket).
@@ -354,6 +369,10 @@ class CoreWorker {
   std::unique_ptr<TaskManager> tasks_;
   // Holds submitted tasks until their arguments are ready (io thread).
   std::unique_ptr<DependencyResolver> resolver_;
+  // Normal tasks whose arguments are ready: queues per shape, leases,
+  // pipelining, lost workers and dead nodes (io thread), over our connections.
+  std::unique_ptr<SubmitterTransport> submitter_transport_;
+  std::unique_ptr<NormalTaskSubmitter> submitter_;
   // Caller side of actors: the ordered submitter (lumen/actors) and the
   // transport it sends through (io thread only). Declared after the maps the
   // transport's callbacks use.
@@ -362,22 +381,18 @@ class CoreWorker {
 
   // worker mode, actor process: the instance and how to reach its owner
   std::shared_ptr<void> actor_instance_;  // set once by the creation task
-  std::atomic<bool> is_actor_{false};
   std::vector<int> actor_gpu_ids_;  // set by the creation task, before calls run
   ObjectId actor_id_;       // io thread, set by the creation task
   std::string actor_name_;  // io thread
-  std::atomic<bool> exit_after_call_{false};
   std::weak_ptr<Connection> actor_owner_conn_;  // io thread
   std::vector<std::thread> executor_threads_;
 
   absl::Mutex submit_mu_;
   std::vector<std::unique_ptr<PendingTask>> submissions_ ABSL_GUARDED_BY(submit_mu_);
 
-  // worker mode: tasks waiting for the executor thread
-  absl::Mutex exec_mu_;
-  std::deque<std::unique_ptr<TaskToRun>> exec_queue_ ABSL_GUARDED_BY(exec_mu_);
-  std::atomic<int> exec_queue_size_{0};
-  bool exec_blocked_ ABSL_GUARDED_BY(exec_mu_) = false;  // the running task waits in Get
+  // worker mode: tasks waiting for the executor threads, handed back while
+  // the running task blocks (thread-safe; io thread and executor threads)
+  std::unique_ptr<TaskReceiver> receiver_;
 };
 
 // The process-wide runtime (null before Init and after Shutdown). Thread-safe;
