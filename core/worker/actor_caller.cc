@@ -51,16 +51,9 @@ void CoreWorker::LocateActor(const ObjectId& id, const std::string& owner,
                              const std::string& failed_address) {
   io_checker_.Check("CoreWorker::LocateActor");
   if (owner == listen_address_) {
-    WhenActorSettled(id, failed_address,
-                     [this, id](bool alive, std::string address, std::string death) {
-                       actors::ActorLocation location{alive, std::move(address), std::move(death),
-                                                      std::nullopt};
-                       auto rit = owned_actors_.find(id);
-                       if (rit != owned_actors_.end()) {
-                         location.max_task_retries = rit->second->options.max_task_retries;
-                       }
-                       actor_submitter_->OnLocated(id, std::move(location));
-                     });
+    actor_owner_->WhenSettled(id, failed_address, [this, id](actors::ActorLocation location) {
+      actor_submitter_->OnLocated(id, std::move(location));
+    });
     return;
   }
   absl::Status error;
