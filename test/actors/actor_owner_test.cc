@@ -83,7 +83,7 @@ class FakeRuntime : public ActorLeaser, public ActorProcessStarter, public Actor
   }
   void ReleaseName(const ActorSpec& actor) override { released_names.push_back(actor.name); }
 
-  // A lease for the last worker request, from `node`, its worker at `address`.
+  // A lease numbered `number`, logged into `leases`.
   std::unique_ptr<LeasedWorker> Lease(int number) {
     return std::make_unique<FakeLease>(leases, number, &node_reachable);
   }
