@@ -69,7 +69,7 @@ void ActorTaskSubmitter::Pump(PerActor& a) {
     return;
   }
   if (a.channel == 0) {
-    if (!a.locating) Locate(a);
+    if (!a.locating && !a.opening) Locate(a);
     return;
   }
   while (!a.queue.empty() && a.queue.front()->resolved) {
@@ -105,14 +105,23 @@ void ActorTaskSubmitter::OnLocated(const ObjectId& actor, ActorLocation location
     Pump(a);
     return;
   }
-  auto channel = transport_.OpenChannel(actor, location.address);
+  a.opening = true;
+  transport_.OpenChannel(actor, location.address);
+}
+
+void ActorTaskSubmitter::OnChannelOpened(const ObjectId& actor, const std::string& address,
+                                         absl::StatusOr<uint64_t> channel) {
+  auto it = actors_.find(actor);
+  if (it == actors_.end()) return;
+  PerActor& a = *it->second;
+  a.opening = false;
   if (!channel.ok()) {
     // Gone already: ask again, for an address other than this one.
-    a.failed_address = location.address;
+    a.failed_address = address;
     Locate(a);
     return;
   }
-  a.address = std::move(location.address);
+  a.address = address;
   a.channel = *channel;
   // Calls that were running when the previous incarnation died go first, in
   // their order, if the actor allows a retry; otherwise they fail.
@@ -152,7 +161,7 @@ void ActorTaskSubmitter::OnChannelLost(const ObjectId& actor, uint64_t channel) 
     a.in_flight.erase(fit);
   }
   a.sent_order.clear();
-  if (!a.locating) Locate(a);
+  if (!a.locating && !a.opening) Locate(a);
 }
 
 std::unique_ptr<ActorCall> ActorTaskSubmitter::TakeReplied(const ObjectId& actor,
@@ -183,7 +192,7 @@ void ActorTaskSubmitter::MaybeForget(const ObjectId& actor) {
   if (it == actors_.end()) return;
   PerActor& a = *it->second;
   if (!a.dead || !a.queue.empty() || !a.in_flight.empty() || !a.interrupted.empty()) return;
-  if (a.channel != 0) return;  // its loss is still to be reported
+  if (a.channel != 0 || a.opening) return;  // its loss or channel is still to be reported
   deaths_[actor] = std::move(a.death);
   actors_.erase(it);
 }

@@ -28,6 +28,31 @@ void CoreWorker::ActorCaller::DropChannel(uint64_t channel) {
   channels_.erase(it);
 }
 
+void CoreWorker::ActorCaller::OpenChannel(const ObjectId& actor, const std::string& address) {
+  CoreWorker* core = &core_;
+  AsyncConnectToAddress(
+      core_.io_, address, core_.options_.session_dir, core_.options_.timeouts.connect_timeout,
+      [this, core, actor, address](absl::StatusOr<Socket> socket) {
+        if (core->stopped_) return;  // the socket closes with it
+        if (!socket.ok()) {
+          core->actor_submitter_->OnChannelOpened(actor, address, socket.status());
+          return;
+        }
+        auto conn = Connection::Create(std::move(*socket));
+        uint64_t channel = conn->id();
+        conn->Start(
+            [core, actor](Connection&, proto::Envelope::Reader msg) {
+              if (msg.isTaskReply()) core->OnActorTaskReply(actor, msg.getTaskReply());
+            },
+            [core, actor, channel](Connection&, const absl::Status&) {
+              if (!core->stopped_) core->OnActorChannelLost(actor, channel);
+            });
+        SendPeerHello(*conn);
+        channels_[channel] = std::move(conn);
+        core->actor_submitter_->OnChannelOpened(actor, address, channel);
+      });
+}
+
 void CoreWorker::ActorCaller::CloseAll() {
   auto channels = channels_;  // closing reports losses
   for (auto& [id, conn] : channels) conn->Close(absl::CancelledError("shutdown"));
@@ -51,16 +76,9 @@ void CoreWorker::LocateActor(const ObjectId& id, const std::string& owner,
                              const std::string& failed_address) {
   io_checker_.Check("CoreWorker::LocateActor");
   if (owner == listen_address_) {
-    WhenActorSettled(id, failed_address,
-                     [this, id](bool alive, std::string address, std::string death) {
-                       actors::ActorLocation location{alive, std::move(address), std::move(death),
-                                                      std::nullopt};
-                       auto rit = owned_actors_.find(id);
-                       if (rit != owned_actors_.end()) {
-                         location.max_task_retries = rit->second->options.max_task_retries;
-                       }
-                       actor_submitter_->OnLocated(id, std::move(location));
-                     });
+    actor_owner_->WhenSettled(id, failed_address, [this, id](actors::ActorLocation location) {
+      actor_submitter_->OnLocated(id, std::move(location));
+    });
     return;
   }
   absl::Status error;

@@ -1,6 +1,7 @@
 // CoreWorker::ActorCaller: the ActorCallTransport that the ordered actor task
 // submitter (lumen/actors/actor_task_submitter.h) sends through — CoreWorker's
-// connections to actor processes. Internal to core/worker; io thread only.
+// connections to actor processes, opened without blocking. Internal to
+// core/worker; io thread only.
 #pragma once
 
 #include <memory>
@@ -25,23 +26,9 @@ class CoreWorker::ActorCaller final : public actors::ActorCallTransport {
     core_.LocateActor(actor, owner, failed_address);
   }
 
-  absl::StatusOr<uint64_t> OpenChannel(const ObjectId& actor, const std::string& address) override {
-    auto socket = ConnectToAddress(core_.io_, address, core_.options_.session_dir);
-    if (!socket.ok()) return socket.status();
-    auto conn = Connection::Create(std::move(*socket));
-    uint64_t channel = conn->id();
-    CoreWorker* core = &core_;
-    conn->Start(
-        [core, actor](Connection&, proto::Envelope::Reader msg) {
-          if (msg.isTaskReply()) core->OnActorTaskReply(actor, msg.getTaskReply());
-        },
-        [core, actor, channel](Connection&, const absl::Status&) {
-          if (!core->stopped_) core->OnActorChannelLost(actor, channel);
-        });
-    SendPeerHello(*conn);
-    channels_[channel] = std::move(conn);
-    return channel;
-  }
+  // Connects within Timeouts::connect_timeout without blocking the io thread;
+  // answers actor_submitter_->OnChannelOpened from the connect's callback.
+  void OpenChannel(const ObjectId& actor, const std::string& address) override;
 
   void Push(uint64_t channel, const actors::ActorCall& call) override {
     auto it = channels_.find(channel);

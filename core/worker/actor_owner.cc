@@ -1,12 +1,13 @@
 // CoreWorker, actors: the public entry points (create, call, kill, look up by
-// name) and the owner side — creation, restarts and death of the actors this
-// process created, driven by their lifecycle state machine
-// (lumen/actors/actor_lifecycle.h), and the answer to "where is it now?".
+// name), and ActorHost, the runtime half of the owner-side actor manager
+// (lumen/actors/actor_owner.h, which decides creation, restarts, kill and
+// death): leases, links to actor processes, the head's name directory.
 //
 // Everything here but the public entry points runs on the io thread.
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
+#include "core/worker/actor_host.h"
 #include "core/worker/actor_names.h"
 #include "core/worker/head_requester.h"
 #include "core/worker/worker_state.h"
@@ -58,11 +59,19 @@ std::shared_ptr<internal::RefHandle> CoreWorker::CreateActor(
   task->kind = proto::TaskKind::ACTOR_CREATION;
   task->function = std::string(factory);
   task->args = args;
-  task->actor_record = std::make_unique<ActorRecord>(options.max_restarts);
-  task->actor_record->id = id;
-  task->actor_record->factory = std::string(factory);
-  task->actor_record->args = std::move(args);
-  task->actor_record->options = options;
+  auto record = std::make_unique<ActorRecord>();
+  record->id = id;
+  record->factory = std::string(factory);
+  record->name = options.name;
+  record->detached = options.detached;
+  record->max_restarts = options.max_restarts;
+  record->max_task_retries = options.max_task_retries;
+  record->args = std::move(args);
+  record->resources = options.resources;
+  record->placement = options.placement;
+  record->scheduling = options.scheduling;
+  record->max_concurrency = options.max_concurrency;
+  task->actor_record = std::move(record);
   Enqueue(std::move(task));
   return handle;
 }
@@ -92,7 +101,7 @@ void CoreWorker::KillActor(const internal::RefHandle& actor, bool no_restart) {
       actor_submitter_->MarkDead(id, "killed by lumen::ActorHandle::Kill()");
     }
     if (owner == listen_address_) {
-      KillOwnedActor(id, no_restart, "killed by lumen::ActorHandle::Kill()");
+      actor_owner_->Kill(id, no_restart, "killed by lumen::ActorHandle::Kill()");
       return;
     }
     absl::Status error;
@@ -148,270 +157,209 @@ std::shared_ptr<internal::RefHandle> CoreWorker::GetNamedActor(const std::string
 }
 
 // ---------------------------------------------------------------------------
-// Owner side
+// The owner's runtime half (io thread)
 
-void CoreWorker::StartActor(ActorRecord& record) {
-  io_checker_.Check("CoreWorker::StartActor");
-  if (record.life.IsDead()) return;
-  int generation = record.life.BeginIncarnation();
-  if (!node_conn_ || node_conn_->closed()) {
-    SetActorDead(record, "lost the connection to the node daemon");
-    return;
+// A worker leased from the node daemon `node` for one incarnation.
+class CoreWorker::ActorHost::NodeWorkerLease final : public actors::LeasedWorker {
+ public:
+  NodeWorkerLease(CoreWorker& core, std::shared_ptr<Connection> node, uint64_t lease_id,
+                  WorkerId worker)
+      : core_(core), node_(std::move(node)), lease_id_(lease_id), worker_(worker) {}
+
+  void End(bool kill) override { core_.SendLeaseEnd(node_, lease_id_, kill); }
+  bool NodeReachable() const override { return node_ && !node_->closed(); }
+  void AskExitCause(std::function<void(std::string)> done) override {
+    core_.AskWorkerExitCause(node_, worker_, std::move(done));
   }
-  ObjectId id = record.id;
+
+ private:
+  CoreWorker& core_;
+  std::shared_ptr<Connection> node_;
+  uint64_t lease_id_;
+  WorkerId worker_;
+};
+
+// The owner's link to one actor process: connecting, then connected.
+class CoreWorker::ActorHost::ProcessLink final : public actors::ActorProcess {
+ public:
+  // Shared with the connect callback and the connection's handlers, which may
+  // outlive the link: `dropped` silences them.
+  struct State {
+    std::shared_ptr<Connection> conn;         // null while connecting
+    std::optional<absl::Status> close_early;  // Close() while connecting
+    bool dropped = false;
+  };
+
+  ProcessLink(CoreWorker& core, std::shared_ptr<State> state)
+      : core_(core), state_(std::move(state)) {}
+  ~ProcessLink() override {
+    state_->dropped = true;
+    // Possibly from inside its own handler: freed once that returned.
+    if (state_->conn) core_.ReleaseLater(std::move(state_->conn));
+  }
+  void Close(const absl::Status& why) override {
+    if (state_->conn) {
+      state_->conn->Close(why);
+    } else if (!state_->close_early) {
+      state_->close_early = why;  // reported when the connect finishes
+    }
+  }
+
+ private:
+  CoreWorker& core_;
+  std::shared_ptr<State> state_;
+};
+
+absl::Status CoreWorker::ActorHost::RequestWorker(const actors::ActorSpec& actor, int generation) {
+  if (!core_.node_conn_ || core_.node_conn_->closed()) {
+    return absl::UnavailableError("lost the connection to the node daemon");
+  }
+  const auto& record = static_cast<const ActorRecord&>(actor);
   LeaseShape shape;
-  shape.resources = record.options.resources;
-  shape.placement = record.options.placement;
+  shape.resources = record.resources;
+  shape.placement = record.placement;
   shape.actor = true;
-  shape.detached = record.options.detached;
-  shape.scheduling = record.options.scheduling;
+  shape.detached = record.detached;
+  shape.scheduling = record.scheduling;
   shape.name = absl::StrCat("actor ", record.factory);
-  lease_requester_->Acquire(shape, [this, id, generation](proto::LeaseReply::Reader reply,
-                                             std::shared_ptr<Connection> node) {
-    OnActorLease(id, generation, reply, std::move(node));
+  CoreWorker* core = &core_;
+  ObjectId id = actor.id;
+  core_.lease_requester_->Acquire(shape, [core, id, generation](proto::LeaseReply::Reader reply,
+                                                                std::shared_ptr<Connection> node) {
+    if (!reply.getGranted()) {
+      core->actor_owner_->OnLeaseRefused(id, generation, reply.getError().cStr());
+      return;
+    }
+    actors::WorkerPlacement where;
+    where.node_id = IdFrom<NodeId>(reply.getNodeId());
+    where.worker_id = IdFrom<WorkerId>(reply.getWorkerId());
+    where.pid = reply.getWorkerPid();
+    where.address = reply.getWorkerAddress().cStr();
+    for (int gpu : reply.getGpuIds()) where.gpu_ids.push_back(gpu);
+    auto lease = std::make_unique<NodeWorkerLease>(*core, std::move(node), reply.getLeaseId(),
+                                                   where.worker_id);
+    core->actor_owner_->OnLeaseGranted(id, generation, std::move(where), std::move(lease));
   });
+  return absl::OkStatus();
 }
 
-void CoreWorker::OnActorLease(const ObjectId& id, int generation,
-                              proto::LeaseReply::Reader reply, std::shared_ptr<Connection> node) {
-  auto it = owned_actors_.find(id);
-  ActorRecord* record = it == owned_actors_.end() ? nullptr : it->second.get();
-  auto kill_lease = [this, node](uint64_t lease_id) { SendLeaseEnd(node, lease_id, true); };
-  if (record == nullptr || !record->life.IsCurrent(generation) || record->life.IsDead()) {
-    if (reply.getGranted()) kill_lease(reply.getLeaseId());
-    return;
-  }
-  if (!reply.getGranted()) {
-    SetActorDead(*record, absl::StrCat("cannot place the actor: ", reply.getError().cStr()));
-    return;
-  }
-  record->lease_id = reply.getLeaseId();
-  record->lease_node = node;
-  record->node_id = IdFrom<NodeId>(reply.getNodeId());
-  record->pid = reply.getWorkerPid();
-  record->worker_id = IdFrom<WorkerId>(reply.getWorkerId());
-  record->life.ClearDying();
-  record->address = reply.getWorkerAddress().cStr();
-  record->gpu_ids.clear();
-  for (int gpu : reply.getGpuIds()) record->gpu_ids.push_back(gpu);
-  if (record->life.kill_requested()) {
-    kill_lease(record->lease_id);
-    SetActorDead(*record, record->life.kill_reason());
-    return;
-  }
-  auto socket = ConnectToAddress(io_, record->address, options_.session_dir);
-  if (!socket.ok()) {
-    OnActorProcessLost(id, generation, socket.status());
-    return;
-  }
-  record->conn = Connection::Create(std::move(*socket));
-  record->conn->Start(
-      [this, id, generation](Connection&, proto::Envelope::Reader msg) {
-        if (msg.isTaskReply()) {
-          OnActorCreated(id, generation, msg.getTaskReply());
-        } else if (msg.isActorExiting()) {
-          auto rit = owned_actors_.find(id);
-          if (rit != owned_actors_.end()) rit->second->life.OnExiting(generation);
-        }
-      },
-      [this, id, generation](Connection&, const absl::Status& why) {
-        if (!stopped_) OnActorProcessLost(id, generation, why);
-      });
-  SendPeerHello(*record->conn);
+std::unique_ptr<actors::ActorProcess> CoreWorker::ActorHost::StartProcess(
+    const actors::ActorSpec& actor, int generation, const actors::WorkerPlacement& where,
+    uint32_t attempt) {
+  const auto& record = static_cast<const ActorRecord&>(actor);
   PendingTask creation;
   creation.task_id = TaskId::Random();
-  creation.function = record->factory;
-  creation.args = record->args;
+  creation.function = record.factory;
+  creation.args = record.args;
   creation.kind = proto::TaskKind::ACTOR_CREATION;
-  creation.attempt = static_cast<uint32_t>(record->life.restarts());
+  creation.attempt = attempt;
   OutMessage push;
   auto spec = push.Init().initPushTask();
-  FillTaskSpec(spec, creation);
-  spec.setActorId(DataOf(id));
-  spec.setMaxConcurrency(static_cast<uint32_t>(std::max(1, record->options.max_concurrency)));
-  spec.setActorName(record->options.name);
-  SetGpuIds(spec, record->gpu_ids);
-  record->conn->Send(push.builder());
+  core_.FillTaskSpec(spec, creation);
+  spec.setActorId(DataOf(actor.id));
+  spec.setMaxConcurrency(static_cast<uint32_t>(std::max(1, record.max_concurrency)));
+  spec.setActorName(record.name);
+  SetGpuIds(spec, where.gpu_ids);
+  std::string frames;
+  AppendFrame(push.builder(), &frames);
+
+  auto state = std::make_shared<ProcessLink::State>();
+  CoreWorker* core = &core_;
+  ObjectId id = actor.id;
+  AsyncConnectToAddress(
+      core_.io_, where.address, core_.options_.session_dir,
+      core_.options_.timeouts.connect_timeout,
+      [core, state, id, generation, frames = std::move(frames)](absl::StatusOr<Socket> socket) {
+        if (state->dropped || core->stopped_) return;  // the socket closes with it
+        if (!socket.ok()) {
+          core->actor_owner_->OnProcessLost(id, generation, socket.status());
+          return;
+        }
+        if (state->close_early) {
+          core->actor_owner_->OnProcessLost(id, generation, *state->close_early);
+          return;
+        }
+        state->conn = Connection::Create(std::move(*socket));
+        state->conn->Start(
+            [core, state, id, generation](Connection&, proto::Envelope::Reader msg) {
+              if (state->dropped) return;
+              if (msg.isTaskReply()) {
+                auto result = msg.getTaskReply().getResult();
+                std::optional<actors::TaskFailure> error;
+                if (result.isError()) error = FailureFromProto(result.getError());
+                core->actor_owner_->OnCreated(id, generation, error);
+              } else if (msg.isActorExiting()) {
+                core->actor_owner_->OnExiting(id, generation);
+              }
+            },
+            [core, state, id, generation](Connection&, const absl::Status& why) {
+              if (state->dropped || core->stopped_) return;
+              core->actor_owner_->OnProcessLost(id, generation, why);
+            });
+        SendPeerHello(*state->conn);
+        state->conn->SendFramed(frames);
+      });
+  return std::make_unique<ProcessLink>(core_, std::move(state));
 }
 
-void CoreWorker::OnActorCreated(const ObjectId& id, int generation,
-                                proto::TaskReply::Reader reply) {
-  auto it = owned_actors_.find(id);
-  if (it == owned_actors_.end() || !it->second->life.IsCurrent(generation)) return;
-  ActorRecord& record = *it->second;
-  if (record.life.IsDead()) return;
-  auto result = reply.getResult();
-  if (result.isError()) {
-    auto f = result.getError();
-    std::string why = absl::StrCat("the actor's factory ", record.factory, " failed: ",
-                                   f.getExceptionType().cStr(),
-                                   f.getExceptionType().size() ? ": " : "", f.getMessage().cStr());
-    record.life.RequestKill(/*no_restart=*/true, why);
-    SendLeaseEnd(record.lease_node, record.lease_id, /*kill=*/true);
-    SetActorDead(record, why);
-    return;
-  }
-  record.life.OnCreated(generation);
-  if (record.options.detached && !record.options.name.empty() && !options_.head_address.empty()) {
-    // Callers whose owner (this process) is gone find a detached actor through
-    // the head. Asynchronous; Stop() waits for it (within the head deadline),
-    // so that it is recorded before this process exits.
-    head_->Call(
-        [name = record.options.name, id, address = record.address](proto::Envelope::Builder env) {
-          FillActorName(env.initUpdateActorAddress(), name, id, "", address);
-        },
-        [name = record.options.name](absl::StatusOr<proto::Envelope::Reader> reply) {
-          if (!reply.ok()) {
-            LUMEN_LOG(WARNING) << "cannot record the address of detached actor '" << name
-                               << "' at the head: " << reply.status();
-          }
-        });
-  }
-  auto callbacks = std::move(record.on_change);
-  record.on_change.clear();
-  for (auto& cb : callbacks) cb();
+void CoreWorker::ActorHost::ReleaseCreation(actors::ActorSpec& actor) {
+  static_cast<ActorRecord&>(actor).args.clear();  // releases the argument objects
 }
 
-void CoreWorker::OnActorProcessLost(const ObjectId& id, int generation, const absl::Status& why) {
-  auto it = owned_actors_.find(id);
-  if (it == owned_actors_.end() || !it->second->life.IsCurrent(generation)) return;
-  ActorRecord& record = *it->second;
-  if (record.life.IsDead() || record.life.dying()) return;
-  // Make sure the process is gone and its resources are free.
-  SendLeaseEnd(record.lease_node, record.lease_id, /*kill=*/true);
-  std::shared_ptr<Connection> lease_node = std::move(record.lease_node);
-  record.lease_id = 0;
-  record.lease_node.reset();
-  record.conn.reset();
-  actors::LossDecision decision = record.life.OnProcessLost(generation);
-  switch (decision.action) {
-    case actors::LossAction::kIgnore:
-      return;
-    case actors::LossAction::kDead:
-      OnActorDead(record);
-      return;
-    case actors::LossAction::kRestart:
-      LUMEN_LOG(INFO) << "actor " << id.Hex().substr(0, 12) << " died (" << why << "); restart "
-                      << record.life.restarts() << " of " << record.options.max_restarts;
-      StartActor(record);
-      return;
-    case actors::LossAction::kAskCause:
-      break;
-  }
-  // Dead for good: first learn from its node daemon how the process ended
-  // (its socket closes before the daemon reaps it), so the error says why.
-  // Callers wait meanwhile as they would for a restart.
-  std::string closed(why.message());
-  AskWorkerExitCause(lease_node, record.worker_id,
-                     [this, id, generation, closed](std::string cause) {
-                       auto rit = owned_actors_.find(id);
-                       if (rit == owned_actors_.end() || !rit->second->life.IsCurrent(generation)) {
-                         return;
-                       }
-                       ActorRecord& r = *rit->second;
-                       r.life.ClearDying();
-                       if (r.life.IsDead()) return;
-                       if (r.life.kill_requested()) {
-                         SetActorDead(r, r.life.kill_reason());
-                         return;
-                       }
-                       SetActorDead(r, absl::StrCat(
-                                           "the actor's process (pid ", r.pid, ", actor ",
-                                           r.options.name.empty()
-                                               ? r.factory
-                                               : absl::StrCat("'", r.options.name, "' (",
-                                                              r.factory, ")"),
-                                           ", on node ",
-                                           r.node_id.IsNil() ? "?" : r.node_id.Hex().substr(0, 12),
-                                           ") died unexpectedly: ",
-                                           cause.empty() ? closed : cause,
-                                           r.options.max_restarts > 0
-                                               ? absl::StrCat(" (after ", r.life.restarts(),
-                                                              " restarts)")
-                                               : std::string()));
-                     });
+void CoreWorker::ActorHost::RecordAddress(const actors::ActorSpec& actor,
+                                          const std::string& address) {
+  if (core_.options_.head_address.empty()) return;
+  // Callers whose owner (this process) is gone find a detached actor through
+  // the head. Asynchronous; Stop() waits for it (within the head deadline), so
+  // that it is recorded before this process exits.
+  core_.head_->Call(
+      [name = actor.name, id = actor.id, address](proto::Envelope::Builder env) {
+        FillActorName(env.initUpdateActorAddress(), name, id, "", address);
+      },
+      [name = actor.name](absl::StatusOr<proto::Envelope::Reader> reply) {
+        if (!reply.ok()) {
+          LUMEN_LOG(WARNING) << "cannot record the address of detached actor '" << name
+                             << "' at the head: " << reply.status();
+        }
+      });
 }
 
-void CoreWorker::SetActorDead(ActorRecord& record, std::string why) {
-  if (record.life.MarkDead(std::move(why))) OnActorDead(record);
-}
-
-void CoreWorker::OnActorDead(ActorRecord& record) {
-  record.args.clear();  // releases the argument objects
-  UnregisterActorName(record.options.name, record.id);
-  auto callbacks = std::move(record.on_change);
-  record.on_change.clear();
-  for (auto& cb : callbacks) cb();
-  if (record.out_of_scope) ForgetActorLater(record.id);
-}
-
-void CoreWorker::ForgetActorLater(const ObjectId& id) {
-  // Callers still on the stack may hold the record: erase it from the loop.
-  PostToIo("worker.forget_dead_actor", [this, id] {
-    auto it = owned_actors_.find(id);
-    if (it != owned_actors_.end() && it->second->life.IsDead() && it->second->out_of_scope) {
-      owned_actors_.erase(it);
-    }
-  });
-}
-
-void CoreWorker::UnregisterActorName(const std::string& name, const ObjectId& id) {
-  if (name.empty() || options_.head_address.empty()) return;
-  head_->Call(
-      [name, id](proto::Envelope::Builder env) {
+void CoreWorker::ActorHost::ReleaseName(const actors::ActorSpec& actor) {
+  if (actor.name.empty() || core_.options_.head_address.empty()) return;
+  core_.head_->Call(
+      [name = actor.name, id = actor.id](proto::Envelope::Builder env) {
         FillActorName(env.initUnregisterActorName(), name, id);
       },
-      [name](absl::StatusOr<proto::Envelope::Reader> reply) {
+      [name = actor.name](absl::StatusOr<proto::Envelope::Reader> reply) {
         if (!reply.ok()) {
           LUMEN_LOG(WARNING) << "cannot free actor name '" << name << "': " << reply.status();
         }
       });
 }
 
-void CoreWorker::OnActorOutOfScope(const ObjectId& id) {
-  auto it = owned_actors_.find(id);
-  if (it == owned_actors_.end()) return;
-  it->second->out_of_scope = true;
-  if (it->second->life.IsDead()) {
-    ForgetActorLater(id);
-    return;
-  }
-  if (it->second->options.detached) return;
-  KillOwnedActor(id, true, "all handles to the actor went out of scope");
-}
-
-void CoreWorker::KillOwnedActor(const ObjectId& id, bool no_restart, std::string why) {
-  auto it = owned_actors_.find(id);
-  if (it == owned_actors_.end()) return;
-  ActorRecord& record = *it->second;
-  if (record.life.IsDead()) return;
-  record.life.RequestKill(no_restart, std::move(why));
-  if (record.conn && record.lease_id != 0 && record.lease_node && !record.lease_node->closed()) {
-    // The node kills the process; its connection closing finishes the job.
-    SendLeaseEnd(record.lease_node, record.lease_id, /*kill=*/true);
-  } else if (record.life.kill_requested()) {
-    SetActorDead(record, record.life.kill_reason());
-  }
+void CoreWorker::CreateActorOwner() {
+  actor_host_ = std::make_unique<ActorHost>(*this);
+  actor_owner_ = std::make_unique<actors::ActorOwner>(actors::ActorOwner::Runtime{
+      .leaser = *actor_host_, .processes = *actor_host_, .names = *actor_host_});
 }
 
 void CoreWorker::WhenActorSettled(
     const ObjectId& id, const std::string& failed_address,
     std::function<void(bool alive, std::string address, std::string death)> cb) {
-  auto it = owned_actors_.find(id);
-  if (it == owned_actors_.end()) {
-    cb(false, "", "the actor is unknown to its owner (it may have gone out of scope)");
-    return;
+  actor_owner_->WhenSettled(id, failed_address, [cb = std::move(cb)](actors::ActorLocation where) {
+    cb(where.alive, std::move(where.address), std::move(where.death));
+  });
+}
+
+std::vector<std::shared_ptr<Connection>> CoreWorker::OnActorNodeDead(const NodeId& node,
+                                                                     const absl::Status& why) {
+  std::vector<std::shared_ptr<Connection>> channels;
+  for (const auto& [id, address] : actor_owner_->OnNodeDead(node, why)) {
+    // Our own calls to it go to its next incarnation, not to a process the
+    // cluster has given up on (which may linger a moment after its node).
+    if (auto channel = ActorChannelTo(id, address)) channels.push_back(channel);
   }
-  ActorRecord& record = *it->second;
-  if (record.life.IsDead()) {
-    cb(false, "", record.life.death());
-  } else if (record.life.Settled() && record.address != failed_address) {
-    cb(true, record.address, "");
-  } else {
-    record.on_change.push_back([this, id, failed_address, cb = std::move(cb)]() mutable {
-      WhenActorSettled(id, failed_address, std::move(cb));
-    });
-  }
+  return channels;
 }
 
 }  // namespace lumen::runtime

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "core/worker/actor_caller.h"
+#include "core/worker/actor_host.h"
 #include "core/worker/actor_names.h"
 #include "core/worker/borrower_registry.h"
 #include "core/worker/head_requester.h"
@@ -67,6 +68,7 @@ CoreWorker::CoreWorker(CoreWorkerOptions options)
       NormalTaskSubmitter::Options{options_.max_tasks_in_flight_per_worker,
                                    options_.max_pending_lease_requests,
                                    options_.timeouts.lease_idle_timeout});
+  CreateActorOwner();
   CreateActorCaller();
 }
 
@@ -80,7 +82,7 @@ void CoreWorker::CreateObjectTracking() {
                 if (freed.stored) DeleteCopies(freed.id, std::move(freed.copies));
                 if (freed.is_actor && !stopped_) {
                   // No handle to the actor is left anywhere: it ends (unless detached).
-                  PostToIo("worker.actor_out_of_scope", [this, id = freed.id] { OnActorOutOfScope(id); });
+                  PostToIo("worker.actor_out_of_scope", [this, id = freed.id] { actor_owner_->OnOutOfScope(id); });
                 }
               },
           .send_borrower_change =
@@ -321,11 +323,12 @@ void CoreWorker::Stop() {
   }
   std::vector<std::pair<std::string, ObjectId>> names;
   auto shutdown = [this, &names] {
-    for (auto& [id, record] : owned_actors_) {
-      if (!record->options.name.empty() && !record->options.detached && !record->life.IsDead()) {
-        names.emplace_back(record->options.name, id);
+    actor_owner_->ForEach([&names](const actors::OwnedActor& actor) {
+      const actors::ActorSpec& spec = *actor.spec;
+      if (!spec.name.empty() && !spec.detached && !actor.life.IsDead()) {
+        names.emplace_back(spec.name, spec.id);
       }
-    }
+    });
     boost::system::error_code ignored;
     if (acceptor_) acceptor_->close(ignored);
     if (tcp_acceptor_) tcp_acceptor_->close(ignored);

@@ -138,13 +138,7 @@ void CoreWorker::OnRemoteNodeDead(const NodeId& node) {
   for (auto& daemon : submitter_->OnNodeDead(node, why)) {
     if (daemon != node_conn_) doomed.push_back(daemon);
   }
-  for (auto& [id, record] : owned_actors_) {
-    if (record->node_id != node || !record->conn) continue;
-    doomed.push_back(record->conn);
-    // Our own calls to it go to its next incarnation, not to a process the
-    // cluster has given up on (which may linger a moment after its node).
-    if (auto channel = ActorChannelTo(id, record->address)) doomed.push_back(channel);
-  }
+  for (auto& channel : OnActorNodeDead(node, why)) doomed.push_back(channel);
   // Requests waiting at that node's daemon are answered by its closing.
   for (const auto& [address, conn] : remote_nodes_) {
     auto it = remote_node_ids_.find(address);

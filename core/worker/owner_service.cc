@@ -282,10 +282,7 @@ void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
                                                     std::string death) {
                          auto c = weak.lock();
                          if (!c) return;
-                         auto rit = owned_actors_.find(id);
-                         int retries = rit == owned_actors_.end()
-                                           ? 0
-                                           : rit->second->options.max_task_retries;
+                         int retries = actor_owner_->MaxTaskRetries(id);
                          OutMessage out;
                          auto env = out.Init();
                          env.setRequestId(request_id);
@@ -302,8 +299,8 @@ void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
     case proto::Envelope::KILL_ACTOR: {
       auto data = msg.getKillActor();
       ObjectId id = IdFrom<ObjectId>(data);
-      if (owned_actors_.contains(id)) {
-        KillOwnedActor(id, msg.getRequestId() != 0, "killed by lumen::ActorHandle::Kill()");
+      if (actor_owner_->Owns(id)) {
+        actor_owner_->Kill(id, msg.getRequestId() != 0, "killed by lumen::ActorHandle::Kill()");
       } else if (receiver_->is_actor() && id == actor_id_) {
         // Told directly (its owner is gone): free the name (without blocking
         // the io thread; the head call has a deadline) and end.

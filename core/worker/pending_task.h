@@ -1,8 +1,8 @@
 // What this process submitted and tracks until it ends: a task, actor call or
-// actor creation (PendingTask), and an actor it created and manages
-// (ActorRecord). Plain records, owned by whichever part holds them now (the
-// submitter's queues, a lease's in-flight map, the actor submitter, the owned
-// actors); io thread once enqueued. Internal to core/worker.
+// actor creation (PendingTask), and an actor it created (ActorRecord). Plain
+// records, owned by whichever part holds them now (the submitter's queues, a
+// lease's in-flight map, the actor submitter, the actor owner); io thread once
+// enqueued. Internal to core/worker.
 #pragma once
 
 #include <functional>
@@ -12,37 +12,23 @@
 #include <vector>
 
 #include "lumen/actors/actor_call.h"
-#include "lumen/actors/actor_lifecycle.h"
+#include "lumen/actors/actor_owner_runtime.h"
 #include "lumen/common/connection.h"
 #include "lumen/common/ids.h"
 #include "lumen/internal/runtime.h"
 
 namespace lumen::runtime {
 
-// An actor this process created and so manages: its creation, restarts, and
-// the answer to "where is it now?" for every caller.
-//
-// Its states, generations and the restart/kill decisions are `life`'s
-// (actors::ActorLifecycle: CREATING -> ALIVE -> (RESTARTING -> ALIVE)* -> DEAD);
-// the record adds the process it runs in. io thread only.
-struct ActorRecord {
-  explicit ActorRecord(int max_restarts) : life(max_restarts) {}
-  ObjectId id;
-  std::string factory;
-  std::vector<internal::TaskArgument> args;  // kept for restarts
-  internal::ActorOptions options;
-  actors::ActorLifecycle life;
-  std::string address;
-  int pid = 0;
-  WorkerId worker_id;
-  uint64_t lease_id = 0;
-  std::shared_ptr<Connection> lease_node;  // the node daemon that granted the lease
-  NodeId node_id;
-  std::vector<int> gpu_ids;
-  std::shared_ptr<Connection> conn;  // ours to the actor process
-  // No handle to it is left anywhere: the record goes once it is dead.
-  bool out_of_scope = false;
-  std::vector<std::function<void()>> on_change;  // run when alive or dead
+// An actor this process created, as the runtime keeps it: the owner-side
+// manager's spec (actors::ActorSpec: id, factory, name, restarts) plus what the
+// runtime needs to place and start it again. Owned by actors::ActorOwner once
+// submitted; io thread only.
+struct ActorRecord : actors::ActorSpec {
+  std::vector<internal::TaskArgument> args;  // kept for restarts, released at death
+  std::map<std::string, double> resources;   // held while alive
+  std::map<std::string, double> placement;   // needed to place it
+  internal::SchedulingOptions scheduling;
+  int max_concurrency = 1;
 };
 
 // A task, actor call or actor creation this process submitted. The fields an
@@ -61,7 +47,7 @@ struct PendingTask : actors::ActorCall {
   proto::TaskKind kind = proto::TaskKind::NORMAL;
   // Actor calls: the actor (its handle keeps it alive while calls are pending).
   std::shared_ptr<internal::RefHandle> actor;
-  std::unique_ptr<ActorRecord> actor_record;  // actor creation: handed to owned_actors_
+  std::unique_ptr<ActorRecord> actor_record;  // actor creation: handed to the actor owner
 };
 
 }  // namespace lumen::runtime

@@ -23,16 +23,17 @@ void CoreWorker::SendStateRows(Connection& conn, uint64_t request_id, const std:
   std::string owner = absl::StrCat(options_.is_worker ? "worker " : "driver ", ::getpid());
   auto short_id = [](const std::string& hex) { return hex.substr(0, 16); };
   if (what == "actors") {
-    for (const auto& [id, record] : owned_actors_) {
-      rows.push_back({{"ACTOR_ID", short_id(id.Hex())},
-                      {"CLASS", record->factory},
-                      {"STATE", actors::ActorStateName(record->life.state())},
-                      {"NAME", record->options.name},
-                      {"NODE", record->node_id.IsNil() ? "" : short_id(record->node_id.Hex())},
-                      {"PID", record->pid ? std::to_string(record->pid) : ""},
-                      {"RESTARTS", std::to_string(record->life.restarts())},
+    actor_owner_->ForEach([&](const actors::OwnedActor& actor) {
+      const actors::WorkerPlacement& where = actor.placement;
+      rows.push_back({{"ACTOR_ID", short_id(actor.spec->id.Hex())},
+                      {"CLASS", actor.spec->factory},
+                      {"STATE", actors::ActorStateName(actor.life.state())},
+                      {"NAME", actor.spec->name},
+                      {"NODE", where.node_id.IsNil() ? "" : short_id(where.node_id.Hex())},
+                      {"PID", where.pid ? std::to_string(where.pid) : ""},
+                      {"RESTARTS", std::to_string(actor.life.restarts())},
                       {"OWNER", owner}});
-    }
+    });
   } else if (what == "tasks") {
     submitter_->ForEachTask([&](const PendingTask& task, const NodeId* node) {
       rows.push_back({{"TASK_ID", short_id(task.task_id.Hex())},

@@ -93,7 +93,7 @@ void CoreWorker::DrainSubmissions() {
   }
   for (auto& task : batch) {
     if (task->kind == proto::TaskKind::ACTOR_CREATION) {
-      owned_actors_[task->return_id] = std::move(task->actor_record);
+      actor_owner_->Add(std::move(task->actor_record));
     }
     if (task->kind == proto::TaskKind::ACTOR_METHOD) {
       // The actor submitter owns it from now on, in submission order.
@@ -119,8 +119,7 @@ void CoreWorker::OnTaskResolved(PendingTask* raw) {
   }
   std::unique_ptr<PendingTask> task(raw);
   if (task->kind == proto::TaskKind::ACTOR_CREATION) {
-    auto rit = owned_actors_.find(task->return_id);
-    if (rit != owned_actors_.end()) StartActor(*rit->second);
+    actor_owner_->Start(task->return_id);
     return;
   }
   // A failed argument fails the task with the same error (as in Ray).

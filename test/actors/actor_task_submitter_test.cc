@@ -12,9 +12,9 @@
 namespace lumen::actors {
 namespace {
 
-// The runtime, faked: Locate requests are held until the test answers them,
-// channels open only to addresses the test declared reachable, and every push
-// and failure is recorded.
+// The runtime, faked: Locate and OpenChannel requests are held until the test
+// answers them, channels open only to addresses the test declared reachable,
+// and every push and failure is recorded.
 class FakeTransport : public ActorCallTransport {
  public:
   struct Pushed {
@@ -32,9 +32,20 @@ class FakeTransport : public ActorCallTransport {
               const std::string& failed_address) override {
     locates.push_back({actor, owner, failed_address});
   }
-  absl::StatusOr<uint64_t> OpenChannel(const ObjectId&, const std::string& address) override {
-    if (!reachable.contains(address)) return absl::UnavailableError("connection refused");
-    return next_channel++;
+  void OpenChannel(const ObjectId& actor, const std::string& address) override {
+    opens.push_back({actor, address});
+  }
+  // Answers the channel requests held so far (and any they lead to).
+  void AnswerOpens(ActorTaskSubmitter& s) {
+    while (!opens.empty()) {
+      auto [actor, address] = opens.front();
+      opens.erase(opens.begin());
+      if (reachable.contains(address)) {
+        s.OnChannelOpened(actor, address, next_channel++);
+      } else {
+        s.OnChannelOpened(actor, address, absl::UnavailableError("connection refused"));
+      }
+    }
   }
   void Push(uint64_t channel, const ActorCall& call) override {
     pushed.push_back({channel, call.sequence, call.attempt});
@@ -50,6 +61,7 @@ class FakeTransport : public ActorCallTransport {
   std::set<std::string> reachable;
   uint64_t next_channel = 1;
   std::vector<LocateRequest> locates;
+  std::vector<std::pair<ObjectId, std::string>> opens;  // held channel requests
   std::vector<Pushed> pushed;
   std::map<uint64_t, std::string> failed;
   std::vector<std::string> failed_functions;
@@ -58,6 +70,12 @@ class FakeTransport : public ActorCallTransport {
 
 const ObjectId kActor = ObjectId::ForPut();
 const std::string kOwner = "owner:1";
+
+// The owner answers `location`, and the channel it names opens (or fails).
+void Located(FakeTransport& t, ActorTaskSubmitter& s, ActorLocation location) {
+  s.OnLocated(kActor, std::move(location));
+  t.AnswerOpens(s);
+}
 
 std::unique_ptr<ActorCall> Call(int n) {
   auto call = std::make_unique<ActorCall>();
@@ -79,7 +97,7 @@ TEST_CASE("calls leave in submission order once resolved", "[actors]") {
   s.Submit(kActor, kOwner, Call(2));
   s.OnCallResolved(kActor);
   REQUIRE(t.locates.size() == 1);
-  s.OnLocated(kActor, {.alive = true, .address = "a1"});
+  Located(t, s, {.alive = true, .address = "a1"});
   REQUIRE(t.pushed.empty());  // call 2 waits behind call 1
   first_raw->resolved = true;
   s.OnCallResolved(kActor);
@@ -102,7 +120,7 @@ TEST_CASE("an actor restarting while ordered calls are in flight", "[actors]") {
     s.Submit(kActor, kOwner, std::move(call));
   }
   s.OnCallResolved(kActor);
-  s.OnLocated(kActor, {.alive = true, .address = "a1", .max_task_retries = 1});
+  Located(t, s, {.alive = true, .address = "a1", .max_task_retries = 1});
   REQUIRE(t.pushed.size() == 5);
   uint64_t first_channel = t.pushed[0].channel;
   // Calls 1 and 2 are answered, then the process dies with 3..5 in flight.
@@ -116,7 +134,7 @@ TEST_CASE("an actor restarting while ordered calls are in flight", "[actors]") {
   REQUIRE(t.locates.back().failed_address == "a1");
   // A late reply from the dead incarnation is not taken twice.
   REQUIRE(s.TakeReplied(kActor, ids[0]) == nullptr);
-  s.OnLocated(kActor, {.alive = true, .address = "a2", .max_task_retries = 1});
+  Located(t, s, {.alive = true, .address = "a2", .max_task_retries = 1});
 
   std::map<uint64_t, std::vector<uint64_t>> per_channel;
   for (const auto& p : t.pushed) per_channel[p.channel].push_back(p.sequence);
@@ -140,10 +158,10 @@ TEST_CASE("interrupted calls beyond max_task_retries fail, later ones still run"
   t.reachable = {"a1", "a2"};
   s.Submit(kActor, kOwner, Call(1));
   s.OnCallResolved(kActor);
-  s.OnLocated(kActor, {.alive = true, .address = "a1", .max_task_retries = 0});
+  Located(t, s, {.alive = true, .address = "a1", .max_task_retries = 0});
   s.OnChannelLost(kActor, t.pushed.back().channel);
   s.Submit(kActor, kOwner, Call(2));
-  s.OnLocated(kActor, {.alive = true, .address = "a2"});
+  Located(t, s, {.alive = true, .address = "a2"});
   REQUIRE(t.failed.count(1) == 1);
   REQUIRE(t.failed[1].find("max_task_retries=0") != std::string::npos);
   REQUIRE(t.pushed.size() == 2);
@@ -158,12 +176,60 @@ TEST_CASE("an unreachable address is skipped when locating again", "[actors]") {
   t.reachable = {"a2"};
   s.Submit(kActor, kOwner, Call(1));
   s.OnCallResolved(kActor);
-  s.OnLocated(kActor, {.alive = true, .address = "a1"});
+  Located(t, s, {.alive = true, .address = "a1"});
   REQUIRE(t.locates.size() == 2);
   REQUIRE(t.locates.back().failed_address == "a1");
   REQUIRE(t.pushed.empty());
-  s.OnLocated(kActor, {.alive = true, .address = "a2"});
+  Located(t, s, {.alive = true, .address = "a2"});
   REQUIRE(t.pushed.size() == 1);
+}
+
+TEST_CASE("calls wait in order while the channel is being opened", "[actors]") {
+  // Invariant: no call leaves before its channel is open; calls submitted
+  // while it opens queue behind the earlier ones, and all go in sequence order
+  // once it is open. A failed open sends nothing and asks for the actor again,
+  // skipping that address; a lost channel is only reported for open ones.
+  FakeTransport t;
+  ActorTaskSubmitter s(t);
+  t.reachable = {"a2"};
+  s.Submit(kActor, kOwner, Call(1));
+  s.OnCallResolved(kActor);
+  s.OnLocated(kActor, {.alive = true, .address = "a1"});
+  REQUIRE(t.opens.size() == 1);
+  s.Submit(kActor, kOwner, Call(2));
+  s.OnCallResolved(kActor);
+  REQUIRE(t.pushed.empty());
+  REQUIRE(t.locates.size() == 1);  // no second question while it opens
+  t.AnswerOpens(s);                // "a1" refuses
+  REQUIRE(t.pushed.empty());
+  REQUIRE(t.locates.size() == 2);
+  REQUIRE(t.locates.back().failed_address == "a1");
+  s.OnLocated(kActor, {.alive = true, .address = "a2"});
+  s.Submit(kActor, kOwner, Call(3));
+  s.OnCallResolved(kActor);
+  REQUIRE(t.pushed.empty());
+  t.AnswerOpens(s);
+  REQUIRE(t.pushed.size() == 3);
+  for (size_t i = 0; i < t.pushed.size(); ++i) REQUIRE(t.pushed[i].sequence == i + 1);
+  REQUIRE(t.failed.empty());
+}
+
+TEST_CASE("a dead actor's state is kept while its channel is being opened", "[actors]") {
+  // Invariant: the submitter forgets an actor only when the runtime can no
+  // longer answer about it: an open in progress is answered into kept state.
+  FakeTransport t;
+  ActorTaskSubmitter s(t);
+  t.reachable = {"a1"};
+  s.Submit(kActor, kOwner, Call(1));
+  s.OnCallResolved(kActor);
+  s.OnLocated(kActor, {.alive = true, .address = "a1"});
+  s.MarkDead(kActor, "killed");
+  s.OnCallResolved(kActor);  // fails the queued call
+  REQUIRE(t.failed.count(1) == 1);
+  REQUIRE(s.TEST_ActorCount() == 1);
+  t.AnswerOpens(s);
+  REQUIRE(s.OpenChannelOf(kActor).has_value());
+  REQUIRE(t.pushed.empty());
 }
 
 TEST_CASE("a dead actor fails every call, and its state is dropped", "[actors]") {
@@ -175,7 +241,7 @@ TEST_CASE("a dead actor fails every call, and its state is dropped", "[actors]")
   t.reachable = {"a1"};
   s.Submit(kActor, kOwner, Call(1));
   s.OnCallResolved(kActor);
-  s.OnLocated(kActor, {.alive = true, .address = "a1"});
+  Located(t, s, {.alive = true, .address = "a1"});
   auto unresolved = Call(2);
   unresolved->resolved = false;
   ActorCall* raw = s.Submit(kActor, kOwner, std::move(unresolved));

@@ -1,5 +1,6 @@
-// One call of an actor method as the caller-side submitter sees it, and the
-// failure a task or call ends with.
+// One call of an actor method as the caller-side submitter sees it, the
+// failure a task or call ends with, and where an actor runs (the owner's answer
+// to its callers).
 //
 // The runtime derives its own task record from ActorCall (adding arguments and
 // the return object); the submitter only orders, sends and resends calls.
@@ -20,6 +21,15 @@ struct TaskFailure {
   std::string exception_type;
   std::string message;
   std::string location;
+};
+
+// Where an actor runs, as its owner (or the head) answered.
+struct ActorLocation {
+  bool alive = false;
+  std::string address;  // alive: its process
+  std::string death;    // dead: why
+  // The actor's retry budget for interrupted calls, when the answer carries it.
+  std::optional<int> max_task_retries;
 };
 
 // Not thread-safe: owned by one submitter on its owner's thread.

@@ -29,11 +29,11 @@ class ActorCallTransport {
   // with ActorTaskSubmitter::OnLocated, now or later.
   virtual void Locate(const ObjectId& actor, const std::string& owner,
                       const std::string& failed_address) = 0;
-  // Opens a channel to the actor's process at `address`: its id (never 0), or
-  // an error when it cannot be reached now. The runtime reports the channel's
-  // end with ActorTaskSubmitter::OnChannelLost, never from inside this call.
-  [[nodiscard]] virtual absl::StatusOr<uint64_t> OpenChannel(const ObjectId& actor,
-                                               const std::string& address) = 0;
+  // Opens a channel to the actor's process at `address` without blocking. The
+  // runtime answers once with ActorTaskSubmitter::OnChannelOpened (the
+  // channel's id, never 0, or why it cannot be reached), never from inside
+  // this call, and reports the channel's end with OnChannelLost.
+  virtual void OpenChannel(const ObjectId& actor, const std::string& address) = 0;
   // Sends `call` over `channel` (frames on one channel arrive in order).
   virtual void Push(uint64_t channel, const ActorCall& call) = 0;
   // The call ends with `failure`: the runtime fails its result and frees it.

@@ -6,7 +6,8 @@
 //   submitter.Submit(actor, owner, std::move(call));
 //   call_ptr->resolved = true;                     // its arguments are ready
 //   submitter.OnCallResolved(actor);               // -> transport.Locate(...)
-//   submitter.OnLocated(actor, {.alive = true, .address = a});  // -> OpenChannel, Push
+//   submitter.OnLocated(actor, {.alive = true, .address = a});  // -> OpenChannel
+//   submitter.OnChannelOpened(actor, a, channel);                // -> Push
 //   auto done = submitter.TakeReplied(actor, task_id);          // the reply came
 //
 // Invariant: the calls of one actor leave in sequence order, each call at most
@@ -24,20 +25,12 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
 #include "lumen/actors/actor_call.h"
 #include "lumen/actors/actor_runtime.h"
 #include "lumen/common/ids.h"
 
 namespace lumen::actors {
-
-// Where an actor runs, as its owner (or the head) answered.
-struct ActorLocation {
-  bool alive = false;
-  std::string address;  // alive: its process
-  std::string death;    // dead: why
-  // The actor's retry budget for interrupted calls, when the answer carries it.
-  std::optional<int> max_task_retries;
-};
 
 class ActorTaskSubmitter {
  public:
@@ -55,8 +48,14 @@ class ActorTaskSubmitter {
   // A call of `actor` was marked resolved (or got a dep_failure): sends what
   // can go, asking where the actor is first when no channel is open.
   void OnCallResolved(const ObjectId& actor);
-  // The answer to ActorCallTransport::Locate.
+  // The answer to ActorCallTransport::Locate: an address opens a channel
+  // (calls keep waiting, in order), a death fails the calls.
   void OnLocated(const ObjectId& actor, ActorLocation location);
+  // The answer to ActorCallTransport::OpenChannel for `address`: the channel
+  // (interrupted calls, then the queue, go over it) or its error (the actor is
+  // located again, at an address other than this one).
+  void OnChannelOpened(const ObjectId& actor, const std::string& address,
+                       absl::StatusOr<uint64_t> channel);
   // `channel` of `actor` closed: its unanswered calls wait for the next
   // incarnation (or fail), and the actor is located again.
   void OnChannelLost(const ObjectId& actor, uint64_t channel);
@@ -95,6 +94,7 @@ class ActorTaskSubmitter {
     std::string failed_address;  // the last address that stopped answering
     uint64_t channel = 0;        // 0: none open
     bool locating = false;
+    bool opening = false;  // a channel is being opened
     bool dead = false;
     std::string death;
     int max_task_retries = 0;

@@ -7,9 +7,9 @@
 // (core_worker.cc: startup and shutdown; reference_counter.cc; memory_store.cc;
 // store_provider.cc; object_getter.cc; owner_service.cc; lease_requester.cc;
 // task_submission.cc with normal_task_submitter.h; task_manager.cc;
-// task_executor.cc; actor_owner.cc
-// with the lifecycle state machine of lumen/actors; actor_caller.cc with the
-// ordered submitter of lumen/actors; head_requester.cc).
+// task_executor.cc; actor_owner.cc, the runtime half of lumen/actors'
+// owner-side actor manager; actor_caller.cc with the ordered submitter of
+// lumen/actors; head_requester.cc).
 //
 // Threads: one io thread runs the event loop and owns every socket; user threads
 // (and, in a worker, the executor thread) call the public methods, which are
@@ -37,6 +37,7 @@
 #include "absl/synchronization/mutex.h"
 #include "lumen/actors/actor_call.h"
 #include "lumen/actors/actor_lifecycle.h"
+#include "lumen/actors/actor_owner.h"
 #include "lumen/actors/actor_task_submitter.h"
 #include "lumen/common/address.h"
 #include "lumen/common/connection.h"
@@ -62,7 +63,7 @@ class NormalTaskSubmitter; // core/worker/normal_task_submitter.h
 class TaskReceiver;        // core/worker/task_receiver.h
 struct TaskToRun;          // core/worker/task_receiver.h
 struct PendingTask;       // core/worker/pending_task.h
-struct ActorRecord;       // core/worker/pending_task.h
+struct ActorRecord;       // core/worker/pending_task.h (the runtime's actors::ActorSpec)
 
 struct CoreWorkerOptions {
   bool is_worker = false;
@@ -131,6 +132,7 @@ class CoreWorker {
 
  private:
   class ActorCaller;  // actor_caller.h
+  class ActorHost;    // actor_host.h
   // A request to a peer's owner service, answered on the connection it went out on.
   struct PeerRequest {
     uint64_t conn_id = 0;
@@ -257,24 +259,17 @@ class CoreWorker {
   void UseGpus(const std::vector<int>& ids);
   static void SetGpuIds(proto::TaskSpec::Builder spec, const std::vector<int>& ids);
 
-  // actors, owner side (io thread)
-  void StartActor(ActorRecord& record);
+  // actors, owner side (io thread; see actor_owner.cc): the manager is
+  // actor_owner_, its runtime half actor_host_.
+  void CreateActorOwner();
   void SendKillActor(Connection& conn, const ObjectId& id, bool no_restart);
-  // After the lifecycle said dead: releases its arguments and name, answers waiters.
-  void OnActorDead(ActorRecord& record);
-  // Erases the record of a dead actor nobody holds a handle to (posted).
-  void ForgetActorLater(const ObjectId& id);
-  // Frees a name at the head, asynchronously (failures are logged).
-  void UnregisterActorName(const std::string& name, const ObjectId& id);
-  void OnActorLease(const ObjectId& id, int generation, proto::LeaseReply::Reader reply,
-                    std::shared_ptr<Connection> node);
-  void OnActorCreated(const ObjectId& id, int generation, proto::TaskReply::Reader reply);
-  void OnActorProcessLost(const ObjectId& id, int generation, const absl::Status& why);
-  void SetActorDead(ActorRecord& record, std::string why);
-  void KillOwnedActor(const ObjectId& id, bool no_restart, std::string why);
-  void OnActorOutOfScope(const ObjectId& id);
+  // actor_owner_->WhenSettled, for the owner service's answer.
   void WhenActorSettled(const ObjectId& id, const std::string& failed_address,
                         std::function<void(bool alive, std::string address, std::string death)> cb);
+  // `node` was declared dead: the links of our actors there close; returns
+  // our calls' channels to those actors, for the caller to close.
+  std::vector<std::shared_ptr<Connection>> OnActorNodeDead(const NodeId& node,
+                                                           const absl::Status& why);
   // actors, caller side (io thread; see actor_caller.cc)
   void CreateActorCaller();
   void CloseActorChannels();
@@ -364,7 +359,10 @@ class CoreWorker {
   // Objects each inbound peer borrows from us, with counts (dropped if it dies).
   std::unique_ptr<BorrowerRegistry> borrowers_;
 
-  absl::flat_hash_map<ObjectId, std::unique_ptr<ActorRecord>> owned_actors_;
+  // Owner side of actors: the actors this process created (lumen/actors) and
+  // the runtime half it asks (io thread only). The host outlives the manager.
+  std::unique_ptr<ActorHost> actor_host_;
+  std::unique_ptr<actors::ActorOwner> actor_owner_;
   // How submitted tasks end: complete, fail, retry budget, history (io thread).
   std::unique_ptr<TaskManager> tasks_;
   // Holds submitted tasks until their arguments are ready (io thread).
