@@ -10,6 +10,7 @@
 #include "core/cli/start_command.h"
 #include "core/cli/state_commands.h"
 #include "core/cli/stop_command.h"
+#include "core/cli/timeline_command.h"
 #include "lumen/cli/command_line.h"
 #include "lumen/lumen.h"
 
@@ -44,10 +45,13 @@ int main(int argc, char** argv) {
       return Report(lumen::cli::RunStatus(line.status));
     case lumen::cli::CommandKind::kList:
       return Report(lumen::cli::RunList(line.list));
+    case lumen::cli::CommandKind::kTimeline:
+      return Report(lumen::cli::RunTimeline(line.timeline));
     case lumen::cli::CommandKind::kMicrobenchmark:
       return lumen::bench::RunMicrobenchmark(
           {.quick = line.microbenchmark.quick,
-           .client_seconds = line.microbenchmark.client_seconds});
+           .client_seconds = line.microbenchmark.client_seconds,
+           .task_events = line.microbenchmark.task_events});
   }
   return 1;
 }

@@ -14,6 +14,7 @@
 #include "lumen/common/head_client.h"
 #include "lumen/common/logging.h"
 #include "lumen/common/proto_util.h"
+#include "lumen/common/task_events.h"
 #include "lumen/errors.h"
 #include "lumen/worker/core_worker.h"
 
@@ -231,6 +232,7 @@ void CoreWorker::OnActorLease(const ObjectId& id, int generation,
   spec.setMaxConcurrency(static_cast<uint32_t>(std::max(1, record->options.max_concurrency)));
   spec.setActorName(record->options.name);
   SetGpuIds(spec, record->gpu_ids);
+  TaskEvents().Record(TaskEventKind::kLeaseGranted, creation.task_id, creation.attempt, record->factory, {.node = record->node_id, .worker = record->worker_id, .worker_pid = record->pid, .actor_call = true});
   record->conn->Send(push.builder());
 }
 

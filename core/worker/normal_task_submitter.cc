@@ -19,6 +19,7 @@
 #include "lumen/common/logging.h"
 #include "lumen/common/process.h"
 #include "lumen/common/proto_util.h"
+#include "lumen/common/task_events.h"
 #include "lumen/errors.h"
 #include "lumen/objectstore/fd_passing.h"
 #include "lumen/objectstore/object_table.h"
@@ -58,6 +59,7 @@ void CoreWorker::MoveLargeArgumentsToStore(std::vector<internal::TaskArgument>& 
 }
 
 void CoreWorker::Enqueue(std::unique_ptr<PendingTask> task) {
+  TaskEvents().Record(TaskEventKind::kSubmitted, task->task_id, task->attempt, task->kind == proto::TaskKind::NORMAL ? task->display_name : task->function, {.actor_call = task->kind != proto::TaskKind::NORMAL});
   // Large values travel through the store, not inside the task's frame.
   MoveLargeArgumentsToStore(task->args);
   bool was_empty;
@@ -107,6 +109,7 @@ void CoreWorker::DrainSubmissions() {
 }
 
 void CoreWorker::OnTaskResolved(PendingTask* raw) {
+  TaskEvents().Record(TaskEventKind::kDependenciesReady, raw->task_id, raw->attempt, {}, {.actor_call = raw->kind != proto::TaskKind::NORMAL});
   if (raw->kind == proto::TaskKind::ACTOR_METHOD) {
     // Owned by the actor submitter; it goes out in submission order.
     raw->dep_failure = resolver_->FailedArgument(*raw);
@@ -286,6 +289,7 @@ void CoreWorker::PushTask(Lease& lease, PendingTask* raw) {
   auto spec = out.Init().initPushTask();
   FillTaskSpec(spec, *task);
   SetGpuIds(spec, lease.gpu_ids);
+  TaskEvents().Record(TaskEventKind::kLeaseGranted, task->task_id, task->attempt, {}, {.node = lease.node_id, .worker = lease.worker_id, .worker_pid = lease.worker_pid});
   lease.conn->Send(out.builder());
   lease.in_flight.emplace(task->task_id, std::move(task));
 }
