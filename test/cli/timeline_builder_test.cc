@@ -19,7 +19,7 @@ TaskEvent Event(TaskEventKind kind, const TaskId& task, int pid, int64_t time_us
 const json::object* Find(const json::array& trace, const char* ph, const std::string& name) {
   for (const auto& e : trace) {
     const auto& o = e.as_object();
-    if (o.at("ph") == ph && o.at("name") == name) return &o;
+    if (o.at("ph") == ph && o.at("name").as_string() == name.c_str()) return &o;
   }
   return nullptr;
 }
@@ -66,7 +66,7 @@ TEST_CASE("the timeline puts each task on its worker's row with its phases") {
   CHECK(args.at("arg_fetch_ms").to_number<double>() == Approx(0.1));
   CHECK(args.at("execution_ms").to_number<double>() == Approx(10.0));
   CHECK(args.at("result_store_ms").to_number<double>() == Approx(0.5));
-  CHECK(args.at("task_id") == remote.Hex());
+  CHECK(args.at("task_id").as_string() == remote.Hex().c_str());
 
   const json::object* boom = Find(trace, "X", "Boom");
   REQUIRE(boom != nullptr);
