@@ -12,6 +12,7 @@
 #include "bench/multi_node_metrics.h"
 #include "bench/object_metrics.h"
 #include "bench/reporter.h"
+#include "bench/task_events_overhead.h"
 #include "bench/task_metrics.h"
 #include "lumen/common/process.h"
 #include "lumen/common/timeouts.h"
@@ -50,6 +51,10 @@ int RunMicrobenchmark(const MicrobenchmarkOptions& options) {
   out.Note(std::string(plan_text) +
            (quick ? " (--quick: shorter trials, smaller objects, batches over 1,000 a tenth of Ray's)"
                   : ""));
+  if (options.task_events) {
+    RunTaskEventsOverhead(out, quick);
+    return out.failures() == 0 ? 0 : 1;
+  }
   out.Note("the _gigabytes metrics of puts count as Ray does: 1 GB = 1000 MiB");
 
   bool initialized = out.Step("init_seconds", [&] {

@@ -21,6 +21,9 @@ struct MicrobenchmarkOptions {
   // for this many seconds (`--client SECONDS`, how the benchmark re-executes
   // itself), instead of the benchmark.
   std::optional<double> client_seconds;
+  // Only the cost of task events (`--task-events`): the task and actor-call
+  // rates with events on and off (bench/task_events_overhead.h).
+  bool task_events = false;
 };
 
 // The process exit code: 0 when every metric was measured and every result

@@ -1,6 +1,7 @@
 #include "lumen/objectstore/pull_manager.h"
 
 #include "lumen/common/logging.h"
+#include "lumen/common/task_events.h"
 
 namespace lumen::objectstore {
 
@@ -44,6 +45,8 @@ void PullManager::Pull(const ObjectId& id, const std::string& source_node, uint6
   InFlight& entry = pulls_[id];
   entry.source = source_node;
   entry.readers.push_back(std::move(answer));
+  entry.size = size;
+  entry.started_us = TaskEventRecorder::NowMicros();
   transfer_.Pull(*source, id, size, *dest,
                  [this, id](absl::Status status) { Finish(id, std::move(status)); });
 }
@@ -69,6 +72,12 @@ void PullManager::Finish(const ObjectId& id, absl::Status status) {
     store_.AbortPulledIn(id);
     if (!status.ok()) LUMEN_LOG(WARNING) << "pulling object " << id.Hex() << " failed: " << status;
     if (status.ok()) status = absl::UnavailableError("its source node died during the copy");
+  }
+  if (status.ok()) {
+    TaskEvent pulled{.kind = TaskEventKind::kPull, .name = id.Hex(),
+                     .node = NodeId::FromBinary(it->second.source), .bytes = it->second.size};
+    pulled.duration_us = TaskEventRecorder::NowMicros() - it->second.started_us;
+    TaskEvents().RecordEvent(std::move(pulled));
   }
   std::vector<Answer> readers = std::move(it->second.readers);
   pulls_.erase(it);

@@ -77,14 +77,15 @@ class Grammar {
     AddStop();
     AddStatus();
     AddList();
+    AddTimeline();
     AddMicrobenchmark();
-    for (CLI::App* app : {&app_, start_, status_, list_}) app->footer(kTokenNote);
+    for (CLI::App* app : {&app_, start_, status_, list_, timeline_}) app->footer(kTokenNote);
   }
 
   ParseResult Parse(int argc, const char* const* argv) {
     if (argc > 1 && argv[1][0] != '-' && !IsCommand(argv[1])) {
       return UsageError("lumen", std::string("unknown command '") + argv[1] +
-                                     "' (commands: start, stop, status, list, microbenchmark)");
+                                     "' (commands: start, stop, status, list, timeline, microbenchmark)");
     }
     try {
       app_.parse(argc, argv);
@@ -151,6 +152,15 @@ class Grammar {
     token_start_ = start_->add_option("--token", token_start_value_,
                                       "The cluster's token (default: LUMEN_TOKEN)")
                      ->type_name("TOKEN");
+    metrics_port_ = start_->add_option("--metrics-port", metrics_port_value_,
+                                       "With --head: serve Prometheus metrics at "
+                                       "http://HOST:PORT/metrics (0: a free port)")
+                        ->type_name("PORT")
+                        ->check(CLI::Range(0, 65535).description(""));
+    metrics_host_ = start_->add_option("--metrics-host", metrics_host_value_,
+                                       "The address the metrics listen on (default 127.0.0.1; "
+                                       "beyond loopback requests need the token)")
+                        ->type_name("HOST");
   }
 
   void AddStop() {
@@ -190,11 +200,24 @@ class Grammar {
     AddHeadQuery(list_, line_.list.head, &token_list_, &token_list_value_);
   }
 
+  void AddTimeline() {
+    timeline_ = app_.add_subcommand(
+        "timeline", "Write the cluster's recent task events as a Chrome trace (JSON for "
+                    "Perfetto or chrome://tracing): one row per worker, one slice per task.");
+    timeline_->add_option("file", line_.timeline.file, "The trace file to write")
+        ->required()
+        ->type_name("FILE");
+    AddHeadQuery(timeline_, line_.timeline.head, &token_timeline_, &token_timeline_value_);
+  }
+
   void AddMicrobenchmark() {
     bench_ = app_.add_subcommand("microbenchmark",
                                  "Ray's microbenchmark metrics, measured on a local cluster.");
     bench_->add_flag("--quick", line_.microbenchmark.quick,
                      "Shorter runs and smaller objects (under 30 s)");
+    bench_->add_flag("--task-events", line_.microbenchmark.task_events,
+                     "Only measure what task events cost: task and actor-call rates with "
+                     "events on and off");
     // Internal: how the benchmark starts its extra driver processes.
     client_ = bench_->add_option("--client", client_value_)->group("")->check(kClientSeconds);
     bench_->add_flag("--scale", line_.microbenchmark.scale,
@@ -208,7 +231,7 @@ class Grammar {
   }
 
   bool IsCommand(const std::string& word) const {
-    for (const CLI::App* sub : {start_, stop_, status_, list_, bench_}) {
+    for (const CLI::App* sub : {start_, stop_, status_, list_, timeline_, bench_}) {
       if (sub->check_name(word)) return true;
     }
     return false;
@@ -217,7 +240,7 @@ class Grammar {
   // "unknown flag '--bogus-flag'" for the first argument nothing accepted, in
   // the order given (CLI11's own message lists them backwards).
   std::string Unexpected(const CLI::ExtrasError& e) const {
-    for (const CLI::App* sub : {start_, stop_, status_, list_, bench_}) {
+    for (const CLI::App* sub : {start_, stop_, status_, list_, timeline_, bench_}) {
       if (!sub->parsed()) continue;
       std::vector<std::string> rest = sub->remaining();
       if (rest.empty()) break;
@@ -232,7 +255,7 @@ class Grammar {
   // The deepest subcommand given, as the user would type it ("lumen start").
   std::string CommandName() const {
     std::string name = "lumen";
-    for (const CLI::App* sub : {start_, stop_, status_, list_, bench_}) {
+    for (const CLI::App* sub : {start_, stop_, status_, list_, timeline_, bench_}) {
       if (sub->parsed()) name += " " + sub->get_name();
     }
     return name;
@@ -254,6 +277,11 @@ class Grammar {
       o.memory = IfGiven(memory_, memory_value_);
       o.object_store_memory = IfGiven(object_store_, object_store_value_);
       o.token = IfGiven(token_start_, token_start_value_);
+      o.metrics_port = IfGiven(metrics_port_, metrics_port_value_);
+      o.metrics_host = IfGiven(metrics_host_, metrics_host_value_);
+      if ((o.metrics_port || o.metrics_host) && !o.head) {
+        return UsageError("lumen start", "--metrics-port and --metrics-host need --head");
+      }
       if (resources_->count() > 0) {
         auto parsed = ParseResourcesJson(resources_text_);
         if (!parsed.ok()) {
@@ -270,6 +298,9 @@ class Grammar {
     } else if (list_->parsed()) {
       line.kind = CommandKind::kList;
       line.list.head.token = IfGiven(token_list_, token_list_value_);
+    } else if (timeline_->parsed()) {
+      line.kind = CommandKind::kTimeline;
+      line.timeline.head.token = IfGiven(token_timeline_, token_timeline_value_);
     } else {
       line.kind = CommandKind::kMicrobenchmark;
       line.microbenchmark.client_seconds = IfGiven(client_, client_value_);
@@ -283,6 +314,7 @@ class Grammar {
   CLI::App* stop_ = nullptr;
   CLI::App* status_ = nullptr;
   CLI::App* list_ = nullptr;
+  CLI::App* timeline_ = nullptr;
   CLI::App* bench_ = nullptr;
   // Flags whose absence matters (StartOptions keeps them optional): the option
   // and the raw value CLI11 writes.
@@ -303,11 +335,17 @@ class Grammar {
   CLI::Option* resources_ = nullptr;
   std::string resources_text_;
   CLI::Option* token_start_ = nullptr;
+  CLI::Option* metrics_port_ = nullptr;
+  int metrics_port_value_ = 0;
+  CLI::Option* metrics_host_ = nullptr;
+  std::string metrics_host_value_;
   std::string token_start_value_;
   CLI::Option* token_status_ = nullptr;
   std::string token_status_value_;
   CLI::Option* token_list_ = nullptr;
   std::string token_list_value_;
+  CLI::Option* token_timeline_ = nullptr;
+  std::string token_timeline_value_;
   CLI::Option* client_ = nullptr;
   double client_value_ = 0;
 };

@@ -11,6 +11,7 @@
 #include "core/cli/start_command.h"
 #include "core/cli/state_commands.h"
 #include "core/cli/stop_command.h"
+#include "core/cli/timeline_command.h"
 #include "lumen/cli/command_line.h"
 #include "lumen/lumen.h"
 
@@ -45,6 +46,8 @@ int main(int argc, char** argv) {
       return Report(lumen::cli::RunStatus(line.status));
     case lumen::cli::CommandKind::kList:
       return Report(lumen::cli::RunList(line.list));
+    case lumen::cli::CommandKind::kTimeline:
+      return Report(lumen::cli::RunTimeline(line.timeline));
     case lumen::cli::CommandKind::kMicrobenchmark:
       if (line.microbenchmark.scale) {
         return lumen::bench::RunScaleBenchmark(
@@ -55,7 +58,8 @@ int main(int argc, char** argv) {
       }
       return lumen::bench::RunMicrobenchmark(
           {.quick = line.microbenchmark.quick,
-           .client_seconds = line.microbenchmark.client_seconds});
+           .client_seconds = line.microbenchmark.client_seconds,
+           .task_events = line.microbenchmark.task_events});
   }
   return 1;
 }

@@ -1,6 +1,7 @@
 #include "core/cli/start_command.h"
 
 #include <chrono>
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -60,7 +61,14 @@ absl::StatusOr<runtime::ClusterSpec> SpecFor(const StartOptions& options) {
   }
   if (options.token) runtime::SetHeadToken(*options.token);
   spec.token = runtime::HeadToken();
-  if (spec.start_head && !IsLoopbackHost(spec.head_host) && spec.token.empty()) {
+  if (options.metrics_port) spec.metrics_port = *options.metrics_port;
+  if (options.metrics_host) {
+    spec.metrics_host = *options.metrics_host;
+    if (!options.metrics_port) spec.metrics_port = 0;
+  }
+  bool beyond_loopback = !IsLoopbackHost(spec.head_host) ||
+                         (spec.metrics_port >= 0 && !IsLoopbackHost(spec.metrics_host));
+  if (spec.start_head && beyond_loopback && spec.token.empty()) {
     // Beyond loopback every connection must present the cluster's token.
     spec.token = JobId::Random().Hex() + JobId::Random().Hex();
     runtime::SetHeadToken(spec.token);
@@ -94,6 +102,11 @@ void PrintStarted(const runtime::ClusterSpec& spec, const runtime::ClusterProces
             << " ./your_program   (or Config::address)\n"
             << "  show the cluster:    lumen status\n"
             << "  stop everything:     lumen stop\n";
+  std::ifstream metrics(cluster.session_dir + "/metrics_address");
+  std::string metrics_address;
+  if (std::getline(metrics, metrics_address) && !metrics_address.empty()) {
+    std::cout << "  Prometheus metrics:  http://" << metrics_address << "/metrics\n";
+  }
   if (!cluster.token_file.empty()) {
     std::cout << "  this head listens on " << spec.head_host
               << ": every connection needs its token, kept in " << cluster.token_file

@@ -1,6 +1,7 @@
 #include "core/cli/state_commands.h"
 
 #include <algorithm>
+#include <map>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -59,22 +60,63 @@ void PrintNodes(const std::string& head, const std::vector<runtime::NodeView>& n
   }
 }
 
-// Demand no node can meet yet, as each node that holds it reports it.
+// Why no alive node fits `need`, in words: "no node has a GPU", "the most
+// any node has is 2 CPU", or "" when one node has enough of each (it fits on
+// no node only all at once).
+std::string WhyInfeasible(const std::vector<runtime::NodeView>& nodes,
+                          const std::map<std::string, double>& need) {
+  std::vector<std::string> reasons;
+  for (const auto& [name, qty] : need) {
+    double most = 0;
+    for (const auto& n : nodes) {
+      if (n.alive && n.total.contains(name)) most = std::max(most, n.total.at(name));
+    }
+    if (most >= qty) continue;
+    if (most == 0) {
+      reasons.push_back(name == "GPU" ? "no node has a GPU" : "no node has " + name);
+    } else {
+      reasons.push_back("the most any node has is " + FormatQuantity(name, most) + " " + name);
+    }
+  }
+  if (reasons.empty()) return "no single node has all of it at once";
+  std::string out;
+  for (const auto& r : reasons) absl::StrAppend(&out, out.empty() ? "" : "; ", r);
+  return out;
+}
+
+// Demand no node can meet yet, as each node that holds it reports it, in words:
+// "3 tasks (Train) need {GPU: 1}; no node has a GPU".
 void PrintInfeasible(const std::vector<runtime::NodeView>& nodes) {
   bool header = false;
   for (const auto& n : nodes) {
     if (!n.alive) continue;
     for (const auto& d : n.infeasible) {
       if (!header) {
-        std::cout << "\nInfeasible demand (waits for a node that fits):\n";
+        std::cout << "\nInfeasible demand (waits until a node that fits joins):\n";
         header = true;
       }
       std::string need;
       for (const auto& [name, qty] : d.resources) {
         absl::StrAppend(&need, need.empty() ? "" : ", ", name, ": ", FormatQuantity(name, qty));
       }
-      std::cout << absl::StrFormat("  %d x %s {%s}\n", d.count, d.name, need);
+      std::cout << absl::StrFormat("  %d %s (%s) need {%s}; %s\n", d.count,
+                                   d.count == 1 ? "task" : "tasks", d.name, need,
+                                   WhyInfeasible(nodes, d.resources));
     }
+  }
+}
+
+// Lease requests waiting for resources that exist but are busy, per node.
+void PrintPending(const std::vector<runtime::NodeView>& nodes) {
+  bool header = false;
+  for (const auto& n : nodes) {
+    if (!n.alive || n.queued_leases == 0) continue;
+    if (!header) {
+      std::cout << "\nPending demand (waits for busy resources to free up):\n";
+      header = true;
+    }
+    std::cout << absl::StrFormat("  node %s: %d lease requests wait for a worker\n",
+                                 n.id.Hex().substr(0, 12), n.queued_leases);
   }
 }
 
@@ -160,6 +202,7 @@ absl::Status RunStatus(const HeadQueryOptions& options) {
   auto nodes = runtime::QueryNodes(*head);
   if (!nodes.ok()) return nodes.status();
   PrintNodes(*head, *nodes);
+  PrintPending(*nodes);
   PrintInfeasible(*nodes);
   // Best effort: the nodes above are the status; a head that does not answer
   // this second query only leaves the waiting groups out.

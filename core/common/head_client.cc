@@ -12,6 +12,7 @@
 #include "lumen/common/connection.h"
 #include "lumen/common/process.h"
 #include "lumen/common/proto_util.h"
+#include "lumen/common/task_event_wire.h"
 
 namespace lumen::runtime {
 namespace {
@@ -249,6 +250,22 @@ absl::StatusOr<std::vector<StateRow>> QueryNodeState(const std::string& node_add
   });
   if (!read.ok()) return read;
   return rows;
+}
+
+absl::StatusOr<NodeTaskEvents> QueryTaskEvents(const std::string& node_address) {
+  auto words = CallNode(node_address, [](proto::Envelope::Builder env) { env.setGetTaskEvents(); });
+  if (!words.ok()) return words.status();
+  NodeTaskEvents out;
+  absl::Status read = ReadReply(*words, "the node", [&](proto::Envelope::Reader env) {
+    if (!env.isTaskEvents()) return UnexpectedReply("the node");
+    auto batch = env.getTaskEvents();
+    out.node = IdFrom<NodeId>(batch.getNodeId());
+    out.dropped = batch.getDropped();
+    out.events = TaskEventsFromProto(batch);
+    return absl::OkStatus();
+  });
+  if (!read.ok()) return read;
+  return out;
 }
 
 absl::StatusOr<std::vector<PlacementGroupView>> QueryPlacementGroups(

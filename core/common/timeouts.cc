@@ -33,6 +33,7 @@ Timeouts Timeouts::FromEnv() {
   Override("LUMEN_HEALTH_CHECK_PERIOD_MS", &t.health_check_period);
   Override("LUMEN_HEALTH_CHECK_FAILURE_THRESHOLD", &t.health_check_failure_threshold);
   Override("LUMEN_MAX_PARKED_WAIT_MS", &t.max_parked_wait);
+  Override("LUMEN_HTTP_REQUEST_TIMEOUT_MS", &t.http_request_timeout);
   Override("LUMEN_REPORT_PERIOD_MS", &t.report_period);
   Override("LUMEN_WORKER_IDLE_TIMEOUT_MS", &t.worker_idle_timeout);
   Override("LUMEN_WORKER_REAP_PERIOD_MS", &t.worker_reap_period);
@@ -45,6 +46,7 @@ Timeouts Timeouts::FromEnv() {
   Override("LUMEN_LEASE_RETRY_DELAY_MS", &t.lease_retry_delay);
   Override("LUMEN_SPILLBACK_RETRY_DELAY_MS", &t.spillback_retry_delay);
   Override("LUMEN_EXIT_FLUSH_TIMEOUT_MS", &t.exit_flush_timeout);
+  Override("LUMEN_TASK_EVENT_FLUSH_PERIOD_MS", &t.task_event_flush_period);
   Override("LUMEN_SLOW_HANDLER_WARNING_MS", &t.slow_handler_warning);
   Override("LUMEN_BENCH_WAIT_TIMEOUT_MS", &t.bench_wait_timeout);
   return t;

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <optional>
 
@@ -18,6 +19,8 @@
 #include "absl/strings/str_cat.h"
 #include "core/head/cluster_view_publisher.h"
 #include "core/head/head_replies.h"
+#include "core/head/http_server.h"
+#include "core/head/metrics_exporter.h"
 #include "core/head/job_table.h"
 #include "core/head/kv_service.h"
 #include "core/head/named_actor_service.h"
@@ -87,6 +90,9 @@ class HeadService {
   void AcceptNext();
   // Health checks: a node silent for `failure_threshold` periods is dead.
   void CheckHealth();
+  // The HTTP server with GET /metrics (and later the dashboard's routes);
+  // false when it was asked for and cannot serve.
+  bool StartHttp();
 
   void OnFrame(Connection& conn, proto::Envelope::Reader msg);
   // The first frame: a hello with our protocol version (and the token when we
@@ -117,6 +123,7 @@ class HeadService {
   PlacementGroupService groups_;
   ClusterViewPublisher views_;
   asio::steady_timer health_timer_;
+  std::unique_ptr<HttpServer> http_;  // when options_.metrics_port >= 0
   ThreadChecker loop_thread_;
 };
 
@@ -151,6 +158,7 @@ int HeadService::Run() {
     parent_watch_->async_read_some(
         asio::buffer(buf.get(), 1), [this, buf](const boost::system::error_code&, size_t) { Stop(); });
   }
+  if (!StartHttp()) return 1;
   AcceptNext();
   CheckHealth();
   TellStarter(absl::StrCat("ready ", address_, "\n"));
@@ -158,6 +166,34 @@ int HeadService::Run() {
   LUMEN_LOG(INFO) << "head serving on " << address_;
   io_.run();
   return 0;
+}
+
+bool HeadService::StartHttp() {
+  if (options_.metrics_port < 0) return true;
+  http_ = std::make_unique<HttpServer>(
+      io_, HttpServerOptions{.host = options_.metrics_host,
+                             .port = options_.metrics_port,
+                             .token = options_.token,
+                             .request_timeout = options_.timeouts.http_request_timeout});
+  http_->Route("/metrics", [this](const HttpRequest&) {
+    capnp::MallocMessageBuilder message;
+    auto list = message.initRoot<proto::ClusterView>().initNodes(nodes_.size());
+    nodes_.FillNodes(list);
+    return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8",
+                        RenderMetrics(list.asReader())};
+  });
+  if (auto s = http_->Start(); !s.ok()) {
+    LUMEN_LOG(ERROR) << "head: " << s.message();
+    TellStarter(absl::StrCat("error ", s.message(), "\n"));
+    return false;
+  }
+  std::string url = absl::StrCat("http://", options_.metrics_host, ":", http_->port(), "/metrics");
+  if (!options_.session_dir.empty()) {
+    std::ofstream(options_.session_dir + "/metrics_address")
+        << options_.metrics_host << ":" << http_->port() << "\n";
+  }
+  LUMEN_LOG(INFO) << "head serving metrics at " << url;
+  return true;
 }
 
 void HeadService::TellStarter(const std::string& line) {
@@ -170,6 +206,7 @@ void HeadService::TellStarter(const std::string& line) {
 void HeadService::Stop() {
   boost::system::error_code ignored;
   acceptor_.close(ignored);
+  if (http_) http_->Stop();
   io_.stop();
 }
 

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "lumen/common/logging.h"
 #include "lumen/common/proto_util.h"
+#include "lumen/common/task_events.h"
 
 namespace lumen::node {
 
@@ -222,6 +223,7 @@ void LocalLeaseManager::DispatchPass() {
                              request.detached, *gpu_ids, bundle});
     options_.clients->Grant(request.client, request.request_id,
                             LeaseGrant{lease_id, w->id, w->address, w->pid, *gpu_ids});
+    TaskEvents().Record(TaskEventKind::kLeaseGranted, TaskId::Nil(), 0, request.name, {.worker = w->id, .worker_pid = w->pid});
     Untrack(request.client);
     return Verdict::kTake;
   });

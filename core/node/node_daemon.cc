@@ -28,6 +28,7 @@
 #include "core/node/local_lease_manager.h"
 #include "core/node/process_launcher.h"
 #include "core/node/state_lister.h"
+#include "core/node/task_event_buffer.h"
 #include "core/node/worker_exit_log.h"
 #include "core/node/worker_pool.h"
 #include "lumen/common/address.h"
@@ -38,6 +39,7 @@
 #include "lumen/common/process.h"
 #include "lumen/common/proto_util.h"
 #include "lumen/common/post.h"
+#include "lumen/common/task_event_wire.h"
 #include "lumen/objectstore/pull_manager.h"
 #include "lumen/objectstore/store_server.h"
 #include "lumen/objectstore/transfer.h"
@@ -87,6 +89,8 @@ class NodeDaemon {
   void OnStoreRequest(Connection& conn, proto::Envelope::Reader msg);
   void OnPull(Connection& conn, proto::Envelope::Reader msg);
   void OnGetWorkerExit(Connection& conn, proto::Envelope::Reader msg);
+  // `lumen timeline`: every task event kept here, this daemon's own included.
+  void SendTaskEvents(Connection& conn, uint64_t request_id);
   void OnClusterView(proto::ClusterView::Reader view);
   [[nodiscard]] absl::Status OnBundles(proto::Envelope::Reader msg);
   void EndJob(const JobId& job_id);
@@ -126,6 +130,7 @@ class NodeDaemon {
   std::unique_ptr<objectstore::PullManager> pulls_;
   std::unique_ptr<HeadLink> head_;
   StateLister lister_;
+  TaskEventBuffer task_events_;
 };
 
 int NodeDaemon::PoolSize() const {
@@ -426,6 +431,14 @@ void NodeDaemon::OnFrame(Connection& conn, proto::Envelope::Reader msg) {
     case proto::Envelope::GET_WORKER_EXIT:
       OnGetWorkerExit(conn, msg);
       return;
+    case proto::Envelope::TASK_EVENTS:
+      if (client.local()) {
+        task_events_.Add(TaskEventsFromProto(msg.getTaskEvents()), msg.getTaskEvents().getDropped());
+      }
+      return;
+    case proto::Envelope::GET_TASK_EVENTS:
+      SendTaskEvents(conn, msg.getRequestId());
+      return;
     case proto::Envelope::GET_NODE_STATS: {
       OutMessage out;
       auto env = out.Init();
@@ -656,7 +669,22 @@ void NodeDaemon::ReapIdleWorkersLater() {
   });
 }
 
+void NodeDaemon::SendTaskEvents(Connection& conn, uint64_t request_id) {
+  task_events_.Add(TaskEvents().Drain(), 0);
+  const auto& kept = task_events_.events();
+  OutMessage out;
+  auto env = out.Init();
+  env.setRequestId(request_id);
+  auto batch = env.initTaskEvents();
+  batch.setNodeId(DataOf(node_id_));
+  batch.setDropped(task_events_.totals().dropped);
+  TaskEventsToProto(std::vector<TaskEvent>(kept.begin(), kept.end()), batch);
+  conn.Send(out.builder());
+}
+
 void NodeDaemon::FillStats(proto::NodeStats::Builder stats) {
+  task_events_.Add(TaskEvents().Drain(), 0);  // ours: lease grants, pulls
+  FillTaskTotals(task_events_.totals(), stats.initTaskTotals());
   stats.setNodeId(DataOf(node_id_));
   stats.setAddress(address_);
   stats.setTransferAddress(transfer_server_ ? transfer_server_->address() : "");

@@ -3,6 +3,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
@@ -12,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "core/runtime/cluster.h"
+#include "core/runtime/progress_bar.h"
 #include "lumen/worker/core_worker.h"
 #include "lumen/common/head_client.h"
 #include "lumen/common/logging.h"
@@ -94,9 +97,50 @@ std::shared_ptr<RefHandle> PutWithWriter(uint64_t size, const std::function<void
   return Core()->PutWithWriter(size, write);
 }
 
+namespace {
+// A driver, not a worker (workers run with LUMEN_ROLE=worker): only a driver
+// draws progress on its terminal.
+bool IsDriverProcess() {
+  const char* role = std::getenv("LUMEN_ROLE");
+  return role == nullptr || *role == '\0';
+}
+}  // namespace
+
 std::vector<ObjectBytes> GetObjects(const std::vector<const RefHandle*>& refs,
                                     std::optional<std::chrono::milliseconds> timeout) {
-  return Core()->Get(refs, timeout);
+  auto core = Core();
+  // A driver waiting long for many refs on a terminal shows how far it got.
+  if (refs.size() < ProgressBar::kMinRefs || !IsDriverProcess() ||
+      !ProgressBar::StderrIsTerminal()) {
+    return core->Get(refs, timeout);
+  }
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  const auto show_after = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::duration<double>(ProgressBar::kShowAfterSeconds));
+  auto left = [&]() -> std::optional<std::chrono::milliseconds> {
+    if (!timeout) return std::nullopt;
+    auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+    return std::max(std::chrono::milliseconds(0), *timeout - spent);
+  };
+  auto wait = [&](std::chrono::milliseconds most) {
+    auto limit = left();
+    return core->Wait(refs, refs.size(), limit ? std::min(*limit, most) : most);
+  };
+  auto count = [](const std::vector<bool>& ready) {
+    return static_cast<size_t>(std::count(ready.begin(), ready.end(), true));
+  };
+  std::vector<bool> ready = wait(show_after);
+  ProgressBar bar(refs.size());
+  bool drawn = false;
+  while (count(ready) < refs.size() && (!timeout || left()->count() > 0)) {
+    double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    std::fputs(bar.Render(count(ready), seconds).c_str(), stderr);
+    drawn = true;
+    ready = wait(std::chrono::milliseconds(200));
+  }
+  if (drawn) std::fputs(bar.Clear().c_str(), stderr);
+  return core->Get(refs, left());
 }
 
 std::vector<bool> WaitObjects(const std::vector<const RefHandle*>& refs, size_t num_returns,

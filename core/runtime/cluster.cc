@@ -180,7 +180,9 @@ absl::StatusOr<ClusterProcesses> StartCluster(const ClusterSpec& spec) {
     auto pid = SpawnDaemon(spec, cluster.session_dir, "head",
                            {{"LUMEN_HEAD_HOST", spec.head_host},
                             {"LUMEN_HEAD_PORT", std::to_string(spec.head_port)},
-                            {"LUMEN_TOKEN", spec.token}},
+                            {"LUMEN_TOKEN", spec.token},
+                            {"LUMEN_METRICS_PORT", std::to_string(spec.metrics_port)},
+                            {"LUMEN_METRICS_HOST", spec.metrics_host}},
                            parent_pipe[0], &address);
     if (!pid.ok()) return fail(pid.status());
     cluster.pids.push_back(*pid);
@@ -262,6 +264,8 @@ void MaybeRunClusterProcess() {
     options.ready_fd = EnvFd("LUMEN_READY_FD");
     options.session_dir = Env("LUMEN_SESSION_DIR");
     options.token = Env("LUMEN_TOKEN");
+    if (!absl::SimpleAtoi(Env("LUMEN_METRICS_PORT"), &options.metrics_port)) options.metrics_port = -1;
+    if (!Env("LUMEN_METRICS_HOST").empty()) options.metrics_host = Env("LUMEN_METRICS_HOST");
     std::_Exit(head::RunHeadService(options));
   }
   if (role == "node") {

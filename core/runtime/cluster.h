@@ -28,6 +28,10 @@ struct ClusterSpec {
   bool embedded = true;
   std::string executable;  // the binary run as daemons (default: this one)
   std::string token;       // the cluster's token (required beyond loopback)
+  // The head's GET /metrics: -1 off, 0 any free port (the head writes where it
+  // serves to <session_dir>/metrics_address).
+  int metrics_port = -1;
+  std::string metrics_host = "127.0.0.1";
 };
 
 struct ClusterProcesses {

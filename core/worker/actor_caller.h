@@ -12,6 +12,7 @@
 #include "core/worker/worker_state.h"
 #include "lumen/actors/actor_runtime.h"
 #include "lumen/common/proto_util.h"
+#include "lumen/common/task_events.h"
 #include "lumen/worker/core_worker.h"
 
 namespace lumen::runtime {
@@ -35,6 +36,8 @@ class CoreWorker::ActorCaller final : public actors::ActorCallTransport {
     if (it == channels_.end()) return;  // closed: its loss is being reported
     OutMessage out;
     core_.FillTaskSpec(out.Init().initPushTask(), static_cast<const PendingTask&>(call));
+    // An actor call has no lease: "granted" is when it goes to the actor.
+    TaskEvents().Record(TaskEventKind::kLeaseGranted, call.task_id, call.attempt, {}, {.actor_call = true});
     it->second->Send(out.builder());
   }
 

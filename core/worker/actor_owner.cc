@@ -15,6 +15,7 @@
 #include "lumen/common/head_client.h"
 #include "lumen/common/logging.h"
 #include "lumen/common/proto_util.h"
+#include "lumen/common/task_events.h"
 #include "lumen/errors.h"
 #include "lumen/worker/core_worker.h"
 
@@ -260,6 +261,8 @@ std::unique_ptr<actors::ActorProcess> CoreWorker::ActorHost::StartProcess(
   spec.setMaxConcurrency(static_cast<uint32_t>(std::max(1, record.max_concurrency)));
   spec.setActorName(record.name);
   SetGpuIds(spec, where.gpu_ids);
+  TaskEvents().Record(TaskEventKind::kLeaseGranted, creation.task_id, creation.attempt, record.factory,
+                      {.node = where.node_id, .worker = where.worker_id, .worker_pid = where.pid, .actor_call = true});
   std::string frames;
   AppendFrame(push.builder(), &frames);
 

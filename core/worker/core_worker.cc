@@ -18,6 +18,7 @@
 #include "core/worker/head_requester.h"
 #include "core/worker/dependency_resolver.h"
 #include "core/worker/normal_task_submitter.h"
+#include "core/worker/task_event_flusher.h"
 #include "core/worker/task_manager.h"
 #include "core/worker/worker_state.h"
 #include "lumen/common/codec.h"
@@ -26,6 +27,7 @@
 #include "lumen/common/process.h"
 #include "lumen/common/proto_util.h"
 #include "lumen/common/post.h"
+#include "lumen/common/task_events.h"
 #include "lumen/errors.h"
 #include "lumen/objectstore/fd_passing.h"
 #include "lumen/objectstore/object_table.h"
@@ -240,6 +242,9 @@ absl::Status CoreWorker::Connect() {
   node_conn_ = Connection::Create(std::move(generic));
   node_conn_->Start([this](Connection& c, proto::Envelope::Reader m) { OnNodeFrame(c, m); },
                     [this](Connection&, const absl::Status& why) { OnNodeLost(why); });
+  event_flusher_ = std::make_unique<TaskEventFlusher>(
+      io_, TaskEvents(), options_.timeouts.task_event_flush_period, node_conn_);
+  boost::asio::post(io_, [this] { event_flusher_->Start(); });
 
   auto accept_next = std::make_shared<std::function<void()>>();
   *accept_next = [this, accept_next]() {
@@ -334,6 +339,7 @@ void CoreWorker::Stop() {
     if (tcp_acceptor_) tcp_acceptor_->close(ignored);
     auto remotes = remote_nodes_;  // closing erases from remote_nodes_
     for (auto& [address, conn] : remotes) conn->Close(absl::CancelledError("shutdown"));
+    if (event_flusher_) event_flusher_->FlushBeforeClose();
     if (node_conn_) node_conn_->Close(absl::CancelledError("shutdown"));
     submitter_->CloseAll(absl::CancelledError("shutdown"));
     auto peers = peers_;  // closing erases from peers_

@@ -2,6 +2,8 @@
 // (lumen/internal/runtime.h: RegisterFunction, FunctionName,
 // FindRemoteFunction): filled by LUMEN_REMOTE at static-initialisation time,
 // read by the executor. Thread-safe.
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -18,6 +20,7 @@ struct Registry {
   // Entries are never removed, and each lives in its own allocation.
   absl::flat_hash_map<std::string, std::unique_ptr<RemoteFunction>> by_name ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<std::string, std::string> names ABSL_GUARDED_BY(mu);  // by pointer key
+  absl::flat_hash_map<std::string, std::string> keys ABSL_GUARDED_BY(mu);   // by name
 };
 
 // Never destroyed: registrations and look-ups may run during static
@@ -32,6 +35,17 @@ Registry& GetRegistry() {
 bool RegisterFunction(std::string name, std::string key, RemoteFunction function) {
   Registry& r = GetRegistry();
   absl::MutexLock lock(&r.mu);
+  // Two different functions under one name would run the wrong one remotely
+  // (the name is what travels): refuse at start-up, naming it. The same
+  // function registered again (from another translation unit) is fine.
+  auto [it, inserted] = r.keys.emplace(name, key);
+  if (!inserted && it->second != key) {
+    std::fprintf(stderr,
+                 "lumen: LUMEN_REMOTE registers two different functions as '%s'; remote "
+                 "calls go by name, so each name must be unique in the program: rename one\n",
+                 name.c_str());
+    std::_Exit(EXIT_FAILURE);
+  }
   r.names[std::move(key)] = name;
   r.by_name[std::move(name)] = std::make_unique<RemoteFunction>(std::move(function));
   return true;

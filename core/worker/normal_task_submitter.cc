@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "lumen/common/logging.h"
 #include "lumen/common/proto_util.h"
+#include "lumen/common/task_events.h"
 
 namespace lumen::runtime {
 
@@ -154,6 +155,7 @@ void NormalTaskSubmitter::OnWorkerConnected(uint64_t key,
 
 void NormalTaskSubmitter::PushTask(Lease& lease, std::unique_ptr<PendingTask> task) {
   if (lease.idle_timer) lease.idle_timer->Cancel();
+  TaskEvents().Record(TaskEventKind::kLeaseGranted, task->task_id, task->attempt, {}, {.node = lease.node_id, .worker = lease.worker_id, .worker_pid = lease.worker_pid});
   lease.worker->Push(*task, lease.gpu_ids);
   lease.in_flight.emplace(task->task_id, std::move(task));
   Reindex(lease);

@@ -17,6 +17,7 @@
 #include "lumen/common/logging.h"
 #include "lumen/common/process.h"
 #include "lumen/common/proto_util.h"
+#include "lumen/common/task_events.h"
 #include "lumen/errors.h"
 #include "lumen/objectstore/fd_passing.h"
 #include "lumen/objectstore/object_table.h"
@@ -123,6 +124,7 @@ void CoreWorker::ExitProcessWhenFlushed() {
 
 void CoreWorker::ExecuteTask(TaskToRun& task) {
   auto start = std::chrono::steady_clock::now();
+  TaskEvents().Record(TaskEventKind::kStarted, task.task_id, task.attempt, task.function, {.node = node_id_, .worker = options_.worker_id, .actor_call = task.kind != proto::TaskKind::NORMAL});
   std::string location =
       absl::StrCat("task ", task.function, ", pid ", ::getpid(), " on node ",
                    node_id_.Hex().substr(0, 12), ", binary ", exe_path_);
@@ -169,6 +171,7 @@ void CoreWorker::ExecuteTask(TaskToRun& task) {
         }
         args.push_back(PinnedBytes(arg.stored, got.offset, got.size));
       }
+      TaskEvents().Record(TaskEventKind::kArgsFetched, task.task_id, task.attempt);
       if (task.kind == proto::TaskKind::ACTOR_CREATION) {
         actor_instance_ = fn->create(args);
         result = codec::EncodeValue<uint8_t>(0);
@@ -196,6 +199,7 @@ void CoreWorker::ExecuteTask(TaskToRun& task) {
                       location};
   }
   in_task = false;
+  TaskEvents().Record(TaskEventKind::kExecuted, task.task_id, task.attempt);
 
   auto reply = std::make_shared<OutMessage>();
   auto r = reply->Init().initTaskReply();
@@ -248,6 +252,7 @@ void CoreWorker::ExecuteTask(TaskToRun& task) {
   r.setExecMicros(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
                                             std::chrono::steady_clock::now() - start)
                                             .count()));
+  TaskEvents().Record(TaskEventKind::kResultStored, task.task_id, task.attempt);
   bool exiting = receiver_->is_actor() && this_call_exits;
   this_call_exits = false;
   if (exiting) r.setActorExiting(true);

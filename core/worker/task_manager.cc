@@ -4,6 +4,8 @@
 
 #include <utility>
 
+#include "lumen/common/task_events.h"
+
 namespace lumen::runtime {
 
 void TaskManager::RecordFinished(PendingTask& task, const char* state) {
@@ -15,11 +17,22 @@ void TaskManager::RecordFinished(PendingTask& task, const char* state) {
 void TaskManager::Complete(PendingTask& task, proto::Value::Reader result) {
   io_thread_.Check("TaskManager::Complete");
   RecordFinished(task, result.isError() ? "FAILED" : "FINISHED");
+  if (result.isError()) {
+    TaskEvents().Record(TaskEventKind::kFailed, task.task_id, task.attempt,
+                        std::string(result.getError().getMessage().cStr()).substr(0, 200),
+                        {.actor_call = task.kind != proto::TaskKind::NORMAL});
+  } else {
+    TaskEvents().Record(TaskEventKind::kFinished, task.task_id, task.attempt, {},
+                        {.actor_call = task.kind != proto::TaskKind::NORMAL});
+  }
   store_.SetFromValue(task.return_id, result, /*owned_result=*/true);
 }
 
 void TaskManager::Fail(std::unique_ptr<PendingTask> task, Failure failure) {
   RecordFinished(*task, "FAILED");
+  TaskEvents().Record(TaskEventKind::kFailed, task->task_id, task->attempt,
+                      std::string_view(failure.message).substr(0, 200),
+                      {.actor_call = task->kind != proto::TaskKind::NORMAL});
   store_.SetFailed(task->return_id, failure);
 }
 

@@ -22,6 +22,7 @@
 #include "lumen/common/logging.h"
 #include "lumen/common/process.h"
 #include "lumen/common/proto_util.h"
+#include "lumen/common/task_events.h"
 #include "lumen/errors.h"
 #include "lumen/objectstore/fd_passing.h"
 #include "lumen/objectstore/object_table.h"
@@ -61,6 +62,7 @@ void CoreWorker::MoveLargeArgumentsToStore(std::vector<internal::TaskArgument>& 
 }
 
 void CoreWorker::Enqueue(std::unique_ptr<PendingTask> task) {
+  TaskEvents().Record(TaskEventKind::kSubmitted, task->task_id, task->attempt, task->kind == proto::TaskKind::NORMAL ? task->display_name : task->function, {.actor_call = task->kind != proto::TaskKind::NORMAL});
   // Large values travel through the store, not inside the task's frame.
   MoveLargeArgumentsToStore(task->args);
   bool was_empty;
@@ -110,6 +112,7 @@ void CoreWorker::DrainSubmissions() {
 }
 
 void CoreWorker::OnTaskResolved(PendingTask* raw) {
+  TaskEvents().Record(TaskEventKind::kDependenciesReady, raw->task_id, raw->attempt, {}, {.actor_call = raw->kind != proto::TaskKind::NORMAL});
   if (raw->kind == proto::TaskKind::ACTOR_METHOD) {
     // Owned by the actor submitter; it goes out in submission order.
     raw->dep_failure = resolver_->FailedArgument(*raw);

@@ -45,7 +45,7 @@ int DieOnFirstAttempt(std::string path) {
   return -1;
 }
 
-int Add(int a, int b) { return a + b; }
+int Sum(int a, int b) { return a + b; }
 
 pid_t ReadPid(const std::string& path) {
   std::ifstream in(path);
@@ -128,7 +128,7 @@ class Quitter {
 
 }  // namespace
 
-LUMEN_REMOTE(Throws, Double, DieOnFirstAttempt, Add, Segfault, Abort, ExitZero, Quitter::Create,
+LUMEN_REMOTE(Throws, Double, DieOnFirstAttempt, Sum, Segfault, Abort, ExitZero, Quitter::Create,
              &Quitter::Pid, &Quitter::Quit);
 
 using lumen::test::ScopedCluster;
@@ -185,7 +185,7 @@ TEST_CASE("kill -9 of a worker mid-task without retries: Get throws WorkerCrashe
   // Noticed through the socket, not by a timeout.
   REQUIRE(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
   // Other tasks still run.
-  REQUIRE(*lumen::Get(lumen::Task(Add).Remote(1, 2)) == 3);
+  REQUIRE(*lumen::Get(lumen::Task(Sum).Remote(1, 2)) == 3);
 }
 
 TEST_CASE("a task that segfaults aborts or calls exit(0) fails with the cause its node saw") {
@@ -219,7 +219,7 @@ TEST_CASE("a task that segfaults aborts or calls exit(0) fails with the cause it
     }
   }
   // The pool is unharmed.
-  REQUIRE(*lumen::Get(lumen::Task(Add).Remote(1, 2)) == 3);
+  REQUIRE(*lumen::Get(lumen::Task(Sum).Remote(1, 2)) == 3);
 }
 
 TEST_CASE("a task and an actor that crash on another node fail with the cause that node saw") {
@@ -281,7 +281,7 @@ TEST_CASE("malformed and oversized frames close one connection and the daemons k
   // A length that is not a multiple of 8.
   REQUIRE(SendRawAndExpectClose(node_socket, Frame(13, kMagic, std::string(13, 'x'))));
   // The daemon and its existing clients are fine.
-  REQUIRE(*lumen::Get(lumen::Task(Add).Remote(20, 22)) == 42);
+  REQUIRE(*lumen::Get(lumen::Task(Sum).Remote(20, 22)) == 42);
   auto stats = lumen::runtime::QueryNodeStats(node_socket);
   REQUIRE(stats.ok());
   REQUIRE(stats->alive);
@@ -294,7 +294,7 @@ TEST_CASE("Shutdown leaves no process session directory socket or shared memory 
     ScopedCluster cluster;
     session = cluster.session_dir();
     REQUIRE(!session.empty());
-    REQUIRE(*lumen::Get(lumen::Task(Add).Remote(1, 1)) == 2);
+    REQUIRE(*lumen::Get(lumen::Task(Sum).Remote(1, 1)) == 2);
     REQUIRE(!lumen::test::ProcessesMentioning(session).empty());
   }
   REQUIRE_FALSE(std::filesystem::exists(session));
@@ -303,13 +303,13 @@ TEST_CASE("Shutdown leaves no process session directory socket or shared memory 
   REQUIRE(lumen::test::LumenShmEntries() == shm_before);
   // And Init works again after Shutdown.
   ScopedCluster again;
-  REQUIRE(*lumen::Get(lumen::Task(Add).Remote(2, 2)) == 4);
+  REQUIRE(*lumen::Get(lumen::Task(Sum).Remote(2, 2)) == 4);
 }
 
 // Run as a separate driver process by the next test; hidden from normal runs.
 TEST_CASE("driver that waits to be killed", "[.]") {
   ScopedCluster cluster;
-  REQUIRE(*lumen::Get(lumen::Task(Add).Remote(1, 1)) == 2);
+  REQUIRE(*lumen::Get(lumen::Task(Sum).Remote(1, 1)) == 2);
   std::string out = std::getenv("LUMEN_TEST_OUT");
   {
     std::ofstream tmp(out + ".tmp");

@@ -185,6 +185,17 @@ struct NodeStats {
   bundles @17 :List(Bundle);       # placement group bundles reserved here
   hostAddress @18 :Text;           # the IP its processes listen on
   drivers @19 :List(Data);         # jobs whose driver is attached here (they end if it dies)
+  taskTotals @20 :TaskTotals;      # from the task events this node received (metrics)
+}
+
+# A node's running totals over the task events it received since it started
+# (core/node/task_event_buffer.h), for the head's /metrics.
+struct TaskTotals {
+  eventsByKind @0 :List(UInt64);    # indexed by lumen::TaskEventKind
+  latencyBuckets @1 :List(UInt64);  # submission -> end, per bucket (not cumulative); last: +Inf
+  latencySumSeconds @2 :Float64;
+  pulledBytes @3 :UInt64;
+  droppedEvents @4 :UInt64;
 }
 
 struct Demand {
@@ -329,7 +340,32 @@ struct Envelope {
     kvResult @62 :KvResult;              # head -> caller: the answer to one kv request
     getWorkerExit @63 :WorkerExitQuery;  # lease holder -> node: why did this worker die?
     workerExit @64 :WorkerExitInfo;      # node -> lease holder: once it is reaped, or at the deadline
+    taskEvents @65 :TaskEventBatch;      # driver/worker -> its node (periodic flush); node -> cli
+    getTaskEvents @66 :Void;             # cli -> node: its recent task events
   }
+}
+
+# Task events (lumen/common/task_events.h, doc/observability.md): what happened
+# to a task and when. Fields a kind does not use stay at their defaults.
+struct TaskEventRecord {
+  kind @0 :UInt8;            # lumen::TaskEventKind
+  actorCall @1 :Bool;
+  attempt @2 :UInt32;
+  pid @3 :Int32;             # the recording process
+  timeUs @4 :Int64;          # system clock, microseconds since the epoch
+  taskId @5 :Data;
+  name @6 :Text;
+  nodeId @7 :Data;
+  workerId @8 :Data;
+  workerPid @9 :Int32;
+  bytes @10 :UInt64;
+  durationUs @11 :Int64;
+}
+
+struct TaskEventBatch {
+  nodeId @0 :Data;           # node -> cli: the answering node
+  events @1 :List(TaskEventRecord);
+  dropped @2 :UInt64;        # events lost to full buffers (process rings, node buffer)
 }
 
 # A lease holder lost its connection to a worker: it asks the worker's node

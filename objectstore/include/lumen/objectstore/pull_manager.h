@@ -60,6 +60,8 @@ class PullManager {
     std::string source;     // node id bytes
     bool answered = false;  // its readers were told it failed (the copy still runs)
     std::vector<Answer> readers;
+    uint64_t size = 0;
+    int64_t started_us = 0;  // for its PULL task event (system clock)
   };
   void Finish(const ObjectId& id, absl::Status status);
   static void AnswerAll(std::vector<Answer>& readers, const absl::Status& status);

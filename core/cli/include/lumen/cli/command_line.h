@@ -40,6 +40,8 @@ struct StartOptions {
   std::optional<uint64_t> object_store_memory;  // --object-store-memory, bytes
   std::map<std::string, double> resources;    // --resources '{"name": qty, ...}'
   std::optional<std::string> token;           // --token: the cluster's token
+  std::optional<int> metrics_port;            // --metrics-port: GET /metrics on the head
+  std::optional<std::string> metrics_host;    // --metrics-host (default 127.0.0.1)
 };
 
 // The head a query (`lumen status`, `lumen list`) asks.
@@ -51,6 +53,12 @@ struct HeadQueryOptions {
 // `lumen list <what>`.
 struct ListOptions {
   std::string what;  // nodes | actors | tasks | objects | placement-groups
+  HeadQueryOptions head;
+};
+
+// `lumen timeline FILE`.
+struct TimelineOptions {
+  std::string file;  // where the Chrome trace (JSON) is written
   HeadQueryOptions head;
 };
 
@@ -67,9 +75,10 @@ struct MicrobenchmarkArgs {
   bool scale = false;
   long scale_max_tasks = 1000000;
   std::string out_dir;
+  bool task_events = false;  // --task-events: only the cost of task events (on vs off)
 };
 
-enum class CommandKind { kStart, kStop, kStatus, kList, kMicrobenchmark };
+enum class CommandKind { kStart, kStop, kStatus, kList, kTimeline, kMicrobenchmark };
 
 // A command line that parsed: the subcommand and its options (only the member
 // for `kind` is meaningful).
@@ -78,6 +87,7 @@ struct CommandLine {
   StartOptions start;
   HeadQueryOptions status;
   ListOptions list;
+  TimelineOptions timeline;
   MicrobenchmarkArgs microbenchmark;
 };
 

@@ -13,6 +13,7 @@
 #include "lumen/common/address.h"
 #include "lumen/common/connection.h"
 #include "lumen/common/ids.h"
+#include "lumen/common/task_events.h"
 
 namespace lumen::runtime {
 
@@ -91,6 +92,15 @@ absl::StatusOr<std::vector<PlacementGroupView>> QueryPlacementGroups(
 using StateRow = std::vector<std::pair<std::string, std::string>>;
 absl::StatusOr<std::vector<StateRow>> QueryNodeState(const std::string& node_address,
                                                      const std::string& what);
+
+// The task events the node daemon at `node_address` keeps (its processes'
+// and its own), for `lumen timeline`.
+struct NodeTaskEvents {
+  NodeId node;
+  std::vector<TaskEvent> events;
+  uint64_t dropped = 0;  // events lost to full buffers on that node
+};
+absl::StatusOr<NodeTaskEvents> QueryTaskEvents(const std::string& node_address);
 
 // The alive node on this host that a driver should attach to.
 absl::StatusOr<NodeView> FindLocalNode(const std::string& address);

@@ -28,6 +28,9 @@ struct Timeouts {
   // LUMEN_MAX_PARKED_WAIT_MS: the longest the head parks a client's wait (a
   // key-value Wait, a placement group's Wait), whatever timeout it asked for.
   ms max_parked_wait{24ll * 3600 * 1000};
+  // LUMEN_HTTP_REQUEST_TIMEOUT_MS: an HTTP client of the head (GET /metrics)
+  // must send its request, and read the answer, within this.
+  ms http_request_timeout{10000};
 
   // --- node daemon ---
   ms report_period{500};            // LUMEN_REPORT_PERIOD_MS: node -> head reports
@@ -44,6 +47,9 @@ struct Timeouts {
   ms lease_retry_delay{20};         // LUMEN_LEASE_RETRY_DELAY_MS: a node said "retry" to a lease
   ms spillback_retry_delay{50};     // LUMEN_SPILLBACK_RETRY_DELAY_MS: the spillback target is gone
   ms exit_flush_timeout{2000};      // LUMEN_EXIT_FLUSH_TIMEOUT_MS: an exiting actor flushes replies
+  // LUMEN_TASK_EVENT_FLUSH_PERIOD_MS: how often a driver or worker sends its
+  // task events to its node daemon (doc/observability.md).
+  ms task_event_flush_period{1000};
 
   // --- microbenchmark (bench/) ---
   // LUMEN_BENCH_WAIT_TIMEOUT_MS: the longest `lumen microbenchmark` waits for

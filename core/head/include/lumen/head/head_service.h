@@ -38,8 +38,13 @@ struct HeadOptions {
   int parent_fd = -1;   // EOF on it: the driver that started us died; exit
   int ready_fd = -1;    // "ready HOST:PORT" is written here once we serve
   std::string session_dir;
-  // Required in every hello when the head listens beyond loopback.
+  // Required in every hello when the head listens beyond loopback (and on
+  // every HTTP request when the metrics server does).
   std::string token;
+  // GET /metrics (Prometheus) on metrics_host:metrics_port; -1: off, 0: any
+  // free port. The address it serves on goes to <session_dir>/metrics_address.
+  std::string metrics_host = "127.0.0.1";
+  int metrics_port = -1;
   // The health checks (a node that misses `health_check_failure_threshold`
   // reports in a row, one expected every `health_check_period`, is declared
   // dead) and every other head timeout. Defaults: the environment.

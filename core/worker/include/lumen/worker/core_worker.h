@@ -58,6 +58,7 @@ class ObjectTable;        // core/worker/object_table.h
 class ReferenceCounter;   // core/worker/reference_counter.h
 class MemoryStore;        // core/worker/memory_store.h
 class TaskManager;        // core/worker/task_manager.h
+class TaskEventFlusher;   // core/worker/task_event_flusher.h
 class DependencyResolver; // core/worker/dependency_resolver.h
 class NormalTaskSubmitter; // core/worker/normal_task_submitter.h
 class TaskReceiver;        // core/worker/task_receiver.h
@@ -298,6 +299,8 @@ class CoreWorker {
   std::string unix_path_;     // the Unix half of listen_address_
   std::string node_address_;  // our node daemon's address (TCP and Unix)
   std::shared_ptr<Connection> node_conn_;
+  // Sends our task events to the node daemon (io thread; goes before io_).
+  std::unique_ptr<TaskEventFlusher> event_flusher_;
   // Shared with the pins of zero-copy views, which may outlive this runtime.
   std::shared_ptr<objectstore::ShmSegment> store_;
   // Lets a pin released after Stop() find no runtime instead of a dangling one.

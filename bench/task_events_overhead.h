@@ -1,0 +1,20 @@
+// `lumen microbenchmark --task-events`: what recording task events costs. Runs
+// single_client_tasks_async and 1_1_actor_calls_async on embedded clusters with
+// task events on and off (LUMEN_TASK_EVENTS=0 for the daemons and workers, the
+// driver's recorder switched off), alternating twice, so the four measurements
+// of each metric come from one run on one machine state.
+//
+//   RunTaskEventsOverhead(out, quick);
+//
+// Prints `<metric>_events_on` and `<metric>_events_off` lines and the overhead
+// of each as a note. Main thread; starts and stops its own clusters (call it
+// with none running).
+#pragma once
+
+#include "bench/reporter.h"
+
+namespace lumen::bench {
+
+void RunTaskEventsOverhead(Reporter& out, bool quick);
+
+}  // namespace lumen::bench

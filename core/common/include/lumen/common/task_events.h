@@ -1,0 +1,138 @@
+// Task events: what happened to each task and actor call, and when, recorded
+// cheaply in a bounded ring per process for `lumen timeline`, the head's
+// metrics and debugging (doc/observability.md).
+//
+//   TaskEvents().Record(TaskEventKind::kSubmitted, task_id, attempt, name);
+//   ...
+//   std::vector<TaskEvent> batch = TaskEvents().Drain();   // the flusher, periodically
+//
+// A task's life, as the owner (the submitter) and the executor record it:
+//
+//   owner:    SUBMITTED -> DEPENDENCIES_READY -> LEASE_GRANTED -> FINISHED | FAILED
+//   executor:                      STARTED -> ARGS_FETCHED -> EXECUTED -> RESULT_STORED
+//
+// The phases follow from consecutive times: dependency wait (SUBMITTED ->
+// DEPENDENCIES_READY), lease wait (-> LEASE_GRANTED), argument fetch (STARTED ->
+// ARGS_FETCHED), execution (-> EXECUTED), result store (-> RESULT_STORED). An
+// actor call has no lease: its LEASE_GRANTED is when it was sent to the actor.
+// The node daemon also records the leases it grants (LEASE_GRANTED with no task)
+// and the objects it pulls (PULL, with bytes and duration).
+//
+// Times are the system clock in microseconds since the epoch, so the events of
+// the processes of one machine line up (across machines, as well as their
+// clocks agree).
+//
+// Thread-safe. Recording is a mutex-guarded copy into a preallocated ring (no
+// allocation for names of up to 15 characters); when the ring is full the
+// oldest event is dropped and counted. Disabled (LUMEN_TASK_EVENTS=0) it is one
+// relaxed atomic load.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "lumen/common/ids.h"
+
+namespace lumen {
+
+// The order is the wire order (TaskEventRecord.kind); append only.
+enum class TaskEventKind : uint8_t {
+  kSubmitted = 0,
+  kDependenciesReady = 1,
+  kLeaseGranted = 2,
+  kStarted = 3,
+  kArgsFetched = 4,
+  kExecuted = 5,
+  kResultStored = 6,
+  kFinished = 7,
+  kFailed = 8,
+  kPull = 9,
+};
+inline constexpr int kNumTaskEventKinds = 10;
+
+// Upper bounds (seconds) of the task latency histogram's buckets (nodes count
+// into them, the head's /metrics shows them); +Inf follows.
+inline constexpr std::array<double, 10> kTaskLatencyBuckets = {
+    0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60};
+
+// "SUBMITTED", "LEASE_GRANTED", ... (a literal).
+const char* TaskEventKindName(TaskEventKind kind);
+
+// One event. Which fields are set depends on the kind (the rest stay zero).
+struct TaskEvent {
+  TaskEventKind kind = TaskEventKind::kSubmitted;
+  bool actor_call = false;  // an actor method call (or creation), not a normal task
+  uint32_t attempt = 0;
+  int32_t pid = 0;          // the recording process (set by Record)
+  int64_t time_us = 0;      // system clock, microseconds since the epoch
+  TaskId task_id;           // nil for PULL and for the node's own LEASE_GRANTED
+  // SUBMITTED: the task's name; STARTED: the function; PULL: the object's hex id;
+  // FAILED: the error message (truncated to 200 characters).
+  std::string name;
+  NodeId node;              // LEASE_GRANTED: the granting node; PULL: the source node
+  WorkerId worker;          // LEASE_GRANTED, STARTED: the worker that runs it
+  int32_t worker_pid = 0;   // LEASE_GRANTED: the worker's pid
+  uint64_t bytes = 0;       // PULL
+  int64_t duration_us = 0;  // PULL: how long the transfer took
+};
+
+// Extra fields for Record: what a few kinds carry besides the task.
+struct TaskEventDetail {
+  NodeId node;
+  WorkerId worker;
+  int32_t worker_pid = 0;
+  uint64_t bytes = 0;
+  int64_t duration_us = 0;
+  bool actor_call = false;
+};
+
+class TaskEventRecorder {
+ public:
+  static constexpr size_t kDefaultCapacity = 1 << 16;
+
+  // `capacity`: events kept until the next Drain (older ones are dropped).
+  explicit TaskEventRecorder(size_t capacity = kDefaultCapacity, bool enabled = true);
+  TaskEventRecorder(const TaskEventRecorder&) = delete;
+  TaskEventRecorder& operator=(const TaskEventRecorder&) = delete;
+
+  bool enabled() const { return enabled_.load(std::memory_order_relaxed); }
+  void SetEnabled(bool enabled) { enabled_.store(enabled, std::memory_order_relaxed); }
+
+  // Records `kind` for attempt `attempt` of `task` now; `name` is copied.
+  void Record(TaskEventKind kind, const TaskId& task, uint32_t attempt,
+              std::string_view name = {}, const TaskEventDetail& detail = {});
+  // Records an event built by the caller (its time and pid are kept if set).
+  void RecordEvent(TaskEvent event);
+
+  // Takes every event recorded since the last Drain, oldest first.
+  std::vector<TaskEvent> Drain();
+  // Events dropped because the ring was full, since the start.
+  uint64_t dropped() const;
+
+  // Microseconds since the epoch on the system clock (the events' time base).
+  static int64_t NowMicros();
+
+ private:
+  std::atomic<bool> enabled_;
+  const int32_t pid_;
+  mutable absl::Mutex mu_;
+  std::vector<TaskEvent> ring_ ABSL_GUARDED_BY(mu_);
+  size_t head_ ABSL_GUARDED_BY(mu_) = 0;  // index of the oldest event
+  size_t size_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// This process's recorder (kDefaultCapacity events): enabled unless
+// LUMEN_TASK_EVENTS=0 (read once, at the first call). One per process so that
+// every part of the runtime records with a one-line call, whichever class it is
+// in, without a reference threaded through every constructor.
+TaskEventRecorder& TaskEvents();
+
+}  // namespace lumen

@@ -1,0 +1,118 @@
+// BuildChromeTrace: task events of two nodes to a Chrome trace, checked by
+// parsing the JSON back.
+#include "lumen/cli/timeline.h"
+
+#include <boost/json.hpp>
+#include <catch2/catch.hpp>
+
+namespace lumen::cli {
+namespace {
+
+namespace json = boost::json;
+
+TaskEvent Event(TaskEventKind kind, const TaskId& task, int pid, int64_t time_us,
+                std::string name = "") {
+  return TaskEvent{.kind = kind, .pid = pid, .time_us = time_us, .task_id = task,
+                   .name = std::move(name)};
+}
+
+const json::object* Find(const json::array& trace, const char* ph, const std::string& name) {
+  for (const auto& e : trace) {
+    const auto& o = e.as_object();
+    if (o.at("ph") == ph && o.at("name").as_string() == name.c_str()) return &o;
+  }
+  return nullptr;
+}
+
+// Invariant: a task's slice lies on its executor's row (node process, worker
+// thread), spans STARTED to RESULT_STORED, and carries each phase as the
+// difference of its two events' times; its submit slice is on the owner's row
+// with a flow to it. A task that never started has no slice.
+TEST_CASE("the timeline puts each task on its worker's row with its phases") {
+  runtime::NodeTaskEvents a{.node = NodeId::Random()}, b{.node = NodeId::Random()};
+  TaskId remote = TaskId::Random(), failed = TaskId::Random(), never = TaskId::Random();
+  // Driver pid 10 on node a submits `remote`, which runs on worker 30 of node b.
+  a.events = {Event(TaskEventKind::kSubmitted, remote, 10, 1000, "Fit"),
+              Event(TaskEventKind::kDependenciesReady, remote, 10, 1500),
+              Event(TaskEventKind::kLeaseGranted, remote, 10, 3500),
+              Event(TaskEventKind::kFinished, remote, 10, 20000),
+              Event(TaskEventKind::kSubmitted, never, 10, 1000, "Never")};
+  b.events = {Event(TaskEventKind::kStarted, remote, 30, 4000, "Fit"),
+              Event(TaskEventKind::kArgsFetched, remote, 30, 4100),
+              Event(TaskEventKind::kExecuted, remote, 30, 14100),
+              Event(TaskEventKind::kResultStored, remote, 30, 14600)};
+  // Worker 20 of node a runs `failed`, submitted before the events kept.
+  a.events.push_back(Event(TaskEventKind::kStarted, failed, 20, 5000, "Boom"));
+  a.events.push_back(Event(TaskEventKind::kExecuted, failed, 20, 6000));
+  a.events.push_back(Event(TaskEventKind::kResultStored, failed, 20, 6001));
+  a.events.push_back(Event(TaskEventKind::kFailed, failed, 10, 7000, "it broke"));
+  TaskEvent pull{.kind = TaskEventKind::kPull, .pid = 5, .time_us = 9000, .name = "obj",
+                 .node = a.node, .bytes = 2'000'000, .duration_us = 1000};
+  b.events.push_back(pull);
+
+  json::value root = json::parse(BuildChromeTrace({a, b}));
+  const json::array& trace = root.at("traceEvents").as_array();
+
+  const json::object* fit = Find(trace, "X", "Fit");
+  REQUIRE(fit != nullptr);
+  CHECK(fit->at("pid").as_int64() == 2);  // node b
+  CHECK(fit->at("tid").as_int64() == 30);
+  CHECK(fit->at("ts").as_int64() == 4000);
+  CHECK(fit->at("dur").as_int64() == 10600);
+  const auto& args = fit->at("args").as_object();
+  CHECK(args.at("status") == "FINISHED");
+  CHECK(args.at("dependency_wait_ms").to_number<double>() == Approx(0.5));
+  CHECK(args.at("lease_wait_ms").to_number<double>() == Approx(2.0));
+  CHECK(args.at("arg_fetch_ms").to_number<double>() == Approx(0.1));
+  CHECK(args.at("execution_ms").to_number<double>() == Approx(10.0));
+  CHECK(args.at("result_store_ms").to_number<double>() == Approx(0.5));
+  CHECK(args.at("task_id").as_string() == remote.Hex().c_str());
+
+  const json::object* boom = Find(trace, "X", "Boom");
+  REQUIRE(boom != nullptr);
+  CHECK(boom->at("pid").as_int64() == 1);
+  CHECK(boom->at("tid").as_int64() == 20);
+  CHECK(boom->at("args").at("status") == "FAILED");
+  CHECK(boom->at("args").at("error") == "it broke");
+  CHECK(boom->at("args").at("dependency_wait_ms").is_null());
+
+  CHECK(Find(trace, "X", "Never") == nullptr);
+  const json::object* submit = Find(trace, "X", "submit Fit");
+  REQUIRE(submit != nullptr);
+  CHECK(submit->at("pid").as_int64() == 1);
+  CHECK(submit->at("tid").as_int64() == 10);
+  const json::object* from = Find(trace, "s", "submit");
+  const json::object* to = Find(trace, "f", "submit");
+  REQUIRE(from != nullptr);
+  REQUIRE(to != nullptr);
+  CHECK(from->at("id") == to->at("id"));
+  CHECK(to->at("pid").as_int64() == 2);
+  CHECK(to->at("tid").as_int64() == 30);
+  CHECK(to->at("ts").as_int64() == 4000);
+
+  const json::object* pulled = Find(trace, "X", "pull");
+  REQUIRE(pulled != nullptr);
+  CHECK(pulled->at("args").at("bytes").to_number<uint64_t>() == 2'000'000);
+  CHECK(pulled->at("args").at("mb_per_s").to_number<double>() == Approx(2000.0));
+
+  // Rows: one process per node, one thread per process that recorded events.
+  std::map<std::string, std::string> names;
+  for (const auto& e : trace) {
+    const auto& o = e.as_object();
+    if (o.at("ph") != "M") continue;
+    std::string key = std::string(o.at("name").as_string()) + " " +
+                      std::to_string(o.at("pid").as_int64()) +
+                      (o.contains("tid") ? " " + std::to_string(o.at("tid").as_int64()) : "");
+    names[key] = std::string(o.at("args").at("name").as_string());
+  }
+  CHECK(names["process_name 1"] == "node " + a.node.Hex().substr(0, 12));
+  CHECK(names["process_name 2"] == "node " + b.node.Hex().substr(0, 12));
+  CHECK(names["thread_name 1 10"] == "driver pid 10");
+  CHECK(names["thread_name 1 20"] == "worker pid 20");
+  CHECK(names["thread_name 2 30"] == "worker pid 30");
+  CHECK(names["thread_name 2 5"] == "node daemon (pid 5)");
+  CHECK(names.size() == 6);
+}
+
+}  // namespace
+}  // namespace lumen::cli

@@ -1,0 +1,134 @@
+// The head's GET /metrics on a real cluster, scraped over HTTP and parsed by
+// the strict exposition parser; and the HTTP server's token rule beyond
+// loopback.
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "core/head/http_server.h"
+#include "core/runtime/cluster.h"
+#include "lumen/lumen.h"
+#include "test/core/test_support.h"
+#include "test/head/prometheus_parser.h"
+
+namespace {
+
+int SquareForMetrics(int x) { return x * x; }
+
+namespace http = boost::beast::http;
+
+// GET http://host:port/path; the status and body, or status 0 when it failed.
+std::pair<int, std::string> HttpGet(const std::string& host, int port, const std::string& path,
+                                    const std::string& authorization = "") {
+  try {
+    boost::asio::io_context io;
+    boost::beast::tcp_stream stream(io);
+    stream.expires_after(std::chrono::seconds(10));
+    stream.connect(boost::asio::ip::tcp::endpoint(boost::asio::ip::make_address(host),
+                                                  static_cast<unsigned short>(port)));
+    http::request<http::empty_body> req(http::verb::get, path, 11);
+    req.set(http::field::host, host);
+    if (!authorization.empty()) req.set(http::field::authorization, authorization);
+    http::write(stream, req);
+    boost::beast::flat_buffer buffer;
+    http::response<http::string_body> res;
+    http::read(stream, buffer, res);
+    return {static_cast<int>(res.result_int()), res.body()};
+  } catch (const std::exception&) {
+    return {0, ""};
+  }
+}
+
+double Sample(const std::vector<lumen::test::PromFamily>& families, const std::string& name,
+              const std::map<std::string, std::string>& labels) {
+  for (const auto& f : families)
+    for (const auto& s : f.samples)
+      if (s.name == name && s.labels == labels) return s.value;
+  return -1;
+}
+
+}  // namespace
+
+LUMEN_REMOTE(SquareForMetrics);
+
+using lumen::test::WaitUntil;
+
+// Invariant: /metrics parses under the format's rules and counts what the
+// cluster did: the node's resources and every task that finished.
+TEST_CASE("the head serves GET /metrics in the Prometheus text format") {
+  ::setenv("LUMEN_TASK_EVENT_FLUSH_PERIOD_MS", "100", 1);
+  ::setenv("LUMEN_REPORT_PERIOD_MS", "100", 1);
+  lumen::runtime::ClusterSpec spec;
+  spec.resources = {{"CPU", 2}, {"memory", 1 << 30}};
+  spec.object_store_bytes = 128ull << 20;
+  spec.metrics_port = 0;
+  auto cluster = lumen::runtime::StartCluster(spec);
+  REQUIRE(cluster.ok());
+  std::ifstream file(cluster->session_dir + "/metrics_address");
+  std::string address;
+  std::getline(file, address);
+  REQUIRE(address.rfind("127.0.0.1:", 0) == 0);
+  int port = std::stoi(address.substr(address.find(':') + 1));
+  {
+    lumen::Config config;
+    config.address = cluster->head_address;
+    lumen::Init(config);
+    constexpr int kTasks = 10;
+    for (int i = 0; i < kTasks; ++i) REQUIRE(*lumen::Get(lumen::Task(SquareForMetrics).Remote(i)) == i * i);
+
+    std::string page;
+    absl::StatusOr<std::vector<lumen::test::PromFamily>> parsed;
+    bool counted = WaitUntil([&] {
+      auto [status, body] = HttpGet("127.0.0.1", port, "/metrics");
+      if (status != 200) return false;
+      page = body;
+      parsed = lumen::test::ParsePrometheusText(page);
+      return parsed.ok() && Sample(*parsed, "lumen_tasks", {{"state", "FINISHED"}}) >= kTasks;
+    });
+    INFO(page);
+    REQUIRE(parsed.ok());
+    CHECK(counted);
+    std::string node;
+    for (const auto& f : *parsed)
+      for (const auto& s : f.samples)
+        if (s.name == "lumen_node_info") node = s.labels.at("node");
+    REQUIRE(!node.empty());
+    CHECK(Sample(*parsed, "lumen_node_resource_total", {{"node", node}, {"resource", "CPU"}}) == 2);
+    CHECK(Sample(*parsed, "lumen_object_store_capacity_bytes", {{"node", node}}) > 0);
+    CHECK(Sample(*parsed, "lumen_task_latency_seconds_count", {}) >= kTasks);
+    CHECK(HttpGet("127.0.0.1", port, "/nothing-here").first == 404);
+    lumen::Shutdown();
+  }
+  lumen::runtime::StopCluster(*cluster);
+  ::unsetenv("LUMEN_TASK_EVENT_FLUSH_PERIOD_MS");
+  ::unsetenv("LUMEN_REPORT_PERIOD_MS");
+}
+
+// Invariant: beyond loopback the HTTP server answers only requests that carry
+// the cluster token, and does not start without one.
+TEST_CASE("the head's HTTP server needs the token beyond loopback") {
+  boost::asio::io_context io;
+  lumen::head::HttpServer without(io, {.host = "0.0.0.0", .port = 0, .token = ""});
+  CHECK(without.Start().code() == absl::StatusCode::kFailedPrecondition);
+
+  lumen::head::HttpServer server(io, {.host = "0.0.0.0", .port = 0, .token = "sesame"});
+  server.Route("/metrics", [](const lumen::head::HttpRequest&) {
+    return lumen::head::HttpResponse{200, "text/plain", "ok\n"};
+  });
+  REQUIRE(server.Start().ok());
+  std::thread loop([&] { io.run(); });
+  auto bare = HttpGet("127.0.0.1", server.port(), "/metrics");
+  auto wrong = HttpGet("127.0.0.1", server.port(), "/metrics", "Bearer nope");
+  auto right = HttpGet("127.0.0.1", server.port(), "/metrics", "Bearer sesame");
+  io.stop();
+  loop.join();
+  CHECK(bare.first == 401);
+  CHECK(wrong.first == 401);
+  CHECK(right.first == 200);
+  CHECK(right.second == "ok\n");
+}

@@ -1,0 +1,147 @@
+// Task events end to end: tasks and actor calls on a 2-node cluster, then
+// `lumen timeline FILE` (the built binary) and the Chrome trace it wrote,
+// parsed with Boost.JSON.
+#include <unistd.h>
+
+#include <boost/json.hpp>
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "lumen/lumen.h"
+#include "test/core/test_support.h"
+
+namespace {
+
+// Where it ran: "<pid> <node id hex>".
+std::string WhereAmI(int delay_ms) {
+  ::usleep(static_cast<useconds_t>(delay_ms) * 1000);
+  return std::to_string(::getpid()) + " " + lumen::GetNodeId();
+}
+
+class TimelineTally {
+ public:
+  static TimelineTally* Create() { return new TimelineTally(); }
+  int Add(int x) { return total_ += x; }
+
+ private:
+  int total_ = 0;
+};
+
+namespace json = boost::json;
+
+// The trace's events, or an empty array when the file does not parse.
+json::array ReadTrace(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  boost::system::error_code ec;
+  json::value root = json::parse(text.str(), ec);
+  if (ec || !root.is_object() || !root.as_object().contains("traceEvents")) return {};
+  return root.at("traceEvents").as_array();
+}
+
+size_t SlicesNamed(const json::array& trace, const std::string& name) {
+  size_t n = 0;
+  for (const auto& e : trace) {
+    const auto& o = e.as_object();
+    if (o.at("ph") == "X" && o.at("name") == name.c_str() && o.at("args").at("status") == "FINISHED") ++n;
+  }
+  return n;
+}
+
+}  // namespace
+
+LUMEN_REMOTE(WhereAmI, TimelineTally::Create, &TimelineTally::Add);
+
+using lumen::test::RunCommand;
+using lumen::test::WaitUntil;
+
+// Invariant: every task that ran appears once in the timeline, as a slice named
+// after its function on the row of the worker process that ran it, under the
+// process row of that worker's node, with its phases and a flow arrow from
+// its submitter; actor calls likewise.
+TEST_CASE("lumen timeline writes one slice per task on its worker's row, per node") {
+  lumen::test::MultiNodeCluster cluster({{.resources = {{"CPU", 1}}}, {.resources = {{"CPU", 1}}}},
+                                        {{"LUMEN_TASK_EVENT_FLUSH_PERIOD_MS", "100"}});
+  constexpr int kTasks = 12;
+  std::vector<lumen::ObjectRef<std::string>> refs;
+  for (int i = 0; i < kTasks; ++i) {
+    refs.push_back(lumen::Task(WhereAmI).SetSchedulingStrategy(lumen::Spread()).Remote(30));
+  }
+  std::multiset<std::string> ran;  // "<pid> <node>" per task
+  for (auto& ref : refs) ran.insert(*lumen::Get(ref));
+  auto tally = lumen::Actor(TimelineTally::Create).Remote();
+  for (int i = 1; i <= 3; ++i) REQUIRE(*lumen::Get(tally.Task(&TimelineTally::Add).Remote(i)) == i * (i + 1) / 2);
+
+  std::string file = (std::filesystem::temp_directory_path() /
+                      ("lumen-timeline-test-" + std::to_string(::getpid()) + ".json"))
+                         .string();
+  json::array trace;
+  std::string out;
+  // The processes flush their events every 100 ms: ask until all are there.
+  bool complete = WaitUntil([&] {
+    if (RunCommand(std::string(LUMEN_CLI_PATH) + " timeline " + file + " --address " +
+                       cluster.head_address(),
+                   &out) != 0) {
+      return false;
+    }
+    trace = ReadTrace(file);
+    return SlicesNamed(trace, "WhereAmI") >= kTasks && SlicesNamed(trace, "&TimelineTally::Add") >= 3;
+  });
+  std::filesystem::remove(file);
+  INFO(out);
+  INFO("finished WhereAmI slices: " << SlicesNamed(trace, "WhereAmI") << " of " << kTasks
+                                    << ", finished &TimelineTally::Add slices: " << SlicesNamed(trace, "&TimelineTally::Add") << " of 3");
+  REQUIRE(complete);
+  CHECK(out.find("Wrote ") != std::string::npos);
+  CHECK(SlicesNamed(trace, "WhereAmI") == kTasks);
+  CHECK(SlicesNamed(trace, "&TimelineTally::Add") == 3);
+
+  // Row names: trace pid -> node, (pid, tid) -> thread name.
+  std::map<int64_t, std::string> node_of_row;
+  std::map<std::pair<int64_t, int64_t>, std::string> thread_name;
+  for (const auto& e : trace) {
+    const auto& o = e.as_object();
+    if (o.at("ph") != "M") continue;
+    std::string name(o.at("args").at("name").as_string());
+    if (o.at("name") == "process_name") node_of_row[o.at("pid").as_int64()] = name;
+    if (o.at("name") == "thread_name") {
+      thread_name[{o.at("pid").as_int64(), o.at("tid").as_int64()}] = name;
+    }
+  }
+  CHECK(node_of_row.size() == 2);
+
+  // Each task's slice sits on the row of the worker that ran it, on its node.
+  std::multiset<std::string> seen;
+  size_t flows_out = 0, flows_in = 0;
+  for (const auto& e : trace) {
+    const auto& o = e.as_object();
+    if (o.at("ph") == "s") ++flows_out;
+    if (o.at("ph") == "f") ++flows_in;
+    if (o.at("ph") != "X" || o.at("name") != "WhereAmI") continue;
+    int64_t row = o.at("pid").as_int64(), tid = o.at("tid").as_int64();
+    REQUIRE(node_of_row.contains(row));
+    CHECK(thread_name[{row, tid}] == "worker pid " + std::to_string(tid));
+    seen.insert(std::to_string(tid) + " " + node_of_row[row].substr(5));
+    const auto& args = o.at("args").as_object();
+    CHECK(args.at("execution_ms").to_number<double>() >= 25.0);
+    CHECK(args.at("dependency_wait_ms").is_number());
+    CHECK(args.at("lease_wait_ms").is_number());
+    CHECK(args.at("kind") == "task");
+  }
+  // The same (worker pid, node) pairs as the tasks reported, node ids shortened.
+  std::multiset<std::string> expected;
+  for (const auto& r : ran) {
+    auto space = r.find(' ');
+    expected.insert(r.substr(0, space) + " " + r.substr(space + 1, 12));
+  }
+  CHECK(seen == expected);
+  CHECK(flows_out == flows_in);
+  CHECK(flows_out >= kTasks + 3);
+}
