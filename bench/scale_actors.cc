@@ -54,14 +54,8 @@ void RunActorScale(ScaleContext& context) {
   constexpr long kProbe = 20;
   std::unique_ptr<BenchCluster> cluster;
   if (!out.Step("actors", [&] {
-        auto started = BenchCluster::Start(
+        cluster = StartAndConnect(
             {.nodes = 1, .resources = {{"CPU", 2.0}}, .join_timeout = context.wait_timeout});
-        Check(started.ok(), "cannot start the cluster: " +
-                                std::string(started.ok() ? "" : started.status().message()));
-        cluster = std::move(*started);
-        Config config;
-        config.address = cluster->head_address();
-        Init(config);
       })) {
     return;
   }
@@ -132,14 +126,8 @@ void RunPutScale(ScaleContext& context) {
   const long n = context.options.quick ? 100000 : 1000000;
   std::unique_ptr<BenchCluster> cluster;
   if (!out.Step("puts", [&] {
-        auto started = BenchCluster::Start(
+        cluster = StartAndConnect(
             {.nodes = 1, .resources = {{"CPU", 2.0}}, .join_timeout = context.wait_timeout});
-        Check(started.ok(), "cannot start the cluster: " +
-                                std::string(started.ok() ? "" : started.status().message()));
-        cluster = std::move(*started);
-        Config config;
-        config.address = cluster->head_address();
-        Init(config);
       })) {
     return;
   }

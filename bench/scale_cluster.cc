@@ -6,6 +6,7 @@
 
 #include "bench/check.h"
 #include "lumen/common/head_client.h"
+#include "lumen/lumen.h"
 
 namespace lumen::bench {
 
@@ -56,6 +57,16 @@ void BenchCluster::Stop() {
   parts_.clear();
   node_pids_.clear();
   head_pid_ = 0;
+}
+
+std::unique_ptr<BenchCluster> StartAndConnect(const BenchClusterSpec& spec) {
+  auto started = BenchCluster::Start(spec);
+  Check(started.ok(), "cannot start the cluster: " +
+                          std::string(started.ok() ? "" : started.status().message()));
+  Config config;
+  config.address = (*started)->head_address();
+  Init(config);
+  return std::move(*started);
 }
 
 }  // namespace lumen::bench

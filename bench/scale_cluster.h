@@ -53,6 +53,10 @@ class BenchCluster {
   std::vector<pid_t> node_pids_;
 };
 
+// Starts a BenchCluster and connects this process to it as a driver
+// (lumen::Init); throws CheckFailure (bench/check.h) when it cannot start.
+std::unique_ptr<BenchCluster> StartAndConnect(const BenchClusterSpec& spec);
+
 // Polls the head until `count` nodes are registered; a Check failure (throws)
 // after `timeout`.
 void WaitForNodes(const std::string& head, size_t count, std::chrono::milliseconds timeout);

@@ -66,7 +66,8 @@ ManyNodesResult RunManyNodes(int nodes, int tasks, std::chrono::milliseconds wai
       refs.push_back(Task(NodeOfTask).SetPlacementGroup(group, i % nodes).Remote());
     }
     std::set<std::string> ran_on;
-    for (const auto& node : Get(refs)) ran_on.insert(*node);
+    // Bounded: a lost task fails the run (GetTimeoutError) instead of hanging it.
+    for (const auto& node : Get(refs, 4 * wait_timeout)) ran_on.insert(*node);
     result.tasks_seconds = SecondsSince(t0);
     result.distinct_nodes = static_cast<int>(ran_on.size());
     RemovePlacementGroup(group.GetID());

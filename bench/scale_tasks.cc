@@ -92,16 +92,10 @@ void DrainOn(ScaleContext& context, const char* experiment, int nodes, bool spre
   const std::vector<long> sizes = DrainSizes(context.options);
   std::unique_ptr<BenchCluster> cluster;
   if (!context.out.Step(experiment, [&] {
-        auto started = BenchCluster::Start({.nodes = nodes,
-                                            .resources = {{"CPU", nodes == 1 ? 2.0 : 1.0}},
-                                            .object_store_bytes = 256ull << 20,
-                                            .join_timeout = context.wait_timeout});
-        Check(started.ok(), "cannot start the cluster: " +
-                                std::string(started.ok() ? "" : started.status().message()));
-        cluster = std::move(*started);
-        Config config;
-        config.address = cluster->head_address();
-        Init(config);
+        cluster = StartAndConnect({.nodes = nodes,
+                                    .resources = {{"CPU", nodes == 1 ? 2.0 : 1.0}},
+                                    .object_store_bytes = 256ull << 20,
+                                    .join_timeout = context.wait_timeout});
       })) {
     return;
   }

@@ -42,14 +42,7 @@ void TaskEventRecorder::Record(TaskEventKind kind, const TaskId& task, uint32_t 
   if (!enabled()) return;
   int64_t now = NowMicros();
   absl::MutexLock lock(&mu_);
-  size_t slot = (head_ + size_) % ring_.size();
-  if (size_ == ring_.size()) {
-    head_ = (head_ + 1) % ring_.size();
-    ++dropped_;
-  } else {
-    ++size_;
-  }
-  TaskEvent& e = ring_[slot];
+  TaskEvent& e = NextSlot();
   e.kind = kind;
   e.actor_call = detail.actor_call;
   e.attempt = attempt;
@@ -69,6 +62,10 @@ void TaskEventRecorder::RecordEvent(TaskEvent event) {
   if (event.time_us == 0) event.time_us = NowMicros();
   if (event.pid == 0) event.pid = pid_;
   absl::MutexLock lock(&mu_);
+  NextSlot() = std::move(event);
+}
+
+TaskEvent& TaskEventRecorder::NextSlot() {
   size_t slot = (head_ + size_) % ring_.size();
   if (size_ == ring_.size()) {
     head_ = (head_ + 1) % ring_.size();
@@ -76,7 +73,7 @@ void TaskEventRecorder::RecordEvent(TaskEvent event) {
   } else {
     ++size_;
   }
-  ring_[slot] = std::move(event);
+  return ring_[slot];
 }
 
 std::vector<TaskEvent> TaskEventRecorder::Drain() {

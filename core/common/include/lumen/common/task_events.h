@@ -120,6 +120,10 @@ class TaskEventRecorder {
   static int64_t NowMicros();
 
  private:
+  // The ring's slot for a new event: the next free one, or the oldest
+  // (counted as dropped) when the ring is full.
+  TaskEvent& NextSlot() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   std::atomic<bool> enabled_;
   const int32_t pid_;
   mutable absl::Mutex mu_;
