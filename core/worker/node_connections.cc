@@ -94,21 +94,7 @@ void CoreWorker::WithNode(const std::string& address, ConnectionUse use) {
     }
     return;
   }
-  if (auto pending = connecting_nodes_.find(address); pending != connecting_nodes_.end()) {
-    pending->second.push_back(std::move(use));
-    return;
-  }
-  auto it = remote_nodes_.find(address);
-  if (it != remote_nodes_.end() && !it->second->closed()) {
-    use(it->second);
-    return;
-  }
-  connecting_nodes_[address].push_back(std::move(use));
-  AsyncConnectToAddress(io_, address, options_.session_dir, options_.timeouts.connect_timeout,
-                        [this, address](absl::StatusOr<Socket> socket) {
-                          OnConnectEnded(connecting_nodes_, remote_nodes_, address,
-                                         std::move(socket), &CoreWorker::AdoptNode);
-                        });
+  WithConnection(connecting_nodes_, remote_nodes_, address, std::move(use), &CoreWorker::AdoptNode);
 }
 
 std::shared_ptr<Connection> CoreWorker::AdoptNode(const std::string& address, Socket socket) {

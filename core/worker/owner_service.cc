@@ -50,21 +50,28 @@ std::shared_ptr<Connection> CoreWorker::PeerConnection(const std::string& addres
 
 void CoreWorker::WithPeer(const std::string& address, ConnectionUse use) {
   io_checker_.Check("CoreWorker::WithPeer");
+  WithConnection(connecting_peers_, peers_, address, std::move(use), &CoreWorker::AdoptPeer);
+}
+
+void CoreWorker::WithConnection(
+    absl::flat_hash_map<std::string, std::vector<ConnectionUse>>& waiting,
+    const absl::flat_hash_map<std::string, std::shared_ptr<Connection>>& open,
+    const std::string& address, ConnectionUse use,
+    std::shared_ptr<Connection> (CoreWorker::*adopt)(const std::string&, Socket)) {
   // Behind a connect in flight: wait in order (an escape before its removeBorrower).
-  if (auto pending = connecting_peers_.find(address); pending != connecting_peers_.end()) {
+  if (auto pending = waiting.find(address); pending != waiting.end()) {
     pending->second.push_back(std::move(use));
     return;
   }
-  auto it = peers_.find(address);
-  if (it != peers_.end() && !it->second->closed()) {
+  auto it = open.find(address);
+  if (it != open.end() && !it->second->closed()) {
     use(it->second);
     return;
   }
-  connecting_peers_[address].push_back(std::move(use));
+  waiting[address].push_back(std::move(use));
   AsyncConnectToAddress(io_, address, options_.session_dir, options_.timeouts.connect_timeout,
-                        [this, address](absl::StatusOr<Socket> socket) {
-                          OnConnectEnded(connecting_peers_, peers_, address, std::move(socket),
-                                         &CoreWorker::AdoptPeer);
+                        [this, &waiting, &open, address, adopt](absl::StatusOr<Socket> socket) {
+                          OnConnectEnded(waiting, open, address, std::move(socket), adopt);
                         });
 }
 

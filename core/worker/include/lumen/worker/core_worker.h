@@ -198,6 +198,13 @@ class CoreWorker {
   void WithPeer(const std::string& address, ConnectionUse use);
   // A new connection to the owner service at `address`: started, hello sent, kept.
   std::shared_ptr<Connection> AdoptPeer(const std::string& address, Socket socket);
+  // WithNode's and WithPeer's shared part: `use` runs with the open connection
+  // to `address` in `open`, or waits in `waiting` behind a connect (started
+  // here when none is in flight; its socket adopted by `adopt`). io thread.
+  void WithConnection(absl::flat_hash_map<std::string, std::vector<ConnectionUse>>& waiting,
+                      const absl::flat_hash_map<std::string, std::shared_ptr<Connection>>& open,
+                      const std::string& address, ConnectionUse use,
+                      std::shared_ptr<Connection> (CoreWorker::*adopt)(const std::string&, Socket));
   // Runs what waits in `waiting` for `address` once its connect ended: with
   // the open connection in `open` (maybe made meanwhile), the new socket
   // adopted by `adopt`, or the error. io thread.
