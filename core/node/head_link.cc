@@ -176,7 +176,8 @@ void HeadLink::OnConnected(Socket socket) {
   callbacks_.fill_stats(out.Init().initRegisterNode());
   conn_->Send(out.builder());
   ReportLater();
-  FirstAttemptDone();
+  // Ready once the head answers the registration with its first view (which
+  // lists this node): a driver started next then finds the node at the head.
 }
 
 void HeadLink::ReportLater() {
@@ -195,6 +196,7 @@ void HeadLink::OnFrame(proto::Envelope::Reader msg) {
   switch (msg.which()) {
     case proto::Envelope::CLUSTER_VIEW:
       callbacks_.on_cluster_view(msg.getClusterView());
+      FirstAttemptDone();
       return;
     case proto::Envelope::PREPARE_BUNDLES:
     case proto::Envelope::COMMIT_BUNDLES:

@@ -43,10 +43,10 @@ struct HeadLinkCallbacks {
   // Runs after the bundle reply went out (a commit may let parked work run).
   std::function<void(proto::Envelope::Reader)> after_bundles;
   std::function<void()> on_marked_dead;
-  // Runs once, when the first connection attempt ended: registered (the
-  // registration is on its way) or failed (retries go on). The daemon reports
-  // itself ready then, so a driver that starts a cluster finds the node
-  // registered.
+  // Runs once, when the first connection attempt ended: registered (the head
+  // answered with its first cluster view, which lists this node) or failed
+  // (retries go on). The daemon reports itself ready then, so a driver that
+  // starts a cluster finds the node registered.
   std::function<void()> after_first_attempt;
 };
 
