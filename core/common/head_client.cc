@@ -83,6 +83,11 @@ proto::Hello::Builder InitHello(proto::Envelope::Builder env, proto::Role role) 
   return hello;
 }
 
+// Blocking on its own io_context (WriteFrameBlocking, ReadFrameBlocking, a
+// blocking resolve and connect): called from user threads, the CLI, and
+// start-up or shutdown code, never from an event loop's thread (the core
+// worker's io thread uses HeadRequester, asynchronous with a deadline; the
+// node daemon and the head do not call it).
 absl::StatusOr<std::vector<capnp::word>> CallHead(
     const std::string& head_address, const std::function<void(proto::Envelope::Builder)>& fill,
     std::chrono::milliseconds reply_timeout) {
@@ -192,6 +197,7 @@ NodeView ToNodeView(proto::NodeStats::Reader n) {
 namespace {
 
 // One request to a node daemon (hello first); returns the reply's words.
+// Blocking, like CallHead: for the CLI and user threads only.
 absl::StatusOr<std::vector<capnp::word>> CallNode(
     const std::string& node_address, const std::function<void(proto::Envelope::Builder)>& fill) {
   boost::asio::io_context io;

@@ -105,26 +105,37 @@ void CoreWorker::KillActor(const internal::RefHandle& actor, bool no_restart) {
       actor_owner_->Kill(id, no_restart, "killed by lumen::ActorHandle::Kill()");
       return;
     }
-    absl::Status error;
-    if (auto conn = PeerConnection(owner, &error)) {
-      SendKillActor(*conn, id, no_restart);
-      return;
-    }
-    // The owner is gone; a detached actor is told directly, at the address we
-    // use or the one the head recorded.
-    if (auto conn = ActorChannelTo(id, "")) {
-      SendKillActor(*conn, id, no_restart);
-      return;
-    }
-    LookUpDetachedActor(id, [this, id, no_restart](std::string address) {
-      absl::Status error;
-      auto conn = address.empty() ? nullptr : PeerConnection(address, &error);
-      if (!conn) {
-        LUMEN_LOG(WARNING) << "cannot kill actor " << id.Hex().substr(0, 12)
-                           << ": its owner and the actor are unreachable";
+    // The owner decides (it may restart the actor); connecting to it does not
+    // block the io thread (Timeouts::connect_timeout).
+    WithPeer(owner, [this, id, no_restart](absl::StatusOr<std::shared_ptr<Connection>> conn) {
+      if (conn.ok()) {
+        SendKillActor(**conn, id, no_restart);
         return;
       }
-      SendKillActor(*conn, id, no_restart);
+      // The owner is gone; a detached actor is told directly, at the address
+      // we use or the one the head recorded.
+      if (auto channel = ActorChannelTo(id, "")) {
+        SendKillActor(*channel, id, no_restart);
+        return;
+      }
+      LookUpDetachedActor(id, [this, id, no_restart](std::string address) {
+        auto unreachable = [id] {
+          LUMEN_LOG(WARNING) << "cannot kill actor " << id.Hex().substr(0, 12)
+                             << ": its owner and the actor are unreachable";
+        };
+        if (address.empty()) {
+          unreachable();
+          return;
+        }
+        WithPeer(address, [this, id, no_restart,
+                           unreachable](absl::StatusOr<std::shared_ptr<Connection>> conn) {
+          if (!conn.ok()) {
+            unreachable();
+            return;
+          }
+          SendKillActor(**conn, id, no_restart);
+        });
+      });
     });
   });
 }

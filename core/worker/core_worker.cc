@@ -17,6 +17,7 @@
 #include "core/worker/borrower_registry.h"
 #include "core/worker/head_requester.h"
 #include "core/worker/dependency_resolver.h"
+#include "core/worker/executor_host.h"
 #include "core/worker/normal_task_submitter.h"
 #include "core/worker/task_event_flusher.h"
 #include "core/worker/task_manager.h"
@@ -40,9 +41,6 @@ namespace {
 std::atomic<std::shared_ptr<CoreWorker>> current_core_worker;
 
 }  // namespace
-
-// Set on an executor thread while it runs a task: a Get there gives the CPU back.
-thread_local bool in_task = false;
 
 std::shared_ptr<CoreWorker> CurrentCoreWorker() {
   return current_core_worker.load(std::memory_order_acquire);
@@ -167,6 +165,9 @@ absl::Status CoreWorker::Connect() {
   refs_->SetSelfAddress(listen_address_);
 
   // Handshake with the node daemon (blocking): its reply carries the store's fd.
+  // Start-up code on the thread that called Start, before the io thread runs
+  // (it starts at the end of Connect): no event loop waits behind these
+  // blocking writes and reads.
   boost::asio::local::stream_protocol::socket node_socket(io_);
   node_socket.connect(boost::asio::local::stream_protocol::endpoint(options_.node_socket), ec);
   if (ec) {
@@ -236,6 +237,14 @@ absl::Status CoreWorker::Connect() {
   auto segment = objectstore::ShmSegment::Attach(*fd, store_size);
   if (!segment.ok()) return segment.status();
   store_ = std::move(*segment);
+  executor_host_ = std::make_unique<ExecutorHost>(*this);
+  executor_ = std::make_unique<TaskExecutor>(
+      *executor_host_, *receiver_,
+      TaskExecutor::Options{.node_id = node_id_,
+                            .node_address = node_address_,
+                            .worker_id = options_.worker_id,
+                            .exe_path = exe_path_,
+                            .inline_limit = options_.inline_limit});
 
   int raw = node_socket.release();
   Socket generic(io_, boost::asio::generic::stream_protocol(AF_UNIX, 0), raw);
@@ -246,27 +255,8 @@ absl::Status CoreWorker::Connect() {
       io_, TaskEvents(), options_.timeouts.task_event_flush_period, node_conn_);
   boost::asio::post(io_, [this] { event_flusher_->Start(); });
 
-  auto accept_next = std::make_shared<std::function<void()>>();
-  *accept_next = [this, accept_next]() {
-    acceptor_->async_accept([this, accept_next](const boost::system::error_code& ec,
-                                                boost::asio::local::stream_protocol::socket s) {
-      if (ec) return;  // acceptor closed
-      int raw_fd = s.release();
-      OnPeerAccepted(Socket(io_, boost::asio::generic::stream_protocol(AF_UNIX, 0), raw_fd));
-      (*accept_next)();
-    });
-  };
-  (*accept_next)();
-  auto accept_tcp = std::make_shared<std::function<void()>>();
-  *accept_tcp = [this, accept_tcp]() {
-    tcp_acceptor_->async_accept(
-        [this, accept_tcp](const boost::system::error_code& ec, boost::asio::ip::tcp::socket s) {
-          if (ec) return;  // acceptor closed
-          OnPeerAccepted(AdoptTcp(io_, std::move(s)));
-          (*accept_tcp)();
-        });
-  };
-  (*accept_tcp)();
+  AcceptUnix();
+  AcceptTcp();
 
   work_.emplace(io_.get_executor());
   io_thread_ = std::thread([this] {
@@ -274,6 +264,28 @@ absl::Status CoreWorker::Connect() {
     io_.run();
   });
   return absl::OkStatus();
+}
+
+// The accept loops: each accepted socket goes to OnPeerAccepted and the next
+// accept starts; a closed acceptor (Stop) ends the loop. The handlers hold
+// only `this` (the io context and its handlers go before the CoreWorker).
+void CoreWorker::AcceptUnix() {
+  acceptor_->async_accept(
+      [this](const boost::system::error_code& ec, boost::asio::local::stream_protocol::socket s) {
+        if (ec) return;  // acceptor closed
+        int raw_fd = s.release();
+        OnPeerAccepted(Socket(io_, boost::asio::generic::stream_protocol(AF_UNIX, 0), raw_fd));
+        AcceptUnix();
+      });
+}
+
+void CoreWorker::AcceptTcp() {
+  tcp_acceptor_->async_accept(
+      [this](const boost::system::error_code& ec, boost::asio::ip::tcp::socket s) {
+        if (ec) return;  // acceptor closed
+        OnPeerAccepted(AdoptTcp(io_, std::move(s)));
+        AcceptTcp();
+      });
 }
 
 void CoreWorker::OnNodeLost(const absl::Status& why) {

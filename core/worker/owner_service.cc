@@ -36,18 +36,6 @@ void CoreWorker::SendPeerHello(Connection& conn) {
   conn.Send(out.builder());
 }
 
-std::shared_ptr<Connection> CoreWorker::PeerConnection(const std::string& address,
-                                                       absl::Status* error) {
-  auto it = peers_.find(address);
-  if (it != peers_.end() && !it->second->closed()) return it->second;
-  auto socket = ConnectToAddress(io_, address, options_.session_dir);
-  if (!socket.ok()) {
-    *error = socket.status();
-    return nullptr;
-  }
-  return AdoptPeer(address, std::move(*socket));
-}
-
 void CoreWorker::WithPeer(const std::string& address, ConnectionUse use) {
   io_checker_.Check("CoreWorker::WithPeer");
   WithConnection(connecting_peers_, peers_, address, std::move(use), &CoreWorker::AdoptPeer);
@@ -85,7 +73,7 @@ void CoreWorker::OnConnectEnded(
   absl::StatusOr<std::shared_ptr<Connection>> conn;
   auto it = open.find(address);
   if (it != open.end() && !it->second->closed()) {
-    conn = it->second;  // opened meanwhile (a blocking connect); the new socket closes
+    conn = it->second;  // opened meanwhile; the new socket closes
   } else if (!socket.ok()) {
     conn = socket.status();
   } else {

@@ -26,8 +26,6 @@
 
 namespace lumen::runtime {
 
-extern thread_local bool in_task;
-
 enum StoreOp { kCreate, kSeal, kAbort, kGet, kRelease, kDelete };
 
 

@@ -62,6 +62,7 @@ class TaskEventFlusher;   // core/worker/task_event_flusher.h
 class DependencyResolver; // core/worker/dependency_resolver.h
 class NormalTaskSubmitter; // core/worker/normal_task_submitter.h
 class TaskReceiver;        // core/worker/task_receiver.h
+class TaskExecutor;        // core/worker/task_executor.h
 struct TaskToRun;          // core/worker/task_receiver.h
 struct PendingTask;       // core/worker/pending_task.h
 struct ActorRecord;       // core/worker/pending_task.h (the runtime's actors::ActorSpec)
@@ -152,6 +153,9 @@ class CoreWorker {
   void OnNodeFrame(Connection& conn, proto::Envelope::Reader msg);
   // `lumen list actors|tasks|objects`: what this process owns, one row each.
   void SendStateRows(Connection& conn, uint64_t request_id, const std::string& what);
+  // Accept peers on the Unix and TCP listeners until they close.
+  void AcceptUnix();
+  void AcceptTcp();
   void OnPeerAccepted(Socket socket);
   void OnPeerFrame(Connection& conn, proto::Envelope::Reader msg);
   void OnBorrowerChange(uint64_t conn_id, const ObjectId& id, int delta);
@@ -191,9 +195,6 @@ class CoreWorker {
   void SendRequeued(Connection& conn, const TaskId& task_id, uint32_t attempt);
   void SendObjectStatus(Connection& conn, uint64_t request_id, const ObjectId& id);
   void RequestObjectFromOwner(const ObjectId& id, const std::string& owner);
-  // Blocking (its connect): left for the actor code (actor_owner.cc,
-  // actor_caller.cc); everything else uses WithPeer.
-  std::shared_ptr<Connection> PeerConnection(const std::string& address, absl::Status* error);
   // Like WithNode, for the owner service of another process at `address`.
   void WithPeer(const std::string& address, ConnectionUse use);
   // A new connection to the owner service at `address`: started, hello sent, kept.
@@ -260,11 +261,10 @@ class CoreWorker {
   [[noreturn]] void ThrowFailure(const Failure& failure);
   void NotifyBlocked(bool blocked);
 
-  // executor (worker mode)
-  void ExecuteTask(TaskToRun& task);
-  void ExecutorLoop();
+  // worker mode (executor_host.cc): the executor's host; the end of an
+  // actor that exits on purpose (io thread).
+  class ExecutorHost;  // executor_host.h
   void ExitProcessWhenFlushed();
-  void UseGpus(const std::vector<int>& ids);
   static void SetGpuIds(proto::TaskSpec::Builder spec, const std::vector<int>& ids);
 
   // actors, owner side (io thread; see actor_owner.cc): the manager is
@@ -387,13 +387,10 @@ class CoreWorker {
   std::unique_ptr<ActorCaller> actor_caller_;
   std::unique_ptr<actors::ActorTaskSubmitter> actor_submitter_;
 
-  // worker mode, actor process: the instance and how to reach its owner
-  std::shared_ptr<void> actor_instance_;  // set once by the creation task
-  std::vector<int> actor_gpu_ids_;  // set by the creation task, before calls run
+  // worker mode, actor process: who it is and how to reach its owner
   ObjectId actor_id_;       // io thread, set by the creation task
   std::string actor_name_;  // io thread
   std::weak_ptr<Connection> actor_owner_conn_;  // io thread
-  std::vector<std::thread> executor_threads_;
 
   absl::Mutex submit_mu_;
   std::vector<std::unique_ptr<PendingTask>> submissions_ ABSL_GUARDED_BY(submit_mu_);
@@ -401,6 +398,10 @@ class CoreWorker {
   // worker mode: tasks waiting for the executor threads, handed back while
   // the running task blocks (thread-safe; io thread and executor threads)
   std::unique_ptr<TaskReceiver> receiver_;
+  // worker mode: runs what receiver_ queued on executor threads, through its
+  // host. Made by Connect (it needs the node's identity); goes first.
+  std::unique_ptr<ExecutorHost> executor_host_;
+  std::unique_ptr<TaskExecutor> executor_;
 };
 
 // The process-wide runtime (null before Init and after Shutdown). Thread-safe;

@@ -1,0 +1,134 @@
+// CoreWorker, worker mode: the executor's host (the store, argument pulls,
+// replies), the hand-back of queued tasks while the running one blocks, and
+// the end of an actor that exits on purpose. The executor itself is
+// TaskExecutor (task_executor.h).
+#include "core/worker/executor_host.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "core/worker/worker_state.h"
+#include "lumen/common/proto_util.h"
+#include "lumen/errors.h"
+#include "lumen/objectstore/object_table.h"
+
+namespace lumen::runtime {
+
+absl::StatusOr<internal::ObjectBytes> CoreWorker::ExecutorHost::FetchArgument(
+    const TaskToRun::Arg& arg) {
+  StoreResult got = core_.GetOrPull(arg.stored, arg.size, arg.node, arg.node_address, arg.owner);
+  if (!got.status.ok()) return got.status;
+  return core_.PinnedBytes(arg.stored, got.offset, got.size);
+}
+
+absl::StatusOr<uint8_t*> CoreWorker::ExecutorHost::CreateInStore(const ObjectId& id,
+                                                                 uint64_t size) {
+  StoreResult created = core_.CallStore(kCreate, id, size);
+  if (!created.status.ok()) return created.status;
+  core_.store_->PrefaultForWrite(created.offset, size);
+  return core_.store_->writable_base() + created.offset;
+}
+
+absl::Status CoreWorker::ExecutorHost::SealInStore(const ObjectId& id, uint64_t size) {
+  return core_.CallStore(kSeal, id, size).status;
+}
+
+absl::Status CoreWorker::ExecutorHost::CheckSealed(const ObjectId& id) {
+  StoreResult got = core_.CallStore(kGet, id, 0);
+  if (!got.status.ok()) return got.status;
+  // The get pinned it: unpin.
+  core_.SendToNode([id](proto::Envelope::Builder env) {
+    env.initStoreRelease().setObjectId(DataOf(id));
+  });
+  return absl::OkStatus();
+}
+
+void CoreWorker::ExecutorHost::SendReply(const std::weak_ptr<Connection>& reply_to,
+                                         std::string frame) {
+  // The common case: the reply goes out from this thread, without waking the
+  // io thread. (If this is the last reference, the connection is already
+  // closed and dies here harmlessly.)
+  if (auto conn = reply_to.lock()) {
+    if (!conn->TrySendNow(frame)) {
+      core_.PostToIo("worker.flush_reply", [conn] { conn->Flush(); });
+    }
+  }
+}
+
+void CoreWorker::ExecutorHost::SendLastReplyAndExit(const std::weak_ptr<Connection>& reply_to,
+                                                    std::string frame) {
+  CoreWorker* core = &core_;
+  core_.PostToIo("worker.send_last_reply", [core, reply_to, frame = std::move(frame)] {
+    if (auto conn = reply_to.lock()) conn->SendFramed(frame);
+    if (auto owner = core->actor_owner_conn_.lock()) {
+      OutMessage out;
+      out.Init().setActorExiting();
+      owner->Send(out.builder());
+    }
+    core->ExitProcessWhenFlushed();
+  });
+  // No further calls run here; the io thread ends the process once the reply
+  // is out.
+  absl::Notification never;
+  never.WaitForNotification();
+}
+
+void CoreWorker::NotifyBlocked(bool blocked) {
+  if (!options_.is_worker || !TaskExecutor::InTask()) return;
+  // Tasks queued behind this one could be what it waits for: a plain worker
+  // hands them back to their owners to run elsewhere (this is not a failed
+  // attempt), and the ones that arrive while it waits too.
+  for (auto& task : receiver_->SetBlocked(blocked)) {
+    std::weak_ptr<Connection> reply_to = task->reply_to;
+    PostToIo("worker.hand_back_queued_task", [this, reply_to, id = task->task_id, attempt = task->attempt] {
+      if (auto conn = reply_to.lock()) SendRequeued(*conn, id, attempt);
+    });
+  }
+  SendToNode([blocked](proto::Envelope::Builder env) {
+    if (blocked) {
+      env.setWorkerBlocked();
+    } else {
+      env.setWorkerUnblocked();
+    }
+  });
+}
+
+void CoreWorker::RunTaskLoop() { executor_->Run(); }
+
+std::vector<int> CoreWorker::CurrentGpuIds() { return TaskExecutor::CurrentGpuIds(); }
+
+void CoreWorker::SetGpuIds(proto::TaskSpec::Builder spec, const std::vector<int>& ids) {
+  auto list = spec.initGpuIds(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) list.set(i, ids[i]);
+}
+
+void CoreWorker::ExitActorAfterCall() {
+  absl::Status s = executor_ ? executor_->ExitAfterCurrentCall()
+                             : absl::FailedPreconditionError(
+                                   "lumen::ExitActor() must be called inside an actor method");
+  if (!s.ok()) throw Error(std::string(s.message()));
+}
+
+void CoreWorker::ExitProcessWhenFlushed() {
+  // Runs on the io thread: once every queued reply is written (or after
+  // exit_flush_timeout, if a peer stops reading), leave.
+  static const auto deadline = std::chrono::steady_clock::now() + options_.timeouts.exit_flush_timeout;
+  bool flushed = true;
+  for (auto& [id, conn] : inbound_) flushed &= conn->closed() || conn->idle();
+  if (!flushed && std::chrono::steady_clock::now() < deadline) {
+    auto timer = std::make_shared<boost::asio::steady_timer>(io_, std::chrono::milliseconds(1));
+    timer->async_wait([this, timer](const boost::system::error_code&) { ExitProcessWhenFlushed(); });
+    return;
+  }
+  std::fflush(stdout);
+  std::fflush(stderr);
+  ::unlink(unix_path_.c_str());
+  std::_Exit(0);
+}
+
+}  // namespace lumen::runtime

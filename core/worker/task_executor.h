@@ -1,0 +1,125 @@
+// The executor of a worker process: runs each task the TaskReceiver queued on
+// an executor thread (fetches its stored arguments, calls the registered
+// function, actor factory or method, stores a large result in the node's
+// store) and reports its completion to the owner with a taskReply frame.
+//
+//   TaskExecutor executor(host, receiver, options);
+//   executor.Run();              // worker main thread: until host.ShouldStop()
+//   executor.Execute(task);      // or one task, on the calling thread (tests)
+//
+// What it needs from the runtime (the store, the argument pulls, the reply
+// channel) it asks of a TaskExecutorHost, which CoreWorker implements and a
+// test fakes. Threads: Run and Execute on executor threads (one, or
+// max_concurrency for a concurrent actor, started by the creation task); the
+// actor instance is set by the creation task before any call runs (the
+// receiver hands calls out only after it), so it needs no lock. Internal to
+// core/worker.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "core/worker/task_receiver.h"
+#include "lumen/actors/actor_call.h"
+#include "lumen/common/ids.h"
+#include "lumen/internal/runtime.h"
+
+namespace lumen::runtime {
+
+// What the executor needs from the runtime. Called on executor threads; each
+// method may block that thread (never the io thread).
+class TaskExecutorHost {
+ public:
+  virtual ~TaskExecutorHost() = default;
+  // True once the executor threads should end (the node daemon is gone, or
+  // the runtime stops). Any thread; cheap (polled while spinning).
+  virtual bool ShouldStop() = 0;
+  // Pins the stored argument `arg` in this node's store (first copying it from
+  // the node that has it when it is not here) and returns its bytes, pinned
+  // while the returned keepalive is held.
+  virtual absl::StatusOr<internal::ObjectBytes> FetchArgument(const TaskToRun::Arg& arg) = 0;
+  // Creates an unsealed buffer of `size` bytes for `id` in the node's store
+  // and returns where to write it. AlreadyExists: an earlier attempt created
+  // it; ResourceExhausted: the store is full.
+  virtual absl::StatusOr<uint8_t*> CreateInStore(const ObjectId& id, uint64_t size) = 0;
+  // Seals what CreateInStore made, once written.
+  virtual absl::Status SealInStore(const ObjectId& id, uint64_t size) = 0;
+  // OK when a sealed copy of `id` is in the node's store (it is not pinned).
+  virtual absl::Status CheckSealed(const ObjectId& id) = 0;
+  // Sends a task's reply frame to its owner over `reply_to` (gone: dropped).
+  virtual void SendReply(const std::weak_ptr<Connection>& reply_to, std::string frame) = 0;
+  // Sends an exiting actor's last reply, tells its owner it exits on purpose,
+  // and ends the process once the reply is out. In a real worker this never
+  // returns to the executor thread.
+  virtual void SendLastReplyAndExit(const std::weak_ptr<Connection>& reply_to,
+                                    std::string frame) = 0;
+};
+
+class TaskExecutor {
+ public:
+  struct Options {
+    NodeId node_id;
+    std::string node_address;  // put into the reply of a stored result
+    WorkerId worker_id;
+    std::string exe_path;      // named in failures
+    uint64_t inline_limit = 0;  // results above this many bytes go to the store
+    // Looks a function up by name (nullptr: not registered).
+    std::function<const internal::RemoteFunction*(std::string_view)> find_function =
+        internal::FindRemoteFunction;
+  };
+
+  // `host` and `receiver` outlive the executor.
+  TaskExecutor(TaskExecutorHost& host, TaskReceiver& receiver, Options options);
+  ~TaskExecutor();
+  TaskExecutor(const TaskExecutor&) = delete;
+  TaskExecutor& operator=(const TaskExecutor&) = delete;
+
+  // Runs received tasks on the calling thread (and, for a concurrent actor,
+  // on the threads its creation starts) until host.ShouldStop(); then joins
+  // those threads.
+  void Run();
+  // Runs one task on the calling thread and sends its reply.
+  void Execute(TaskToRun& task);
+
+  // The actor call running on this thread asked to exit after it returns.
+  // FailedPrecondition outside an actor method.
+  [[nodiscard]] absl::Status ExitAfterCurrentCall();
+
+  // Whether the calling thread runs a task now (a Get there blocks a worker).
+  static bool InTask();
+  // The GPU ids of the task the calling thread runs (none outside tasks).
+  static std::vector<int> CurrentGpuIds();
+
+ private:
+  // Executor thread: spins briefly, then takes tasks until ShouldStop.
+  void Loop();
+  // Calls the task's function; its encoded result, or why it failed.
+  void Invoke(TaskToRun& task, const std::string& location, std::string* result,
+              std::optional<actors::TaskFailure>* failure);
+  // Puts a result over the inline limit into the store; nullopt when stored.
+  std::optional<actors::TaskFailure> StoreResult(const ObjectId& id, const std::string& result,
+                                                 const std::string& location);
+  // CUDA_VISIBLE_DEVICES and CurrentGpuIds for the task on this thread.
+  static void UseGpus(const std::vector<int>& ids);
+
+  TaskExecutorHost& host_;
+  TaskReceiver& receiver_;
+  const Options options_;
+  // Set by the creation task, before the receiver hands out any call.
+  std::shared_ptr<void> actor_instance_;
+  std::vector<int> actor_gpu_ids_;
+  // A concurrent actor's further executor threads (started by its creation).
+  absl::Mutex threads_mu_;
+  std::vector<std::thread> threads_ ABSL_GUARDED_BY(threads_mu_);
+};
+
+}  // namespace lumen::runtime

@@ -1,0 +1,454 @@
+// Deterministic tests of the TaskExecutor: a fake host (an in-memory store,
+// scripted store answers, replies captured and decoded), tasks made by the
+// test and run on the test thread. No processes, no sockets.
+#include "core/worker/task_executor.h"
+
+#include <capnp/serialize.h>
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "lumen/common/codec.h"
+#include "lumen/common/connection.h"
+#include "lumen/common/proto_util.h"
+
+namespace lumen::runtime {
+namespace {
+
+// A reply the executor sent, decoded.
+struct Reply {
+  TaskId task_id;
+  uint32_t attempt = 0;
+  enum class Kind { kInline, kStored, kError } kind = Kind::kInline;
+  std::string inline_bytes;
+  ObjectId stored_id;
+  uint64_t stored_size = 0;
+  NodeId stored_node;
+  std::string stored_node_address;
+  proto::FailureKind failure = proto::FailureKind::OTHER;
+  std::string exception_type;
+  std::string message;
+  bool actor_exiting = false;
+  bool last = false;  // sent through SendLastReplyAndExit
+};
+
+Reply Decode(const std::string& frame, bool last) {
+  REQUIRE(frame.size() > kFrameHeaderBytes);
+  auto len = ParseFrameHeader(reinterpret_cast<const uint8_t*>(frame.data()), 1 << 20);
+  REQUIRE(len.ok());
+  REQUIRE(kFrameHeaderBytes + *len == frame.size());
+  std::vector<capnp::word> words(*len / sizeof(capnp::word));
+  std::memcpy(words.data(), frame.data() + kFrameHeaderBytes, *len);
+  capnp::FlatArrayMessageReader reader(kj::arrayPtr(words.data(), words.size()));
+  auto env = reader.getRoot<proto::Envelope>();
+  REQUIRE(env.isTaskReply());
+  auto r = env.getTaskReply();
+  Reply out;
+  out.task_id = IdFrom<TaskId>(r.getTaskId());
+  out.attempt = r.getAttempt();
+  out.actor_exiting = r.getActorExiting();
+  out.last = last;
+  auto value = r.getResult();
+  switch (value.which()) {
+    case proto::Value::INLINE: {
+      auto d = value.getInline();
+      out.inline_bytes.assign(reinterpret_cast<const char*>(d.begin()), d.size());
+      break;
+    }
+    case proto::Value::STORED: {
+      auto s = value.getStored();
+      out.kind = Reply::Kind::kStored;
+      out.stored_id = IdFrom<ObjectId>(s.getObjectId());
+      out.stored_size = s.getSize();
+      out.stored_node = IdFrom<NodeId>(s.getNodeId());
+      out.stored_node_address = s.getNodeAddress().cStr();
+      break;
+    }
+    case proto::Value::ERROR: {
+      auto e = value.getError();
+      out.kind = Reply::Kind::kError;
+      out.failure = e.getKind();
+      out.exception_type = e.getExceptionType().cStr();
+      out.message = e.getMessage().cStr();
+      break;
+    }
+  }
+  return out;
+}
+
+// The node's store as a map, with answers the test can script; replies kept.
+class FakeHost final : public TaskExecutorHost {
+ public:
+  bool ShouldStop() override { return stop; }
+  absl::StatusOr<internal::ObjectBytes> FetchArgument(const TaskToRun::Arg& arg) override {
+    ++fetches;
+    auto it = sealed.find(arg.stored);
+    if (it == sealed.end()) return absl::NotFoundError("no copy anywhere");
+    return internal::ObjectBytes{it->second, nullptr};
+  }
+  absl::StatusOr<uint8_t*> CreateInStore(const ObjectId& id, uint64_t size) override {
+    log.push_back("create");
+    if (!create_answer.ok()) return create_answer;
+    auto& buffer = unsealed[id];
+    buffer.assign(size, '\0');
+    return reinterpret_cast<uint8_t*>(buffer.data());
+  }
+  absl::Status SealInStore(const ObjectId& id, uint64_t size) override {
+    log.push_back("seal");
+    auto it = unsealed.find(id);
+    if (it == unsealed.end() || it->second.size() != size) return absl::NotFoundError("not created");
+    sealed[id] = std::move(it->second);
+    unsealed.erase(it);
+    return absl::OkStatus();
+  }
+  absl::Status CheckSealed(const ObjectId& id) override {
+    log.push_back("check");
+    return sealed.count(id) ? absl::OkStatus() : absl::NotFoundError("not sealed");
+  }
+  void SendReply(const std::weak_ptr<Connection>&, std::string frame) override {
+    replies.push_back(Decode(frame, false));
+    if (stop_after_replies && replies.size() >= stop_after_replies) stop = true;
+  }
+  void SendLastReplyAndExit(const std::weak_ptr<Connection>&, std::string frame) override {
+    replies.push_back(Decode(frame, true));
+  }
+
+  bool stop = false;
+  size_t stop_after_replies = 0;  // 0: never
+  absl::Status create_answer = absl::OkStatus();
+  std::map<ObjectId, std::string> sealed;
+  std::map<ObjectId, std::string> unsealed;
+  std::vector<std::string> log;  // store calls, in order
+  int fetches = 0;
+  std::vector<Reply> replies;
+};
+
+// Test functions, registered under names no other test uses.
+TaskExecutor* running_executor = nullptr;  // for the exiting actor method
+const bool registered = [] {
+  using internal::RemoteFunction;
+  auto int_arg = [](const std::vector<internal::ObjectBytes>& args, size_t i) {
+    auto v = codec::DecodeValue<int>(args.at(i).bytes);
+    if (!v.ok()) throw std::runtime_error("bad argument");
+    return *v;
+  };
+  RemoteFunction sum{.kind = RemoteFunction::Kind::kFunction};
+  sum.invoke = [int_arg](const std::vector<internal::ObjectBytes>& args) {
+    int total = 0;
+    for (size_t i = 0; i < args.size(); ++i) total += int_arg(args, i);
+    return codec::EncodeValue<int>(total);
+  };
+  internal::RegisterFunction("executor_test.Sum", "executor_test.Sum", sum);
+  RemoteFunction big{.kind = RemoteFunction::Kind::kFunction};
+  big.invoke = [int_arg](const std::vector<internal::ObjectBytes>& args) {
+    return codec::EncodeValue<std::string>(std::string(int_arg(args, 0), 'x'));
+  };
+  internal::RegisterFunction("executor_test.Big", "executor_test.Big", big);
+  RemoteFunction fails{.kind = RemoteFunction::Kind::kFunction};
+  fails.invoke = [](const std::vector<internal::ObjectBytes>&) -> std::string {
+    throw std::invalid_argument("no good");
+  };
+  internal::RegisterFunction("executor_test.Fails", "executor_test.Fails", fails);
+  RemoteFunction gpus{.kind = RemoteFunction::Kind::kFunction};
+  gpus.invoke = [](const std::vector<internal::ObjectBytes>&) {
+    return codec::EncodeValue<std::vector<int>>(TaskExecutor::CurrentGpuIds());
+  };
+  internal::RegisterFunction("executor_test.Gpus", "executor_test.Gpus", gpus);
+  RemoteFunction method_gpus{.kind = RemoteFunction::Kind::kMethod};
+  method_gpus.call = [](void*, const std::vector<internal::ObjectBytes>&) {
+    return codec::EncodeValue<std::vector<int>>(TaskExecutor::CurrentGpuIds());
+  };
+  internal::RegisterFunction("executor_test.Counter.Gpus", "executor_test.Counter.Gpus",
+                             method_gpus);
+  RemoteFunction counter{.kind = RemoteFunction::Kind::kActorFactory};
+  counter.create = [int_arg](const std::vector<internal::ObjectBytes>& args) {
+    return std::make_shared<int>(int_arg(args, 0));
+  };
+  internal::RegisterFunction("executor_test.Counter", "executor_test.Counter", counter);
+  RemoteFunction add{.kind = RemoteFunction::Kind::kMethod};
+  add.call = [int_arg](void* instance, const std::vector<internal::ObjectBytes>& args) {
+    int& value = *static_cast<int*>(instance);
+    value += int_arg(args, 0);
+    return codec::EncodeValue<int>(value);
+  };
+  internal::RegisterFunction("executor_test.Counter.Add", "executor_test.Counter.Add", add);
+  RemoteFunction quit{.kind = RemoteFunction::Kind::kMethod};
+  quit.call = [](void*, const std::vector<internal::ObjectBytes>&) {
+    if (auto s = running_executor->ExitAfterCurrentCall(); !s.ok()) {
+      throw std::runtime_error(std::string(s.message()));
+    }
+    return codec::EncodeValue<int>(-1);
+  };
+  internal::RegisterFunction("executor_test.Counter.Quit", "executor_test.Counter.Quit", quit);
+  return true;
+}();
+
+TaskExecutor::Options TestOptions(uint64_t inline_limit = 1024) {
+  return TaskExecutor::Options{.node_id = NodeId::Random(),
+                               .node_address = "127.0.0.1:1234|/tmp/node.sock",
+                               .worker_id = WorkerId::Random(),
+                               .exe_path = "/bin/worker",
+                               .inline_limit = inline_limit};
+}
+
+TaskToRun Task(std::string function, std::vector<int> inline_args,
+               proto::TaskKind kind = proto::TaskKind::NORMAL) {
+  TaskToRun task;
+  task.task_id = TaskId::Random();
+  task.attempt = 2;
+  task.function = std::move(function);
+  task.kind = kind;
+  for (int v : inline_args) {
+    TaskToRun::Arg arg;
+    arg.value = codec::EncodeValue<int>(v);
+    task.args.push_back(std::move(arg));
+  }
+  return task;
+}
+
+TEST_CASE("a small result is replied inline, with the task's id and attempt",
+          "[worker][executor]") {
+  // Invariant: a result within the inline limit goes back in the reply itself
+  // and never touches the store.
+  REQUIRE(registered);
+  FakeHost host;
+  TaskReceiver receiver;
+  TaskExecutor executor(host, receiver, TestOptions());
+  auto task = Task("executor_test.Sum", {2, 3, 4});
+  executor.Execute(task);
+  REQUIRE(host.replies.size() == 1);
+  const Reply& r = host.replies[0];
+  CHECK(r.task_id == task.task_id);
+  CHECK(r.attempt == 2);
+  REQUIRE(r.kind == Reply::Kind::kInline);
+  CHECK(r.inline_bytes == codec::EncodeValue<int>(9));
+  CHECK_FALSE(r.actor_exiting);
+  CHECK_FALSE(r.last);
+  CHECK(host.log.empty());
+  CHECK_FALSE(TaskExecutor::InTask());  // only while the function runs
+}
+
+TEST_CASE("a result over the inline limit is written to the store, sealed, and replied as stored",
+          "[worker][executor]") {
+  // Invariant: the store holds exactly the result's bytes under the task's
+  // return id before the reply names it; create comes before seal.
+  FakeHost host;
+  TaskReceiver receiver;
+  auto options = TestOptions(/*inline_limit=*/64);
+  TaskExecutor executor(host, receiver, options);
+  auto task = Task("executor_test.Big", {1000});
+  executor.Execute(task);
+  REQUIRE(host.replies.size() == 1);
+  const Reply& r = host.replies[0];
+  REQUIRE(r.kind == Reply::Kind::kStored);
+  ObjectId id = ObjectId::ForTaskReturn(task.task_id, 1);
+  CHECK(r.stored_id == id);
+  std::string expected = codec::EncodeValue<std::string>(std::string(1000, 'x'));
+  CHECK(r.stored_size == expected.size());
+  CHECK(r.stored_node == options.node_id);
+  CHECK(r.stored_node_address == options.node_address);
+  CHECK(host.log == std::vector<std::string>{"create", "seal"});
+  REQUIRE(host.sealed.count(id) == 1);
+  CHECK(host.sealed[id] == expected);
+  CHECK(host.unsealed.empty());
+}
+
+TEST_CASE("a result an earlier attempt sealed is reused, one it left unsealed fails the task",
+          "[worker][executor]") {
+  // Invariant: a retried task whose return object exists replies "stored"
+  // only when that copy is sealed (the value is the same), and never writes
+  // over it.
+  FakeHost host;
+  TaskReceiver receiver;
+  TaskExecutor executor(host, receiver, TestOptions(/*inline_limit=*/64));
+  host.create_answer = absl::AlreadyExistsError("exists");
+
+  auto sealed_task = Task("executor_test.Big", {500});
+  ObjectId sealed_id = ObjectId::ForTaskReturn(sealed_task.task_id, 1);
+  host.sealed[sealed_id] = "from the earlier attempt";
+  executor.Execute(sealed_task);
+  REQUIRE(host.replies.size() == 1);
+  CHECK(host.replies[0].kind == Reply::Kind::kStored);
+  CHECK(host.replies[0].stored_id == sealed_id);
+  CHECK(host.sealed[sealed_id] == "from the earlier attempt");
+
+  auto unsealed_task = Task("executor_test.Big", {500});
+  executor.Execute(unsealed_task);
+  REQUIRE(host.replies.size() == 2);
+  CHECK(host.replies[1].kind == Reply::Kind::kError);
+  CHECK(host.replies[1].failure == proto::FailureKind::OTHER);
+  CHECK_THAT(host.replies[1].message, Catch::Contains("earlier attempt left the result unfinished"));
+  CHECK(host.log == std::vector<std::string>{"create", "check", "create", "check"});
+}
+
+TEST_CASE("a full store fails the task with STORE_FULL", "[worker][executor]") {
+  // Invariant: a result that cannot be stored is a failed task (its owner
+  // sees why), not a lost reply.
+  FakeHost host;
+  TaskReceiver receiver;
+  TaskExecutor executor(host, receiver, TestOptions(/*inline_limit=*/64));
+  host.create_answer = absl::ResourceExhaustedError("the object store is full");
+  auto task = Task("executor_test.Big", {500});
+  executor.Execute(task);
+  REQUIRE(host.replies.size() == 1);
+  CHECK(host.replies[0].kind == Reply::Kind::kError);
+  CHECK(host.replies[0].failure == proto::FailureKind::STORE_FULL);
+  CHECK(host.replies[0].message == "the object store is full");
+  CHECK(host.sealed.empty());
+}
+
+TEST_CASE("stored arguments are fetched through the host, a lost one fails the task",
+          "[worker][executor]") {
+  // Invariant: the function sees a stored argument's bytes in argument order;
+  // an argument no copy of which can be fetched fails the task with
+  // OBJECT_LOST naming the object, and the function does not run.
+  FakeHost host;
+  TaskReceiver receiver;
+  TaskExecutor executor(host, receiver, TestOptions());
+  ObjectId stored = ObjectId::ForPut();
+  host.sealed[stored] = codec::EncodeValue<int>(40);
+  auto task = Task("executor_test.Sum", {1});
+  TaskToRun::Arg arg;
+  arg.is_stored = true;
+  arg.stored = stored;
+  task.args.push_back(arg);
+  executor.Execute(task);
+  REQUIRE(host.replies.size() == 1);
+  REQUIRE(host.replies[0].kind == Reply::Kind::kInline);
+  CHECK(host.replies[0].inline_bytes == codec::EncodeValue<int>(41));
+  CHECK(host.fetches == 1);
+
+  auto lost_task = Task("executor_test.Fails", {});
+  ObjectId lost = ObjectId::ForPut();
+  arg.stored = lost;
+  lost_task.args.push_back(arg);
+  executor.Execute(lost_task);
+  REQUIRE(host.replies.size() == 2);
+  CHECK(host.replies[1].kind == Reply::Kind::kError);
+  CHECK(host.replies[1].failure == proto::FailureKind::OBJECT_LOST);
+  CHECK(host.replies[1].exception_type == "lumen::ObjectLostError");
+  CHECK_THAT(host.replies[1].message, Catch::Contains(lost.Hex()));
+}
+
+TEST_CASE("an unknown function, a function called as the wrong kind, and a throwing function fail",
+          "[worker][executor]") {
+  // Invariant: each failure has its kind and names what went wrong; the
+  // exception a function throws reaches its owner with its type.
+  FakeHost host;
+  TaskReceiver receiver;
+  TaskExecutor executor(host, receiver, TestOptions());
+  auto unknown = Task("executor_test.NoSuchFunction", {});
+  executor.Execute(unknown);
+  auto wrong_kind = Task("executor_test.Sum", {1}, proto::TaskKind::ACTOR_METHOD);
+  executor.Execute(wrong_kind);
+  auto no_actor = Task("executor_test.Counter.Add", {1}, proto::TaskKind::ACTOR_METHOD);
+  executor.Execute(no_actor);
+  auto throws = Task("executor_test.Fails", {});
+  executor.Execute(throws);
+  REQUIRE(host.replies.size() == 4);
+  for (const auto& r : host.replies) REQUIRE(r.kind == Reply::Kind::kError);
+  CHECK(host.replies[0].failure == proto::FailureKind::FUNCTION_NOT_FOUND);
+  CHECK_THAT(host.replies[0].message, Catch::Contains("executor_test.NoSuchFunction"));
+  CHECK_THAT(host.replies[0].message, Catch::Contains("/bin/worker"));
+  CHECK(host.replies[1].failure == proto::FailureKind::OTHER);
+  CHECK_THAT(host.replies[1].message, Catch::Contains("not as what was called"));
+  CHECK(host.replies[2].failure == proto::FailureKind::OTHER);
+  CHECK_THAT(host.replies[2].message, Catch::Contains("no actor instance"));
+  CHECK(host.replies[3].failure == proto::FailureKind::TASK_ERROR);
+  CHECK(host.replies[3].exception_type == "std::invalid_argument");
+  CHECK(host.replies[3].message == "no good");
+}
+
+TEST_CASE("an actor's calls use the instance its creation made, an exiting call is the last",
+          "[worker][executor]") {
+  // Invariant: calls run on the one instance in order; the call that asks to
+  // exit replies with actorExiting through SendLastReplyAndExit, and calls
+  // queued behind it are dropped, not run. Asking to exit outside an actor
+  // method is refused.
+  FakeHost host;
+  TaskReceiver receiver;
+  TaskExecutor executor(host, receiver, TestOptions());
+  running_executor = &executor;
+  CHECK(executor.ExitAfterCurrentCall().code() == absl::StatusCode::kFailedPrecondition);
+
+  receiver.BecomeActor();
+  auto create = Task("executor_test.Counter", {10}, proto::TaskKind::ACTOR_CREATION);
+  create.gpu_ids = {3, 5};
+  executor.Execute(create);
+  auto add1 = Task("executor_test.Counter.Add", {1}, proto::TaskKind::ACTOR_METHOD);
+  executor.Execute(add1);
+  auto add2 = Task("executor_test.Counter.Add", {5}, proto::TaskKind::ACTOR_METHOD);
+  executor.Execute(add2);
+  auto queued = std::make_unique<TaskToRun>(
+      Task("executor_test.Counter.Add", {100}, proto::TaskKind::ACTOR_METHOD));
+  REQUIRE(receiver.Receive(std::move(queued)) == nullptr);
+  REQUIRE(receiver.HasQueued());
+  auto quit = Task("executor_test.Counter.Quit", {}, proto::TaskKind::ACTOR_METHOD);
+  executor.Execute(quit);
+  running_executor = nullptr;
+
+  REQUIRE(host.replies.size() == 4);
+  CHECK(host.replies[0].task_id == create.task_id);
+  CHECK(host.replies[1].inline_bytes == codec::EncodeValue<int>(11));
+  CHECK(host.replies[2].inline_bytes == codec::EncodeValue<int>(16));
+  for (int i = 0; i < 3; ++i) {
+    CHECK_FALSE(host.replies[i].actor_exiting);
+    CHECK_FALSE(host.replies[i].last);
+  }
+  CHECK(host.replies[3].task_id == quit.task_id);
+  CHECK(host.replies[3].actor_exiting);
+  CHECK(host.replies[3].last);
+  CHECK_FALSE(receiver.HasQueued());
+  CHECK(receiver.Take(absl::ZeroDuration(), [] { return false; }) == nullptr);
+}
+
+TEST_CASE("a task sees its own GPUs, an actor's calls see those of its creation",
+          "[worker][executor]") {
+  // Invariant: lumen::GetGpuIds inside a task is that task's GPUs; inside an
+  // actor method, the GPUs the actor's creation was given.
+  FakeHost host;
+  TaskReceiver receiver;
+  TaskExecutor executor(host, receiver, TestOptions());
+  auto task = Task("executor_test.Gpus", {});
+  task.gpu_ids = {1};
+  executor.Execute(task);
+  receiver.BecomeActor();
+  auto create = Task("executor_test.Counter", {0}, proto::TaskKind::ACTOR_CREATION);
+  create.gpu_ids = {2, 7};
+  executor.Execute(create);
+  auto method = Task("executor_test.Counter.Gpus", {}, proto::TaskKind::ACTOR_METHOD);
+  executor.Execute(method);
+  REQUIRE(host.replies.size() == 3);
+  CHECK(host.replies[0].inline_bytes == codec::EncodeValue<std::vector<int>>({1}));
+  CHECK(host.replies[2].inline_bytes == codec::EncodeValue<std::vector<int>>({2, 7}));
+}
+
+TEST_CASE("Run takes received tasks in order until the host says stop", "[worker][executor]") {
+  // Invariant: every queued task runs once, in arrival order, and Run returns
+  // once ShouldStop holds (here: after the third reply).
+  FakeHost host;
+  host.stop_after_replies = 3;
+  TaskReceiver receiver;
+  TaskExecutor executor(host, receiver, TestOptions());
+  std::vector<TaskId> ids;
+  for (int i = 0; i < 3; ++i) {
+    auto task = std::make_unique<TaskToRun>(Task("executor_test.Sum", {i}));
+    ids.push_back(task->task_id);
+    REQUIRE(receiver.Receive(std::move(task)) == nullptr);
+  }
+  executor.Run();
+  REQUIRE(host.replies.size() == 3);
+  for (int i = 0; i < 3; ++i) {
+    CHECK(host.replies[i].task_id == ids[i]);
+    CHECK(host.replies[i].inline_bytes == codec::EncodeValue<int>(i));
+  }
+  CHECK_FALSE(receiver.HasQueued());
+}
+
+}  // namespace
+}  // namespace lumen::runtime
