@@ -325,6 +325,7 @@ const NodeResources* ClusterResourceView::Find(const std::string& node_id) const
 void ClusterResourceView::Subtract(const std::string& node_id, const ResourceSet& request) {
   auto it = nodes_.find(node_id);
   if (it == nodes_.end()) return;
+  adjusted_.insert(node_id);
   ResourceSet& available = it->second.available;
   if (request.IsSubsetOf(available)) {
     available -= request;  // exact
@@ -343,9 +344,16 @@ void ClusterResourceView::Subtract(const std::string& node_id, const ResourceSet
   }
 }
 
+std::vector<std::string> ClusterResourceView::TakeAdjusted() {
+  std::vector<std::string> out(adjusted_.begin(), adjusted_.end());
+  adjusted_.clear();
+  return out;
+}
+
 void ClusterResourceView::Add(const std::string& node_id, const ResourceSet& request) {
   auto it = nodes_.find(node_id);
   if (it == nodes_.end()) return;
+  adjusted_.insert(node_id);
   NodeResources& node = it->second;
   node.available += request;
   if (node.available.IsSubsetOf(node.total)) return;

@@ -256,6 +256,7 @@ void PlacementGroupManager::DropTickets(const std::string& group_id) {
 }
 
 void PlacementGroupManager::Emit(const PlacementGroup& g, GroupEvent event) {
+  ++version_;
   if (options_.on_event) options_.on_event(g, event);
 }
 

@@ -12,10 +12,9 @@ void ClusterViewPublisher::SendTo(const NodeId& node) {
   if (entry == nullptr || !entry->alive) return;
   Cursor& cursor = sent_[node];
   OutMessage out;
-  Fill(out.Init().initClusterView(), cursor.jobs_seen, cursor.removals_seen);
+  Cursor next = Fill(out.Init().initClusterView(), cursor);
   if (!sources_.send(entry->conn_id, out.builder())) return;
-  cursor.jobs_seen = sources_.jobs->ended().last_seq();
-  cursor.removals_seen = sources_.removed_groups->last_seq();
+  cursor = next;
 }
 
 void ClusterViewPublisher::Broadcast() {
@@ -25,9 +24,18 @@ void ClusterViewPublisher::Broadcast() {
   }
 }
 
-void ClusterViewPublisher::Fill(proto::ClusterView::Builder view, uint64_t jobs_seen,
-                                uint64_t removals_seen) const {
-  sources_.nodes->FillNodes(view.initNodes(sources_.nodes->size()));
+ClusterViewPublisher::Cursor ClusterViewPublisher::Fill(proto::ClusterView::Builder view,
+                                                        const Cursor& seen) const {
+  Cursor next{.nodes_seen = sources_.nodes->version(),
+              .jobs_seen = sources_.jobs->ended().last_seq(),
+              .removals_seen = sources_.removed_groups->last_seq(),
+              .groups_seen = sources_.groups->version(),
+              .sent_bundles = true};
+  const NodeTable& nodes = *sources_.nodes;
+  nodes.FillChangedSince(seen.nodes_seen,
+                         view.initNodes(nodes.CountChangedSince(seen.nodes_seen)));
+  const uint64_t jobs_seen = seen.jobs_seen;
+  const uint64_t removals_seen = seen.removals_seen;
 
   const ChangeLog<JobId>& ended = sources_.jobs->ended();
   auto jobs = view.initEndedJobs(ended.CountSince(jobs_seen));
@@ -40,6 +48,10 @@ void ClusterViewPublisher::Fill(proto::ClusterView::Builder view, uint64_t jobs_
   removed.ForEachSince(removals_seen,
                        [&](const std::string& group) { removed_list.set(r++, BytesOf(group)); });
 
+  if (seen.sent_bundles && seen.groups_seen == next.groups_seen) {
+    view.setBundlesUnchanged(true);
+    return next;
+  }
   size_t bundles = 0;
   for (const auto& [gid, g] : sources_.groups->groups()) {
     if (g.state == scheduler::GroupState::kCreated) bundles += g.bundles.size();
@@ -55,6 +67,7 @@ void ClusterViewPublisher::Fill(proto::ClusterView::Builder view, uint64_t jobs_
       SetResources(blist[b].initResources(g.bundles[k].size()), g.bundles[k]);
     }
   }
+  return next;
 }
 
 }  // namespace lumen::head

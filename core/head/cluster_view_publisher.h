@@ -4,11 +4,17 @@
 // leases by them), and, since that node's previous view, the jobs that ended
 // and the placement groups that were removed.
 //
-// Ended jobs and removed groups are sent as changes: the publisher remembers,
-// per node, how far into each ChangeLog it has sent, so the message does not
-// grow with the cluster's history. A node that joins gets every change still
-// retained. Committed bundles are sent whole (nodes replace theirs with each
-// view); they are bounded by the live placement groups (HeadLimits).
+// Everything is sent as changes since that node's previous view, so a round
+// of views costs O(changes), not O(nodes) per node (O(nodes²) in all): the
+// publisher remembers, per node, the NodeTable version it has seen (a view
+// carries only the nodes changed since: joined, died, or with new resources
+// or addresses; nodes upsert them), how far into each ChangeLog it has sent
+// (ended jobs, removed groups), and the placement groups' version it has
+// seen: while that stays, the view says `bundlesUnchanged` instead of listing
+// the committed bundles again (when it changes, all of them are listed and
+// the node replaces its table; they are bounded by the live placement groups,
+// HeadLimits). A node that joins gets every node, every change still retained
+// and every bundle.
 //
 //   ClusterViewPublisher views({.nodes = &nodes, .jobs = &jobs, .groups = &pgs.manager(),
 //                               .removed_groups = &pgs.removed(), .send = send_on_connection});
@@ -58,17 +64,21 @@ class ClusterViewPublisher {
   // the same id).
   void Forget(const NodeId& node) { sent_.erase(node); }
 
-  // Fills `view` for a node that has seen changes up to `jobs_seen` and
-  // `removals_seen`.
-  void Fill(proto::ClusterView::Builder view, uint64_t jobs_seen, uint64_t removals_seen) const;
-
- private:
-  // How far into each change log a node's views went.
+  // How far a node's views went into each source.
   struct Cursor {
-    uint64_t jobs_seen = 0;
-    uint64_t removals_seen = 0;
+    uint64_t nodes_seen = 0;     // NodeTable::version()
+    uint64_t jobs_seen = 0;      // JobTable::ended().last_seq()
+    uint64_t removals_seen = 0;  // the removed groups' last_seq()
+    uint64_t groups_seen = 0;    // PlacementGroupManager::version()
+    bool sent_bundles = false;   // a view with the bundle list was sent
   };
 
+  // Fills `view` with what a node that has seen `seen` lacks, and returns the
+  // cursor it will have seen once the view is sent. O(changes since `seen`),
+  // plus O(committed bundles) when the groups changed.
+  Cursor Fill(proto::ClusterView::Builder view, const Cursor& seen) const;
+
+ private:
   Sources sources_;
   absl::flat_hash_map<NodeId, Cursor> sent_;
   ThreadChecker thread_;

@@ -89,6 +89,8 @@ class HeadService {
   void Stop();
   void AcceptNext();
   // Health checks: a node silent for `failure_threshold` periods is dead.
+  // When this check runs late (the head was starved), the delay is excused:
+  // the nodes' reports may be waiting unread in our sockets.
   void CheckHealth();
   // The HTTP server with GET /metrics (and later the dashboard's routes);
   // false when it was asked for and cannot serve.
@@ -123,6 +125,8 @@ class HeadService {
   PlacementGroupService groups_;
   ClusterViewPublisher views_;
   asio::steady_timer health_timer_;
+  // When the next health check is due (its timer's expiry); unset before the first.
+  std::optional<std::chrono::steady_clock::time_point> next_check_;
   std::unique_ptr<HttpServer> http_;  // when options_.metrics_port >= 0
   ThreadChecker loop_thread_;
 };
@@ -226,8 +230,25 @@ void HeadService::AcceptNext() {
 
 void HeadService::CheckHealth() {
   loop_thread_.Check("HeadService");
-  OnNodesDead(nodes_.ExpireSilent(std::chrono::steady_clock::now()));
-  health_timer_.expires_after(options_.timeouts.health_check_period);
+  const auto now = std::chrono::steady_clock::now();
+  if (next_check_.has_value() && now > *next_check_) {
+    const auto stall = now - *next_check_;
+    if (stall > options_.timeouts.health_check_period) {
+      static auto* limiter = new logging::RateLimiter(1, std::chrono::seconds(10));
+      uint64_t suppressed = 0;
+      if (limiter->Allow(&suppressed)) {
+        LUMEN_LOG(WARNING) << "head: health check ran "
+                           << std::chrono::duration_cast<std::chrono::milliseconds>(stall).count()
+                           << " ms late (the head is starved of CPU); that time is not counted "
+                              "against the nodes ("
+                           << suppressed << " more suppressed)";
+      }
+    }
+    nodes_.ExcuseSilence(stall, now);
+  }
+  OnNodesDead(nodes_.ExpireSilent(now));
+  next_check_ = now + options_.timeouts.health_check_period;
+  health_timer_.expires_at(*next_check_);
   health_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (!ec) CheckHealth();
   });

@@ -3,6 +3,9 @@
 #include <capnp/message.h>
 #include <capnp/serialize.h>
 
+#include <algorithm>
+#include <iterator>
+
 #include "lumen/common/connection.h"
 #include "lumen/common/logging.h"
 #include "lumen/common/proto_util.h"
@@ -23,14 +26,22 @@ NodeTable::ReportOutcome NodeTable::Report(uint64_t conn_id, proto::NodeStats::R
   node.conn_id = conn_id;
   node.alive = true;
   node.last_report = now;
-  node.total = ReadResources(stats.getTotal());
-  node.available = ReadResources(stats.getAvailable());
+  auto total = ReadResources(stats.getTotal());
+  auto available = ReadResources(stats.getAvailable());
+  bool changed = joined || total != node.total || available != node.available ||
+                 node.address != stats.getAddress().cStr() ||
+                 node.transfer_address != stats.getTransferAddress().cStr();
+  node.total = std::move(total);
+  node.available = std::move(available);
+  node.address = stats.getAddress().cStr();
+  node.transfer_address = stats.getTransferAddress().cStr();
   node.drivers.clear();
   for (auto d : stats.getDrivers()) node.drivers.push_back(IdFrom<JobId>(d));
   capnp::MallocMessageBuilder copy;
   copy.setRoot(stats);
   node.stats_frame.clear();
   AppendFrame(copy, &node.stats_frame);
+  if (changed) Touch(id, node);
   return joined ? ReportOutcome::kJoined : ReportOutcome::kUpdated;
 }
 
@@ -45,6 +56,14 @@ std::vector<NodeTable::DeadNode> NodeTable::ExpireSilent(Clock::time_point now) 
     dead.push_back(MarkDead(id, node));
   }
   return dead;
+}
+
+void NodeTable::ExcuseSilence(Clock::duration stall, Clock::time_point now) {
+  thread_.Check("NodeTable");
+  if (stall <= Clock::duration::zero()) return;
+  for (auto& [id, node] : nodes_) {
+    if (node.alive) node.last_report = std::min(node.last_report + stall, now);
+  }
 }
 
 std::vector<NodeTable::DeadNode> NodeTable::DropConnection(uint64_t conn_id) {
@@ -72,19 +91,44 @@ const NodeTable::Node* NodeTable::Find(const NodeId& id) const {
   return it == nodes_.end() ? nullptr : &it->second;
 }
 
+void NodeTable::FillOne(const Node& node, capnp::List<proto::NodeStats>::Builder list, size_t i) {
+  const auto* words =
+      reinterpret_cast<const capnp::word*>(node.stats_frame.data() + kFrameHeaderBytes);
+  size_t n = (node.stats_frame.size() - kFrameHeaderBytes) / sizeof(capnp::word);
+  capnp::FlatArrayMessageReader reader(kj::arrayPtr(words, n));
+  list.setWithCaveats(i, reader.getRoot<proto::NodeStats>());
+  list[i].setAlive(node.alive);
+}
+
 void NodeTable::FillNodes(capnp::List<proto::NodeStats>::Builder list) const {
   thread_.Check("NodeTable");
   size_t i = 0;
   for (const auto& [id, node] : nodes_) {
     if (i >= list.size()) break;
-    const auto* words =
-        reinterpret_cast<const capnp::word*>(node.stats_frame.data() + kFrameHeaderBytes);
-    size_t n = (node.stats_frame.size() - kFrameHeaderBytes) / sizeof(capnp::word);
-    capnp::FlatArrayMessageReader reader(kj::arrayPtr(words, n));
-    list.setWithCaveats(i, reader.getRoot<proto::NodeStats>());
-    list[i].setAlive(node.alive);
-    ++i;
+    FillOne(node, list, i++);
   }
+}
+
+size_t NodeTable::CountChangedSince(uint64_t version) const {
+  thread_.Check("NodeTable");
+  return static_cast<size_t>(
+      std::distance(by_version_.upper_bound(version), by_version_.end()));
+}
+
+void NodeTable::FillChangedSince(uint64_t version,
+                                 capnp::List<proto::NodeStats>::Builder list) const {
+  thread_.Check("NodeTable");
+  size_t i = 0;
+  for (auto it = by_version_.upper_bound(version); it != by_version_.end() && i < list.size();
+       ++it) {
+    FillOne(nodes_.at(it->second), list, i++);
+  }
+}
+
+void NodeTable::Touch(const NodeId& id, Node& node) {
+  if (node.version != 0) by_version_.erase(node.version);
+  node.version = ++version_;
+  by_version_.emplace(node.version, id);
 }
 
 scheduler::ClusterResourceView NodeTable::ResourceView() const {
@@ -102,6 +146,7 @@ scheduler::ClusterResourceView NodeTable::ResourceView() const {
 NodeTable::DeadNode NodeTable::MarkDead(const NodeId& id, Node& node) {
   node.alive = false;
   dead_.insert(id);
+  Touch(id, node);
   return DeadNode{id, node.conn_id, node.drivers};
 }
 

@@ -8,7 +8,11 @@
 //   nodes.FillNodes(env.initNodes(nodes.size()));
 //
 // Health: a node that has not reported for `failure_threshold` periods is
-// declared dead. A dead node's id is remembered: its incarnation may not come
+// declared dead. Silence is counted in the head's own time: when the head
+// itself ran late (starved of CPU, its health-check timer fired late), the
+// reports that came meanwhile may still be unread in its sockets, so the head
+// excuses that stall (ExcuseSilence) instead of declaring every node dead at
+// once. A dead node's id is remembered: its incarnation may not come
 // back (a restarted node registers under a new id). Time is an argument of
 // every call that needs it, so tests drive it with a manual clock.
 //
@@ -47,6 +51,12 @@ class NodeTable {
     std::map<std::string, double> available;
     std::vector<JobId> drivers;  // jobs whose driver is attached to this node
     std::string stats_frame;     // its last report, as a framed NodeStats message
+    std::string address;            // its daemon's address, as last reported
+    std::string transfer_address;   // where its objects are pulled from, as last reported
+    // NodeTable::version() when what other nodes see of it (liveness,
+    // resources, addresses) last changed; its periodic reports that change
+    // nothing of that leave it alone.
+    uint64_t version = 0;
   };
 
   // A node just declared dead, and what went with it.
@@ -72,6 +82,9 @@ class NodeTable {
   // Declares dead every alive node silent for more than `failure_threshold`
   // periods as of `now`, and returns them.
   std::vector<DeadNode> ExpireSilent(Clock::time_point now);
+  // The head was stalled for `stall` (its check ran that late) up to `now`:
+  // that time does not count as any alive node's silence. O(nodes).
+  void ExcuseSilence(Clock::duration stall, Clock::time_point now);
   // Declares dead the alive nodes reporting on `conn_id` (it closed).
   std::vector<DeadNode> DropConnection(uint64_t conn_id);
   // Declares `id` dead if it is alive and reports on `conn_id` (it leaves on
@@ -85,6 +98,16 @@ class NodeTable {
 
   // Every node's last report with the head's verdict in `alive`; `list` has size().
   void FillNodes(capnp::List<proto::NodeStats>::Builder list) const;
+
+  // Versions, for sending nodes only what changed (the cluster view's deltas):
+  // every join, death, and change of a node's resources or addresses takes the
+  // next number. 0 before anything happened.
+  uint64_t version() const { return version_; }
+  // How many nodes changed after `version`. O(changes).
+  size_t CountChangedSince(uint64_t version) const;
+  // The nodes changed after `version` (last report, verdict in `alive`), oldest
+  // change first; `list` has CountChangedSince(version). O(changes).
+  void FillChangedSince(uint64_t version, capnp::List<proto::NodeStats>::Builder list) const;
   // The nodes' resources for the scheduler (node id bytes -> total, available, alive).
   scheduler::ClusterResourceView ResourceView() const;
   // How long a node may stay silent before it is declared dead.
@@ -95,10 +118,16 @@ class NodeTable {
 
  private:
   DeadNode MarkDead(const NodeId& id, Node& node);
+  // Gives `node` the next version (it changed for the other nodes).
+  void Touch(const NodeId& id, Node& node);
+  // Copies `node`'s last report into `list[i]`, with the head's verdict.
+  static void FillOne(const Node& node, capnp::List<proto::NodeStats>::Builder list, size_t i);
 
   Options options_;
   std::map<NodeId, Node> nodes_;
   absl::flat_hash_set<NodeId> dead_;
+  uint64_t version_ = 0;
+  std::map<uint64_t, NodeId> by_version_;  // each node under its current version
   ThreadChecker thread_;
 };
 

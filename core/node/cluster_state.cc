@@ -8,6 +8,13 @@ namespace lumen::node {
 ClusterState::Changes ClusterState::Apply(proto::ClusterView::Reader view) {
   io_thread_.Check("ClusterState");
   Changes changes;
+  // Our estimates between two reports (spilled leases taken off a node's
+  // available resources) give way to what the nodes reported; the view below
+  // brings only the nodes that changed since.
+  for (const std::string& key : view_.TakeAdjusted()) {
+    auto it = reported_.find(key);
+    if (key != local_key_ && it != reported_.end()) view_.Upsert(key, it->second);
+  }
   for (auto n : view.getNodes()) {
     std::string key = StringOf(n.getNodeId());
     if (key == local_key_) continue;
@@ -16,7 +23,9 @@ ClusterState::Changes ClusterState::Apply(proto::ClusterView::Reader view) {
     if (!total.ok() || !available.ok()) continue;
     const scheduler::NodeResources* known = view_.Find(key);
     if (known != nullptr && known->alive && !n.getAlive()) changes.died.push_back(key);
-    view_.Upsert(key, scheduler::NodeResources{*total, *available, n.getAlive()});
+    scheduler::NodeResources reported{*total, *available, n.getAlive()};
+    view_.Upsert(key, reported);
+    reported_[key] = std::move(reported);
     node_addresses_[key] = n.getAddress().cStr();
     node_transfer_[key] = n.getTransferAddress().cStr();
   }
@@ -24,7 +33,7 @@ ClusterState::Changes ClusterState::Apply(proto::ClusterView::Reader view) {
     JobId id = IdFrom<JobId>(job);
     if (!ended_jobs_.Contains(id)) changes.ended_jobs.push_back(id);
   }
-  bundle_placements_.clear();
+  if (!view.getBundlesUnchanged()) bundle_placements_.clear();
   for (auto b : view.getBundles()) {
     auto& placement = bundle_placements_[scheduler::BundleKey(StringOf(b.getGroupId()), b.getIndex())];
     placement.node_id = StringOf(b.getNodeId());

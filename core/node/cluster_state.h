@@ -64,7 +64,10 @@ class ClusterState {
     std::vector<JobId> ended_jobs;            // not known to have ended before
     std::vector<std::string> removed_groups;  // not known to be removed before
   };
-  // Takes in a view from the head (this node's own entry is left alone).
+  // Takes in a view from the head: a change since the previous one (this
+  // node's own entry is left alone). Its nodes are upserted (the others stay
+  // as they were); its bundles replace ours unless it says bundlesUnchanged.
+  // O(the view's size).
   Changes Apply(proto::ClusterView::Reader view);
 
   const std::string& local_key() const { return local_key_; }
@@ -88,6 +91,9 @@ class ClusterState {
   ThreadChecker io_thread_;
   std::string local_key_;
   scheduler::ClusterResourceView view_;
+  // Each other node as the head last described it (view_ may hold our
+  // estimates since; they are reset to this with each view).
+  absl::flat_hash_map<std::string, scheduler::NodeResources> reported_;
   absl::flat_hash_map<std::string, std::string> node_addresses_;  // node id bytes -> address
   absl::flat_hash_map<std::string, std::string> node_transfer_;   // node id bytes -> transfer address
   absl::flat_hash_map<std::string, scheduler::BundlePlacement> bundle_placements_;

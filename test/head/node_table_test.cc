@@ -123,5 +123,58 @@ TEST_CASE("The node list and the scheduler's view carry the head's verdict") {
   CHECK(view.Find(std::string(b.Binary()))->alive);
 }
 
+TEST_CASE("A stall of the head itself is excused: late checks do not kill the nodes at once") {
+  // Invariant (the 100-node hang, issue 17): when the head's own check runs
+  // late, the time it was stalled is not counted against any node, so the
+  // nodes whose reports wait unread in its sockets stay alive; a node that is
+  // really silent is still declared dead after the threshold of on-time checks.
+  NodeTable nodes = Table();  // 100 ms period, threshold 5: 500 ms of silence
+  const Clock::time_point t0{};
+  std::vector<NodeId> ids;
+  for (int i = 0; i < 100; ++i) {
+    ids.push_back(NodeId::Random());
+    nodes.Report(static_cast<uint64_t>(i + 1), Report(ids.back(), 1).get(), t0);
+  }
+  // Checks on time at 100 ms and 200 ms; then the head is starved for 2 s and
+  // its next check (due at 300 ms) runs at 2300 ms, before it has read the
+  // reports sent meanwhile.
+  CHECK(nodes.ExpireSilent(t0 + 100ms).empty());
+  CHECK(nodes.ExpireSilent(t0 + 200ms).empty());
+  nodes.ExcuseSilence(2000ms, t0 + 2300ms);
+  CHECK(nodes.ExpireSilent(t0 + 2300ms).empty());
+  for (const NodeId& id : ids) CHECK(nodes.Find(id)->alive);
+
+  // The head catches up: every node but the first reports; the first stays
+  // silent and dies after 500 ms of the head's own (on-time) checks.
+  for (int i = 1; i < 100; ++i) {
+    nodes.Report(static_cast<uint64_t>(i + 1), Report(ids[i], 1).get(), t0 + 2310ms);
+  }
+  CHECK(nodes.ExpireSilent(t0 + 2400ms).empty());
+  CHECK(nodes.ExpireSilent(t0 + 2500ms).empty());
+  auto dead = nodes.ExpireSilent(t0 + 2600ms);  // 600 ms of silence not excused
+  REQUIRE(dead.size() == 1);
+  CHECK(dead[0].id == ids[0]);
+  for (int i = 1; i < 100; ++i) CHECK(nodes.Find(ids[i])->alive);
+
+  // Without the excuse, the same late check would have killed all 100.
+  NodeTable strict = Table();
+  for (int i = 0; i < 100; ++i) strict.Report(static_cast<uint64_t>(i + 1), Report(ids[i], 1).get(), t0);
+  CHECK(strict.ExpireSilent(t0 + 2300ms).size() == 100);
+}
+
+TEST_CASE("Excusing never moves a node's last report past now, nor revives the dead") {
+  NodeTable nodes = Table();
+  const Clock::time_point t0{};
+  NodeId a = NodeId::Random(), b = NodeId::Random();
+  nodes.Report(1, Report(a, 1).get(), t0);
+  nodes.Report(2, Report(b, 1).get(), t0 + 900ms);
+  REQUIRE(nodes.ExpireSilent(t0 + 1s).size() == 1);  // a
+  nodes.ExcuseSilence(10s, t0 + 1s);                   // b would move to 10.9 s without the cap
+  CHECK(nodes.Find(b)->last_report == t0 + 1s);
+  CHECK_FALSE(nodes.Find(a)->alive);
+  CHECK(nodes.ExpireSilent(t0 + 1500ms).empty());
+  CHECK(nodes.ExpireSilent(t0 + 1501ms).size() == 1);  // b: 500 ms after the excused stall
+}
+
 }  // namespace
 }  // namespace lumen::head

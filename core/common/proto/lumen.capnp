@@ -250,11 +250,16 @@ struct BundleReply {
   error @1 :Text;
 }
 
+# head -> node, as changes since that node's previous view: `nodes` are the
+# nodes that joined, died or changed resources or addresses (upsert them).
 struct ClusterView {
   nodes @0 :List(NodeStats);
   endedJobs @1 :List(Data);
   bundles @2 :List(Bundle);    # every committed bundle, for routing leases
   removedGroups @3 :List(Data);
+  # True: the committed bundles are those of this node's previous view (the
+  # list is empty, keep yours); false: `bundles` is every committed bundle.
+  bundlesUnchanged @4 :Bool;
 }
 
 struct PullRequest {

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -91,6 +92,10 @@ class ClusterResourceView {
   // Gives `request` back to the node's available resources, capped at its
   // total. No-op for an unknown node.
   void Add(const std::string& node_id, const ResourceSet& request);
+  // The nodes Subtract or Add changed since the last call, in id order; the
+  // list is cleared. (A node daemon puts their reported state back with each
+  // view from the head, which sends only what changed.)
+  std::vector<std::string> TakeAdjusted();
 
   // True when some alive node's total fits `request`.
   bool IsFeasibleAnywhere(const ResourceSet& request) const;
@@ -167,6 +172,7 @@ class ClusterResourceView {
 
  private:
   std::map<std::string, NodeResources> nodes_;
+  std::set<std::string> adjusted_;  // changed by Subtract/Add since TakeAdjusted
   // The node kSpread picked last (none yet: nullopt); the next kSpread pick
   // starts after it.
   std::optional<std::string> last_spread_node_;

@@ -143,6 +143,9 @@ class PlacementGroupManager {
   size_t live_groups() const { return live_groups_; }
   // Attempts undone so far (for tests and logs).
   uint64_t rollbacks() const { return rollbacks_; }
+  // Counts the groups' events (created, removed, rolled back, ...): while it
+  // stays the same, so do the committed bundles and where they are.
+  uint64_t version() const { return version_; }
 
  private:
   struct Ticket {
@@ -173,6 +176,7 @@ class PlacementGroupManager {
   absl::flat_hash_map<uint64_t, Ticket> tickets_;
   uint64_t next_ticket_ = 1;
   uint64_t rollbacks_ = 0;
+  uint64_t version_ = 0;
   ThreadChecker thread_;
 };
 
