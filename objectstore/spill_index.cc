@@ -14,7 +14,7 @@ void SpillIndex::AddFile(const std::string& path,
     ++live;
   }
   if (live == 0) {
-    ::unlink(path.c_str());
+    RemoveFile(path);
     return;
   }
   files_[path] += live;
@@ -31,17 +31,31 @@ void SpillIndex::Remove(const ObjectId& id) {
   bytes_ -= it->second.size;
   auto file = files_.find(it->second.path);
   if (file != files_.end() && --file->second == 0) {
-    ::unlink(file->first.c_str());
+    RemoveFile(file->first);
     files_.erase(file);
   }
   objects_.erase(it);
 }
 
 void SpillIndex::RemoveAll() {
-  for (const auto& [path, live] : files_) ::unlink(path.c_str());
+  for (const auto& [path, live] : files_) RemoveFile(path);
   files_.clear();
   objects_.clear();
   bytes_ = 0;
+}
+
+void SpillIndex::Clear() {
+  files_.clear();
+  objects_.clear();
+  bytes_ = 0;
+}
+
+void SpillIndex::RemoveFile(const std::string& path) {
+  if (remove_) {
+    remove_(path);
+  } else {
+    ::unlink(path.c_str());
+  }
 }
 
 }  // namespace lumen::objectstore

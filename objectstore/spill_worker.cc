@@ -42,6 +42,11 @@ void SpillWorker::Read(std::string path, uint64_t file_offset, uint64_t size, ui
                        .size = size, .dest = dest, .done = std::move(done)});
 }
 
+void SpillWorker::Remove(std::string path) {
+  absl::MutexLock lock(&mu_);
+  removes_.push_back(std::move(path));
+}
+
 uint64_t SpillWorker::bytes_written() const {
   absl::MutexLock lock(&mu_);
   return bytes_written_;
@@ -59,10 +64,19 @@ void SpillWorker::Loop() {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
           +[](SpillWorker* w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(w->mu_) {
-            return w->stopping_ || !w->reads_.empty() || !w->writes_.empty();
+            return w->stopping_ || !w->reads_.empty() || !w->writes_.empty() ||
+                   !w->removes_.empty();
           },
           this));
       if (stopping_) return;
+      if (reads_.empty() && writes_.empty()) {
+        std::string path = std::move(removes_.front());
+        removes_.pop_front();
+        mu_.Unlock();
+        ::unlink(path.c_str());
+        mu_.Lock();
+        continue;
+      }
       std::deque<Job>& queue = reads_.empty() ? writes_ : reads_;
       job = std::move(queue.front());
       queue.pop_front();

@@ -87,7 +87,10 @@ StoreServer::StoreServer(StoreOptions options, std::unique_ptr<ShmSegment> segme
     : options_(std::move(options)),
       segment_(std::move(segment)),
       table_(segment_.get(), segment_->size()),
-      timer_(*options_.io) {
+      timer_(*options_.io),
+      index_([this](const std::string& path) {
+        if (worker_ != nullptr) worker_->Remove(path);
+      }) {
   worker_ = std::make_unique<SpillWorker>(
       [io = options_.io, alive = std::weak_ptr<char>(alive_)](std::function<void()> fn) {
         boost::asio::post(*io, [alive, fn = std::move(fn)] {
@@ -105,7 +108,7 @@ void StoreServer::Stop() {
   parked_.clear();
   restoring_.clear();
   timer_.cancel();
-  index_.RemoveAll();
+  index_.Clear();  // the directory goes with all of them
   if (!spill_path_.empty()) {
     std::error_code ignored;
     std::filesystem::remove_all(spill_path_, ignored);

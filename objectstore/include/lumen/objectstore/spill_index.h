@@ -8,10 +8,13 @@
 //   index.Remove(id1);   // the file stays: id2 is still in it
 //   index.Remove(id2);   // the file is unlinked
 //
-// Not thread-safe (owned by the store's event loop). Unlinks are synchronous.
+// Not thread-safe (owned by the store's event loop). Files are removed through
+// the function given to the constructor (the store hands them to its
+// SpillWorker: unlinking a large file can take long on some filesystems).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,8 +36,10 @@ class SpillIndex {
     uint64_t size;
   };
 
-  SpillIndex() = default;
-  // Unlinks every file still indexed.
+  // Removes a spill file; nullptr: ::unlink, synchronously.
+  using RemoveFn = std::function<void(const std::string& path)>;
+  explicit SpillIndex(RemoveFn remove = nullptr) : remove_(std::move(remove)) {}
+  // Removes every file still indexed.
   ~SpillIndex() { RemoveAll(); }
   SpillIndex(const SpillIndex&) = delete;
   SpillIndex& operator=(const SpillIndex&) = delete;
@@ -49,8 +54,10 @@ class SpillIndex {
   // Forgets the object's disk copy (no-op if none); unlinks its file when it
   // was the last live object in it.
   void Remove(const ObjectId& id);
-  // Unlinks every file and forgets everything.
+  // Removes every file and forgets everything.
   void RemoveAll();
+  // Forgets everything, removing nothing (the caller removes the directory).
+  void Clear();
 
   uint64_t num_objects() const { return objects_.size(); }
   uint64_t num_files() const { return files_.size(); }
@@ -58,6 +65,9 @@ class SpillIndex {
   uint64_t bytes() const { return bytes_; }
 
  private:
+  void RemoveFile(const std::string& path);
+
+  RemoveFn remove_;
   absl::flat_hash_map<ObjectId, Location> objects_;
   absl::flat_hash_map<std::string, uint64_t> files_;  // path -> live objects in it
   uint64_t bytes_ = 0;

@@ -52,6 +52,9 @@ class SpillWorker {
   // DataLoss when the file is shorter, the errno's otherwise.
   void Read(std::string path, uint64_t file_offset, uint64_t size, uint8_t* dest, Done done);
 
+  // Unlinks `path`, after the queued reads and writes; no completion.
+  void Remove(std::string path);
+
   // Bytes written and read so far (for stats and benchmarks).
   uint64_t bytes_written() const;
   uint64_t bytes_read() const;
@@ -74,6 +77,7 @@ class SpillWorker {
   mutable absl::Mutex mu_;
   std::deque<Job> reads_ ABSL_GUARDED_BY(mu_);
   std::deque<Job> writes_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> removes_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t bytes_written_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t bytes_read_ ABSL_GUARDED_BY(mu_) = 0;
