@@ -94,7 +94,7 @@ MultiNodeCluster::NodeSpec SmallStore(const std::string& spill_dir, const std::s
 
 }  // namespace
 
-TEST_CASE("a 256 MiB store holds 2 GiB of referenced objects by spilling; all read back here and on another node") {
+TEST_CASE("a 256 MiB store holds 2 GiB of referenced objects by spilling and all read back here and on another node") {
   SpillDir spill;
   {
     MultiNodeCluster cluster({SmallStore(spill.path, "5000"), SmallStore(spill.path, "5000")});

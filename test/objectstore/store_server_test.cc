@@ -193,7 +193,7 @@ TEST_CASE("unreferenced objects and secondary copies go before any primary is sp
   CHECK(h.RunUntil([&] { return h.FilesInSpillDir() == 0; }));  // removed in the background
 }
 
-TEST_CASE("pinned objects are never spilled; a client's disconnect releases its pins",
+TEST_CASE("pinned objects are never spilled, and a client disconnect releases its pins",
           "[store_server]") {
   // Invariant: an object some client maps stays where it is, unchanged, however
   // full the store is; the create waiting for room fails only after the grace
