@@ -11,6 +11,7 @@
 #include "bench/multi_driver.h"
 #include "bench/multi_node_metrics.h"
 #include "bench/object_metrics.h"
+#include "bench/spill_metrics.h"
 #include "bench/reporter.h"
 #include "bench/task_events_overhead.h"
 #include "bench/task_metrics.h"
@@ -69,6 +70,7 @@ int RunMicrobenchmark(const MicrobenchmarkOptions& options) {
   });
   if (initialized) {
     RunObjectMetrics(out, quick);
+    RunSpillMetrics(out, quick);
     RunTaskMetrics(out, quick, timeouts.bench_wait_timeout);
     RunMultiDriverMetric(out, 2, plan.trial_seconds);
     RunActorMetrics(out, quick);

@@ -1,6 +1,10 @@
 #include "lumen/objectstore/allocator.h"
 
+#include <algorithm>
 #include <cassert>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
 
 namespace lumen::objectstore {
 
@@ -60,6 +64,46 @@ uint64_t Allocator::largest_free_block() const {
 uint64_t Allocator::AllocationSize(uint64_t offset) const {
   auto it = allocated_.find(offset);
   return it == allocated_.end() ? 0 : it->second;
+}
+
+absl::Status Allocator::CheckInvariants() const {
+  if (free_by_offset_.size() != free_by_size_.size()) {
+    return absl::InternalError(absl::StrCat(free_by_offset_.size(), " free blocks by offset but ",
+                                            free_by_size_.size(), " by size"));
+  }
+  // Every block, free or allocated, in address order: they must tile without overlap.
+  std::vector<std::pair<uint64_t, std::pair<uint64_t, bool>>> blocks;  // offset -> (size, free)
+  uint64_t free_bytes = 0;
+  for (const auto& [offset, size] : free_by_offset_) {
+    if (!free_by_size_.contains({size, offset})) {
+      return absl::InternalError(absl::StrCat("free block at ", offset, " missing by size"));
+    }
+    if (size == 0 || offset % alignment_ != 0 || size % alignment_ != 0) {
+      return absl::InternalError(absl::StrCat("bad free block [", offset, ", +", size, ")"));
+    }
+    free_bytes += size;
+    blocks.push_back({offset, {size, true}});
+  }
+  for (const auto& [offset, size] : allocated_) blocks.push_back({offset, {size, false}});
+  std::sort(blocks.begin(), blocks.end());
+  uint64_t end = 0;
+  bool previous_free = false;
+  for (const auto& [offset, block] : blocks) {
+    if (offset < end) {
+      return absl::InternalError(absl::StrCat("block at ", offset, " overlaps the one ending at ", end));
+    }
+    if (block.second && previous_free && offset == end) {
+      return absl::InternalError(absl::StrCat("free blocks not coalesced at ", offset));
+    }
+    previous_free = block.second;
+    end = offset + block.first;
+  }
+  if (end > capacity_) return absl::InternalError(absl::StrCat("a block ends past ", capacity_));
+  if (used_ + free_bytes != capacity_) {
+    return absl::InternalError(absl::StrCat("used ", used_, " + free ", free_bytes,
+                                            " != capacity ", capacity_));
+  }
+  return absl::OkStatus();
 }
 
 void Allocator::InsertFree(uint64_t offset, uint64_t size) {

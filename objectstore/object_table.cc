@@ -1,5 +1,6 @@
 #include "lumen/objectstore/object_table.h"
 
+#include <algorithm>
 #include <cassert>
 #include <cstdio>
 #include <iterator>
@@ -29,7 +30,7 @@ ObjectTable::ObjectTable(ShmSegment* segment, uint64_t capacity)
 }
 
 absl::StatusOr<uint64_t> ObjectTable::Create(ClientId client, const ObjectId& id,
-                                             uint64_t size) {
+                                             uint64_t size, bool secondary) {
   if (objects_.contains(id)) {
     return absl::AlreadyExistsError(absl::StrCat("object ", id.Hex(), " already exists"));
   }
@@ -53,7 +54,8 @@ absl::StatusOr<uint64_t> ObjectTable::Create(ClientId client, const ObjectId& id
                              .state = ObjectState::kCreated,
                              .creator = client,
                              .creator_pinned = true,
-                             .reader_pins = 0});
+                             .reader_pins = 0,
+                             .secondary = secondary});
   clients_[client].unsealed.insert(id);
   ++num_pinned_;
   return *offset;
@@ -161,6 +163,64 @@ void ObjectTable::DisconnectClient(ClientId client) {
     if (it == objects_.end()) continue;
     Free(it);
   }
+}
+
+std::vector<ObjectTable::Candidate> ObjectTable::EvictionCandidates() const {
+  std::vector<Candidate> out;
+  for (const auto& [id, e] : objects_) {
+    if (e.state != ObjectState::kSealed || e.creator_pinned || e.reader_pins > 0) continue;
+    out.push_back(Candidate{id, e.offset, e.size, allocator_.AllocationSize(e.offset), e.secondary});
+  }
+  std::sort(out.begin(), out.end(),
+            [](const Candidate& a, const Candidate& b) { return a.offset < b.offset; });
+  return out;
+}
+
+uint64_t ObjectTable::Evict(const ObjectId& id) {
+  auto it = objects_.find(id);
+  if (it == objects_.end()) return 0;
+  const Entry& e = it->second;
+  if (e.state != ObjectState::kSealed || e.creator_pinned || e.reader_pins > 0) return 0;
+  uint64_t bytes = allocator_.AllocationSize(e.offset);
+  Free(it);
+  return bytes;
+}
+
+uint64_t ObjectTable::PinnedBytes() const {
+  uint64_t bytes = 0;
+  for (const auto& [id, e] : objects_) {
+    if (e.creator_pinned || e.reader_pins > 0) bytes += allocator_.AllocationSize(e.offset);
+  }
+  return bytes;
+}
+
+absl::Status ObjectTable::CheckInvariants() const {
+  if (absl::Status s = allocator_.CheckInvariants(); !s.ok()) return s;
+  if (allocator_.num_allocations() != objects_.size()) {
+    return absl::InternalError(absl::StrCat(allocator_.num_allocations(), " allocations for ",
+                                            objects_.size(), " objects"));
+  }
+  absl::flat_hash_map<ObjectId, uint64_t> pins;
+  for (const auto& [client, state] : clients_) {
+    for (const auto& [id, n] : state.pins) pins[id] += n;
+  }
+  uint64_t pinned = 0;
+  for (const auto& [id, e] : objects_) {
+    if (allocator_.AllocationSize(e.offset) < e.size) {
+      return absl::InternalError(absl::StrCat("object ", id.Hex(), " has no allocation of its size"));
+    }
+    auto p = pins.find(id);
+    uint64_t n = p == pins.end() ? 0 : p->second;
+    if (n != e.reader_pins) {
+      return absl::InternalError(absl::StrCat("object ", id.Hex(), " has ", e.reader_pins,
+                                              " reader pins, its clients hold ", n));
+    }
+    if (e.creator_pinned || e.reader_pins > 0) ++pinned;
+  }
+  if (pinned != num_pinned_) {
+    return absl::InternalError(absl::StrCat(pinned, " pinned objects, counted ", num_pinned_));
+  }
+  return absl::OkStatus();
 }
 
 bool ObjectTable::Contains(const ObjectId& id) const { return objects_.contains(id); }

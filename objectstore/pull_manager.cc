@@ -4,9 +4,19 @@
 #include "lumen/common/task_events.h"
 
 namespace lumen::objectstore {
+namespace {
 
-PullManager::PullManager(StoreServer& store, TransferClient& transfer, SourceLookup lookup)
-    : store_(store), transfer_(transfer), lookup_(std::move(lookup)) {}
+int64_t SteadyMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+PullManager::PullManager(StoreServer& store, TransferClient& transfer, SourceLookup lookup,
+                         Later later)
+    : store_(store), transfer_(transfer), lookup_(std::move(lookup)), later_(std::move(later)) {}
 
 void PullManager::AnswerAll(std::vector<Answer>& readers, const absl::Status& status) {
   // Readers learn "unavailable" for every failed copy, with its cause.
@@ -37,18 +47,37 @@ void PullManager::Pull(const ObjectId& id, const std::string& source_node, uint6
     answer(source.status());
     return;
   }
-  auto dest = store_.BeginPullIn(id, size, job);
-  if (!dest.ok()) {
-    answer(dest.status());
-    return;
-  }
   InFlight& entry = pulls_[id];
   entry.source = source_node;
+  entry.address = *source;
+  entry.job = job;
   entry.readers.push_back(std::move(answer));
   entry.size = size;
   entry.started_us = TaskEventRecorder::NowMicros();
-  transfer_.Pull(*source, id, size, *dest,
-                 [this, id](absl::Status status) { Finish(id, std::move(status)); });
+  entry.first_try_us = SteadyMicros();
+  Start(id);
+}
+
+void PullManager::Start(const ObjectId& id) {
+  auto it = pulls_.find(id);
+  if (it == pulls_.end()) return;
+  store_.BeginPullIn(id, it->second.size, it->second.job, [this, id](absl::StatusOr<uint8_t*> dest) {
+    if (stopped_) return;
+    auto it = pulls_.find(id);
+    if (it == pulls_.end()) {  // cannot happen: the entry lives until Finish
+      if (dest.ok()) store_.AbortPulledIn(id);
+      return;
+    }
+    if (!dest.ok() || it->second.answered) {
+      if (dest.ok()) store_.AbortPulledIn(id);
+      std::vector<Answer> readers = std::move(it->second.readers);
+      pulls_.erase(it);
+      AnswerAll(readers, dest.ok() ? absl::UnavailableError("its source node died") : dest.status());
+      return;
+    }
+    transfer_.Pull(it->second.address, id, it->second.size, *dest,
+                   [this, id](absl::Status status) { Finish(id, std::move(status)); });
+  });
 }
 
 void PullManager::OnNodeDied(const std::string& node, const std::string& why) {
@@ -65,6 +94,17 @@ void PullManager::Finish(const ObjectId& id, absl::Status status) {
   io_thread_.Check("PullManager");
   auto it = pulls_.find(id);
   if (it == pulls_.end()) return;
+  if (status.code() == absl::StatusCode::kAborted && !it->second.answered &&
+      SteadyMicros() - it->second.first_try_us <
+          std::chrono::duration_cast<std::chrono::microseconds>(kSpilledRetryLimit).count()) {
+    // The source is restoring it from disk: give the memory back meanwhile
+    // (it may be needed to make room here) and ask again shortly.
+    store_.AbortPulledIn(id);
+    later_(kSpilledRetryDelay, [this, id] {
+      if (!stopped_) Start(id);
+    });
+    return;
+  }
   if (status.ok() && !it->second.answered) {
     status = store_.SealPulledIn(id);
   } else {

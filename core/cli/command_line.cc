@@ -144,6 +144,10 @@ class Grammar {
                                        "(default: 30% of RAM)")
                         ->type_name("BYTES")
                         ->check(kByteCount);
+    spill_dir_ = start_->add_option("--object-spilling-directory", spill_dir_value_,
+                                    "Where this node spills objects when its store is full "
+                                    "(default: the session directory)")
+                     ->type_name("DIR");
     resources_ = start_->add_option("--resources", resources_text_,
                                     "Custom resources of this node, as JSON: "
                                     "'{\"name\": qty, ...}'")
@@ -276,6 +280,7 @@ class Grammar {
       o.num_gpus = IfGiven(num_gpus_, num_gpus_value_);
       o.memory = IfGiven(memory_, memory_value_);
       o.object_store_memory = IfGiven(object_store_, object_store_value_);
+      o.object_spilling_directory = IfGiven(spill_dir_, spill_dir_value_);
       o.token = IfGiven(token_start_, token_start_value_);
       o.metrics_port = IfGiven(metrics_port_, metrics_port_value_);
       o.metrics_host = IfGiven(metrics_host_, metrics_host_value_);
@@ -332,6 +337,8 @@ class Grammar {
   double memory_value_ = 0;
   CLI::Option* object_store_ = nullptr;
   uint64_t object_store_value_ = 0;
+  CLI::Option* spill_dir_ = nullptr;
+  std::string spill_dir_value_;
   CLI::Option* resources_ = nullptr;
   std::string resources_text_;
   CLI::Option* token_start_ = nullptr;

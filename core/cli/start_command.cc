@@ -1,5 +1,6 @@
 #include "core/cli/start_command.h"
 
+#include <filesystem>
 #include <chrono>
 #include <fstream>
 #include <iostream>
@@ -77,6 +78,11 @@ absl::StatusOr<runtime::ClusterSpec> SpecFor(const StartOptions& options) {
   if (options.num_gpus) spec.resources["GPU"] = *options.num_gpus;
   if (options.memory) spec.resources["memory"] = *options.memory;
   if (options.object_store_memory) spec.object_store_bytes = *options.object_store_memory;
+  if (options.object_spilling_directory) {
+    std::error_code ec;
+    auto dir = std::filesystem::absolute(*options.object_spilling_directory, ec);
+    spec.spill_dir = ec ? *options.object_spilling_directory : dir.string();
+  }
   for (const auto& [name, qty] : options.resources) spec.resources[name] = qty;
   if (spec.resources.contains("GPU") && spec.resources["GPU"] == 0) spec.resources.erase("GPU");
   return spec;

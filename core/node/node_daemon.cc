@@ -148,7 +148,9 @@ absl::Status NodeDaemon::Setup() {
   auto total = ResourceSet::FromMap(totals);
   if (!total.ok()) return total.status();
 
-  auto store = objectstore::StoreServer::Create(options_.object_store_bytes);
+  auto store = objectstore::StoreServer::Create(objectstore::StoreOptions::FromEnv(
+      options_.object_store_bytes,
+      options_.spill_dir.empty() ? options_.session_dir : options_.spill_dir, &io_));
   if (!store.ok()) return store.status();
   store_ = std::move(*store);
 
@@ -199,6 +201,12 @@ absl::Status NodeDaemon::Setup() {
         return absl::UnavailableError(absl::StrCat(
             "the only copy was on node ", NodeId::FromBinary(node).Hex(),
             source == nullptr ? ", which is unknown" : ", which is dead"));
+      },
+      [this](std::chrono::milliseconds delay, std::function<void()> fn) {
+        auto timer = std::make_shared<asio::steady_timer>(io_, delay);  // lives until it fires
+        timer->async_wait([timer, fn = std::move(fn)](boost::system::error_code ec) {
+          if (!ec) fn();
+        });
       });
   cluster_.view().Upsert(cluster_.local_key(),
                          scheduler::NodeResources{*total, leases_->resources().available(), true});
@@ -495,15 +503,18 @@ void NodeDaemon::OnStoreRequest(Connection& conn, proto::Envelope::Reader msg) {
     Worker* w = pool_->Find(client.worker);
     caller.detached = w != nullptr && leases_->IsDetached(*w);
   }
-  auto reply = store_->Handle(caller, msg);
-  if (!reply.ok()) {
-    conn.Close(reply.status());
-    return;
-  }
-  if (!reply->has_value()) return;
-  OutMessage out;
-  objectstore::FillStoreReply(out.Init(), msg.getRequestId(), **reply);
-  conn.Send(out.builder());
+  // A create waiting for room, or a get of a spilled object, answers later.
+  absl::Status handled = store_->Handle(
+      caller, msg,
+      [weak = conn.weak_from_this(), request_id = msg.getRequestId()](
+          const objectstore::StoreReply& reply) {
+        auto c = weak.lock();
+        if (!c || c->closed()) return;
+        OutMessage out;
+        objectstore::FillStoreReply(out.Init(), request_id, reply);
+        c->Send(out.builder());
+      });
+  if (!handled.ok()) conn.Close(handled);
 }
 
 void NodeDaemon::OnPull(Connection& conn, proto::Envelope::Reader msg) {
@@ -744,6 +755,7 @@ void NodeDaemon::Shutdown(const std::string& why) {
   acceptor_.close(ignored);
   if (tcp_acceptor_) tcp_acceptor_->close(ignored);
   pulls_->Stop();
+  store_->Stop();  // spill files go
   transfer_client_.reset();
   transfer_server_.reset();
   ::unlink(socket_path_.c_str());

@@ -210,6 +210,9 @@ absl::StatusOr<ClusterProcesses> StartCluster(const ClusterSpec& spec) {
                           {"LUMEN_NODE_HOST", spec.node_host},
                           {"LUMEN_NODE_RESOURCES", EncodeResources(resources)},
                           {"LUMEN_OBJECT_STORE_BYTES", std::to_string(store)},
+                          {"LUMEN_OBJECT_SPILLING_DIRECTORY", spec.spill_dir.empty()
+                                                                  ? Env("LUMEN_OBJECT_SPILLING_DIRECTORY")
+                                                                  : spec.spill_dir},
                           {"LUMEN_REMOVE_SESSION_DIR", spec.embedded ? "1" : ""}},
                          parent_pipe[0], &socket);
   if (!pid.ok()) return fail(pid.status());
@@ -277,6 +280,7 @@ void MaybeRunClusterProcess() {
     uint64_t bytes = 0;
     options.object_store_bytes =
         absl::SimpleAtoi(Env("LUMEN_OBJECT_STORE_BYTES"), &bytes) ? bytes : (1ull << 30);
+    options.spill_dir = Env("LUMEN_OBJECT_SPILLING_DIRECTORY");
     options.parent_fd = EnvFd("LUMEN_PARENT_FD");
     options.ready_fd = EnvFd("LUMEN_READY_FD");
     options.remove_session_dir = !Env("LUMEN_REMOVE_SESSION_DIR").empty();

@@ -22,6 +22,9 @@ struct ClusterSpec {
   std::string node_host = "127.0.0.1";  // the IP the node's daemon and workers listen on
   std::map<std::string, double> resources;  // of the node; CPU etc. filled when absent
   uint64_t object_store_bytes = 0;          // 0: 30% of RAM
+  // Where the node spills objects; empty: LUMEN_OBJECT_SPILLING_DIRECTORY, or
+  // the session directory.
+  std::string spill_dir;
   // Embedded: the daemons watch a pipe from this process and exit with it, and
   // the session directory is removed when they stop. Detached: they start a new
   // session, log to files, and stay until `lumen stop`.

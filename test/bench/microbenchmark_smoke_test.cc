@@ -50,7 +50,8 @@ const std::vector<std::string> kTrialMetrics = {
 // Single measurements: `name value unit`.
 const std::vector<std::string> kSingleMetrics = {
     "init_seconds", "multi_driver_tasks_async", "cross_node_object_gigabytes",
-    "loopback_tcp_gigabytes"};
+    "loopback_tcp_gigabytes", "spill_gigabytes", "restore_gigabytes", "disk_write_gigabytes",
+    "disk_read_gigabytes"};
 
 // lumen-collective-bench's metrics, when it is built next to `lumen`.
 const std::vector<std::string> kCollectiveMetrics = {

@@ -44,7 +44,8 @@ TEST_CASE("lumen start with every flag parses to the expected options") {
   auto line = Parsed({"start", "--head", "--port", "6379", "--host", "0.0.0.0",
                       "--node-ip-address=127.0.0.1", "--num-cpus", "2", "--num-gpus=1",
                       "--memory", "1e9", "--object-store-memory", "134217728", "--resources",
-                      R"({"ssd": 1, "accel": 0.5})", "--token", "secret"});
+                      R"({"ssd": 1, "accel": 0.5})", "--token", "secret",
+                      "--object-spilling-directory", "/mnt/spill"});
   REQUIRE(line.kind == CommandKind::kStart);
   const auto& o = line.start;
   CHECK(o.head);
@@ -56,6 +57,7 @@ TEST_CASE("lumen start with every flag parses to the expected options") {
   CHECK(o.num_gpus == 1.0);
   CHECK(o.memory == 1e9);
   CHECK(o.object_store_memory == 134217728u);
+  CHECK(o.object_spilling_directory == "/mnt/spill");
   CHECK(o.resources == std::map<std::string, double>{{"ssd", 1}, {"accel", 0.5}});
   CHECK(o.token == "secret");
 }
@@ -166,7 +168,7 @@ TEST_CASE("--help of each subcommand lists its flags") {
   std::string start = Help({"start", "--help"});
   for (const char* flag : {"--head", "--address", "--port", "--host", "--node-ip-address",
                            "--num-cpus", "--num-gpus", "--memory", "--object-store-memory",
-                           "--resources", "--token"}) {
+                           "--object-spilling-directory", "--resources", "--token"}) {
     CHECK_THAT(start, Contains(flag));
   }
   std::string status = Help({"status", "--help"});

@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
 
 namespace lumen::objectstore {
 
@@ -52,6 +53,12 @@ class Allocator {
   uint64_t num_allocations() const { return allocated_.size(); }
   // The rounded size of the live allocation at `offset`, or 0 if none.
   uint64_t AllocationSize(uint64_t offset) const;
+
+  // For property tests: OK when the free lists agree with each other, free
+  // blocks are aligned, disjoint and coalesced (no two touch), no allocation
+  // overlaps a free block or another allocation, and used() plus the free
+  // bytes is the capacity; else Internal naming the first violation. O(n log n).
+  absl::Status CheckInvariants() const;
 
  private:
   void InsertFree(uint64_t offset, uint64_t size);

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -71,11 +72,23 @@ class ObjectTable {
   ObjectTable(const ObjectTable&) = delete;
   ObjectTable& operator=(const ObjectTable&) = delete;
 
+  // An object that may be evicted now: sealed, not delete-pending, unpinned.
+  struct Candidate {
+    ObjectId id;
+    uint64_t offset;
+    uint64_t size;       // the object's bytes
+    uint64_t allocated;  // its allocation's bytes (what evicting it frees)
+    bool secondary;      // a copy pulled from another node
+  };
+
   // Allocates `size` bytes for a new unsealed object pinned by `client`, and
   // reserves its pages in the segment. Returns the offset in the segment.
-  // Errors: AlreadyExists if `id` is present (in any state); ResourceExhausted
-  // when it does not fit or the memory cannot be reserved.
-  absl::StatusOr<uint64_t> Create(ClientId client, const ObjectId& id, uint64_t size);
+  // `secondary`: a copy of an object whose primary copy is on another node
+  // (evicted before primaries are spilled). Errors: AlreadyExists if `id` is
+  // present (in any state); ResourceExhausted when it does not fit or the
+  // memory cannot be reserved.
+  absl::StatusOr<uint64_t> Create(ClientId client, const ObjectId& id, uint64_t size,
+                                  bool secondary = false);
 
   // Makes the object readable and drops the creator's pin. Errors: NotFound;
   // FailedPrecondition when already sealed or `client` is not the creator.
@@ -101,6 +114,20 @@ class ObjectTable {
   // Drops every pin `client` holds and aborts its unsealed objects.
   void DisconnectClient(ClientId client);
 
+  // Every evictable object, lowest offset first (evicting in this order grows
+  // one contiguous hole from the bottom of the segment). O(n log n).
+  std::vector<Candidate> EvictionCandidates() const;
+  // Frees a sealed, unpinned object that is not delete-pending (the store
+  // keeps it elsewhere, or it is a secondary copy) and returns its allocated
+  // bytes; returns 0 and does nothing for any other object.
+  uint64_t Evict(const ObjectId& id);
+  // Allocated bytes of the objects held by at least one pin. O(n).
+  uint64_t PinnedBytes() const;
+  // For property tests: the allocator's invariants, one allocation per object,
+  // and pin counts that agree with the clients' pins; else Internal.
+  absl::Status CheckInvariants() const;
+  const Allocator& allocator() const { return allocator_; }
+
   // True if `id` is present in any state (delete-pending included).
   bool Contains(const ObjectId& id) const;
   // The object's state, or NotFound.
@@ -115,6 +142,7 @@ class ObjectTable {
     ClientId creator;
     bool creator_pinned;   // True until Seal or Abort: the object is unsealed.
     uint64_t reader_pins;  // Sum of the Get pins of all clients.
+    bool secondary = false;  // pulled from another node
   };
   struct ClientState {
     absl::flat_hash_map<ObjectId, uint64_t> pins;  // Get pins by object.

@@ -9,11 +9,14 @@
 //   pulls.OnNodeDied(node, "the only copy was on node ab12, which died");
 //
 // A reader's answer is OK once the object is sealed here; a failed copy
-// answers Unavailable with the cause. Only on the node daemon's io thread
+// answers Unavailable with the cause. The copy's memory may wait for room in
+// this store (StoreServer::BeginPullIn); a source that has the object spilled
+// answers Aborted while it restores it, and the copy is retried. Only on the node daemon's io thread
 // (checked in debug builds); answers run on it too. Borrows the store and the
 // transfer client, which must outlive it (or Stop() is called first).
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <string>
 #include <vector>
@@ -36,7 +39,13 @@ class PullManager {
   // why: dead, unknown) when the copy there cannot be reached.
   using SourceLookup = std::function<absl::StatusOr<std::string>(const std::string& node)>;
 
-  PullManager(StoreServer& store, TransferClient& transfer, SourceLookup lookup);
+  // Runs a function on the io thread after a delay (a retry).
+  using Later = std::function<void(std::chrono::milliseconds, std::function<void()>)>;
+
+  // `later` schedules the retry of a copy whose source had it spilled to disk
+  // (the source answers Aborted while it restores it); retries stop after
+  // kSpilledRetryLimit.
+  PullManager(StoreServer& store, TransferClient& transfer, SourceLookup lookup, Later later);
 
   PullManager(const PullManager&) = delete;
   PullManager& operator=(const PullManager&) = delete;
@@ -56,20 +65,29 @@ class PullManager {
   void Stop() { stopped_ = true; }
 
  private:
+  static constexpr std::chrono::milliseconds kSpilledRetryDelay{10};
+  static constexpr std::chrono::milliseconds kSpilledRetryLimit{60000};
+
   struct InFlight {
     std::string source;     // node id bytes
+    std::string address;    // its transfer address
+    JobId job;
+    int64_t first_try_us = 0;  // steady clock, for the retry limit
     bool answered = false;  // its readers were told it failed (the copy still runs)
     std::vector<Answer> readers;
     uint64_t size = 0;
     int64_t started_us = 0;  // for its PULL task event (system clock)
   };
   void Finish(const ObjectId& id, absl::Status status);
+  // Allocates the copy's memory (it may wait for room), then starts the transfer.
+  void Start(const ObjectId& id);
   static void AnswerAll(std::vector<Answer>& readers, const absl::Status& status);
 
   ThreadChecker io_thread_;
   StoreServer& store_;
   TransferClient& transfer_;
   SourceLookup lookup_;
+  Later later_;
   absl::flat_hash_map<ObjectId, InFlight> pulls_;
   bool stopped_ = false;
 };

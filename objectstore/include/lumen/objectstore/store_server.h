@@ -1,29 +1,55 @@
 // StoreServer: the node's shared-memory object store as a service. It owns the
 // segment and its ObjectTable, answers the store requests of local clients
 // (create, seal, abort, get, release, delete), remembers which job created each
-// object (only that job frees it; a job's objects go when it ends), and gives
-// the transfer server and the pull manager their narrow ways in.
+// object (only that job frees it; a job's objects go when it ends), makes room
+// when the store is full (evicts secondary copies, spills primary copies to
+// files, restores them on Get), and gives the transfer server and the pull
+// manager their narrow ways in.
 //
-//   ASSIGN_OR_RETURN(auto store, StoreServer::Create(1ull << 30));
+//   ASSIGN_OR_RETURN(auto store, StoreServer::Create(StoreOptions{
+//       .bytes = 1ull << 30, .spill_dir = session_dir, .io = &io}));
 //   StoreCaller caller{.client = conn.id(), .job = job, .local = true};
-//   ASSIGN_OR_RETURN(std::optional<StoreReply> reply, store->Handle(caller, msg));
-//   if (reply) { OutMessage out; FillStoreReply(out.Init(), msg.getRequestId(), *reply); ... }
+//   RETURN_IF_ERROR(store->Handle(caller, msg, [&](const StoreReply& reply) {
+//     OutMessage out; FillStoreReply(out.Init(), msg.getRequestId(), reply); ...
+//   }));
 //
-// Only on the node daemon's io thread (checked in debug builds).
+// A create that does not fit is parked, not failed, while the store makes
+// room: first secondary copies (pulled from other nodes) are dropped and
+// objects that already have a disk copy are evicted, then unpinned primary
+// copies are spilled, lowest offset first (so one contiguous hole forms), in
+// batches of several objects per file written by a background SpillWorker.
+// A parked create fails with ResourceExhausted (ObjectStoreFullError) only
+// when no room appeared within `full_grace`; one larger than the whole store
+// fails at once. Pinned objects (any client's Get, an unsealed object) are
+// never evicted or spilled. A Get of a spilled object restores it first.
+//
+// Only on the node daemon's io thread (checked in debug builds); replies run
+// on it, possibly after Handle returned.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "lumen/common/ids.h"
 #include "lumen/common/thread_checker.h"
 #include "lumen/objectstore/object_table.h"
 #include "lumen/objectstore/shm_segment.h"
+#include "lumen/objectstore/spill_index.h"
+#include "lumen/objectstore/spill_worker.h"
 #include "lumen/proto/lumen.capnp.h"
 
 namespace lumen::objectstore {
@@ -31,6 +57,43 @@ namespace lumen::objectstore {
 // Store clients that are the daemon itself.
 inline constexpr ClientId kPullClient = ~0ull;         // copies being pulled in
 inline constexpr ClientId kTransferClient = ~0ull - 1;  // copies being served out
+inline constexpr ClientId kSpillClient = ~0ull - 2;     // objects being written to disk
+inline constexpr ClientId kRestoreClient = ~0ull - 3;   // objects being read back
+
+// How long a create that does not fit waits for room by default
+// (LUMEN_OBJECT_STORE_FULL_GRACE_MS overrides it).
+inline constexpr std::chrono::milliseconds kDefaultFullGrace{5000};
+
+struct StoreOptions {
+  uint64_t bytes = 0;     // capacity of the segment
+  // Spill files go to a fresh subdirectory of it (created on the first
+  // spill, removed by Stop and the destructor). Empty: spilling is off.
+  std::string spill_dir;
+  std::chrono::milliseconds full_grace = kDefaultFullGrace;
+  boost::asio::io_context* io = nullptr;  // the owner's loop (timers, completions); required
+  // Reserve every page of the segment now (fallocate), not per object.
+  bool reserve = false;
+
+  // full_grace from LUMEN_OBJECT_STORE_FULL_GRACE_MS, reserve from
+  // LUMEN_OBJECT_STORE_RESERVE=1; the rest as given.
+  static StoreOptions FromEnv(uint64_t bytes, const std::string& spill_dir,
+                              boost::asio::io_context* io);
+};
+
+// What the store did to make room, for stats, tests and benchmarks.
+struct SpillStats {
+  uint64_t spilled_objects = 0;   // written to disk (cumulative)
+  uint64_t spilled_bytes = 0;
+  uint64_t restored_objects = 0;  // read back (cumulative)
+  uint64_t restored_bytes = 0;
+  uint64_t evicted_secondary = 0; // secondary copies dropped
+  uint64_t on_disk_objects = 0;   // live objects with a disk copy now
+  uint64_t on_disk_bytes = 0;
+  uint64_t spill_files = 0;       // files now
+  uint64_t parked_creates = 0;    // waiting for room now
+  uint64_t spilling_bytes = 0;    // being written now (pinned by the store meanwhile)
+  uint64_t failed_creates = 0;    // ObjectStoreFullError after the grace (cumulative)
+};
 
 // Who sends a store request, as the daemon knows it from the client's hello.
 struct StoreCaller {
@@ -52,50 +115,124 @@ void FillStoreReply(proto::Envelope::Builder env, uint64_t request_id, const Sto
 
 class StoreServer {
  public:
-  // A store of `bytes` in a fresh shared-memory segment. Errors: the segment's.
-  static absl::StatusOr<std::unique_ptr<StoreServer>> Create(uint64_t bytes);
+  // Runs once with the answer to a request that needs one (on the io thread).
+  using ReplyFn = std::function<void(const StoreReply&)>;
 
+  // A store of `options.bytes` in a fresh shared-memory segment. Errors: the
+  // segment's; ResourceExhausted naming the shortfall when the segment is
+  // larger than this machine's available memory (or, with `reserve`, when its
+  // pages cannot all be reserved).
+  static absl::StatusOr<std::unique_ptr<StoreServer>> Create(StoreOptions options);
+
+  ~StoreServer();
   StoreServer(const StoreServer&) = delete;
   StoreServer& operator=(const StoreServer&) = delete;
 
   // Handles a store request (`msg` is a storeCreate/Seal/Abort/Get/Release/
-  // Delete envelope). Returns the reply to send, or nullopt when none is due
-  // (release, delete, a message that is no store request: logged). Errors
-  // (PermissionDenied): the caller may not use the store; close its connection.
-  // A remote caller may only delete (its job's objects).
-  [[nodiscard]] absl::StatusOr<std::optional<StoreReply>> Handle(const StoreCaller& caller,
-                                                                 proto::Envelope::Reader msg);
+  // Delete envelope). `reply` runs once for create, seal, abort and get (a
+  // create waiting for room and a get of a spilled object answer later), never
+  // for release and delete and messages that are no store requests (logged).
+  // Errors (PermissionDenied): the caller may not use the store; close its
+  // connection. A remote caller may only delete (its job's objects).
+  [[nodiscard]] absl::Status Handle(const StoreCaller& caller, proto::Envelope::Reader msg,
+                                    ReplyFn reply);
 
-  // The client's connection closed: its pins go, its unsealed objects abort.
+  // The client's connection closed: its pins go, its unsealed objects abort,
+  // its parked requests are dropped unanswered.
   void DisconnectClient(ClientId client);
-  // The job ended: every object it created is deleted.
+  // The job ended: every object it created is deleted (disk copies too).
   void EndJob(const JobId& job);
 
   // For the transfer server: pins a sealed object (kTransferClient) and returns
-  // its bytes; EndServeOut unpins it. Errors: as ObjectTable::Get.
+  // its bytes; EndServeOut unpins it. A spilled object is not served:
+  // Aborted (retry soon), and its restore starts. Errors: as ObjectTable::Get.
   [[nodiscard]] absl::StatusOr<std::span<const uint8_t>> ServeOut(const ObjectId& id);
   void EndServeOut(const ObjectId& id);
 
-  // For the pull manager: creates the object (kPullClient, belonging to `job`)
-  // and returns where to write its `size` bytes; then SealPulledIn or
-  // AbortPulledIn. Errors: as ObjectTable::Create.
-  [[nodiscard]] absl::StatusOr<uint8_t*> BeginPullIn(const ObjectId& id, uint64_t size,
-                                                     const JobId& job);
+  // For the pull manager: creates the object (kPullClient, a secondary copy
+  // belonging to `job`) once there is room and passes where to write its
+  // `size` bytes to `done` (on the io thread; later when parked); then
+  // SealPulledIn or AbortPulledIn. Errors: as a client's create.
+  using PullInFn = std::function<void(absl::StatusOr<uint8_t*>)>;
+  void BeginPullIn(const ObjectId& id, uint64_t size, const JobId& job, PullInFn done);
   [[nodiscard]] absl::Status SealPulledIn(const ObjectId& id);
   void AbortPulledIn(const ObjectId& id);
 
+  // The node stops: queued disk I/O is dropped, parked requests are dropped,
+  // and every spill file and the spill directory are removed. Idempotent.
+  void Stop();
+
   bool IsSealed(const ObjectId& id) const;
   ObjectTable::Stats GetStats() const { return table_.GetStats(); }
+  SpillStats GetSpillStats() const;
+  uint64_t PinnedBytes() const { return table_.PinnedBytes(); }
   const ShmSegment& segment() const { return *segment_; }
+  // The directory spill files go to ("" until the first spill).
+  const std::string& spill_path() const { return spill_path_; }
+  // For tests: the table's invariants (ObjectTable::CheckInvariants).
+  absl::Status TEST_CheckInvariants() const { return table_.CheckInvariants(); }
 
  private:
-  explicit StoreServer(std::unique_ptr<ShmSegment> segment);
+  // A request waiting for memory: a create, a restore or a pull-in.
+  struct Parked {
+    ClientId client;  // who pins the new object until seal
+    ObjectId id;
+    uint64_t size;
+    bool secondary;
+    std::chrono::steady_clock::time_point deadline;
+    std::function<void(absl::StatusOr<uint64_t>)> done;  // the offset, or why not
+  };
+  // A spilled object being read back, and who waits for it.
+  struct Restore {
+    struct Waiter {
+      ClientId client;
+      ReplyFn reply;
+    };
+    std::vector<Waiter> waiters;
+  };
+
+  StoreServer(StoreOptions options, std::unique_ptr<ShmSegment> segment);
+
+  // Allocates for `client` now, or parks the request until there is room.
+  void Allocate(Parked request);
+  // Gives memory to every parked request that fits, then makes room for the rest.
+  void ServeParked();
+  // Frees what can go now (secondaries, objects already on disk) and starts
+  // spill batches until the bytes in flight cover the parked requests.
+  void MakeRoom();
+  void SpillBatch(std::vector<ObjectTable::Candidate> batch);
+  void OnSpilled(const std::string& path, const std::vector<ObjectTable::Candidate>& batch,
+                 const std::vector<SpillIndex::Range>& ranges, const absl::Status& status);
+  // Reads a spilled object back; `waiter` (optional) gets the Get answer.
+  void StartRestore(const ObjectId& id, std::optional<Restore::Waiter> waiter);
+  void OnRestored(const ObjectId& id, const absl::Status& status);
+  void ArmTimer();
+  void OnTimer();
+  absl::Status FullError(uint64_t size) const;
+  void Forget(const ObjectId& id);  // its job's record and its disk copy
+  // Runs `fn` on the io loop unless the server is gone by then.
+  void PostToLoop(std::function<void()> fn);
 
   ThreadChecker io_thread_;
+  StoreOptions options_;
   std::unique_ptr<ShmSegment> segment_;
   ObjectTable table_;
   // Which job created each object (Nil: a detached actor's, freed by whoever owns it).
   absl::flat_hash_map<ObjectId, JobId> object_jobs_;
+  std::deque<Parked> parked_;
+  boost::asio::steady_timer timer_;
+  SpillIndex index_;
+  absl::flat_hash_map<ObjectId, Restore> restoring_;
+  absl::flat_hash_set<ObjectId> spilling_;  // pinned by kSpillClient while written
+  uint64_t spilling_bytes_ = 0;
+  uint64_t next_file_ = 0;
+  std::string spill_path_;  // our subdirectory of options_.spill_dir, once created
+  SpillStats stats_;
+  bool stopped_ = false;
+  // Completions posted to the loop hold a weak_ptr to it: they do nothing once
+  // the server is destroyed. Owned here only for that liveness check.
+  std::shared_ptr<char> alive_ = std::make_shared<char>();
+  std::unique_ptr<SpillWorker> worker_;  // last: joined first
 };
 
 }  // namespace lumen::objectstore

@@ -31,6 +31,9 @@ struct NodeDaemonOptions {
   std::string host = "127.0.0.1";  // the IP this node's daemon and workers listen on
   std::map<std::string, double> resources;
   uint64_t object_store_bytes = 0;
+  // Where spill files go (a fresh subdirectory of it); empty: the session
+  // directory.
+  std::string spill_dir;
   int parent_fd = -1;  // EOF on it: the driver that started us died; exit
   int ready_fd = -1;   // our socket path is written here once we serve
   bool remove_session_dir = false;  // at exit (embedded clusters)
