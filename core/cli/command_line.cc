@@ -158,7 +158,8 @@ class Grammar {
                      ->type_name("TOKEN");
     metrics_port_ = start_->add_option("--metrics-port", metrics_port_value_,
                                        "With --head: serve Prometheus metrics at "
-                                       "http://HOST:PORT/metrics (0: a free port)")
+                                       "http://HOST:PORT/metrics and the dashboard at "
+                                       "http://HOST:PORT/ (0: a free port)")
                         ->type_name("PORT")
                         ->check(CLI::Range(0, 65535).description(""));
     metrics_host_ = start_->add_option("--metrics-host", metrics_host_value_,

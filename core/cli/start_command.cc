@@ -112,6 +112,8 @@ void PrintStarted(const runtime::ClusterSpec& spec, const runtime::ClusterProces
   std::string metrics_address;
   if (std::getline(metrics, metrics_address) && !metrics_address.empty()) {
     std::cout << "  Prometheus metrics:  http://" << metrics_address << "/metrics\n";
+    std::cout << "  dashboard:           http://" << metrics_address << "/"
+              << (cluster.token_file.empty() ? "" : "#token=<the token>") << "\n";
   }
   if (!cluster.token_file.empty()) {
     std::cout << "  this head listens on " << spec.head_host

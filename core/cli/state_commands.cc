@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "lumen/common/head_client.h"
+#include "lumen/head/demand_words.h"
 #include "lumen/objectstore/object_table.h"
 
 namespace lumen::cli {
@@ -16,12 +17,7 @@ namespace {
 
 using runtime::StateRow;
 
-std::string FormatQuantity(const std::string& name, double v) {
-  if (name.find("memory") != std::string::npos) {
-    return objectstore::FormatBytes(static_cast<uint64_t>(v));
-  }
-  return absl::StrFormat("%g", v);
-}
+using head::FormatQuantity;
 
 // The head `options` name, with its token set for the queries that follow.
 absl::StatusOr<std::string> ResolveHead(const HeadQueryOptions& options) {
@@ -60,33 +56,13 @@ void PrintNodes(const std::string& head, const std::vector<runtime::NodeView>& n
   }
 }
 
-// Why no alive node fits `need`, in words: "no node has a GPU", "the most
-// any node has is 2 CPU", or "" when one node has enough of each (it fits on
-// no node only all at once).
-std::string WhyInfeasible(const std::vector<runtime::NodeView>& nodes,
-                          const std::map<std::string, double>& need) {
-  std::vector<std::string> reasons;
-  for (const auto& [name, qty] : need) {
-    double most = 0;
-    for (const auto& n : nodes) {
-      if (n.alive && n.total.contains(name)) most = std::max(most, n.total.at(name));
-    }
-    if (most >= qty) continue;
-    if (most == 0) {
-      reasons.push_back(name == "GPU" ? "no node has a GPU" : "no node has " + name);
-    } else {
-      reasons.push_back("the most any node has is " + FormatQuantity(name, most) + " " + name);
-    }
-  }
-  if (reasons.empty()) return "no single node has all of it at once";
-  std::string out;
-  for (const auto& r : reasons) absl::StrAppend(&out, out.empty() ? "" : "; ", r);
-  return out;
-}
-
 // Demand no node can meet yet, as each node that holds it reports it, in words:
 // "3 tasks (Train) need {GPU: 1}; no node has a GPU".
 void PrintInfeasible(const std::vector<runtime::NodeView>& nodes) {
+  std::vector<std::map<std::string, double>> alive;
+  for (const auto& n : nodes) {
+    if (n.alive) alive.push_back(n.total);
+  }
   bool header = false;
   for (const auto& n : nodes) {
     if (!n.alive) continue;
@@ -95,13 +71,7 @@ void PrintInfeasible(const std::vector<runtime::NodeView>& nodes) {
         std::cout << "\nInfeasible demand (waits until a node that fits joins):\n";
         header = true;
       }
-      std::string need;
-      for (const auto& [name, qty] : d.resources) {
-        absl::StrAppend(&need, need.empty() ? "" : ", ", name, ": ", FormatQuantity(name, qty));
-      }
-      std::cout << absl::StrFormat("  %d %s (%s) need {%s}; %s\n", d.count,
-                                   d.count == 1 ? "task" : "tasks", d.name, need,
-                                   WhyInfeasible(nodes, d.resources));
+      std::cout << "  " << head::DescribeInfeasible(static_cast<int>(d.count), d.name, d.resources, alive) << "\n";
     }
   }
 }

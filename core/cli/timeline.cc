@@ -1,8 +1,6 @@
 #include "lumen/cli/timeline.h"
 
-// Boost.JSON's implementation, compiled once here (header-only Boost 1.81):
-// every user of boost/json.hpp links this library.
-#include <boost/json/src.hpp>
+#include <boost/json.hpp>
 
 #include <algorithm>
 #include <cstdint>

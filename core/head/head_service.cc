@@ -18,6 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/head/cluster_view_publisher.h"
+#include "core/head/dashboard_routes.h"
 #include "core/head/head_replies.h"
 #include "core/head/http_server.h"
 #include "core/head/metrics_exporter.h"
@@ -92,7 +93,7 @@ class HeadService {
   // When this check runs late (the head was starved), the delay is excused:
   // the nodes' reports may be waiting unread in our sockets.
   void CheckHealth();
-  // The HTTP server with GET /metrics (and later the dashboard's routes);
+  // The HTTP server with GET /metrics and the dashboard (/, /api/cluster);
   // false when it was asked for and cannot serve.
   bool StartHttp();
 
@@ -128,6 +129,7 @@ class HeadService {
   // When the next health check is due (its timer's expiry); unset before the first.
   std::optional<std::chrono::steady_clock::time_point> next_check_;
   std::unique_ptr<HttpServer> http_;  // when options_.metrics_port >= 0
+  std::unique_ptr<DashboardRoutes> dashboard_;  // on http_
   ThreadChecker loop_thread_;
 };
 
@@ -186,6 +188,20 @@ bool HeadService::StartHttp() {
     return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8",
                         RenderMetrics(list.asReader())};
   });
+  dashboard_ = std::make_unique<DashboardRoutes>(DashboardRoutes::Options{
+      .io = &io_,
+      .http = http_.get(),
+      .token = options_.token,
+      .node_timeout = options_.timeouts.list_state_timeout + std::chrono::seconds(1),
+      .fill_nodes =
+          [this](capnp::MallocMessageBuilder& out) {
+            nodes_.FillNodes(out.initRoot<proto::ClusterView>().initNodes(nodes_.size()));
+          },
+      .fill_groups =
+          [this](capnp::MallocMessageBuilder& out) {
+            groups_.FillList(out.initRoot<proto::Envelope>());
+          }});
+  dashboard_->Install();
   if (auto s = http_->Start(); !s.ok()) {
     LUMEN_LOG(ERROR) << "head: " << s.message();
     TellStarter(absl::StrCat("error ", s.message(), "\n"));
@@ -196,7 +212,8 @@ bool HeadService::StartHttp() {
     std::ofstream(options_.session_dir + "/metrics_address")
         << options_.metrics_host << ":" << http_->port() << "\n";
   }
-  LUMEN_LOG(INFO) << "head serving metrics at " << url;
+  LUMEN_LOG(INFO) << "head serving metrics at " << url << " and the dashboard at http://"
+                  << options_.metrics_host << ":" << http_->port() << "/";
   return true;
 }
 

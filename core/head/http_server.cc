@@ -56,13 +56,23 @@ class HttpServer::Session : public std::enable_shared_from_this<Session> {
     size_t q = target.find('?');
     request.path = target.substr(0, q);
     if (q != std::string::npos) request.query = target.substr(q + 1);
-    HttpResponse answer = server_.Answer(request, std::string(req[http::field::authorization]));
+    // An asynchronous route may answer after this returns: the session stays
+    // alive through the callback.
+    server_.Answer(request, std::string(req[http::field::authorization]),
+                   [self = shared_from_this(), version = req.version(),
+                    keep_alive = req.keep_alive()](HttpResponse answer) {
+                     self->Write(std::move(answer), version, keep_alive);
+                   });
+  }
+
+  void Write(HttpResponse answer, unsigned version, bool request_keep_alive) {
     auto res = std::make_shared<http::response<http::string_body>>(
-        static_cast<http::status>(answer.status), req.version());
+        static_cast<http::status>(answer.status), version);
     res->set(http::field::server, "lumen");
     res->set(http::field::content_type, answer.content_type);
+    res->set(http::field::cache_control, "no-store");
     if (answer.status == 401) res->set(http::field::www_authenticate, "Bearer");
-    res->keep_alive(req.keep_alive());
+    res->keep_alive(request_keep_alive);
     res->body() = std::move(answer.body);
     res->prepare_payload();
     bool keep_alive = res->keep_alive();
@@ -90,9 +100,18 @@ HttpServer::HttpServer(asio::io_context& io, HttpServerOptions options)
 
 HttpServer::~HttpServer() { Stop(); }
 
-void HttpServer::Route(std::string path, Handler handler) {
+void HttpServer::Route(std::string path, Handler handler, Access access) {
+  RouteAsync(
+      std::move(path),
+      [handler = std::move(handler)](const HttpRequest& request, Respond respond) {
+        respond(handler(request));
+      },
+      access);
+}
+
+void HttpServer::RouteAsync(std::string path, AsyncHandler handler, Access access) {
   io_thread_.Check("HttpServer::Route");
-  routes_[std::move(path)] = std::move(handler);
+  routes_[std::move(path)] = RouteEntry{std::move(handler), access};
 }
 
 absl::Status HttpServer::Start() {
@@ -131,21 +150,25 @@ void HttpServer::AcceptNext() {
   });
 }
 
-HttpResponse HttpServer::Answer(const HttpRequest& request,
-                                const std::string& authorization) const {
-  if (require_token_ &&
-      !ConstantTimeEquals(authorization, absl::StrCat("Bearer ", options_.token))) {
-    return HttpResponse{401, "text/plain; charset=utf-8",
-                        "this endpoint needs 'Authorization: Bearer <cluster token>'\n"};
-  }
+void HttpServer::Answer(const HttpRequest& request, const std::string& authorization,
+                        Respond respond) const {
   auto route = routes_.find(request.path);
+  bool open = route != routes_.end() && route->second.access == Access::kOpen;
+  if (require_token_ && !open &&
+      !ConstantTimeEquals(authorization, absl::StrCat("Bearer ", options_.token))) {
+    respond(HttpResponse{401, "text/plain; charset=utf-8",
+                         "this endpoint needs 'Authorization: Bearer <cluster token>'\n"});
+    return;
+  }
   if (route == routes_.end()) {
-    return HttpResponse{404, "text/plain; charset=utf-8", "not found\n"};
+    respond(HttpResponse{404, "text/plain; charset=utf-8", "not found\n"});
+    return;
   }
   if (request.method != "GET" && request.method != "HEAD") {
-    return HttpResponse{405, "text/plain; charset=utf-8", "only GET\n"};
+    respond(HttpResponse{405, "text/plain; charset=utf-8", "only GET\n"});
+    return;
   }
-  return route->second(request);
+  route->second.handler(request, std::move(respond));
 }
 
 }  // namespace lumen::head

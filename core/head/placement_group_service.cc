@@ -152,12 +152,14 @@ void PlacementGroupService::OnRemove(Connection& conn, proto::Envelope::Reader m
 }
 
 void PlacementGroupService::OnList(Connection& conn, uint64_t request_id) {
+  SendReply(conn, request_id, [&](proto::Envelope::Builder env) { FillList(env); });
+}
+
+void PlacementGroupService::FillList(proto::Envelope::Builder env) const {
   const auto& groups = manager_.groups();
-  SendReply(conn, request_id, [&](proto::Envelope::Builder env) {
-    auto list = env.initPlacementGroups(groups.size());
-    size_t i = 0;
-    for (const auto& [id, g] : groups) FillState(list[i++], g);
-  });
+  auto list = env.initPlacementGroups(groups.size());
+  size_t i = 0;
+  for (const auto& [id, g] : groups) FillState(list[i++], g);
 }
 
 void PlacementGroupService::OnEvent(const PlacementGroup& g, scheduler::GroupEvent event) {

@@ -63,6 +63,9 @@ class PlacementGroupService {
   // Forgets the parked waits of a closed connection.
   void DropConnection(uint64_t conn_id);
 
+  // Every group the head knows, as `lumen list placement-groups` gets them.
+  void FillList(proto::Envelope::Builder env) const;
+
   const scheduler::PlacementGroupManager& manager() const { return manager_; }
   // Removed group ids, in removal order (the cluster view sends them once).
   const ChangeLog<std::string>& removed() const { return removed_; }

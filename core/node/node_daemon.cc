@@ -28,6 +28,7 @@
 #include "core/node/local_lease_manager.h"
 #include "core/node/process_launcher.h"
 #include "core/node/state_lister.h"
+#include "core/node/recent_failures.h"
 #include "core/node/task_event_buffer.h"
 #include "core/node/worker_exit_log.h"
 #include "core/node/worker_pool.h"
@@ -131,6 +132,7 @@ class NodeDaemon {
   std::unique_ptr<HeadLink> head_;
   StateLister lister_;
   TaskEventBuffer task_events_;
+  RecentFailures failures_;  // for the head's dashboard
 };
 
 int NodeDaemon::PoolSize() const {
@@ -441,7 +443,9 @@ void NodeDaemon::OnFrame(Connection& conn, proto::Envelope::Reader msg) {
       return;
     case proto::Envelope::TASK_EVENTS:
       if (client.local()) {
-        task_events_.Add(TaskEventsFromProto(msg.getTaskEvents()), msg.getTaskEvents().getDropped());
+        std::vector<TaskEvent> events = TaskEventsFromProto(msg.getTaskEvents());
+        failures_.OnTaskEvents(events);
+        task_events_.Add(std::move(events), msg.getTaskEvents().getDropped());
       }
       return;
     case proto::Envelope::GET_TASK_EVENTS:
@@ -451,7 +455,10 @@ void NodeDaemon::OnFrame(Connection& conn, proto::Envelope::Reader msg) {
       OutMessage out;
       auto env = out.Init();
       env.setRequestId(msg.getRequestId());
-      FillStats(env.initNodeStats());
+      auto stats = env.initNodeStats();
+      FillStats(stats);
+      // Only in this answer (the dashboard asks), not in every report.
+      failures_.Fill(stats.initDashboard());
       conn.Send(out.builder());
       return;
     }
@@ -659,6 +666,7 @@ void NodeDaemon::ReapChildren() {
     std::optional<WorkerPool::Gone> gone = pool_->OnProcessExit(exit);
     if (!gone) continue;
     std::string why = gone->exit.cause;
+    failures_.OnWorkerExit(gone->worker.kill_reason, gone->exit);
     exits_.Record(gone->worker.id, gone->exit);
     leases_->OnWorkerGone(gone->worker, gone->job_start_failed, why);
     if (Connection* conn = clients_.Find(gone->worker.conn_id)) {

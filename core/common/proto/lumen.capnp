@@ -186,6 +186,23 @@ struct NodeStats {
   hostAddress @18 :Text;           # the IP its processes listen on
   drivers @19 :List(Data);         # jobs whose driver is attached here (they end if it dies)
   taskTotals @20 :TaskTotals;      # from the task events this node received (metrics)
+  dashboard @21 :NodeDashboard;    # only in the answer to getNodeStats: for the head's dashboard
+}
+
+# What a node adds to its answer to getNodeStats for the head's dashboard
+# (doc/observability.md); its periodic reports leave it out.
+struct NodeDashboard {
+  failures @0 :List(FailureRecord);  # the most recent, oldest first (at most 32)
+}
+
+# A task that failed for good (from its owner's FAILED event) or a worker
+# process that died without being asked to.
+struct FailureRecord {
+  timeUs @0 :Int64;       # system clock, microseconds since the epoch
+  kind @1 :Text;          # "task", "actor call" or "worker"
+  taskId @2 :Data;        # tasks: the task's id; workers: empty
+  message @3 :Text;       # the task's error, or how the worker ended
+  pid @4 :Int32;          # tasks: the owner's pid; workers: the worker's pid
 }
 
 # A node's running totals over the task events it received since it started
