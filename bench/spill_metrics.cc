@@ -112,9 +112,16 @@ void RunSpillMetrics(Reporter& out, bool quick) {
   out.Step("spill_gigabytes", [&] {
     LocalStore local(store_bytes, dir);
     std::vector<ObjectId> ids;
-    // Puts 4x the store: each create beyond it waits for spilling.
+    // Puts 4x the store: each create beyond the first store-full waits for
+    // spilling. The clock starts once the store is full, so the first touch of
+    // its fresh pages is not counted against the disk.
     auto start = Clock::now();
+    uint64_t spilled_before = 0;
     for (uint64_t done = 0; done < total; done += object_bytes) {
+      if (done == store_bytes) {
+        start = Clock::now();
+        spilled_before = local.store().GetSpillStats().spilled_bytes;
+      }
       ObjectId id = ObjectId::ForPut();
       StoreReply created = local.Call(0, id, object_bytes);
       Check(created.status.ok(), "a create failed: " + std::string(created.status.message()));
@@ -126,8 +133,9 @@ void RunSpillMetrics(Reporter& out, bool quick) {
     double seconds = Seconds(start);
     spilled = local.store().GetSpillStats().spilled_bytes;
     Check(spilled >= total - store_bytes, "the store spilled less than it had to");
-    out.Value("spill_gigabytes", "GB/s",
-              [&] { return static_cast<double>(spilled) / kRayGigabyte / seconds; });
+    out.Value("spill_gigabytes", "GB/s", [&] {
+      return static_cast<double>(spilled - spilled_before) / kRayGigabyte / seconds;
+    });
     // Reads every object back, oldest (spilled) first.
     start = Clock::now();
     for (const ObjectId& id : ids) {

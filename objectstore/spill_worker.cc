@@ -2,9 +2,15 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstring>
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
 
 #include "absl/strings/str_cat.h"
 
@@ -15,6 +21,20 @@ absl::Status FileError(int err, const std::string& what, const std::string& path
   std::string message = absl::StrCat(what, " ", path, ": ", std::strerror(err));
   if (err == ENOSPC || err == EDQUOT) return absl::ResourceExhaustedError(message);
   return absl::InternalError(message);
+}
+
+// Maps the piece's pages into this process in one call (MADV_POPULATE_READ,
+// Linux >= 5.14) before write() reads them: the store's process never touched
+// them (its clients wrote them), and faulting them in one page at a time made
+// spilling several times slower than the disk. Best effort.
+void PopulateForRead(const SpillWorker::Piece& piece) {
+  if (piece.data == nullptr || piece.size == 0) return;
+  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  uintptr_t start = reinterpret_cast<uintptr_t>(piece.data) & ~(page - 1);
+  uintptr_t end = reinterpret_cast<uintptr_t>(piece.data) + piece.size;
+  while (::madvise(reinterpret_cast<void*>(start), end - start, MADV_POPULATE_READ) != 0 &&
+         errno == EINTR) {
+  }
 }
 
 }  // namespace
@@ -101,6 +121,7 @@ absl::Status SpillWorker::DoWrite(const Job& job) {
   if (fd < 0) return FileError(errno, "cannot create spill file", job.path);
   absl::Status status;
   for (const Piece& piece : job.pieces) {
+    PopulateForRead(piece);
     uint64_t done = 0;
     while (done < piece.size && status.ok()) {
       ssize_t n = ::write(fd, piece.data + done, piece.size - done);

@@ -371,7 +371,7 @@ void StoreServer::ServeParked() {
   if (options_.spill_dir.empty() || worker_ == nullptr) return;
   uint64_t needed = 0;
   for (const Parked& p : parked_) needed += p.size;
-  const uint64_t ahead = std::min<uint64_t>(table_.allocator().capacity() / 8, kMaxBatchBytes);
+  const uint64_t ahead = std::min<uint64_t>(table_.allocator().capacity() / 4, kMaxBatchBytes);
   const uint64_t target = needed + ahead;
   if (spilling_bytes_ >= target) return;
   if (spill_path_.empty()) {

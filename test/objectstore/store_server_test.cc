@@ -243,6 +243,16 @@ TEST_CASE("a create larger than the whole store fails at once", "[store_server]"
              Catch::Contains("larger than the whole object store") && Catch::Contains("2.0 MiB"));
 }
 
+TEST_CASE("a store larger than the machine's memory fails at start naming the shortfall",
+          "[store_server]") {
+  boost::asio::io_context io;
+  auto store = StoreServer::Create(StoreOptions{.bytes = 1ull << 50, .io = &io});  // 1 PiB
+  REQUIRE_FALSE(store.ok());
+  CHECK(store.status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK_THAT(std::string(store.status().message()),
+             Catch::Contains("1.0 PiB") && Catch::Contains("short by"));
+}
+
 TEST_CASE("spill files go when their objects are freed and when the store stops",
           "[store_server]") {
   Harness h(1024 * kKiB);
