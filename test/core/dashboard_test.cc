@@ -1,10 +1,11 @@
 // The head's dashboard in a real browser: a 2-node cluster with a long task
-// running, a failed task, an actor and demand no node can meet; headless
+// running, a failed task, a crashed worker, an actor and demand no node can meet; headless
 // Chromium loads http://127.0.0.1:PORT/ until the page's DOM lists both nodes
 // and the running task, then saves a screenshot in the build folder
 // (dashboard.png). Needs Debian's `chromium` (scripts/install-test-deps);
 // without a browser it exits 77, which CTest reports as SKIPPED.
 #define CATCH_CONFIG_RUNNER
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -34,6 +35,12 @@ int DashboardSlowStep(int seconds) {
 }
 
 int DashboardExplodes(int) { throw std::runtime_error("disk full: /data/shard-7 has no space left"); }
+
+// Its worker dies of a signal nobody in the cluster sent.
+int DashboardCrashes(int) {
+  ::raise(SIGKILL);
+  return 0;
+}
 
 class DashboardCounter {
  public:
@@ -71,14 +78,15 @@ std::string Browser(const std::string& profile, const std::string& what, const s
 
 }  // namespace
 
-LUMEN_REMOTE(DashboardSlowStep, DashboardExplodes, DashboardCounter::Create, &DashboardCounter::Add);
+LUMEN_REMOTE(DashboardSlowStep, DashboardExplodes, DashboardCrashes, DashboardCounter::Create,
+             &DashboardCounter::Add);
 
 using lumen::test::RunCommand;
 using lumen::test::WaitUntil;
 
 // Invariant: what the cluster does shows on the page a newcomer opens: both
 // nodes in the node table, the running task with its name, the failed task's
-// message and the infeasible demand in words.
+// message, the worker that died and how, and the infeasible demand in words.
 TEST_CASE("dashboard: the page lists both nodes and the running task") {
   ::setenv("LUMEN_HEALTH_CHECK_PERIOD_MS", "100", 1);
   ::setenv("LUMEN_REPORT_PERIOD_MS", "200", 1);
@@ -128,6 +136,8 @@ TEST_CASE("dashboard: the page lists both nodes and the running task") {
     auto counter = lumen::Actor(DashboardCounter::Create).SetName("counter").Remote();
     REQUIRE(*lumen::Get(counter.Task(&DashboardCounter::Add).Remote(2)) == 2);
     CHECK_THROWS_AS(lumen::Get(lumen::Task(DashboardExplodes).Remote(1)), lumen::TaskError);
+    CHECK_THROWS_AS(lumen::Get(lumen::Task(DashboardCrashes).SetMaxRetries(0).Remote(1)),
+                    lumen::WorkerCrashedError);
     auto gpu = lumen::Task(DashboardSlowStep).SetNumGpus(1).Remote(1);  // no node has a GPU
 
     std::string dom;
@@ -139,6 +149,7 @@ TEST_CASE("dashboard: the page lists both nodes and the running task") {
                  dom.find("DashboardSlowStep") != std::string::npos &&
                  dom.find(">running<") != std::string::npos &&
                  dom.find("disk full: /data/shard-7") != std::string::npos &&
+                 dom.find("killed by SIGKILL") != std::string::npos &&
                  dom.find("no node has a GPU") != std::string::npos;
         },
         std::chrono::seconds(120));
@@ -147,7 +158,7 @@ TEST_CASE("dashboard: the page lists both nodes and the running task") {
     std::string png = std::string(LUMEN_BUILD_DIR) + "/dashboard.png";
     std::filesystem::remove(png);
     std::string output;
-    RunCommand(Browser(profile, "--window-size=1400,1300 --screenshot=" + png, url), &output);
+    RunCommand(Browser(profile, "--window-size=1400,1500 --screenshot=" + png, url), &output);
     INFO(output);
     std::string image = ReadFile(png);
     CHECK(image.size() > 10000);
