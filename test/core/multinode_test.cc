@@ -549,14 +549,20 @@ TEST_CASE("LUMEN_HEALTH_CHECK_FAILURE_THRESHOLD sets how many missed checks decl
 
 TEST_CASE("a head stalled past the failure threshold does not declare its nodes dead") {
   // Invariant (issue 17, the 100-node hang): time the head itself did not run
-  // is not counted as the nodes' silence. The head is stopped for 2 s, four
-  // times the silence limit (100 ms x 5); once it runs again its first check
-  // is 2 s late and finds every report unread; no node may be declared dead,
-  // in that check or the next ones.
+  // is not counted as the nodes' silence. The whole machine starves: the
+  // daemons and the head stop for 2 s, four times the silence limit (100 ms x
+  // 5). The head resumes first, so its check runs 2 s late before any node
+  // has reported again; then the daemons resume. No node may be declared
+  // dead, in that check or the next ones.
   MultiNodeCluster cluster({Cpus(2), Cpus(2)});
+  REQUIRE(::kill(cluster.daemon_pid(0), SIGSTOP) == 0);
+  REQUIRE(::kill(cluster.daemon_pid(1), SIGSTOP) == 0);
   REQUIRE(::kill(cluster.head_pid(), SIGSTOP) == 0);
   std::this_thread::sleep_for(std::chrono::seconds(2));  // the stall itself, not a wait
   REQUIRE(::kill(cluster.head_pid(), SIGCONT) == 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the head's late check first
+  REQUIRE(::kill(cluster.daemon_pid(0), SIGCONT) == 0);
+  REQUIRE(::kill(cluster.daemon_pid(1), SIGCONT) == 0);
   // Alive throughout 1.5 s of the head's checks (15 periods) after it resumed.
   auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
   while (std::chrono::steady_clock::now() < until) {
