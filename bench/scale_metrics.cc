@@ -1,9 +1,13 @@
 #include "bench/scale_metrics.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <string>
 #include <thread>
+#include <vector>
+
+#include "absl/strings/str_split.h"
 
 #include "bench/reporter.h"
 #include "bench/scale_experiments.h"
@@ -37,10 +41,14 @@ int RunScaleBenchmark(const ScaleOptions& options) {
   ScaleTable table;
   ScaleContext context{out, table, options, Timeouts::FromEnv().bench_wait_timeout};
   out.Note(LoadNote());
-  RunDrainScale(context);
-  RunActorScale(context);
-  RunPutScale(context);
-  RunManyNodesScale(context);
+  const std::vector<std::string> only = absl::StrSplit(options.only, ',', absl::SkipEmpty());
+  auto wanted = [&](const char* name) {
+    return only.empty() || std::find(only.begin(), only.end(), name) != only.end();
+  };
+  if (wanted("drain")) RunDrainScale(context);
+  if (wanted("actors")) RunActorScale(context);
+  if (wanted("puts")) RunPutScale(context);
+  if (wanted("nodes")) RunManyNodesScale(context);
   const std::string csv = options.out_dir + "/scale.csv";
   const std::string png = options.out_dir + "/scale.png";
   std::string error;

@@ -27,6 +27,9 @@ namespace lumen::bench {
 struct ScaleOptions {
   bool quick = false;          // sizes up to 100k, 1,000 actors, 100k puts, 20 nodes
   long max_tasks = 1000000;    // the largest drain (`--scale-max-tasks`)
+  // `--scale-only`: the experiments to run, comma-separated (drain, actors,
+  // puts, nodes); empty: all.
+  std::string only;
   std::string out_dir = ".";   // where scale.csv and scale.png go
 };
 

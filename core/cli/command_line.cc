@@ -231,6 +231,9 @@ class Grammar {
     bench_->add_option("--scale-max-tasks", line_.microbenchmark.scale_max_tasks,
                        "The largest drain of --scale (default 1000000)")
         ->check(CLI::Range(10000L, 100000000L));
+    bench_->add_option("--scale-only", line_.microbenchmark.scale_only,
+                       "Only these --scale experiments, comma-separated: drain, actors, puts, "
+                       "nodes (default: all)");
     bench_->add_option("--out", line_.microbenchmark.out_dir,
                        "Where --scale writes scale.csv and scale.png (default: the build folder)");
   }

@@ -53,6 +53,7 @@ int main(int argc, char** argv) {
         return lumen::bench::RunScaleBenchmark(
             {.quick = line.microbenchmark.quick,
              .max_tasks = line.microbenchmark.scale_max_tasks,
+             .only = line.microbenchmark.scale_only,
              .out_dir = line.microbenchmark.out_dir.empty() ? lumen::bench::DefaultScaleOutDir()
                                                             : line.microbenchmark.out_dir});
       }

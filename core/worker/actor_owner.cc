@@ -88,7 +88,7 @@ std::shared_ptr<internal::RefHandle> CoreWorker::SubmitActorTask(
   task->function = std::string(method);
   task->actor = actor;
   task->args = std::move(args);
-  auto handle = std::make_shared<internal::RefHandle>(task->return_id, listen_address_);
+  auto handle = std::make_shared<internal::RefHandle>(task->return_id, shared_listen_address_);
   Enqueue(std::move(task));
   return handle;
 }

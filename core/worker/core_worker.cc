@@ -162,6 +162,7 @@ absl::Status CoreWorker::Connect() {
   tcp_acceptor_ = std::move(*tcp);
   listen_address_ = FormatAddress(
       {absl::StrCat(options_.node_host, ":", tcp_acceptor_->local_endpoint().port()), unix_path_});
+  shared_listen_address_ = std::make_shared<const std::string>(listen_address_);
   refs_->SetSelfAddress(listen_address_);
 
   // Handshake with the node daemon (blocking): its reply carries the store's fd.

@@ -39,7 +39,7 @@ std::optional<Failure> DependencyResolver::FailedArgument(const PendingTask& tas
     if (!arg.ref) continue;
     auto it = objects->find(arg.ref->id());
     if (it != objects->end() && it->second.kind == ObjectEntry::Kind::kFailed) {
-      return it->second.failure;
+      return *it->second.failure;
     }
   }
   return std::nullopt;

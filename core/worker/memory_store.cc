@@ -40,7 +40,8 @@ void MemoryStore::WakeWaitersLocked(ObjectEntry& entry) {
     // A Wait already satisfied stays registered until its thread unregisters.
     if (waiter->remaining > 0 && --waiter->remaining == 0) waiter->done.Notify();
   }
-  std::vector<ObjectWaiter*>().swap(entry.waiters);
+  entry.waiters.clear();
+  entry.waiters.shrink_to_fit();
 }
 
 void MemoryStore::SetReady(const ObjectId& id, const std::function<void(ObjectEntry&)>& fill,
@@ -165,8 +166,9 @@ void MemoryStore::EndWait(PendingWait& wait) {
     for (ObjectEntry* e : wait.entries_) {
       if (e->ready.load(std::memory_order_relaxed)) continue;
       ++visited;
-      std::erase(e->waiters, &wait.waiter_);
-      if (e->waiters.empty()) std::vector<ObjectWaiter*>().swap(e->waiters);
+      e->waiters.erase(std::remove(e->waiters.begin(), e->waiters.end(), &wait.waiter_),
+                       e->waiters.end());
+      if (e->waiters.empty()) e->waiters.shrink_to_fit();
     }
     await_steps.fetch_add(visited, std::memory_order_relaxed);
   }

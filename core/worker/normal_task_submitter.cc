@@ -17,13 +17,16 @@ NormalTaskSubmitter::~NormalTaskSubmitter() = default;
 
 void NormalTaskSubmitter::Submit(std::unique_ptr<PendingTask> task) {
   io_thread_.Check("NormalTaskSubmitter::Submit");
-  auto& slot = queues_[task->queue_key];
+  // Its placement is read here once: the queue keeps it for every task of the
+  // shape (retries go back to the same queue), so the task drops its copy.
+  std::unique_ptr<TaskPlacement> placement = std::move(task->placement);
+  auto& slot = queues_[placement->queue_key];
   if (!slot) {
     slot = std::make_unique<SchedulingQueue>();
-    slot->key = task->queue_key;
-    slot->shape.resources = task->resources;
-    slot->shape.scheduling = task->scheduling;
-    slot->shape.name = task->display_name;
+    slot->key = std::move(placement->queue_key);
+    slot->shape.resources = std::move(placement->resources);
+    slot->shape.scheduling = std::move(placement->scheduling);
+    slot->shape.name = task->name();
   }
   slot->ready.push_back(std::move(task));
   Dispatch(*slot);
@@ -204,7 +207,7 @@ void NormalTaskSubmitter::OnLeaseLost(uint64_t key, const absl::Status& why) {
   for (auto& [id, task] : owned->in_flight) {
     if (tasks_.ConsumeRetry(*task)) {
       LUMEN_LOG(INFO) << "worker pid " << owned->worker_pid << " died running "
-                      << task->display_name << "; retrying (attempt " << task->attempt + 1 << ")";
+                      << task->name() << "; retrying (attempt " << task->attempt + 1 << ")";
       retry.push_back(std::move(task));
     } else {
       failed->push_back(std::move(task));
@@ -224,7 +227,7 @@ void NormalTaskSubmitter::OnLeaseLost(uint64_t key, const absl::Status& why) {
     auto fail_all = [this, failed, pid, node, closed](std::string cause) {
       for (auto& task : *failed) {
         std::string message = absl::StrCat(
-            "the worker (pid ", pid, ") running task ", task->display_name, " on node ", node,
+            "the worker (pid ", pid, ") running task ", task->name(), " on node ", node,
             " died: ", cause.empty() ? closed : cause, "; no retries left (max_retries=",
             task->max_retries, ")");
         tasks_.Fail(std::move(task), Failure{proto::FailureKind::WORKER_CRASHED, "", message, ""});

@@ -108,7 +108,7 @@ internal::ObjectBytes CoreWorker::ReadyBytes(const ObjectId& id) {
       if (it == objects->end()) throw ObjectLostError("object " + id.Hex() + " is not known");
       kind = it->second.kind;
       value = it->second.value;
-      failure = it->second.failure;
+      if (it->second.failure) failure = *it->second.failure;
       size = it->second.stored_size;
       if (!it->second.locations.empty()) location = it->second.locations.front();
       owner = it->second.owned ? listen_address_ : it->second.owner_address;

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/container/node_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -60,7 +61,7 @@ struct ObjectWaiter {
 // without it once set (readers then see the value written before it).
 struct ObjectEntry {
   bool owned = false;
-  std::string owner_address;
+  std::string owner_address;  // borrowed only; empty when owned (it is ours)
   std::atomic<bool> ready{false};
   enum class Kind { kInline, kStored, kFailed } kind = Kind::kInline;
   std::shared_ptr<const std::string> value;  // inline bytes, shared with readers
@@ -68,7 +69,9 @@ struct ObjectEntry {
   // Stored: the nodes holding a copy (node id, its daemon's address); the first
   // is where it was made. Owned objects learn of copies from their readers.
   std::vector<std::pair<NodeId, std::string>> locations;
-  Failure failure;
+  // kFailed: why. Behind a pointer: rare, and a Failure inline would cost
+  // every entry ~100 bytes (issue 17: memory per queued task).
+  std::unique_ptr<Failure> failure;
   int local_refs = 0;
   int pending_escapes = 0;           // owned: serialised copies not yet claimed
   int borrowers = 0;                 // owned: processes holding the ref
@@ -77,13 +80,14 @@ struct ObjectEntry {
   bool is_actor = false;             // owned: the handle object of an actor we created
   std::vector<std::function<void()>> on_ready;  // run on the io thread
   // Threads in Get/Wait counting this object down (one per occurrence in
-  // their list); cleared when it becomes ready.
-  std::vector<ObjectWaiter*> waiters;
+  // their list); cleared when it becomes ready. Inline for one: a Get of N
+  // pending refs then allocates nothing per object.
+  absl::InlinedVector<ObjectWaiter*, 1> waiters;
 
   // Makes it a failed object (the caller holds the table's lock or owns the entry).
   void SetFailed(Failure f) {
     kind = Kind::kFailed;
-    failure = std::move(f);
+    failure = std::make_unique<Failure>(std::move(f));
   }
 };
 

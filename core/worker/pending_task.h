@@ -31,16 +31,30 @@ struct ActorRecord : actors::ActorSpec {
   int max_concurrency = 1;
 };
 
+// Where a normal task may run, as submitted. The submitter reads it once to
+// find (or make) the task's scheduling queue, which keeps one copy per shape,
+// then frees it: a queued task does not carry it (issue 17: memory per queued
+// task).
+struct TaskPlacement {
+  std::map<std::string, double> resources;
+  internal::SchedulingOptions scheduling;
+  std::string queue_key;  // the scheduling queue's key (resources + strategy)
+};
+
 // A task, actor call or actor creation this process submitted. The fields an
 // actor call needs for ordering (task_id, function, sequence, attempt,
 // resolved, dep_failure) are actors::ActorCall's. io thread once enqueued.
+//
+// Kept small (100,000s may wait in the queues): what a queued task does not
+// need is behind a pointer or freed once read.
 struct PendingTask : actors::ActorCall {
   ObjectId return_id;
-  std::string display_name;  // SetName, or the function
+  // SetName's name; empty when it has none (name() is then the function), so
+  // that unnamed tasks do not carry a second copy of the function's name.
+  std::string display_name;
   std::vector<internal::TaskArgument> args;  // holds the argument refs alive
-  std::map<std::string, double> resources;
-  internal::SchedulingOptions scheduling;
-  std::string queue_key;
+  // Normal tasks, from submission until the submitter queued it; null after.
+  std::unique_ptr<TaskPlacement> placement;
   int retries_left = 0;
   int max_retries = 0;
   int unresolved = 0;
@@ -48,6 +62,9 @@ struct PendingTask : actors::ActorCall {
   // Actor calls: the actor (its handle keeps it alive while calls are pending).
   std::shared_ptr<internal::RefHandle> actor;
   std::unique_ptr<ActorRecord> actor_record;  // actor creation: handed to the actor owner
+
+  // The name to show: SetName's, else the function's.
+  const std::string& name() const { return display_name.empty() ? function : display_name; }
 };
 
 }  // namespace lumen::runtime

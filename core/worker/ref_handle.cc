@@ -8,8 +8,11 @@
 namespace lumen::internal {
 
 RefHandle::RefHandle(ObjectId id, std::string owner_address, bool decoded)
+    : RefHandle(id, std::make_shared<const std::string>(std::move(owner_address)), decoded) {}
+
+RefHandle::RefHandle(ObjectId id, std::shared_ptr<const std::string> owner_address, bool decoded)
     : id_(id), owner_address_(std::move(owner_address)) {
-  if (auto core = runtime::CurrentCoreWorker()) core->AddLocalRef(id_, owner_address_, decoded);
+  if (auto core = runtime::CurrentCoreWorker()) core->AddLocalRef(id_, *owner_address_, decoded);
 }
 
 RefHandle::~RefHandle() {

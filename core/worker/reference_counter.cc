@@ -21,7 +21,9 @@ void ReferenceCounter::AddLocalRef(const ObjectId& id, const std::string& owner,
     ObjectEntry& e = it->second;
     if (inserted) {
       e.owned = owner == self_address_;
-      e.owner_address = owner;
+      // Owned: the owner is this process (readers use its own address), so
+      // the entry does not carry a copy (~100 bytes per object).
+      if (!e.owned) e.owner_address = owner;
     }
     ++e.local_refs;
     if (decoded && inserted && e.owned) {

@@ -37,7 +37,7 @@ void CoreWorker::SendStateRows(Connection& conn, uint64_t request_id, const std:
   } else if (what == "tasks") {
     submitter_->ForEachTask([&](const PendingTask& task, const NodeId* node) {
       rows.push_back({{"TASK_ID", short_id(task.task_id.Hex())},
-                      {"NAME", task.display_name},
+                      {"NAME", task.name()},
                       {"STATE", node ? "RUNNING" : "PENDING_NODE_ASSIGNMENT"},
                       {"NODE", node ? short_id(node->Hex()) : ""},
                       {"OWNER", owner}});
@@ -45,7 +45,7 @@ void CoreWorker::SendStateRows(Connection& conn, uint64_t request_id, const std:
     actor_submitter_->ForEachCall([&](const actors::ActorCall& call, bool in_flight) {
       const auto& task = static_cast<const PendingTask&>(call);
       rows.push_back({{"TASK_ID", short_id(task.task_id.Hex())},
-                      {"NAME", task.display_name},
+                      {"NAME", task.name()},
                       {"STATE", in_flight ? "RUNNING" : "PENDING_ACTOR"},
                       {"NODE", ""},
                       {"OWNER", owner}});

@@ -127,7 +127,7 @@ std::shared_ptr<internal::RefHandle> CoreWorker::PutEncoded(std::string encoded)
                          [&](uint8_t* out) { std::memcpy(out, encoded.data(), encoded.size()); });
   }
   ObjectId id = ObjectId::ForPut();
-  auto handle = std::make_shared<internal::RefHandle>(id, listen_address_);
+  auto handle = std::make_shared<internal::RefHandle>(id, shared_listen_address_);
   auto value = std::make_shared<const std::string>(std::move(encoded));
   memory_store_->SetReady(id, [&](ObjectEntry& e) {
     e.kind = ObjectEntry::Kind::kInline;
@@ -158,7 +158,7 @@ std::shared_ptr<internal::RefHandle> CoreWorker::PutWithWriter(
     CallStore(kAbort, id, size);
     throw Error(absl::StrCat("Put failed: ", sealed.status.message()));
   }
-  auto handle = std::make_shared<internal::RefHandle>(id, listen_address_);
+  auto handle = std::make_shared<internal::RefHandle>(id, shared_listen_address_);
   memory_store_->SetReady(id, [&](ObjectEntry& e) {
     e.kind = ObjectEntry::Kind::kStored;
     e.stored_size = size;

@@ -10,7 +10,7 @@ namespace lumen::runtime {
 
 void TaskManager::RecordFinished(PendingTask& task, const char* state) {
   if (task.kind == proto::TaskKind::ACTOR_CREATION) return;
-  finished_.push_back(FinishedTask{task.task_id, std::move(task.display_name), state});
+  finished_.push_back(FinishedTask{task.task_id, task.name(), state});
   if (finished_.size() > history_) finished_.pop_front();
 }
 

@@ -40,14 +40,16 @@ std::shared_ptr<internal::RefHandle> CoreWorker::SubmitTask(
   task->task_id = TaskId::Random();
   task->return_id = ObjectId::ForTaskReturn(task->task_id, 1);
   task->function = std::string(function);
-  task->display_name = options.name.empty() ? task->function : options.name;
+  task->display_name = options.name;
   task->args = std::move(args);
-  task->resources = options.resources;
-  if (task->resources.empty()) task->resources["CPU"] = 1;
-  task->scheduling = options.scheduling;
-  task->queue_key = ResourceShapeKey(task->resources) + SchedulingKey(task->scheduling);
+  task->placement = std::make_unique<TaskPlacement>();
+  TaskPlacement& placement = *task->placement;
+  placement.resources = options.resources;
+  if (placement.resources.empty()) placement.resources["CPU"] = 1;
+  placement.scheduling = options.scheduling;
+  placement.queue_key = ResourceShapeKey(placement.resources) + SchedulingKey(placement.scheduling);
   task->max_retries = task->retries_left = std::max(0, options.max_retries);
-  auto handle = std::make_shared<internal::RefHandle>(task->return_id, listen_address_);
+  auto handle = std::make_shared<internal::RefHandle>(task->return_id, shared_listen_address_);
   Enqueue(std::move(task));
   return handle;
 }
@@ -62,7 +64,7 @@ void CoreWorker::MoveLargeArgumentsToStore(std::vector<internal::TaskArgument>& 
 }
 
 void CoreWorker::Enqueue(std::unique_ptr<PendingTask> task) {
-  TaskEvents().Record(TaskEventKind::kSubmitted, task->task_id, task->attempt, task->kind == proto::TaskKind::NORMAL ? task->display_name : task->function, {.actor_call = task->kind != proto::TaskKind::NORMAL});
+  TaskEvents().Record(TaskEventKind::kSubmitted, task->task_id, task->attempt, task->kind == proto::TaskKind::NORMAL ? task->name() : task->function, {.actor_call = task->kind != proto::TaskKind::NORMAL});
   // Large values travel through the store, not inside the task's frame.
   MoveLargeArgumentsToStore(task->args);
   bool was_empty;
@@ -115,7 +117,9 @@ void CoreWorker::OnTaskResolved(PendingTask* raw) {
   TaskEvents().Record(TaskEventKind::kDependenciesReady, raw->task_id, raw->attempt, {}, {.actor_call = raw->kind != proto::TaskKind::NORMAL});
   if (raw->kind == proto::TaskKind::ACTOR_METHOD) {
     // Owned by the actor submitter; it goes out in submission order.
-    raw->dep_failure = resolver_->FailedArgument(*raw);
+    if (auto failed = resolver_->FailedArgument(*raw)) {
+      raw->dep_failure = std::make_unique<Failure>(*std::move(failed));
+    }
     raw->resolved = true;
     actor_submitter_->OnCallResolved(raw->actor->id());
     return;
@@ -149,7 +153,7 @@ void CoreWorker::FillValue(proto::Value::Builder out, const ObjectEntry& entry) 
       break;
     }
     case ObjectEntry::Kind::kFailed:
-      FailureToProto(entry.failure, out.initError());
+      FailureToProto(*entry.failure, out.initError());
       break;
   }
 }

@@ -547,6 +547,35 @@ TEST_CASE("LUMEN_HEALTH_CHECK_FAILURE_THRESHOLD sets how many missed checks decl
   REQUIRE(lumen::WaitForChildExit(cluster.daemon_pid(1), 20000));
 }
 
+TEST_CASE("a head stalled past the failure threshold does not declare its nodes dead") {
+  // Invariant (issue 17, the 100-node hang): time the head itself did not run
+  // is not counted as the nodes' silence. The whole machine starves: the
+  // daemons and the head stop for 2 s, four times the silence limit (100 ms x
+  // 5). The head resumes first, so its check runs 2 s late before any node
+  // has reported again; then the daemons resume. No node may be declared
+  // dead, in that check or the next ones.
+  MultiNodeCluster cluster({Cpus(2), Cpus(2)});
+  REQUIRE(::kill(cluster.daemon_pid(0), SIGSTOP) == 0);
+  REQUIRE(::kill(cluster.daemon_pid(1), SIGSTOP) == 0);
+  REQUIRE(::kill(cluster.head_pid(), SIGSTOP) == 0);
+  std::this_thread::sleep_for(std::chrono::seconds(2));  // the stall itself, not a wait
+  REQUIRE(::kill(cluster.head_pid(), SIGCONT) == 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the head's late check first
+  REQUIRE(::kill(cluster.daemon_pid(0), SIGCONT) == 0);
+  REQUIRE(::kill(cluster.daemon_pid(1), SIGCONT) == 0);
+  // Alive throughout 1.5 s of the head's checks (15 periods) after it resumed.
+  auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+  while (std::chrono::steady_clock::now() < until) {
+    auto nodes = lumen::runtime::QueryNodes(cluster.head_address());
+    REQUIRE(nodes.ok());
+    REQUIRE(nodes->size() == 2);
+    for (const auto& n : *nodes) REQUIRE(n.alive);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // polling cadence
+  }
+  CHECK(::kill(cluster.daemon_pid(0), 0) == 0);  // neither daemon was told to exit
+  CHECK(::kill(cluster.daemon_pid(1), 0) == 0);
+}
+
 TEST_CASE("nodes that lose the head retry and join a new head on the same address") {
   MultiNodeCluster cluster({Cpus(2), Cpus(2)});
   cluster.RestartHead();

@@ -103,6 +103,8 @@ size_t MultiNodeCluster::index_of(const std::string& node_id) const {
   return node_ids_.size();
 }
 
+pid_t MultiNodeCluster::head_pid() const { return clusters_.front()->processes.pids.front(); }
+
 pid_t MultiNodeCluster::daemon_pid(size_t i) const {
   return clusters_.at(i)->processes.pids.back();
 }

@@ -47,6 +47,7 @@ class MultiNodeCluster {
   const std::string& node_id(size_t i) const { return node_ids_.at(i); }
   size_t index_of(const std::string& node_id) const;
   pid_t daemon_pid(size_t i) const;
+  pid_t head_pid() const;
   std::string node_address(size_t i) const;
   std::string head_address() const { return head_address_; }
   // SIGKILLs node i's daemon (its workers die with it).

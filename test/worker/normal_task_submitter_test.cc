@@ -248,8 +248,9 @@ struct Rig {
     task->task_id = TaskId::Random();
     task->return_id = ObjectId::ForTaskReturn(task->task_id, 1);
     task->function = task->display_name = name;
-    task->resources = {{"CPU", 1}};
-    task->queue_key = "CPU:1";
+    task->placement = std::make_unique<TaskPlacement>();
+    task->placement->resources = {{"CPU", 1}};
+    task->placement->queue_key = "CPU:1";
     task->max_retries = task->retries_left = max_retries;
     {
       ObjectTable::Locked objects(table);
@@ -335,7 +336,7 @@ TEST_CASE("a lease granted by a node after it died does not run the task there",
         r.setError("no node has CPU:1");
       }));
       REQUIRE(rig.Failed(task));
-      CHECK(rig.Result(task).failure.message == "no node has CPU:1");
+      CHECK(rig.Result(task).failure->message == "no node has CPU:1");
     }
   }
   SECTION("the grant arrives before the death, the worker's connect after it") {
@@ -373,7 +374,7 @@ TEST_CASE("a task running on a node that dies is retried or failed per its budge
   CHECK(rig.runtime.workers.at("worker-b2")->closed);
   CHECK(rig.runtime.exit_cause_asks.empty());
   REQUIRE(rig.Failed(doomed));
-  CHECK(rig.Result(doomed).failure.kind == proto::FailureKind::WORKER_CRASHED);
+  CHECK(rig.Result(doomed).failure->kind == proto::FailureKind::WORKER_CRASHED);
   CHECK_FALSE(rig.Result(retried).ready);
   REQUIRE(rig.nodes.HeldAt("") == 1);
   rig.GrantAndConnect("", rig.node_a, 9, "worker-a");
@@ -539,8 +540,8 @@ TEST_CASE("a crashed worker's task without retries fails with the daemon's exit 
   CHECK_FALSE(rig.Result(task).ready);
   rig.runtime.exit_cause_asks[0]("killed by signal 11 (SIGSEGV)");
   REQUIRE(rig.Failed(task));
-  CHECK(rig.Result(task).failure.kind == proto::FailureKind::WORKER_CRASHED);
-  CHECK_THAT(rig.Result(task).failure.message, Catch::Contains("SIGSEGV") &&
+  CHECK(rig.Result(task).failure->kind == proto::FailureKind::WORKER_CRASHED);
+  CHECK_THAT(rig.Result(task).failure->message, Catch::Contains("SIGSEGV") &&
                                                    Catch::Contains("max_retries=0"));
 }
 
@@ -552,7 +553,7 @@ TEST_CASE("without our node daemon, a submitted task fails at once", "[worker][s
   rig.runtime.local_connected = false;
   TaskId task = rig.Submit();
   REQUIRE(rig.Failed(task));
-  CHECK(rig.Result(task).failure.message == "lost the connection to the node daemon");
+  CHECK(rig.Result(task).failure->message == "lost the connection to the node daemon");
   CHECK(rig.nodes.HeldAt("") == 0);
 }
 

@@ -149,7 +149,7 @@ TEST_CASE("a ref to our own object decoded after its free reads as lost", "[work
   const ObjectEntry& e = objects->at(id);
   CHECK(e.ready.load());
   CHECK(e.kind == ObjectEntry::Kind::kFailed);
-  CHECK(e.failure.kind == proto::FailureKind::OBJECT_LOST);
+  CHECK(e.failure->kind == proto::FailureKind::OBJECT_LOST);
 }
 
 TEST_CASE("an object with pending on_ready callbacks is freed only after they ran",

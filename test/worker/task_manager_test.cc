@@ -63,8 +63,8 @@ TEST_CASE("a task whose worker dies is retried while its budget lasts, then fail
   const ObjectEntry& e = rig.Entry(result);
   REQUIRE(e.ready.load());
   CHECK(e.kind == ObjectEntry::Kind::kFailed);
-  CHECK(e.failure.kind == proto::FailureKind::WORKER_CRASHED);
-  CHECK(e.failure.message == "the worker died");
+  CHECK(e.failure->kind == proto::FailureKind::WORKER_CRASHED);
+  CHECK(e.failure->message == "the worker died");
   REQUIRE(rig.tasks.finished().size() == 1);
   CHECK(rig.tasks.finished()[0].id == id);
   CHECK(rig.tasks.finished()[0].name == "flaky");

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -43,7 +44,9 @@ struct ActorCall {
   uint64_t sequence = 0;
   uint32_t attempt = 0;  // 0 for the first send; +1 per resend after a restart
   bool resolved = false;  // its arguments are ready: it may go when its turn comes
-  std::optional<TaskFailure> dep_failure;  // an argument failed: it fails instead
+  // An argument failed: it fails instead. Behind a pointer: rare, and a
+  // TaskFailure inline would cost every queued call ~100 bytes.
+  std::unique_ptr<TaskFailure> dep_failure;
 };
 
 }  // namespace lumen::actors

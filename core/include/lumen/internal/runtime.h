@@ -35,16 +35,19 @@ class RefHandle {
   // `decoded`: the reference arrived inside a value (this process becomes a
   // borrower and tells the owner, or takes over the owner's in-transit pin).
   RefHandle(ObjectId id, std::string owner_address, bool decoded = false);
+  // The same, sharing the owner's address string: an owner's own handles all
+  // point at one copy instead of carrying one each (~100 bytes per handle).
+  RefHandle(ObjectId id, std::shared_ptr<const std::string> owner_address, bool decoded = false);
   ~RefHandle();
   RefHandle(const RefHandle&) = delete;
   RefHandle& operator=(const RefHandle&) = delete;
 
   const ObjectId& id() const { return id_; }
-  const std::string& owner_address() const { return owner_address_; }
+  const std::string& owner_address() const { return *owner_address_; }
 
  private:
   ObjectId id_;
-  std::string owner_address_;
+  std::shared_ptr<const std::string> owner_address_;  // shared: one string per owner
 };
 
 // Called when a reference is serialised into a value: the owner pins the object

@@ -75,6 +75,9 @@ struct MicrobenchmarkArgs {
   // folder, the one above this binary's bin/).
   bool scale = false;
   long scale_max_tasks = 1000000;
+  // --scale-only LIST: the experiments to run, comma-separated (drain,
+  // actors, puts, nodes); empty: all.
+  std::string scale_only;
   std::string out_dir;
   bool task_events = false;  // --task-events: only the cost of task events (on vs off)
 };

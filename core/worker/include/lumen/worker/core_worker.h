@@ -297,6 +297,8 @@ class CoreWorker {
   CoreWorkerOptions options_;
   NodeId node_id_;
   std::string listen_address_;
+  // The same, shared by the RefHandles of the objects this process owns.
+  std::shared_ptr<const std::string> shared_listen_address_;
   std::string exe_path_;
   boost::asio::io_context io_;
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
