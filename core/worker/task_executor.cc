@@ -11,6 +11,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "core/worker/output_tagger.h"
+#include "core/worker/task_event_flusher.h"
 #include "core/worker/worker_state.h"
 #include "lumen/common/codec.h"
 #include "lumen/common/head_client.h"
@@ -116,6 +118,8 @@ void CoreWorker::ExitProcessWhenFlushed() {
     timer->async_wait([this, timer](const boost::system::error_code&) { ExitProcessWhenFlushed(); });
     return;
   }
+  // A clean exit: our last task events go to the node first.
+  if (event_flusher_) event_flusher_->FlushBeforeClose();
   std::fflush(stdout);
   std::fflush(stderr);
   ::unlink(unix_path_.c_str());
@@ -131,6 +135,8 @@ void CoreWorker::ExecuteTask(TaskToRun& task) {
   std::string result;
   std::optional<Failure> failure;
   in_task = true;
+  // actor_name_ was set on the io thread before the creation task was queued here.
+  output_tagger_->TaskStarting(task.kind, task.function, actor_name_);
   if (task.kind == proto::TaskKind::ACTOR_CREATION) actor_gpu_ids_ = task.gpu_ids;
   UseGpus(task.kind == proto::TaskKind::ACTOR_METHOD ? actor_gpu_ids_ : task.gpu_ids);
   try {
