@@ -150,3 +150,28 @@ TEST_CASE("the task events of a short job reach lumen timeline after its Shutdow
   std::filesystem::remove(trace);
   REQUIRE(RunCommand(cli + " stop", &out) == 0);
 }
+
+// Invariant: output of workers on another node than the driver's reaches the
+// driver too (over the connection it opened to that node to lease there),
+// named after that node, and `lumen logs --node` finds it there.
+TEST_CASE("worker output from another node reaches the driver, named after that node") {
+  const std::string cli = LUMEN_CLI_PATH;
+  lumen::test::StopClustersAtExit guard(cli);
+  std::string out;
+  // The driver's node has no CPU: the task and the actor run on the second node.
+  REQUIRE(RunCommand(cli + " start --head --num-cpus 0 --object-store-memory 134217728", &out) == 0);
+  REQUIRE(RunCommand(cli + " start --address auto --num-cpus 2 --object-store-memory 134217728",
+                     &out) == 0);
+  DriverRun run = RunDriver("faraway");
+  INFO(run.output);
+  std::smatch m;
+  REQUIRE(std::regex_search(run.output, m,
+                            std::regex("\\(Shout pid=" + run.task_pid +
+                                       ", node=([0-9a-f]{12})\\) shout-out faraway\\n")));
+  const std::string node = m[1];
+  CHECK(std::regex_search(run.output, std::regex("\\(narrator-faraway pid=" + run.actor_pid +
+                                                 ", node=" + node + "\\) speaker faraway\\n")));
+  REQUIRE(RunCommand(cli + " logs --node " + node + " --worker " + run.task_pid, &out) == 0);
+  CHECK(out.find("shout-err faraway\n") != std::string::npos);
+  REQUIRE(RunCommand(cli + " stop", &out) == 0);
+}
