@@ -78,14 +78,15 @@ class Grammar {
     AddStatus();
     AddList();
     AddTimeline();
+    AddLogs();
     AddMicrobenchmark();
-    for (CLI::App* app : {&app_, start_, status_, list_, timeline_}) app->footer(kTokenNote);
+    for (CLI::App* app : {&app_, start_, status_, list_, timeline_, logs_}) app->footer(kTokenNote);
   }
 
   ParseResult Parse(int argc, const char* const* argv) {
     if (argc > 1 && argv[1][0] != '-' && !IsCommand(argv[1])) {
       return UsageError("lumen", std::string("unknown command '") + argv[1] +
-                                     "' (commands: start, stop, status, list, timeline, microbenchmark)");
+                                     "' (commands: start, stop, status, list, timeline, logs, microbenchmark)");
     }
     try {
       app_.parse(argc, argv);
@@ -215,6 +216,24 @@ class Grammar {
     AddHeadQuery(timeline_, line_.timeline.head, &token_timeline_, &token_timeline_value_);
   }
 
+  void AddLogs() {
+    logs_ = app_.add_subcommand(
+        "logs", "Print what workers wrote to stdout and stderr (the per-worker files under "
+                "each node's session directory), one block per file.");
+    logs_->add_option("--node", line_.logs.node, "Only this node (its id or a prefix of it)")
+        ->type_name("NODE");
+    auto* worker = logs_->add_option("--worker", line_.logs.worker, "Only this worker process")
+                       ->type_name("PID")
+                       ->check(CLI::Range(1, 1 << 30));
+    logs_->add_option("--actor", line_.logs.actor, "Only the worker of this actor (its name)")
+        ->type_name("NAME")
+        ->excludes(worker);
+    logs_->add_option("--tail-bytes", line_.logs.max_bytes,
+                      "At most this many bytes from the end of each file (default 1 MiB)")
+        ->check(CLI::Range(uint64_t{1}, uint64_t{16} << 20));
+    AddHeadQuery(logs_, line_.logs.head, &token_logs_, &token_logs_value_);
+  }
+
   void AddMicrobenchmark() {
     bench_ = app_.add_subcommand("microbenchmark",
                                  "Ray's microbenchmark metrics, measured on a local cluster.");
@@ -239,7 +258,7 @@ class Grammar {
   }
 
   bool IsCommand(const std::string& word) const {
-    for (const CLI::App* sub : {start_, stop_, status_, list_, timeline_, bench_}) {
+    for (const CLI::App* sub : {start_, stop_, status_, list_, timeline_, logs_, bench_}) {
       if (sub->check_name(word)) return true;
     }
     return false;
@@ -248,7 +267,7 @@ class Grammar {
   // "unknown flag '--bogus-flag'" for the first argument nothing accepted, in
   // the order given (CLI11's own message lists them backwards).
   std::string Unexpected(const CLI::ExtrasError& e) const {
-    for (const CLI::App* sub : {start_, stop_, status_, list_, timeline_, bench_}) {
+    for (const CLI::App* sub : {start_, stop_, status_, list_, timeline_, logs_, bench_}) {
       if (!sub->parsed()) continue;
       std::vector<std::string> rest = sub->remaining();
       if (rest.empty()) break;
@@ -263,7 +282,7 @@ class Grammar {
   // The deepest subcommand given, as the user would type it ("lumen start").
   std::string CommandName() const {
     std::string name = "lumen";
-    for (const CLI::App* sub : {start_, stop_, status_, list_, timeline_, bench_}) {
+    for (const CLI::App* sub : {start_, stop_, status_, list_, timeline_, logs_, bench_}) {
       if (sub->parsed()) name += " " + sub->get_name();
     }
     return name;
@@ -310,6 +329,9 @@ class Grammar {
     } else if (timeline_->parsed()) {
       line.kind = CommandKind::kTimeline;
       line.timeline.head.token = IfGiven(token_timeline_, token_timeline_value_);
+    } else if (logs_->parsed()) {
+      line.kind = CommandKind::kLogs;
+      line.logs.head.token = IfGiven(token_logs_, token_logs_value_);
     } else {
       line.kind = CommandKind::kMicrobenchmark;
       line.microbenchmark.client_seconds = IfGiven(client_, client_value_);
@@ -324,6 +346,7 @@ class Grammar {
   CLI::App* status_ = nullptr;
   CLI::App* list_ = nullptr;
   CLI::App* timeline_ = nullptr;
+  CLI::App* logs_ = nullptr;
   CLI::App* bench_ = nullptr;
   // Flags whose absence matters (StartOptions keeps them optional): the option
   // and the raw value CLI11 writes.
@@ -357,6 +380,8 @@ class Grammar {
   std::string token_list_value_;
   CLI::Option* token_timeline_ = nullptr;
   std::string token_timeline_value_;
+  CLI::Option* token_logs_ = nullptr;
+  std::string token_logs_value_;
   CLI::Option* client_ = nullptr;
   double client_value_ = 0;
 };

@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "bench/microbenchmark.h"
 #include "bench/scale_metrics.h"
+#include "core/cli/logs_command.h"
 #include "core/cli/start_command.h"
 #include "core/cli/state_commands.h"
 #include "core/cli/stop_command.h"
@@ -48,6 +49,8 @@ int main(int argc, char** argv) {
       return Report(lumen::cli::RunList(line.list));
     case lumen::cli::CommandKind::kTimeline:
       return Report(lumen::cli::RunTimeline(line.timeline));
+    case lumen::cli::CommandKind::kLogs:
+      return Report(lumen::cli::RunLogs(line.logs));
     case lumen::cli::CommandKind::kMicrobenchmark:
       if (line.microbenchmark.scale) {
         return lumen::bench::RunScaleBenchmark(

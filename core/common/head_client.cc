@@ -274,6 +274,30 @@ absl::StatusOr<NodeTaskEvents> QueryTaskEvents(const std::string& node_address) 
   return out;
 }
 
+absl::StatusOr<std::vector<WorkerLogLineView>> QueryWorkerLogs(const std::string& node_address,
+                                                               int pid, const std::string& actor,
+                                                               uint64_t max_bytes) {
+  auto words = CallNode(node_address, [&](proto::Envelope::Builder env) {
+    auto query = env.initWorkerLogs().initQuery();
+    query.setWorkerPid(pid);
+    query.setActorName(actor);
+    query.setMaxBytes(max_bytes);
+  });
+  if (!words.ok()) return words.status();
+  std::vector<WorkerLogLineView> lines;
+  absl::Status read = ReadReply(*words, "the node", [&](proto::Envelope::Reader env) {
+    if (!env.isWorkerLogs()) return UnexpectedReply("the node");
+    for (auto l : env.getWorkerLogs().getLines()) {
+      lines.push_back(WorkerLogLineView{l.getPid(), l.getStderr(),
+                                        std::string(l.getText().cStr(), l.getText().size()),
+                                        l.getName().cStr()});
+    }
+    return absl::OkStatus();
+  });
+  if (!read.ok()) return read;
+  return lines;
+}
+
 absl::StatusOr<std::vector<PlacementGroupView>> QueryPlacementGroups(
     const std::string& head_address) {
   auto reply =

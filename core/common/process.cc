@@ -100,6 +100,8 @@ absl::StatusOr<pid_t> SpawnProcess(const SpawnOptions& options) {
       ::dup2(log_fd, STDOUT_FILENO);
       ::dup2(log_fd, STDERR_FILENO);
     }
+    if (options.stdout_fd >= 0) ::dup2(options.stdout_fd, STDOUT_FILENO);
+    if (options.stderr_fd >= 0) ::dup2(options.stderr_fd, STDERR_FILENO);
     if (options.new_session && !options.log_path.empty()) {
       int null_fd = ::open("/dev/null", O_RDONLY);
       if (null_fd >= 0) ::dup2(null_fd, STDIN_FILENO);

@@ -30,7 +30,9 @@
 #include "core/node/state_lister.h"
 #include "core/node/recent_failures.h"
 #include "core/node/task_event_buffer.h"
+#include "core/node/worker_event_flush.h"
 #include "core/node/worker_exit_log.h"
+#include "core/node/worker_log_router.h"
 #include "core/node/worker_pool.h"
 #include "lumen/common/address.h"
 #include "lumen/common/connection.h"
@@ -90,6 +92,8 @@ class NodeDaemon {
   void OnStoreRequest(Connection& conn, proto::Envelope::Reader msg);
   void OnPull(Connection& conn, proto::Envelope::Reader msg);
   void OnGetWorkerExit(Connection& conn, proto::Envelope::Reader msg);
+  // A driver's flush, or `lumen logs`.
+  void OnWorkerLogs(Connection& conn, proto::Envelope::Reader msg);
   // `lumen timeline`: every task event kept here, this daemon's own included.
   void SendTaskEvents(Connection& conn, uint64_t request_id);
   void OnClusterView(proto::ClusterView::Reader view);
@@ -121,6 +125,8 @@ class NodeDaemon {
 
   ClientRegistry clients_;
   WorkerExitLog exits_;
+  std::unique_ptr<WorkerLogRouter> worker_logs_;
+  std::unique_ptr<WorkerEventFlush> event_flush_;
   std::unique_ptr<PosixProcessLauncher> launcher_;
   std::unique_ptr<WorkerPool> pool_;
   std::unique_ptr<LeaseReplies> lease_replies_;
@@ -168,8 +174,15 @@ absl::Status NodeDaemon::Setup() {
   address_ = FormatAddress(
       {absl::StrCat(options_.host, ":", tcp_acceptor_->local_endpoint().port()), socket_path_});
 
+  event_flush_ = std::make_unique<WorkerEventFlush>(io_, clients_,
+                                                    options_.timeouts.exit_flush_timeout / 2);
+  worker_logs_ = std::make_unique<WorkerLogRouter>(
+      io_, clients_, node_id_, WorkerLogRouterOptions{.log_dir = options_.session_dir + "/logs"});
   launcher_ = std::make_unique<PosixProcessLauncher>(PosixLauncherOptions{
-      socket_path_, options_.host, options_.session_dir, options_.head_address});
+      socket_path_, options_.host, options_.session_dir, options_.head_address,
+      [this](pid_t pid, const JobId& job, int out, int err) {
+        worker_logs_->AddWorker(pid, job, out, err);
+      }});
   int pool_size = options_.prestart_workers >= 0 ? options_.prestart_workers
                                                  : static_cast<int>(total->Get(scheduler::kCPU));
   pool_ = std::make_unique<WorkerPool>(WorkerPoolOptions{
@@ -348,6 +361,7 @@ void NodeDaemon::OnHello(Connection& conn, proto::Hello::Reader hello) {
     Job& job = pool_->GetOrAddJob(client.job, &inserted);
     if (inserted) job.remote = true;
     if (job.exe_path.empty()) job.exe_path = hello.getExePath().cStr();
+    if (client.is_driver) worker_logs_->SetDriver(client.job, conn.id(), hello.getLogToDriver());
   }
   if (client.role == proto::Role::WORKER) {
     if (auto s = pool_->OnWorkerHello(client.worker, conn.id(), hello.getListenAddress().cStr());
@@ -364,6 +378,7 @@ void NodeDaemon::OnHello(Connection& conn, proto::Hello::Reader hello) {
     }
     job.exe_path = hello.getExePath().cStr();
     job.driver_conn = conn.id();
+    worker_logs_->SetDriver(client.job, conn.id(), hello.getLogToDriver());
   }
   client.hello_done = true;
   conn.AcceptHello();
@@ -446,10 +461,17 @@ void NodeDaemon::OnFrame(Connection& conn, proto::Envelope::Reader msg) {
         std::vector<TaskEvent> events = TaskEventsFromProto(msg.getTaskEvents());
         failures_.OnTaskEvents(events);
         task_events_.Add(std::move(events), msg.getTaskEvents().getDropped());
+        // A worker answering a driver's flush (WorkerEventFlush).
+        if (client.role == proto::Role::WORKER && msg.getRequestId() != 0) {
+          event_flush_->OnAnswer(msg.getRequestId());
+        }
       }
       return;
     case proto::Envelope::GET_TASK_EVENTS:
       SendTaskEvents(conn, msg.getRequestId());
+      return;
+    case proto::Envelope::WORKER_LOGS:
+      OnWorkerLogs(conn, msg);
       return;
     case proto::Envelope::GET_NODE_STATS: {
       OutMessage out;
@@ -574,6 +596,54 @@ void NodeDaemon::OnGetWorkerExit(Connection& conn, proto::Envelope::Reader msg) 
              std::chrono::milliseconds(query.getTimeoutMs()), std::move(answer));
 }
 
+void NodeDaemon::OnWorkerLogs(Connection& conn, proto::Envelope::Reader msg) {
+  const Client& client = ClientRegistry::Info(conn);
+  auto query = msg.getWorkerLogs().getQuery();
+  OutMessage out;
+  auto env = out.Init();
+  env.setRequestId(msg.getRequestId());
+  auto batch = env.initWorkerLogs();
+  batch.setNodeId(DataOf(node_id_));
+  if (query.getFlush()) {
+    // A driver about to stop: its workers' task events come in first, then
+    // what they wrote so far goes to it, then the answer.
+    if (!client.may_lease()) {
+      conn.Send(out.builder());
+      return;
+    }
+    std::vector<uint64_t> workers;
+    for (const auto& [id, w] : pool_->workers()) {
+      if (w.job == client.job && w.conn_id != 0) workers.push_back(w.conn_id);
+    }
+    std::string frame;
+    AppendFrame(out.builder(), &frame);
+    event_flush_->Start(workers, [this, job = client.job, weak = conn.weak_from_this(),
+                                  frame = std::move(frame)] {
+      worker_logs_->FlushJob(job);
+      if (auto c = weak.lock(); c && !c->closed()) c->SendFramed(frame);
+    });
+    return;
+  }
+  if (client.role != proto::Role::CLI) return;
+  uint64_t max_bytes = query.getMaxBytes() > 0 ? query.getMaxBytes() : uint64_t{1} << 20;
+  std::vector<WorkerLogLine> lines = worker_logs_->ReadFiles(
+      query.getWorkerPid(), query.getActorName().cStr(), std::min<uint64_t>(max_bytes, 16u << 20));
+  // One reply frame: keep the newest lines that fit well under the frame limit.
+  size_t total = 0, first = lines.size();
+  while (first > 0 && total + lines[first - 1].text.size() + 64 < (48u << 20)) {
+    total += lines[--first].text.size() + 64;
+  }
+  auto list = batch.initLines(static_cast<unsigned>(lines.size() - first));
+  for (size_t i = first; i < lines.size(); ++i) {
+    auto l = list[static_cast<unsigned>(i - first)];
+    l.setPid(lines[i].pid);
+    l.setStderr(lines[i].is_stderr);
+    l.setText(lines[i].text);
+    l.setName(lines[i].name);
+  }
+  conn.Send(out.builder());
+}
+
 void NodeDaemon::OnClusterView(proto::ClusterView::Reader view) {
   ClusterState::Changes changes = cluster_.Apply(view);
   for (const std::string& node : changes.died) {
@@ -623,6 +693,7 @@ void NodeDaemon::OnClose(Connection& conn, const absl::Status& why) {
     LogRejectedConnection("node daemon", conn.peer(), why);
   }
   store_->DisconnectClient(id);
+  worker_logs_->OnConnectionClosed(id);
   clients_.Remove(id);
   leases_->OnClientClosed(id);
   Job* job = pool_->FindJob(client.job);
@@ -759,6 +830,7 @@ void NodeDaemon::Shutdown(const std::string& why) {
     WaitForChildExit(w.pid, static_cast<int>(std::max<int64_t>(0, left.count())));
     if (!w.address.empty()) ::unlink(ParseAddress(w.address).unix_path.c_str());
   }
+  worker_logs_->Stop();
   boost::system::error_code ignored;
   acceptor_.close(ignored);
   if (tcp_acceptor_) tcp_acceptor_->close(ignored);

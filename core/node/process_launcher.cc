@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/wait.h>
 
 #include <fstream>
@@ -10,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "lumen/common/head_client.h"
+#include "lumen/common/log_markers.h"
 #include "lumen/common/process.h"
 
 namespace lumen::node {
@@ -30,7 +32,27 @@ absl::StatusOr<pid_t> PosixProcessLauncher::Launch(const WorkerLaunch& launch) {
                {"LUMEN_TOKEN", runtime::HeadToken()}};
   spawn.die_with_parent = true;
   spawn.oom_score_adj = 500;  // workers go before daemons under memory pressure
-  return SpawnProcess(spawn);
+  if (!options_.on_output) return SpawnProcess(spawn);
+  int out[2], err[2];
+  if (auto s = MakePipe(out); !s.ok()) return s;
+  if (auto s = MakePipe(err); !s.ok()) {
+    ::close(out[0]);
+    ::close(out[1]);
+    return s;
+  }
+  spawn.stdout_fd = out[1];
+  spawn.stderr_fd = err[1];
+  spawn.env.emplace_back(kLogMarkersEnv, "1");
+  absl::StatusOr<pid_t> pid = SpawnProcess(spawn);
+  ::close(out[1]);
+  ::close(err[1]);
+  if (!pid.ok()) {
+    ::close(out[0]);
+    ::close(err[0]);
+    return pid;
+  }
+  options_.on_output(*pid, launch.job, out[0], err[0]);
+  return pid;
 }
 
 void PosixProcessLauncher::Kill(pid_t pid) { ::kill(pid, SIGKILL); }

@@ -13,6 +13,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,10 @@ struct PosixLauncherOptions {
   std::string host;          // the IP workers listen on
   std::string session_dir;
   std::string head_address;
+  // When set, each worker's stdout and stderr go to pipes whose read ends are
+  // handed here (the callee owns them), right after the spawn; the worker is
+  // told to mark its output (lumen/common/log_markers.h). Unset: inherited.
+  std::function<void(pid_t pid, const JobId& job, int stdout_fd, int stderr_fd)> on_output;
 };
 
 class PosixProcessLauncher : public ProcessLauncher {

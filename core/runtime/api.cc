@@ -216,6 +216,7 @@ void InitRuntime(const Config& config, int argc, char** argv) {
     options.session_dir = node->session_dir;
   }
   options.head_address = state.head_address;
+  options.log_to_driver = config.log_to_driver && Env("LUMEN_LOG_TO_DRIVER") != "0";
   auto core = runtime::CoreWorker::Start(options);
   if (!core.ok()) {
     if (state.cluster) runtime::StopCluster(*state.cluster);

@@ -19,8 +19,10 @@
 #include "core/worker/dependency_resolver.h"
 #include "core/worker/executor_host.h"
 #include "core/worker/normal_task_submitter.h"
+#include "core/worker/output_tagger.h"
 #include "core/worker/task_event_flusher.h"
 #include "core/worker/task_manager.h"
+#include "core/worker/worker_log_printer.h"
 #include "core/worker/worker_state.h"
 #include "lumen/common/codec.h"
 #include "lumen/common/head_client.h"
@@ -183,6 +185,7 @@ absl::Status CoreWorker::Connect() {
     hello.setJobId(DataOf(options_.job_id));
     hello.setExePath(exe_path_);
     hello.setListenAddress(listen_address_);
+    hello.setLogToDriver(!options_.is_worker && options_.log_to_driver);
     if (auto s = WriteFrameBlocking(node_socket.native_handle(), out.builder()); !s.ok()) return s;
   }
   std::vector<capnp::word> reply_words(512);
@@ -252,6 +255,8 @@ absl::Status CoreWorker::Connect() {
   node_conn_ = Connection::Create(std::move(generic));
   node_conn_->Start([this](Connection& c, proto::Envelope::Reader m) { OnNodeFrame(c, m); },
                     [this](Connection&, const absl::Status& why) { OnNodeLost(why); });
+  output_tagger_ =
+      std::make_unique<OutputTagger>(options_.is_worker && OutputTagger::EnabledByEnvironment());
   event_flusher_ = std::make_unique<TaskEventFlusher>(
       io_, TaskEvents(), options_.timeouts.task_event_flush_period, node_conn_);
   boost::asio::post(io_, [this] { event_flusher_->Start(); });
@@ -334,6 +339,8 @@ CoreWorker::~CoreWorker() {
 }
 
 void CoreWorker::Stop() {
+  if (stopped_.load()) return;
+  if (!options_.is_worker) FlushToNodes();
   if (stopped_.exchange(true)) return;
   {
     absl::MutexLock lock(&releaser_->mu);
@@ -421,6 +428,15 @@ void CoreWorker::OnNodeFrame(Connection& conn, proto::Envelope::Reader msg) {
   }
   if (msg.isMarkNodeDead()) {
     OnRemoteNodeDead(IdFrom<NodeId>(msg.getMarkNodeDead()));
+    return;
+  }
+  if (msg.isGetTaskEvents()) {
+    // Our node asks for our task events now: a driver of our job is stopping.
+    if (event_flusher_ && &conn == node_conn_.get()) event_flusher_->AnswerFlush(msg.getRequestId());
+    return;
+  }
+  if (msg.isWorkerLogs() && msg.getRequestId() == 0) {
+    WorkerLogPrinter().Print(msg.getWorkerLogs());
     return;
   }
   uint64_t request_id = msg.getRequestId();

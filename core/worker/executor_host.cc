@@ -12,6 +12,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "core/worker/output_tagger.h"
+#include "core/worker/task_event_flusher.h"
 #include "core/worker/worker_state.h"
 #include "lumen/common/proto_util.h"
 #include "lumen/errors.h"
@@ -32,6 +34,10 @@ absl::StatusOr<uint8_t*> CoreWorker::ExecutorHost::CreateInStore(const ObjectId&
   if (!created.status.ok()) return created.status;
   core_.store_->PrefaultForWrite(created.offset, size);
   return core_.store_->writable_base() + created.offset;
+}
+
+void CoreWorker::ExecutorHost::TaskStarting(proto::TaskKind kind, const std::string& function) {
+  if (core_.output_tagger_) core_.output_tagger_->TaskStarting(kind, function, core_.actor_name_);
 }
 
 absl::Status CoreWorker::ExecutorHost::SealInStore(const ObjectId& id, uint64_t size) {
@@ -125,6 +131,8 @@ void CoreWorker::ExitProcessWhenFlushed() {
     timer->async_wait([this, timer](const boost::system::error_code&) { ExitProcessWhenFlushed(); });
     return;
   }
+  // A clean exit: our last task events go to the node first.
+  if (event_flusher_) event_flusher_->FlushBeforeClose();
   std::fflush(stdout);
   std::fflush(stderr);
   ::unlink(unix_path_.c_str());

@@ -25,6 +25,9 @@ class CoreWorker::ExecutorHost final : public TaskExecutorHost {
   // Never returns: the io thread ends the process once the reply is out.
   void SendLastReplyAndExit(const std::weak_ptr<Connection>& reply_to,
                             std::string frame) override;
+  // Marks the worker's output with the task (and the actor's name, which the
+  // io thread set before it queued the actor's creation).
+  void TaskStarting(proto::TaskKind kind, const std::string& function) override;
 
  private:
   CoreWorker& core_;

@@ -12,6 +12,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "core/worker/task_event_flusher.h"
 #include "core/worker/worker_state.h"
 #include "lumen/common/codec.h"
 #include "lumen/common/head_client.h"
@@ -36,6 +38,44 @@ uint64_t CoreWorker::SendNodeRequest(Connection& conn,
   fill(env);
   conn.Send(out.builder());
   return request_id;
+}
+
+void CoreWorker::FlushToNodes() {
+  if (!io_thread_.joinable()) return;
+  // Counted down by each node's answer (or its connection failing).
+  struct Pending {
+    absl::Mutex mu;
+    size_t left ABSL_GUARDED_BY(mu) = 0;
+    absl::Notification done;
+  };
+  auto pending = std::make_shared<Pending>();
+  bool posted = PostToIo("worker.flush_to_nodes", [this, pending] {
+    if (event_flusher_) event_flusher_->FlushNow();  // queued before the request below
+    std::vector<std::shared_ptr<Connection>> nodes;
+    if (node_conn_ && !node_conn_->closed()) nodes.push_back(node_conn_);
+    // Other nodes where we leased workers: their events and output too.
+    for (const auto& [address, conn] : remote_nodes_) {
+      if (conn && !conn->closed()) nodes.push_back(conn);
+    }
+    {
+      absl::MutexLock lock(&pending->mu);
+      pending->left = nodes.size();
+    }
+    if (nodes.empty()) pending->done.Notify();
+    for (const auto& node : nodes) {
+      SendNodeRequest(
+          *node, [](proto::Envelope::Builder env) {
+            env.initWorkerLogs().initQuery().setFlush(true);
+          },
+          [pending](proto::Envelope::Reader) {
+            absl::MutexLock lock(&pending->mu);
+            if (--pending->left == 0) pending->done.Notify();
+          });
+    }
+  });
+  if (!posted) return;
+  pending->done.WaitForNotificationWithTimeout(
+      absl::FromChrono(options_.timeouts.exit_flush_timeout));
 }
 
 void CoreWorker::AskWorkerExitCause(const std::shared_ptr<Connection>& node,
@@ -108,6 +148,7 @@ std::shared_ptr<Connection> CoreWorker::AdoptNode(const std::string& address, So
   hello.setExePath(exe_path_);
   hello.setListenAddress(listen_address_);
   hello.setIsDriver(!options_.is_worker);
+  hello.setLogToDriver(!options_.is_worker && options_.log_to_driver);
   conn->Send(out.builder());
   remote_nodes_[address] = conn;
   return conn;

@@ -28,12 +28,14 @@ void TaskEventFlusher::Arm() {
   });
 }
 
-std::string TaskEventFlusher::TakeFrame() {
+std::string TaskEventFlusher::TakeFrame(uint64_t request_id) {
   std::vector<TaskEvent> events = recorder_.Drain();
   uint64_t dropped = recorder_.dropped();
-  if (events.empty() && dropped == reported_dropped_) return {};
+  if (events.empty() && dropped == reported_dropped_ && request_id == 0) return {};
   OutMessage out;
-  auto batch = out.Init().initTaskEvents();
+  auto env = out.Init();
+  env.setRequestId(request_id);
+  auto batch = env.initTaskEvents();
   TaskEventsToProto(events, batch);
   batch.setDropped(dropped - reported_dropped_);
   reported_dropped_ = dropped;
@@ -48,6 +50,13 @@ void TaskEventFlusher::FlushNow() {
   if (!node || node->closed()) return;
   std::string frame = TakeFrame();
   if (!frame.empty()) node->SendFramed(frame);
+}
+
+void TaskEventFlusher::AnswerFlush(uint64_t request_id) {
+  io_thread_.Check("TaskEventFlusher::AnswerFlush");
+  auto node = node_.lock();
+  if (!node || node->closed()) return;
+  node->SendFramed(TakeFrame(request_id));
 }
 
 void TaskEventFlusher::FlushBeforeClose() {

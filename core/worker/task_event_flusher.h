@@ -34,6 +34,9 @@ class TaskEventFlusher {
   void Start();
   // Sends what was recorded since the last flush, through the connection's queue.
   void FlushNow();
+  // The node asked for our events now (getTaskEvents with `request_id`, a
+  // driver is stopping): sends them, possibly none, in a frame carrying that id.
+  void AnswerFlush(uint64_t request_id);
   // Last flush before the connection closes: written at once when nothing else
   // is queued on it (a close would drop queued bytes); dropped otherwise. Stops
   // the periodic flush.
@@ -41,8 +44,9 @@ class TaskEventFlusher {
 
  private:
   void Arm();
-  // The frame carrying what was recorded since the last flush, or "" if nothing.
-  std::string TakeFrame();
+  // The frame carrying what was recorded since the last flush, or "" if
+  // nothing (a frame with no events when `request_id` is set: an answer).
+  std::string TakeFrame(uint64_t request_id = 0);
 
   ThreadChecker io_thread_;
   TaskEventRecorder& recorder_;

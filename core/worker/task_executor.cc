@@ -194,6 +194,7 @@ void TaskExecutor::Execute(TaskToRun& task) {
   std::string result;
   std::optional<Failure> failure;
   in_task = true;
+  host_.TaskStarting(task.kind, task.function);
   if (task.kind == proto::TaskKind::ACTOR_CREATION) actor_gpu_ids_ = task.gpu_ids;
   UseGpus(task.kind == proto::TaskKind::ACTOR_METHOD ? actor_gpu_ids_ : task.gpu_ids);
   try {

@@ -62,6 +62,9 @@ class TaskExecutorHost {
   // returns to the executor thread.
   virtual void SendLastReplyAndExit(const std::weak_ptr<Connection>& reply_to,
                                     std::string frame) = 0;
+  // A task of `kind` named `function` is about to run on this executor
+  // thread (the worker marks its output with it for log forwarding).
+  virtual void TaskStarting(proto::TaskKind /*kind*/, const std::string& /*function*/) {}
 };
 
 class TaskExecutor {

@@ -199,3 +199,24 @@ TEST_CASE("status and list default their --address to LUMEN_ADDRESS, a flag wins
   ::unsetenv("LUMEN_ADDRESS");
   CHECK(Parsed({"status"}).status.address.empty());
 }
+
+TEST_CASE("lumen logs parses --node, --worker or --actor, and refuses both of the last two") {
+  ::unsetenv("LUMEN_ADDRESS");
+  auto all = Parsed({"logs"});
+  REQUIRE(all.kind == CommandKind::kLogs);
+  CHECK(all.logs.node.empty());
+  CHECK(all.logs.worker == 0);
+  CHECK(all.logs.actor.empty());
+  CHECK(all.logs.max_bytes == (1u << 20));
+  auto one = Parsed({"logs", "--node", "1a2b", "--worker", "4242", "--tail-bytes", "100",
+                     "--address", "h:1", "--token", "t"});
+  CHECK(one.logs.node == "1a2b");
+  CHECK(one.logs.worker == 4242);
+  CHECK(one.logs.max_bytes == 100);
+  CHECK(one.logs.head.address == "h:1");
+  CHECK(one.logs.head.token == "t");
+  CHECK(Parsed({"logs", "--actor", "trainer"}).logs.actor == "trainer");
+  CHECK_THAT(UsageError({"logs", "--worker", "1", "--actor", "a"}), Contains("--actor"));
+  CHECK_THAT(UsageError({"logs", "--worker", "abc"}), Contains("abc"));
+  CHECK_THAT(Help({"logs", "--help"}), Contains("--worker"));
+}

@@ -32,6 +32,7 @@ struct Hello {
   exePath @6 :Text;            # driver: the binary its workers re-execute
   listenAddress @7 :Text;      # driver/worker: its owner service address
   isDriver @8 :Bool;           # remoteOwner: the job's driver (its exit ends the job here)
+  logToDriver @9 :Bool;        # driver (and remoteOwner driver): forward its workers' output to it
 }
 
 struct HelloReply {
@@ -364,7 +365,31 @@ struct Envelope {
     workerExit @64 :WorkerExitInfo;      # node -> lease holder: once it is reaped, or at the deadline
     taskEvents @65 :TaskEventBatch;      # driver/worker -> its node (periodic flush); node -> cli
     getTaskEvents @66 :Void;             # cli -> node: its recent task events
+    workerLogs @67 :WorkerLogBatch;      # node -> driver: worker output; driver -> node: flush; cli -> node -> cli: `lumen logs`
   }
+}
+
+# Worker output (doc/observability.md, "Logs"): lines a worker wrote to its
+# stdout or stderr, as its node daemon read them from the worker's pipes.
+struct WorkerLogLine {
+  pid @0 :Int32;             # the worker process
+  stderr @1 :Bool;           # false: stdout
+  text @2 :Text;             # without the newline; a long line comes in pieces
+  name @3 :Text;             # the task or actor that was running (may be empty)
+}
+
+struct WorkerLogBatch {
+  nodeId @0 :Data;           # the node whose workers wrote the lines
+  lines @1 :List(WorkerLogLine);
+  dropped @2 :UInt64;        # node -> driver: lines dropped since the last batch (slow driver)
+  query @3 :WorkerLogQuery;  # set on requests (driver -> node, cli -> node)
+}
+
+struct WorkerLogQuery {
+  flush @0 :Bool;            # driver -> node: send what was read so far, then answer (empty batch)
+  workerPid @1 :Int32;       # cli -> node: only this worker (0: all)
+  actorName @2 :Text;        # cli -> node: only the workers of this actor
+  maxBytes @3 :UInt64;       # cli -> node: at most this many bytes of each file (its end)
 }
 
 # Task events (lumen/common/task_events.h, doc/observability.md): what happened

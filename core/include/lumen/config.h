@@ -31,6 +31,11 @@ struct Config {
   std::vector<std::string> code_search_path;
   // Shared secret for clusters listening beyond loopback.
   std::string token;
+  // Print what this job's workers write to stdout/stderr on this driver's
+  // terminal, each line prefixed "(Task pid=P, node=N)". false (or
+  // LUMEN_LOG_TO_DRIVER=0 in the environment): only the per-worker files
+  // under the session directory get them (`lumen logs`).
+  bool log_to_driver = true;
 };
 
 }  // namespace lumen

@@ -63,6 +63,15 @@ struct TimelineOptions {
   HeadQueryOptions head;
 };
 
+// `lumen logs [--node N] [--worker PID | --actor NAME]`.
+struct LogsOptions {
+  std::string node;   // --node: a node id or its prefix (as `lumen list nodes` shows); empty: all
+  int worker = 0;     // --worker PID (0: every worker)
+  std::string actor;  // --actor NAME: the worker(s) of this actor
+  uint64_t max_bytes = 1u << 20;  // --tail-bytes: at most this much of the end of each file
+  HeadQueryOptions head;
+};
+
 // `lumen microbenchmark`.
 struct MicrobenchmarkArgs {
   bool quick = false;  // --quick: shorter runs and smaller objects
@@ -82,7 +91,7 @@ struct MicrobenchmarkArgs {
   bool task_events = false;  // --task-events: only the cost of task events (on vs off)
 };
 
-enum class CommandKind { kStart, kStop, kStatus, kList, kTimeline, kMicrobenchmark };
+enum class CommandKind { kStart, kStop, kStatus, kList, kTimeline, kLogs, kMicrobenchmark };
 
 // A command line that parsed: the subcommand and its options (only the member
 // for `kind` is meaningful).
@@ -92,6 +101,7 @@ struct CommandLine {
   HeadQueryOptions status;
   ListOptions list;
   TimelineOptions timeline;
+  LogsOptions logs;
   MicrobenchmarkArgs microbenchmark;
 };
 

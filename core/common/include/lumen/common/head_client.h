@@ -95,12 +95,25 @@ absl::StatusOr<std::vector<StateRow>> QueryNodeState(const std::string& node_add
 
 // The task events the node daemon at `node_address` keeps (its processes'
 // and its own), for `lumen timeline`.
+// One line of a worker's log file, as `lumen logs` gets it from a node.
+struct WorkerLogLineView {
+  int pid = 0;
+  bool is_stderr = false;
+  std::string text;
+  std::string name;  // the actor the worker holds, or ""
+};
+
 struct NodeTaskEvents {
   NodeId node;
   std::vector<TaskEvent> events;
   uint64_t dropped = 0;  // events lost to full buffers on that node
 };
 absl::StatusOr<NodeTaskEvents> QueryTaskEvents(const std::string& node_address);
+// `lumen logs`: the end (at most `max_bytes` per file) of the log files of the
+// node's workers: all of them, one (`pid` != 0) or one actor's (`actor`).
+absl::StatusOr<std::vector<WorkerLogLineView>> QueryWorkerLogs(const std::string& node_address,
+                                                               int pid, const std::string& actor,
+                                                               uint64_t max_bytes);
 
 // The alive node on this host that a driver should attach to.
 absl::StatusOr<NodeView> FindLocalNode(const std::string& address);

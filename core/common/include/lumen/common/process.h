@@ -25,6 +25,10 @@ struct SpawnOptions {
   std::vector<std::pair<std::string, std::string>> env;
   // Append the child's stdout and stderr to this file; empty: inherit.
   std::string log_path;
+  // Or give the child these descriptors as its stdout / stderr (e.g. the write
+  // ends of pipes; -1: as above). The caller keeps and closes its own copies.
+  int stdout_fd = -1;
+  int stderr_fd = -1;
   // SIGKILL the child when the thread that spawned it exits (PR_SET_PDEATHSIG).
   bool die_with_parent = false;
   // Detach into a new session (for daemons started by `lumen start`).

@@ -59,6 +59,7 @@ class ReferenceCounter;   // core/worker/reference_counter.h
 class MemoryStore;        // core/worker/memory_store.h
 class TaskManager;        // core/worker/task_manager.h
 class TaskEventFlusher;   // core/worker/task_event_flusher.h
+class OutputTagger;       // core/worker/output_tagger.h
 class DependencyResolver; // core/worker/dependency_resolver.h
 class NormalTaskSubmitter; // core/worker/normal_task_submitter.h
 class TaskReceiver;        // core/worker/task_receiver.h
@@ -78,6 +79,9 @@ struct CoreWorkerOptions {
   uint64_t inline_limit = kInlineObjectLimit;
   int max_tasks_in_flight_per_worker = 16;
   int max_pending_lease_requests = 4;
+  // Driver: have the node daemons forward its workers' stdout/stderr to it
+  // (Config::log_to_driver, LUMEN_LOG_TO_DRIVER).
+  bool log_to_driver = true;
   // Used here: lease_idle_timeout, worker_exit_cause_timeout, head_call_timeout,
   // lease_retry_delay, spillback_retry_delay, exit_flush_timeout, connect_timeout.
   Timeouts timeouts = Timeouts::FromEnv();
@@ -183,6 +187,10 @@ class CoreWorker {
   void OnRemoteNodeLost(Connection& conn, const absl::Status& why);
   void OnRemoteNodeDead(const NodeId& node);
   // Returns the request's id.
+  // Driver, before Stop: sends its task events to its node, and has every node
+  // it uses forward what its workers wrote so far; waits for their answers
+  // (at most exit_flush_timeout). Not on the io thread.
+  void FlushToNodes();
   uint64_t SendNodeRequest(Connection& conn,
                            const std::function<void(proto::Envelope::Builder)>& fill,
                            std::function<void(proto::Envelope::Reader)> callback);
@@ -310,6 +318,8 @@ class CoreWorker {
   std::shared_ptr<Connection> node_conn_;
   // Sends our task events to the node daemon (io thread; goes before io_).
   std::unique_ptr<TaskEventFlusher> event_flusher_;
+  // Worker: marks its stdout/stderr with the running task's name (executor threads).
+  std::unique_ptr<OutputTagger> output_tagger_;
   // Shared with the pins of zero-copy views, which may outlive this runtime.
   std::shared_ptr<objectstore::ShmSegment> store_;
   // Lets a pin released after Stop() find no runtime instead of a dangling one.
