@@ -48,7 +48,8 @@ std::string WhyInfeasible(const std::vector<std::map<std::string, double>>& aliv
 std::string DescribeInfeasible(int count, const std::string& name,
                                const std::map<std::string, double>& need,
                                const std::vector<std::map<std::string, double>>& alive_totals) {
-  return absl::StrFormat("%d %s (%s) need {%s}; %s", count, count == 1 ? "task" : "tasks", name,
+  return absl::StrFormat("%d %s (%s) %s {%s}; %s", count, count == 1 ? "task" : "tasks", name,
+                         count == 1 ? "needs" : "need",
                          FormatResources(need), WhyInfeasible(alive_totals, need));
 }
 

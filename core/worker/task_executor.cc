@@ -40,7 +40,11 @@ bool TaskExecutor::InTask() { return in_task; }
 std::vector<int> TaskExecutor::CurrentGpuIds() { return current_gpu_ids; }
 
 TaskExecutor::TaskExecutor(TaskExecutorHost& host, TaskReceiver& receiver, Options options)
-    : host_(host), receiver_(receiver), options_(std::move(options)) {}
+    : host_(host),
+      receiver_(receiver),
+      options_(std::move(options)),
+      where_(absl::StrCat(", pid ", ::getpid(), " on node ", options_.node_id.Hex().substr(0, 12),
+                          ", binary ", options_.exe_path)) {}
 
 TaskExecutor::~TaskExecutor() {
   // Threads Run did not join (it was not called): they end once ShouldStop.
@@ -188,9 +192,7 @@ void TaskExecutor::Execute(TaskToRun& task) {
                       {.node = options_.node_id,
                        .worker = options_.worker_id,
                        .actor_call = task.kind != proto::TaskKind::NORMAL});
-  std::string location =
-      absl::StrCat("task ", task.function, ", pid ", ::getpid(), " on node ",
-                   options_.node_id.Hex().substr(0, 12), ", binary ", options_.exe_path);
+  std::string location = absl::StrCat("task ", task.function, where_);
   std::string result;
   std::optional<Failure> failure;
   in_task = true;

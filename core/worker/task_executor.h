@@ -117,6 +117,9 @@ class TaskExecutor {
   TaskExecutorHost& host_;
   TaskReceiver& receiver_;
   const Options options_;
+  // ", pid P on node N, binary B": where a failure happened, made once (not a
+  // getpid per task: issue 13's syscall count).
+  const std::string where_;
   // Set by the creation task, before the receiver hands out any call.
   std::shared_ptr<void> actor_instance_;
   std::vector<int> actor_gpu_ids_;

@@ -222,7 +222,7 @@ TEST_CASE("RenderClusterJson escapes user text and bounds its lists") {
 TEST_CASE("DescribeInfeasible says why no node fits, in words") {
   std::vector<std::map<std::string, double>> alive = {{{"CPU", 2}}, {{"CPU", 4}}};
   CHECK(DescribeInfeasible(1, "Fit", {{"GPU", 1}}, alive) ==
-        "1 task (Fit) need {GPU: 1}; no node has a GPU");
+        "1 task (Fit) needs {GPU: 1}; no node has a GPU");
   CHECK(DescribeInfeasible(2, "Big", {{"CPU", 8}}, alive) ==
         "2 tasks (Big) need {CPU: 8}; the most any node has is 4 CPU");
   CHECK(WhyInfeasible(alive, {{"CPU", 3}}) == "no single node has all of it at once");

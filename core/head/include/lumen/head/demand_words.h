@@ -27,7 +27,7 @@ std::string FormatResources(const std::map<std::string, double>& resources);
 std::string WhyInfeasible(const std::vector<std::map<std::string, double>>& alive_totals,
                           const std::map<std::string, double>& need);
 
-// "<count> task(s) (<name>) need {<need>}; <why>".
+// "<count> task(s) (<name>) need(s) {<need>}; <why>".
 std::string DescribeInfeasible(int count, const std::string& name,
                                const std::map<std::string, double>& need,
                                const std::vector<std::map<std::string, double>>& alive_totals);
