@@ -1,7 +1,8 @@
 // NodeDaemon: the composition root of the node daemon and its frame dispatch.
 // It owns the io_context, the listeners and every part (client registry,
-// worker pool, local lease manager, store server, pull manager, link to the
-// head) and routes each client frame to the part that owns it.
+// client sessions (hello, close, job end), worker pool, local lease manager,
+// store server, pull manager, link to the head) and routes each client frame
+// to the part that owns it.
 //
 // Threads: everything runs on the io thread (the one that calls Run).
 #include "lumen/node/node_daemon.h"
@@ -22,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "core/node/client_registry.h"
+#include "core/node/client_sessions.h"
 #include "core/node/cluster_state.h"
 #include "core/node/head_link.h"
 #include "core/node/lease_replies.h"
@@ -86,8 +88,6 @@ class NodeDaemon {
   void AcceptTcp();
   void StartClient(Socket socket);
   void OnFrame(Connection& conn, proto::Envelope::Reader msg);
-  void OnClose(Connection& conn, const absl::Status& why);
-  void OnHello(Connection& conn, proto::Hello::Reader hello);
   void OnLeaseRequest(Connection& conn, proto::Envelope::Reader msg);
   void OnStoreRequest(Connection& conn, proto::Envelope::Reader msg);
   void OnPull(Connection& conn, proto::Envelope::Reader msg);
@@ -98,7 +98,6 @@ class NodeDaemon {
   void SendTaskEvents(Connection& conn, uint64_t request_id);
   void OnClusterView(proto::ClusterView::Reader view);
   [[nodiscard]] absl::Status OnBundles(proto::Envelope::Reader msg);
-  void EndJob(const JobId& job_id);
   void ReapChildren();
   void ReapIdleWorkersLater();
   void FillStats(proto::NodeStats::Builder stats);
@@ -107,7 +106,6 @@ class NodeDaemon {
   // Tells the process that started us where we serve (once).
   void ReportReady();
   void WatchChildren();
-  int PoolSize() const;
 
   NodeDaemonOptions options_;
   NodeId node_id_;
@@ -136,16 +134,11 @@ class NodeDaemon {
   std::unique_ptr<objectstore::TransferClient> transfer_client_;
   std::unique_ptr<objectstore::PullManager> pulls_;
   std::unique_ptr<HeadLink> head_;
+  std::unique_ptr<ClientSessions> sessions_;  // uses the parts above
   StateLister lister_;
   TaskEventBuffer task_events_;
   RecentFailures failures_;  // for the head's dashboard
 };
-
-int NodeDaemon::PoolSize() const {
-  return options_.prestart_workers >= 0
-             ? options_.prestart_workers
-             : static_cast<int>(leases_->resources().total().Get(scheduler::kCPU));
-}
 
 absl::Status NodeDaemon::Setup() {
   std::filesystem::create_directories(options_.session_dir + "/sockets");
@@ -240,6 +233,12 @@ absl::Status NodeDaemon::Setup() {
             .on_marked_dead = [this] { Shutdown("declared dead by the head"); },
             .after_first_attempt = [this] { ReportReady(); }});
   }
+  sessions_ = std::make_unique<ClientSessions>(ClientSessionsOptions{
+      .io = &io_, .clients = &clients_, .cluster = &cluster_, .pool = pool_.get(),
+      .launcher = launcher_.get(), .leases = leases_.get(), .worker_logs = worker_logs_.get(),
+      .store = store_.get(), .head = head_.get(), .node_id = node_id_,
+      .session_dir = options_.session_dir, .host = options_.host, .address = address_,
+      .prestart_workers = options_.prestart_workers});
   return absl::OkStatus();
 }
 
@@ -326,105 +325,13 @@ void NodeDaemon::StartClient(Socket socket) {
   auto conn = clients_.Admit(std::move(socket));
   if (!conn) return;
   conn->Start([this](Connection& c, proto::Envelope::Reader m) { OnFrame(c, m); },
-              [this](Connection& c, const absl::Status& why) { OnClose(c, why); });
-}
-
-void NodeDaemon::OnHello(Connection& conn, proto::Hello::Reader hello) {
-  Client& client = ClientRegistry::Info(conn);
-  OutMessage out;
-  auto reply = out.Init().initHelloReply();
-  if (absl::Status s = clients_.CheckHello(hello); !s.ok()) {
-    if (s.code() == absl::StatusCode::kFailedPrecondition) {
-      // Tell the peer why, with one non-blocking send (a fresh socket takes it).
-      reply.setOk(false);
-      reply.setError(std::string(s.message()));
-      std::string frame;
-      AppendFrame(out.builder(), &frame);
-      if (!conn.TrySendNow(frame)) LUMEN_LOG(DEBUG) << "hello refusal not sent to " << conn.peer();
-      conn.Close(absl::FailedPreconditionError("protocol version mismatch"));
-    } else {
-      conn.Close(s);
-    }
-    return;
-  }
-  client.role = hello.getRole();
-  client.job = IdFrom<JobId>(hello.getJobId());
-  client.worker = IdFrom<WorkerId>(hello.getWorkerId());
-  client.is_driver = hello.getIsDriver();
-  if (client.role == proto::Role::REMOTE_OWNER) {
-    if (cluster_.IsEndedJob(client.job)) {
-      conn.Close(absl::FailedPreconditionError("this job has ended"));
-      return;
-    }
-    // A job whose driver runs elsewhere: its workers here run the same binary.
-    bool inserted = false;
-    Job& job = pool_->GetOrAddJob(client.job, &inserted);
-    if (inserted) job.remote = true;
-    if (job.exe_path.empty()) job.exe_path = hello.getExePath().cStr();
-    if (client.is_driver) worker_logs_->SetDriver(client.job, conn.id(), hello.getLogToDriver());
-  }
-  if (client.role == proto::Role::WORKER) {
-    if (auto s = pool_->OnWorkerHello(client.worker, conn.id(), hello.getListenAddress().cStr());
-        !s.ok()) {
-      conn.Close(s);
-      return;
-    }
-  } else if (client.role == proto::Role::DRIVER) {
-    bool inserted = false;
-    Job& job = pool_->GetOrAddJob(client.job, &inserted);
-    if (!inserted && job.driver_conn != 0) {
-      conn.Close(absl::AlreadyExistsError("a driver for this job is already connected"));
-      return;
-    }
-    job.exe_path = hello.getExePath().cStr();
-    job.driver_conn = conn.id();
-    worker_logs_->SetDriver(client.job, conn.id(), hello.getLogToDriver());
-  }
-  client.hello_done = true;
-  conn.AcceptHello();
-  reply.setOk(true);
-  reply.setNodeId(DataOf(node_id_));
-  reply.setStoreSize(store_->segment().size());
-  reply.setSessionDir(options_.session_dir);
-  reply.setJobId(DataOf(client.job));
-  reply.setNodeHost(options_.host);
-  reply.setNodeAddress(address_);
-  if (client.local()) {
-    // The store's fd travels with the hello reply (SCM_RIGHTS).
-    std::string frame;
-    AppendFrame(out.builder(), &frame);
-    auto s = ClientRegistry::SendWithFdNow(conn, frame, store_->segment().fd());
-    if (!s.ok()) {
-      conn.Close(s);
-      return;
-    }
-  } else {
-    conn.Send(out.builder());
-  }
-  if (client.role == proto::Role::WORKER) {
-    leases_->Dispatch();
-  } else if (client.role == proto::Role::DRIVER) {
-    // Prestart a pool for the new job.
-    pool_->GetOrAddJob(client.job).remote = false;
-    for (int i = 0; i < PoolSize(); ++i) {
-      std::string why;
-      if (!pool_->StartWorker(client.job, &why)) {
-        lumen::Post(io_, "node.fail_job_leases", [this, job = client.job, why] {
-          if (pool_->FindJob(job) != nullptr) leases_->FailJobRequests(job, why);
-        });
-      }
-    }
-  }
+              [this](Connection& c, const absl::Status& why) { sessions_->OnClose(c, why); });
 }
 
 void NodeDaemon::OnFrame(Connection& conn, proto::Envelope::Reader msg) {
   Client& client = ClientRegistry::Info(conn);
   if (!client.hello_done) {
-    if (!msg.isHello()) {
-      conn.Close(absl::PermissionDeniedError("first frame was not a hello"));
-      return;
-    }
-    OnHello(conn, msg.getHello());
+    sessions_->OnFirstFrame(conn, msg);
     return;
   }
   switch (msg.which()) {
@@ -658,7 +565,7 @@ void NodeDaemon::OnClusterView(proto::ClusterView::Reader view) {
       process.Send(out.builder());
     });
   }
-  for (const JobId& job : changes.ended_jobs) EndJob(job);
+  for (const JobId& job : changes.ended_jobs) sessions_->EndJob(job);
   for (const std::string& group : changes.removed_groups) leases_->RemoveGroup(group);
   leases_->ReplayParked();
   leases_->Dispatch();
@@ -683,53 +590,6 @@ absl::Status NodeDaemon::OnBundles(proto::Envelope::Reader msg) {
   if (msg.isCommitBundles()) return leases_->CommitBundles(group, indices);
   leases_->CancelBundles(group, indices);
   return absl::OkStatus();
-}
-
-void NodeDaemon::OnClose(Connection& conn, const absl::Status& why) {
-  uint64_t id = conn.id();
-  Client client = ClientRegistry::Info(conn);
-  if (!why.ok() && why.code() != absl::StatusCode::kUnavailable &&
-      why.code() != absl::StatusCode::kCancelled) {
-    LogRejectedConnection("node daemon", conn.peer(), why);
-  }
-  store_->DisconnectClient(id);
-  worker_logs_->OnConnectionClosed(id);
-  clients_.Remove(id);
-  leases_->OnClientClosed(id);
-  Job* job = pool_->FindJob(client.job);
-  if (client.role == proto::Role::DRIVER && job != nullptr && job->driver_conn == id) {
-    // The job is over, here and (through the head) on every node.
-    EndJob(client.job);
-    if (head_) head_->SendJobEnded(client.job);
-  } else if (client.role == proto::Role::REMOTE_OWNER && client.is_driver) {
-    EndJob(client.job);
-  } else if (client.role == proto::Role::WORKER) {
-    pool_->DropFromIdle(client.worker);
-    Worker* w = pool_->Find(client.worker);
-    if (w != nullptr && launcher_->IsAlive(w->pid)) {
-      pool_->Kill(client.worker, "its connection to the node daemon closed");
-    }
-  }
-  leases_->Dispatch();
-}
-
-void NodeDaemon::EndJob(const JobId& job_id) {
-  cluster_.MarkJobEnded(job_id);
-  if (pool_->FindJob(job_id) == nullptr) return;
-  // Its workers and its objects go with it, except detached actors, which keep
-  // the job's entry (its binary) for their own work.
-  auto detached = [this](const Worker& w) { return leases_->IsDetached(w); };
-  pool_->KillJobWorkers(job_id, detached);
-  bool has_detached = false;
-  for (const auto& [wid, w] : pool_->workers()) has_detached |= w.job == job_id && detached(w);
-  if (has_detached) {
-    Job* job = pool_->FindJob(job_id);
-    job->driver_conn = 0;
-    job->idle.clear();
-  } else {
-    pool_->EraseJob(job_id);
-  }
-  store_->EndJob(job_id);
 }
 
 void NodeDaemon::ReapChildren() {
