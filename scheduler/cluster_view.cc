@@ -50,6 +50,7 @@ struct Candidate {
   const std::string* id;
   double utilisation;
   bool fits_now;
+  const NodeResources* node;
 };
 
 // The candidate with the lowest (or, with `highest`, the highest)
@@ -73,6 +74,32 @@ const Candidate* Best(const std::vector<Candidate>& candidates, bool only_now, b
     if (better) best = &c;
   }
   return best;
+}
+
+// Where a request waits when no candidate fits now: the local node if it is a
+// candidate, else the least used one. `candidates` is not empty.
+Placement WaitOn(const std::vector<Candidate>& candidates, const std::string& local) {
+  for (const Candidate& c : candidates) {
+    if (*c.id == local) return Placement{*c.id, false};
+  }
+  return Placement{*Best(candidates, /*only_now=*/false, /*highest=*/false, local)->id, false};
+}
+
+// kDefault's candidates: `feasible` with each utilisation raised to the
+// node's store fraction, without the nodes whose store is nearly full unless
+// all of them are.
+std::vector<Candidate> WithStores(const std::vector<Candidate>& feasible) {
+  const bool any_room = std::any_of(feasible.begin(), feasible.end(), [](const Candidate& c) {
+    return !c.node->StoreNearlyFull();
+  });
+  std::vector<Candidate> out;
+  out.reserve(feasible.size());
+  for (Candidate c : feasible) {
+    if (any_room && c.node->StoreNearlyFull()) continue;
+    c.utilisation = std::max(c.utilisation, c.node->StoreFraction());
+    out.push_back(c);
+  }
+  return out;
 }
 
 // ---- Placement groups ----
@@ -306,6 +333,12 @@ std::string_view PlacementStrategyName(PlacementStrategy strategy) {
   return "UNKNOWN";
 }
 
+double NodeResources::StoreFraction() const {
+  if (store_capacity == 0) return 0;
+  if (store_used >= store_capacity) return 1;
+  return static_cast<double>(store_used) / static_cast<double>(store_capacity);
+}
+
 void ClusterResourceView::Upsert(const std::string& node_id, NodeResources resources) {
   nodes_[node_id] = std::move(resources);
 }
@@ -402,7 +435,7 @@ absl::StatusOr<Placement> ClusterResourceView::PickNode(const ResourceSet& reque
     ++alive;
     if (!request.IsSubsetOf(node.total)) continue;
     feasible.push_back({&id, Utilisation(node.total, node.available, names),
-                        request.IsSubsetOf(node.available)});
+                        request.IsSubsetOf(node.available), &node});
   }
   if (feasible.empty()) {
     return absl::FailedPreconditionError(absl::StrFormat(
@@ -430,26 +463,23 @@ absl::StatusOr<Placement> ClusterResourceView::PickNode(const ResourceSet& reque
     if (const Candidate* best = Best(feasible, /*only_now=*/true, /*highest=*/true, local_node_id)) {
       return Placement{*best->id, true};
     }
-  } else {
-    // kDefault, or a soft node affinity falling back.
-    for (const Candidate& c : feasible) {
-      if (*c.id == local_node_id && c.fits_now && c.utilisation < spread_threshold) {
-        return Placement{*c.id, true};
-      }
-    }
-    if (const Candidate* best =
-            Best(feasible, /*only_now=*/true, /*highest=*/false, local_node_id)) {
-      return Placement{*best->id, true};
-    }
+    return WaitOn(feasible, local_node_id);
   }
 
+  // kDefault, or a soft node affinity falling back.
+  const std::vector<Candidate> candidates = WithStores(feasible);
+  for (const Candidate& c : candidates) {
+    if (*c.id == local_node_id && c.fits_now && c.utilisation < spread_threshold) {
+      return Placement{*c.id, true};
+    }
+  }
+  if (const Candidate* best =
+          Best(candidates, /*only_now=*/true, /*highest=*/false, local_node_id)) {
+    return Placement{*best->id, true};
+  }
   // Nothing fits now: wait on the local node if it could ever run it, else on
   // the least used feasible node.
-  for (const Candidate& c : feasible) {
-    if (*c.id == local_node_id) return Placement{*c.id, false};
-  }
-  const Candidate* best = Best(feasible, /*only_now=*/false, /*highest=*/false, local_node_id);
-  return Placement{*best->id, false};
+  return WaitOn(candidates, local_node_id);
 }
 
 absl::StatusOr<std::vector<std::string>> ClusterResourceView::PlaceBundles(

@@ -12,6 +12,14 @@
 
 namespace lumen::head {
 
+int NodeTable::StoreLevel(uint64_t used, uint64_t capacity) {
+  if (capacity == 0) return -1;
+  if (used >= capacity) return static_cast<int>(kStoreLevels);
+  // used < capacity, so used * kStoreLevels / capacity < kStoreLevels; 128-bit
+  // so that the product cannot overflow.
+  return static_cast<int>(static_cast<unsigned __int128>(used) * kStoreLevels / capacity);
+}
+
 NodeTable::ReportOutcome NodeTable::Report(uint64_t conn_id, proto::NodeStats::Reader stats,
                                            Clock::time_point now) {
   thread_.Check("NodeTable");
@@ -28,9 +36,12 @@ NodeTable::ReportOutcome NodeTable::Report(uint64_t conn_id, proto::NodeStats::R
   node.last_report = now;
   auto total = ReadResources(stats.getTotal());
   auto available = ReadResources(stats.getAvailable());
+  const int store_level = StoreLevel(stats.getStoreUsed(), stats.getStoreCapacity());
   bool changed = joined || total != node.total || available != node.available ||
                  node.address != stats.getAddress().cStr() ||
-                 node.transfer_address != stats.getTransferAddress().cStr();
+                 node.transfer_address != stats.getTransferAddress().cStr() ||
+                 store_level != node.store_level;
+  node.store_level = store_level;
   node.total = std::move(total);
   node.available = std::move(available);
   node.address = stats.getAddress().cStr();

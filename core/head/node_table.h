@@ -53,8 +53,13 @@ class NodeTable {
     std::string stats_frame;     // its last report, as a framed NodeStats message
     std::string address;            // its daemon's address, as last reported
     std::string transfer_address;   // where its objects are pulled from, as last reported
+    // Its store use as last reported, in steps of 1/kStoreLevels of its
+    // capacity (-1: no capacity reported). Other nodes' DEFAULT policy counts
+    // store use, so a change of step is a change they see; smaller changes
+    // are not (they would make every report a view update).
+    int store_level = -1;
     // NodeTable::version() when what other nodes see of it (liveness,
-    // resources, addresses) last changed; its periodic reports that change
+    // resources, addresses, store_level) last changed; its periodic reports that change
     // nothing of that leave it alone.
     uint64_t version = 0;
   };
@@ -71,6 +76,13 @@ class NodeTable {
     kUpdated,  // a known node's periodic report
     kRefused,  // its incarnation was declared dead: it must not come back
   };
+
+  // Steps of store use a report must cross to reach the other nodes (5%;
+  // scheduler::kStoreNearlyFull, 0.8, is a step boundary).
+  static constexpr uint64_t kStoreLevels = 20;
+  // floor(used / capacity * kStoreLevels), capped at kStoreLevels; -1 when
+  // `capacity` is 0.
+  static int StoreLevel(uint64_t used, uint64_t capacity);
 
   explicit NodeTable(Options options) : options_(options) {}
 

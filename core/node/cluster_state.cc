@@ -17,13 +17,25 @@ ClusterState::Changes ClusterState::Apply(proto::ClusterView::Reader view) {
   }
   for (auto n : view.getNodes()) {
     std::string key = StringOf(n.getNodeId());
-    if (key == local_key_) continue;
+    if (key == local_key_) {
+      // The lease manager keeps our resources current; our store use comes
+      // back here from our own report (the head sends our entry when its
+      // store level changed).
+      if (const scheduler::NodeResources* self = view_.Find(key)) {
+        scheduler::NodeResources updated = *self;
+        updated.store_used = n.getStoreUsed();
+        updated.store_capacity = n.getStoreCapacity();
+        view_.Upsert(key, std::move(updated));
+      }
+      continue;
+    }
     auto total = scheduler::ResourceSet::FromMap(ReadResources(n.getTotal()));
     auto available = scheduler::ResourceSet::FromMap(ReadResources(n.getAvailable()));
     if (!total.ok() || !available.ok()) continue;
     const scheduler::NodeResources* known = view_.Find(key);
     if (known != nullptr && known->alive && !n.getAlive()) changes.died.push_back(key);
-    scheduler::NodeResources reported{*total, *available, n.getAlive()};
+    scheduler::NodeResources reported{*total, *available, n.getAlive(), n.getStoreUsed(),
+                                      n.getStoreCapacity()};
     view_.Upsert(key, reported);
     reported_[key] = std::move(reported);
     node_addresses_[key] = n.getAddress().cStr();

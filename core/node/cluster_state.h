@@ -64,8 +64,9 @@ class ClusterState {
     std::vector<JobId> ended_jobs;            // not known to have ended before
     std::vector<std::string> removed_groups;  // not known to be removed before
   };
-  // Takes in a view from the head: a change since the previous one (this
-  // node's own entry is left alone). Its nodes are upserted (the others stay
+  // Takes in a view from the head: a change since the previous one (of this
+  // node's own entry only its store use is taken: the lease manager keeps its
+  // resources). Its nodes are upserted (the others stay
   // as they were); its bundles replace ours unless it says bundlesUnchanged.
   // O(the view's size).
   Changes Apply(proto::ClusterView::Reader view);

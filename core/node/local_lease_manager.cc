@@ -48,8 +48,13 @@ void LocalLeaseManager::Route(LeaseRequest request, bool replayed) {
     for (const auto& [name, qty] : queue_.queued_placement().ToMap()) {
       free_now.Set(name, std::max(0.0, free_now.Get(name) - qty));
     }
-    cluster.view().Upsert(cluster.local_key(),
-                          scheduler::NodeResources{resources_->total(), free_now, !draining_});
+    // Our store use is not the lease manager's: keep what ClusterState has.
+    const scheduler::NodeResources* self = cluster.view().Find(cluster.local_key());
+    cluster.view().Upsert(
+        cluster.local_key(),
+        scheduler::NodeResources{resources_->total(), free_now, !draining_,
+                                 self != nullptr ? self->store_used : 0,
+                                 self != nullptr ? self->store_capacity : 0});
   }
   scheduler::LeaseRouteRequest route_request{request.placement, request.strategy, request.group,
                                              request.bundle_index, request.grant_or_reject,

@@ -168,6 +168,38 @@ TEST_CASE("the DEFAULT policy keeps work local then spills it back to other node
   for (size_t i = 0; i < 3; ++i) REQUIRE(per_node[cluster.node_id(i)] == 2);
 }
 
+TEST_CASE("the DEFAULT policy sends new work away from a node whose store is nearly full") {
+  // Invariant: a node's store use reaches the scheduler (its report, the
+  // head's view, the local node's own entry): while the driver's node holds
+  // more than 80% of its store, DEFAULT runs new tasks on the node with room
+  // even though the driver's node is idle; once the store is freed, work
+  // stays local again.
+  MultiNodeCluster::NodeSpec small = Cpus(2);
+  small.store_bytes = 64ull << 20;
+  MultiNodeCluster cluster({small, Cpus(2)});
+  // Where a task runs when the driver asks for a new lease: the driver keeps
+  // an idle lease a moment for the next task of its shape, so wait until no
+  // node holds one (the next task then asks the driver's node again).
+  auto where = [&] {
+    REQUIRE(WaitUntil([&] {
+      for (size_t i = 0; i < 2; ++i) {
+        auto stats = lumen::runtime::QueryNodeStats(cluster.node_address(i));
+        if (!stats.ok() || stats->active_leases != 0) return false;
+      }
+      return true;
+    }));
+    return *lumen::Get(lumen::Task(HereNode).Remote());
+  };
+  REQUIRE(where() == cluster.node_id(0));
+
+  auto held = lumen::Put(std::vector<uint8_t>(56ull << 20, 7));  // 87.5% of node 0's store
+  REQUIRE(WaitUntil([&] { return where() == cluster.node_id(1); }));
+  for (int i = 0; i < 3; ++i) REQUIRE(where() == cluster.node_id(1));
+
+  held = lumen::ObjectRef<std::vector<uint8_t>>();
+  REQUIRE(WaitUntil([&] { return where() == cluster.node_id(0); }));
+}
+
 TEST_CASE("Pack fills one node before the next") {
   MultiNodeCluster cluster({Cpus(2), Cpus(2), Cpus(2)});
   Scratch scratch("pack");

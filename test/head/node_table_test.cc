@@ -21,8 +21,11 @@ using Clock = NodeTable::Clock;
 // A NodeStats report of `id` with `cpus` CPUs, all free, and `drivers`.
 class Report {
  public:
-  Report(const NodeId& id, double cpus, std::vector<JobId> drivers = {}) {
+  Report(const NodeId& id, double cpus, std::vector<JobId> drivers = {},
+         uint64_t store_used = 0, uint64_t store_capacity = 0) {
     auto stats = message_.initRoot<proto::NodeStats>();
+    stats.setStoreUsed(store_used);
+    stats.setStoreCapacity(store_capacity);
     stats.setNodeId(DataOf(id));
     stats.setAddress("127.0.0.1:1");
     SetResources(stats.initTotal(1), {{"CPU", cpus}});
@@ -121,6 +124,40 @@ TEST_CASE("The node list and the scheduler's view carry the head's verdict") {
   REQUIRE(view.nodes().size() == 2);
   CHECK_FALSE(view.Find(std::string(a.Binary()))->alive);
   CHECK(view.Find(std::string(b.Binary()))->alive);
+}
+
+TEST_CASE("A report whose store use crosses a step is a change other nodes see") {
+  // Invariant: the DEFAULT policy on other nodes counts store use, so a
+  // report moving it into another 1/kStoreLevels step (in particular across
+  // the nearly-full line, 0.8) gives the node a new version; a report that
+  // stays within its step does not (no view update for every byte).
+  NodeTable nodes = Table();
+  const Clock::time_point t0{};
+  NodeId a = NodeId::Random();
+  const uint64_t cap = 1000;
+  nodes.Report(1, Report(a, 4, {}, 0, cap).get(), t0);
+  uint64_t v = nodes.version();
+  nodes.Report(1, Report(a, 4, {}, 10, cap).get(), t0);  // 0% -> 1%: same step
+  CHECK(nodes.version() == v);
+  nodes.Report(1, Report(a, 4, {}, 799, cap).get(), t0);  // into step 15
+  CHECK(nodes.version() > v);
+  v = nodes.version();
+  CHECK(nodes.CountChangedSince(v) == 0);
+  nodes.Report(1, Report(a, 4, {}, 800, cap).get(), t0);  // nearly full: step 16
+  CHECK(nodes.version() > v);
+  CHECK(nodes.CountChangedSince(v) == 1);
+  v = nodes.version();
+  nodes.Report(1, Report(a, 4, {}, 800, cap).get(), t0);
+  CHECK(nodes.version() == v);
+
+  CHECK(NodeTable::StoreLevel(0, 0) == -1);
+  CHECK(NodeTable::StoreLevel(5, 0) == -1);
+  CHECK(NodeTable::StoreLevel(0, cap) == 0);
+  CHECK(NodeTable::StoreLevel(799, cap) == 15);
+  CHECK(NodeTable::StoreLevel(800, cap) == 16);
+  CHECK(NodeTable::StoreLevel(cap, cap) == 20);
+  CHECK(NodeTable::StoreLevel(2 * cap, cap) == 20);
+  CHECK(NodeTable::StoreLevel(~0ull - 1, ~0ull) == 19);  // no overflow
 }
 
 TEST_CASE("A stall of the head itself is excused: late checks do not kill the nodes at once") {

@@ -20,6 +20,8 @@ struct NodeEntry {
   std::string id;
   double available = 4;
   bool alive = true;
+  uint64_t store_used = 0;
+  uint64_t store_capacity = 0;
 };
 
 // A view with `nodes` (4 CPUs each) and, unless `bundles_unchanged`, `bundles`
@@ -36,6 +38,8 @@ class View {
       list[i].setAlive(nodes[i].alive);
       SetResources(list[i].initTotal(1), {{"CPU", 4}});
       SetResources(list[i].initAvailable(1), {{"CPU", nodes[i].available}});
+      list[i].setStoreUsed(nodes[i].store_used);
+      list[i].setStoreCapacity(nodes[i].store_capacity);
     }
     view.setBundlesUnchanged(bundles_unchanged);
     auto blist = view.initBundles(bundles.size());
@@ -110,6 +114,40 @@ TEST_CASE("Local estimates between reports give way to the reported state with t
   state.view().Subtract("b", *cpu);
   state.Apply(View({{"b", 2}}, true).get());  // b reported a change meanwhile
   CHECK(FreeCpus(state, "b") == 2);
+}
+
+TEST_CASE("Store use from the view reaches the scheduler, ours without our resources") {
+  // Invariant: the DEFAULT policy sees every node's store use as last
+  // reported; our own entry takes only its store use from the view (the lease
+  // manager keeps our resources), and our estimates of other nodes keep it.
+  ClusterState state("self");
+  auto self_total = scheduler::ResourceSet::FromMap({{"CPU", 8}});
+  REQUIRE(self_total.ok());
+  state.view().Upsert("self", {*self_total, *self_total, true});
+  state.Apply(View({{"a", 4, true, 900, 1000}, {"self", 1, true, 850, 1000}}, false).get());
+
+  const scheduler::NodeResources* a = state.view().Find("a");
+  REQUIRE(a != nullptr);
+  CHECK(a->store_used == 900);
+  CHECK(a->store_capacity == 1000);
+  CHECK(a->StoreNearlyFull());
+  const scheduler::NodeResources* self = state.view().Find("self");
+  REQUIRE(self != nullptr);
+  CHECK(self->store_used == 850);
+  CHECK(self->store_capacity == 1000);
+  CHECK(FreeCpus(state, "self") == 8);  // not the view's 1
+  CHECK(self->total.Get("CPU") == 8);
+
+  // An estimate between views, then the reset, keep a's store use.
+  auto cpu = scheduler::ResourceSet::FromMap({{"CPU", 3}});
+  REQUIRE(cpu.ok());
+  state.view().Subtract("a", *cpu);
+  CHECK(state.view().Find("a")->store_used == 900);
+  state.Apply(View({{"self", 1, true, 100, 1000}}, true).get());
+  CHECK(state.view().Find("a")->store_used == 900);
+  CHECK(FreeCpus(state, "a") == 4);
+  CHECK(state.view().Find("self")->store_used == 100);
+  CHECK_FALSE(state.view().Find("self")->StoreNearlyFull());
 }
 
 }  // namespace

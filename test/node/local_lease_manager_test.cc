@@ -465,6 +465,37 @@ TEST_CASE("an infeasible request waits parked and spills once a node that fits j
   CHECK(node.leases.num_queued() == 0);
 }
 
+TEST_CASE("a node whose store is nearly full spills work to a node with room") {
+  // Invariant: the lease manager refreshes our resources in the view before
+  // routing but keeps our store use (from our own report, echoed in the
+  // head's view), so DEFAULT sends a request that fits here elsewhere while
+  // our store is nearly full, and keeps it here once the store has room.
+  Node node(4);
+  ApplyView(node.cluster, 4, true);
+  auto self_store = [&](uint64_t used) {
+    capnp::MallocMessageBuilder message;
+    auto nodes = message.initRoot<proto::ClusterView>().initNodes(1);
+    std::string self = "local";
+    nodes[0].setNodeId(
+        capnp::Data::Reader(reinterpret_cast<const uint8_t*>(self.data()), self.size()));
+    nodes[0].setAlive(true);
+    nodes[0].setStoreUsed(used);
+    nodes[0].setStoreCapacity(1000);
+    node.cluster.Apply(message.getRoot<proto::ClusterView>().asReader());
+  };
+  self_store(900);
+  node.Submit(1, 1, 1);
+  REQUIRE(node.clients.answers[1].size() == 1);
+  CHECK(node.clients.answers[1][0].kind == "spill");
+  CHECK(node.clients.answers[1][0].detail == "far");
+  CHECK(node.cluster.view().Find("local")->store_used == 900);  // kept by Route
+
+  self_store(100);
+  node.Submit(1, 2, 1);
+  CHECK(node.clients.answers[1].size() == 1);  // queued here, not spilled
+  CHECK(node.leases.num_queued() == 1);
+}
+
 TEST_CASE("the cluster state reports a node's death once and bounds what it remembers") {
   // Invariant: a node is reported dead on its alive -> dead transition only;
   // ended jobs are remembered up to kRememberedIds, oldest forgotten first.

@@ -26,6 +26,13 @@ NodeResources Node(const std::map<std::string, double>& total,
 
 NodeResources Idle(const std::map<std::string, double>& total) { return Node(total, total); }
 
+// `node` with `used` of its `capacity` store bytes in use.
+NodeResources Store(NodeResources node, uint64_t used, uint64_t capacity) {
+  node.store_used = used;
+  node.store_capacity = capacity;
+  return node;
+}
+
 // A view of nodes "a", "b", "c" with 4 idle CPUs each.
 ClusterResourceView ThreeIdleNodes() {
   ClusterResourceView view;
@@ -251,6 +258,103 @@ TEST_CASE("default waits on the local node when nothing fits now", "[cluster_vie
   p = Pick(view, Cpu(2), kDefault, "b");
   CHECK(p.node_id == "a");
   CHECK_FALSE(p.available_now);
+}
+
+TEST_CASE("StoreFraction is used over capacity, 0 when unknown", "[cluster_view][store]") {
+  CHECK(Idle({{"CPU", 4}}).StoreFraction() == 0);
+  CHECK(Store(Idle({{"CPU", 4}}), 5, 0).StoreFraction() == 0);
+  CHECK(Store(Idle({{"CPU", 4}}), 25, 100).StoreFraction() == 0.25);
+  CHECK(Store(Idle({{"CPU", 4}}), 150, 100).StoreFraction() == 1);
+  CHECK_FALSE(Store(Idle({{"CPU", 4}}), 79, 100).StoreNearlyFull());
+  CHECK(Store(Idle({{"CPU", 4}}), 80, 100).StoreNearlyFull());
+  CHECK(kStoreNearlyFull == 0.8);
+}
+
+TEST_CASE("default sends work away from a local node whose store is nearly full",
+          "[cluster_view][default][store]") {
+  ClusterResourceView view;
+  // Local "a" is idle but its store is 90% full; "b" has half its CPUs busy
+  // and an empty store.
+  view.Upsert("a", Store(Idle({{"CPU", 4}}), 90, 100));
+  view.Upsert("b", Node({{"CPU", 4}}, {{"CPU", 2}}));
+  Placement p = Pick(view, Cpu(1), kDefault, "a");
+  CHECK(p.node_id == "b");
+  CHECK(p.available_now);
+  // Even a threshold that always keeps work local does not keep it there.
+  CHECK(Pick(view, Cpu(1), kDefault, "a", /*spread_threshold=*/1.01).node_id == "b");
+
+  // Exactly at the threshold counts as nearly full; just below does not.
+  view.Upsert("a", Store(Idle({{"CPU", 4}}), 80, 100));
+  CHECK(Pick(view, Cpu(1), kDefault, "a", 1.01).node_id == "b");
+  view.Upsert("a", Store(Idle({{"CPU", 4}}), 79, 100));
+  CHECK(Pick(view, Cpu(1), kDefault, "a", 1.01).node_id == "a");
+
+  // The node with room is chosen even when the request has to wait there.
+  view.Upsert("a", Store(Idle({{"CPU", 4}}), 95, 100));
+  view.Upsert("b", Node({{"CPU", 4}}, {}));
+  p = Pick(view, Cpu(1), kDefault, "a");
+  CHECK(p.node_id == "b");
+  CHECK_FALSE(p.available_now);
+  // ... but not a node that can never run it.
+  view.Upsert("b", Idle({{"CPU", 1}}));
+  p = Pick(view, Cpu(2), kDefault, "a");
+  CHECK(p.node_id == "a");
+  CHECK(p.available_now);
+  // A dead node's store does not count as room.
+  view.Upsert("b", Idle({{"CPU", 4}}));
+  view.MarkDead("b");
+  CHECK(Pick(view, Cpu(1), kDefault, "a").node_id == "a");
+}
+
+TEST_CASE("default behaves as without stores when every store is nearly full",
+          "[cluster_view][default][store]") {
+  ClusterResourceView view;
+  view.Upsert("a", Store(Node({{"CPU", 4}}, {{"CPU", 3}}), 99, 100));  // 25% CPU used
+  view.Upsert("b", Store(Idle({{"CPU", 4}}), 80, 100));
+  // All nearly full: none is left out, and local "a" is below the threshold
+  // on CPU but its store fraction (0.99) counts: the least used wins ("b", 0.8).
+  CHECK(Pick(view, Cpu(1), kDefault, "a").node_id == "b");
+  // With a threshold that keeps work local, local as before.
+  CHECK(Pick(view, Cpu(1), kDefault, "a", /*spread_threshold=*/1.01).node_id == "a");
+  // Nothing fits now anywhere: wait on the local node, as before.
+  view.Upsert("a", Store(Node({{"CPU", 4}}, {}), 99, 100));
+  view.Upsert("b", Store(Node({{"CPU", 4}}, {}), 90, 100));
+  Placement p = Pick(view, Cpu(1), kDefault, "a");
+  CHECK(p.node_id == "a");
+  CHECK_FALSE(p.available_now);
+}
+
+TEST_CASE("default utilisation counts the store fraction", "[cluster_view][default][store]") {
+  ClusterResourceView view;
+  // Both below the nearly-full line. "a": CPU 25% used, store 60%; "b": CPU
+  // 50% used, store empty. Utilisation: a = max(0.25, 0.6) = 0.6, b = 0.5.
+  view.Upsert("a", Store(Node({{"CPU", 4}}, {{"CPU", 3}}), 60, 100));
+  view.Upsert("b", Node({{"CPU", 4}}, {{"CPU", 2}}));
+  CHECK(Pick(view, Cpu(1), kDefault, "x").node_id == "b");
+  // Local "a" is at or above the spread threshold because of its store.
+  CHECK(Pick(view, Cpu(1), kDefault, "a").node_id == "b");
+  // Below the threshold it stays local.
+  view.Upsert("a", Store(Node({{"CPU", 4}}, {{"CPU", 3}}), 40, 100));
+  CHECK(Pick(view, Cpu(1), kDefault, "a").node_id == "a");
+  // Without the store "a" (25%) would beat "b" (50%); with it, 0.55 vs 0.5.
+  view.Upsert("a", Store(Node({{"CPU", 4}}, {{"CPU", 3}}), 55, 100));
+  CHECK(Pick(view, Cpu(1), kDefault, "x").node_id == "b");
+  // A soft node affinity falling back to default sees the store too.
+  CHECK(Pick(view, Cpu(1), Affinity("gone", /*soft=*/true), "x").node_id == "b");
+}
+
+TEST_CASE("spread, pack and node affinity ignore stores", "[cluster_view][store]") {
+  ClusterResourceView view;
+  view.Upsert("a", Store(Node({{"CPU", 4}}, {{"CPU", 2}}), 100, 100));
+  view.Upsert("b", Idle({{"CPU", 4}}));
+  // Pack: the busiest node that fits, full store or not.
+  CHECK(Pick(view, Cpu(1), kPack, "b").node_id == "a");
+  // Hard affinity to the full node.
+  CHECK(Pick(view, Cpu(1), Affinity("a", false), "b").node_id == "a");
+  // Spread cycles over both.
+  std::set<std::string> seen;
+  for (int i = 0; i < 2; ++i) seen.insert(Pick(view, Cpu(1), kSpread, "b").node_id);
+  CHECK(seen == std::set<std::string>{"a", "b"});
 }
 
 TEST_CASE("PickNode never returns a dead node", "[cluster_view][default]") {

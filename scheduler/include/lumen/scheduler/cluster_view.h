@@ -55,11 +55,25 @@ enum class PlacementStrategy { kPack, kSpread, kStrictPack, kStrictSpread };
 // "PACK", "SPREAD", "STRICT_PACK" or "STRICT_SPREAD".
 std::string_view PlacementStrategyName(PlacementStrategy strategy);
 
+// A node's object store is "nearly full" when at least this fraction of its
+// capacity is in use (NodeResources::StoreFraction() >= it). kDefault placement
+// does not choose such a node while a feasible node below it exists (PickNode).
+inline constexpr double kStoreNearlyFull = 0.8;
+
 // One node as the view knows it.
 struct NodeResources {
   ResourceSet total;
   ResourceSet available;
   bool alive = true;
+  // Its object store, in bytes, as the node last reported it (NodeStats
+  // storeUsed / storeCapacity). A capacity of 0 means unknown: the store then
+  // counts as empty.
+  uint64_t store_used = 0;
+  uint64_t store_capacity = 0;
+
+  // store_used / store_capacity in [0, 1]; 0 when the capacity is unknown.
+  double StoreFraction() const;
+  bool StoreNearlyFull() const { return StoreFraction() >= kStoreNearlyFull; }
 };
 
 // Where PickNode sends a request.
@@ -113,19 +127,24 @@ class ClusterResourceView {
   // make a node look busy for it. "Fits now" is request <= available;
   // "feasible" is request <= total, on an alive node.
   //
-  //  - kDefault (Ray's hybrid policy): the local node when it is alive, fits
-  //    now and its utilisation is below `spread_threshold`. Otherwise the
-  //    node that fits now with the lowest utilisation (ties: the local node,
-  //    then node id order). When no node fits now: the local node if it is
-  //    feasible, else the feasible node with the lowest utilisation (ties as
-  //    above), with available_now = false.
+  //  - kDefault (Ray's hybrid policy, plus the object store): utilisation
+  //    here also counts the node's store fraction (the max of the above and
+  //    store_used / store_capacity), and a node whose store is nearly full
+  //    (StoreNearlyFull) is left out while some feasible node's store is not;
+  //    when every feasible node's store is nearly full none is left out. Then:
+  //    the local node when it is alive, fits now and its utilisation is below
+  //    `spread_threshold`. Otherwise the node that fits now with the lowest
+  //    utilisation (ties: the local node, then node id order). When no node
+  //    fits now: the local node if it is feasible, else the feasible node with
+  //    the lowest utilisation (ties as above), with available_now = false.
   //  - kSpread: round robin in node id order over the alive nodes that fit
   //    now, or when none does over the feasible ones (available_now =
   //    false). The view remembers the last node it picked this way and
   //    starts after it, so successive calls cycle through the nodes even as
   //    nodes come and go.
   //  - kPack: the node that fits now with the highest utilisation (ties: the
-  //    local node, then node id order); when none fits now, as kDefault.
+  //    local node, then node id order); when none fits now, as kDefault's
+  //    last step but without the store (kSpread and kPack ignore stores).
   //  - kNodeAffinity: strategy.node_id when it is alive and feasible
   //    (available_now tells whether it fits now); otherwise kDefault when
   //    soft, else FailedPrecondition.
