@@ -2,8 +2,6 @@
 // the strict exposition parser; and the HTTP server's token rule beyond
 // loopback.
 #include <boost/asio.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <fstream>
@@ -14,35 +12,13 @@
 #include "core/runtime/cluster.h"
 #include "lumen/lumen.h"
 #include "test/core/test_support.h"
+#include "test/head/http_get.h"
 #include "test/head/prometheus_parser.h"
 
 namespace {
 
 int SquareForMetrics(int x) { return x * x; }
 
-namespace http = boost::beast::http;
-
-// GET http://host:port/path; the status and body, or status 0 when it failed.
-std::pair<int, std::string> HttpGet(const std::string& host, int port, const std::string& path,
-                                    const std::string& authorization = "") {
-  try {
-    boost::asio::io_context io;
-    boost::beast::tcp_stream stream(io);
-    stream.expires_after(std::chrono::seconds(10));
-    stream.connect(boost::asio::ip::tcp::endpoint(boost::asio::ip::make_address(host),
-                                                  static_cast<unsigned short>(port)));
-    http::request<http::empty_body> req(http::verb::get, path, 11);
-    req.set(http::field::host, host);
-    if (!authorization.empty()) req.set(http::field::authorization, authorization);
-    http::write(stream, req);
-    boost::beast::flat_buffer buffer;
-    http::response<http::string_body> res;
-    http::read(stream, buffer, res);
-    return {static_cast<int>(res.result_int()), res.body()};
-  } catch (const std::exception&) {
-    return {0, ""};
-  }
-}
 
 double Sample(const std::vector<lumen::test::PromFamily>& families, const std::string& name,
               const std::map<std::string, std::string>& labels) {
@@ -84,7 +60,7 @@ TEST_CASE("the head serves GET /metrics in the Prometheus text format") {
     std::string page;
     absl::StatusOr<std::vector<lumen::test::PromFamily>> parsed;
     bool counted = WaitUntil([&] {
-      auto [status, body] = HttpGet("127.0.0.1", port, "/metrics");
+      auto [status, body] = lumen::test::HttpGet("127.0.0.1", port, "/metrics");
       if (status != 200) return false;
       page = body;
       parsed = lumen::test::ParsePrometheusText(page);
@@ -101,7 +77,7 @@ TEST_CASE("the head serves GET /metrics in the Prometheus text format") {
     CHECK(Sample(*parsed, "lumen_node_resource_total", {{"node", node}, {"resource", "CPU"}}) == 2);
     CHECK(Sample(*parsed, "lumen_object_store_capacity_bytes", {{"node", node}}) > 0);
     CHECK(Sample(*parsed, "lumen_task_latency_seconds_count", {}) >= kTasks);
-    CHECK(HttpGet("127.0.0.1", port, "/nothing-here").first == 404);
+    CHECK(lumen::test::HttpGet("127.0.0.1", port, "/nothing-here").first == 404);
     lumen::Shutdown();
   }
   lumen::runtime::StopCluster(*cluster);
@@ -122,9 +98,9 @@ TEST_CASE("the head's HTTP server needs the token beyond loopback") {
   });
   REQUIRE(server.Start().ok());
   std::thread loop([&] { io.run(); });
-  auto bare = HttpGet("127.0.0.1", server.port(), "/metrics");
-  auto wrong = HttpGet("127.0.0.1", server.port(), "/metrics", "Bearer nope");
-  auto right = HttpGet("127.0.0.1", server.port(), "/metrics", "Bearer sesame");
+  auto bare = lumen::test::HttpGet("127.0.0.1", server.port(), "/metrics");
+  auto wrong = lumen::test::HttpGet("127.0.0.1", server.port(), "/metrics", "Bearer nope");
+  auto right = lumen::test::HttpGet("127.0.0.1", server.port(), "/metrics", "Bearer sesame");
   io.stop();
   loop.join();
   CHECK(bare.first == 401);

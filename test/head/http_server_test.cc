@@ -4,8 +4,6 @@
 #include "core/head/http_server.h"
 
 #include <boost/asio.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <memory>
@@ -13,32 +11,11 @@
 #include <thread>
 #include <utility>
 
+#include "test/head/http_get.h"
+
 namespace lumen::head {
 namespace {
 
-namespace http = boost::beast::http;
-
-// GET http://127.0.0.1:port/path; the status and body, or status 0 when it failed.
-std::pair<int, std::string> HttpGet(int port, const std::string& path,
-                                    const std::string& authorization = "") {
-  try {
-    boost::asio::io_context io;
-    boost::beast::tcp_stream stream(io);
-    stream.expires_after(std::chrono::seconds(10));
-    stream.connect(boost::asio::ip::tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"),
-                                                  static_cast<unsigned short>(port)));
-    http::request<http::empty_body> req(http::verb::get, path, 11);
-    req.set(http::field::host, "127.0.0.1");
-    if (!authorization.empty()) req.set(http::field::authorization, authorization);
-    http::write(stream, req);
-    boost::beast::flat_buffer buffer;
-    http::response<http::string_body> res;
-    http::read(stream, buffer, res);
-    return {static_cast<int>(res.result_int()), res.body()};
-  } catch (const std::exception&) {
-    return {0, ""};
-  }
-}
 
 // Invariant: an asynchronous route's answer reaches the client when the
 // handler responds, after the handler itself has returned.
@@ -58,7 +35,7 @@ TEST_CASE("an asynchronous route answers when its handler responds") {
   REQUIRE(server.Start().ok());
   auto work = boost::asio::make_work_guard(io);
   std::thread loop([&] { io.run(); });
-  auto answer = HttpGet(server.port(), "/later?x=1");
+  auto answer = test::HttpGet("127.0.0.1", server.port(), "/later?x=1");
   work.reset();
   io.stop();
   loop.join();
@@ -78,12 +55,12 @@ TEST_CASE("beyond loopback, open routes need no token and the others do") {
   });
   REQUIRE(server.Start().ok());
   std::thread loop([&] { io.run(); });
-  auto page = HttpGet(server.port(), "/");
-  auto api_bare = HttpGet(server.port(), "/api/cluster");
-  auto api_wrong = HttpGet(server.port(), "/api/cluster", "Bearer nope");
-  auto api_right = HttpGet(server.port(), "/api/cluster", "Bearer sesame");
-  auto unknown_bare = HttpGet(server.port(), "/elsewhere");
-  auto unknown_right = HttpGet(server.port(), "/elsewhere", "Bearer sesame");
+  auto page = test::HttpGet("127.0.0.1", server.port(), "/");
+  auto api_bare = test::HttpGet("127.0.0.1", server.port(), "/api/cluster");
+  auto api_wrong = test::HttpGet("127.0.0.1", server.port(), "/api/cluster", "Bearer nope");
+  auto api_right = test::HttpGet("127.0.0.1", server.port(), "/api/cluster", "Bearer sesame");
+  auto unknown_bare = test::HttpGet("127.0.0.1", server.port(), "/elsewhere");
+  auto unknown_right = test::HttpGet("127.0.0.1", server.port(), "/elsewhere", "Bearer sesame");
   io.stop();
   loop.join();
   CHECK(page.first == 200);
