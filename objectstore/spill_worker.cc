@@ -67,16 +67,6 @@ void SpillWorker::Remove(std::string path) {
   removes_.push_back(std::move(path));
 }
 
-uint64_t SpillWorker::bytes_written() const {
-  absl::MutexLock lock(&mu_);
-  return bytes_written_;
-}
-
-uint64_t SpillWorker::bytes_read() const {
-  absl::MutexLock lock(&mu_);
-  return bytes_read_;
-}
-
 void SpillWorker::Loop() {
   for (;;) {
     Job job;
@@ -102,16 +92,6 @@ void SpillWorker::Loop() {
       queue.pop_front();
     }
     absl::Status status = job.write ? DoWrite(job) : DoRead(job);
-    uint64_t bytes = 0;
-    if (job.write) {
-      for (const Piece& p : job.pieces) bytes += p.size;
-    } else {
-      bytes = job.size;
-    }
-    {
-      absl::MutexLock lock(&mu_);
-      if (status.ok()) (job.write ? bytes_written_ : bytes_read_) += bytes;
-    }
     post_([done = std::move(job.done), status = std::move(status)] { done(status); });
   }
 }

@@ -85,21 +85,17 @@ Placement WaitOn(const std::vector<Candidate>& candidates, const std::string& lo
   return Placement{*Best(candidates, /*only_now=*/false, /*highest=*/false, local)->id, false};
 }
 
-// kDefault's candidates: `feasible` with each utilisation raised to the
-// node's store fraction, without the nodes whose store is nearly full unless
-// all of them are.
-std::vector<Candidate> WithStores(const std::vector<Candidate>& feasible) {
+// Makes `feasible` kDefault's candidates, in place and in order: each
+// utilisation raised to the node's store fraction, without the nodes whose
+// store is nearly full unless all of them are.
+void WithStores(std::vector<Candidate>& feasible) {
   const bool any_room = std::any_of(feasible.begin(), feasible.end(), [](const Candidate& c) {
     return !c.node->StoreNearlyFull();
   });
-  std::vector<Candidate> out;
-  out.reserve(feasible.size());
-  for (Candidate c : feasible) {
-    if (any_room && c.node->StoreNearlyFull()) continue;
-    c.utilisation = std::max(c.utilisation, c.node->StoreFraction());
-    out.push_back(c);
+  if (any_room) {
+    std::erase_if(feasible, [](const Candidate& c) { return c.node->StoreNearlyFull(); });
   }
-  return out;
+  for (Candidate& c : feasible) c.utilisation = std::max(c.utilisation, c.node->StoreFraction());
 }
 
 // ---- Placement groups ----
@@ -467,7 +463,8 @@ absl::StatusOr<Placement> ClusterResourceView::PickNode(const ResourceSet& reque
   }
 
   // kDefault, or a soft node affinity falling back.
-  const std::vector<Candidate> candidates = WithStores(feasible);
+  WithStores(feasible);
+  const std::vector<Candidate>& candidates = feasible;
   for (const Candidate& c : candidates) {
     if (*c.id == local_node_id && c.fits_now && c.utilisation < spread_threshold) {
       return Placement{*c.id, true};

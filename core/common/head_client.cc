@@ -239,6 +239,21 @@ absl::StatusOr<NodeView> QueryNodeStats(const std::string& node_address) {
   return view;
 }
 
+std::vector<StateRow> StateRowsOf(proto::Envelope::Reader env) {
+  std::vector<StateRow> rows;
+  for (auto row : env.getStateRows()) {
+    StateRow out;
+    for (auto f : row.getFields()) out.emplace_back(f.getKey().cStr(), StringOf(f.getValue()));
+    rows.push_back(std::move(out));
+  }
+  return rows;
+}
+
+const char* PlacementStrategyName(proto::PlacementStrategy strategy) {
+  static constexpr const char* kStrategies[] = {"PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"};
+  return kStrategies[static_cast<int>(strategy) & 3];
+}
+
 absl::StatusOr<std::vector<StateRow>> QueryNodeState(const std::string& node_address,
                                                      const std::string& what) {
   auto words =
@@ -247,11 +262,7 @@ absl::StatusOr<std::vector<StateRow>> QueryNodeState(const std::string& node_add
   std::vector<StateRow> rows;
   absl::Status read = ReadReply(*words, "the node", [&](proto::Envelope::Reader env) {
     if (!env.isStateRows()) return UnexpectedReply("the node");
-    for (auto row : env.getStateRows()) {
-      StateRow out;
-      for (auto f : row.getFields()) out.emplace_back(f.getKey().cStr(), StringOf(f.getValue()));
-      rows.push_back(std::move(out));
-    }
+    rows = StateRowsOf(env);
     return absl::OkStatus();
   });
   if (!read.ok()) return read;
@@ -306,13 +317,11 @@ absl::StatusOr<std::vector<PlacementGroupView>> QueryPlacementGroups(
   std::vector<PlacementGroupView> groups;
   absl::Status read = ReadReply(*reply, "the head", [&](proto::Envelope::Reader env) {
     if (!env.isPlacementGroups()) return UnexpectedReply("the head");
-    static constexpr const char* kStrategies[] = {"PACK", "SPREAD", "STRICT_PACK",
-                                                  "STRICT_SPREAD"};
     for (auto g : env.getPlacementGroups()) {
       PlacementGroupView view;
       view.id = StringOf(g.getGroupId());
       view.name = g.getName().cStr();
-      view.strategy = kStrategies[static_cast<int>(g.getStrategy()) & 3];
+      view.strategy = PlacementStrategyName(g.getStrategy());
       view.state = g.getState().cStr();
       view.error = g.getError().cStr();
       for (auto b : g.getBundles()) {

@@ -8,6 +8,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "lumen/common/head_client.h"
 #include "lumen/common/ids.h"
 #include "lumen/common/proto_util.h"
 #include "lumen/head/demand_words.h"
@@ -92,7 +93,6 @@ json::object ActorJson(const runtime::StateRow& row) {
 }
 
 json::object GroupJson(proto::PlacementGroupState::Reader g) {
-  static constexpr const char* kStrategies[] = {"PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"};
   std::string bundles, nodes;
   size_t i = 0;
   for (auto b : g.getBundles()) {
@@ -103,7 +103,7 @@ json::object GroupJson(proto::PlacementGroupState::Reader g) {
   }
   return json::object{{"id", Short(StringOf(g.getGroupId()))},
                       {"name", g.getName().cStr()},
-                      {"strategy", kStrategies[static_cast<int>(g.getStrategy()) & 3]},
+                      {"strategy", runtime::PlacementStrategyName(g.getStrategy())},
                       {"state", g.getState().cStr()},
                       {"bundles", bundles},
                       {"nodes", nodes},
@@ -116,7 +116,6 @@ std::string RenderClusterJson(const ClusterSnapshot& snapshot) {
   absl::flat_hash_map<std::string, const NodeAnswer*> answer_of;  // full node hex ->
   for (const NodeAnswer& a : snapshot.answers) answer_of[a.node.Hex()] = &a;
 
-  json::object summary;
   int64_t alive_nodes = 0, dead_nodes = 0;
   json::array nodes;
   std::vector<std::map<std::string, double>> alive_totals;
@@ -216,16 +215,16 @@ std::string RenderClusterJson(const ClusterSnapshot& snapshot) {
                                     {"pid", f.pid}});
   }
 
-  summary = json::object{{"nodes_alive", alive_nodes},
-                         {"nodes_dead", dead_nodes},
-                         {"tasks_running", running_total},
-                         {"tasks_queued", queued_total},
-                         {"tasks_finished", finished},
-                         {"tasks_failed", failed},
-                         {"actors", actors_total},
-                         {"actors_alive", actors_alive},
-                         {"placement_groups", groups.size()},
-                         {"failures", all.size()}};
+  json::object summary{{"nodes_alive", alive_nodes},
+                       {"nodes_dead", dead_nodes},
+                       {"tasks_running", running_total},
+                       {"tasks_queued", queued_total},
+                       {"tasks_finished", finished},
+                       {"tasks_failed", failed},
+                       {"actors", actors_total},
+                       {"actors_alive", actors_alive},
+                       {"placement_groups", groups.size()},
+                       {"failures", all.size()}};
   json::object root{{"time_ms", snapshot.now_us / 1000},
                     {"summary", std::move(summary)},
                     {"nodes", std::move(nodes)},

@@ -17,16 +17,6 @@ constexpr uint64_t kActorsRequest = 2;
 constexpr uint64_t kTasksRequest = 3;
 constexpr int kRequests = 3;
 
-std::vector<runtime::StateRow> RowsOf(proto::Envelope::Reader msg) {
-  std::vector<runtime::StateRow> rows;
-  for (auto row : msg.getStateRows()) {
-    runtime::StateRow out;
-    for (auto f : row.getFields()) out.emplace_back(f.getKey().cStr(), StringOf(f.getValue()));
-    rows.push_back(std::move(out));
-  }
-  return rows;
-}
-
 }  // namespace
 
 // One node's call: its connection and how many answers are still missing.
@@ -136,12 +126,12 @@ void NodeStateGatherer::Ask(const std::shared_ptr<Round>& round, size_t index,
                   break;
                 case kActorsRequest:
                   if (!msg.isStateRows()) break;
-                  answer.actors = RowsOf(msg);
+                  answer.actors = runtime::StateRowsOf(msg);
                   --call.missing;
                   break;
                 case kTasksRequest:
                   if (!msg.isStateRows()) break;
-                  answer.tasks = RowsOf(msg);
+                  answer.tasks = runtime::StateRowsOf(msg);
                   --call.missing;
                   break;
                 default:

@@ -10,12 +10,6 @@
 
 namespace lumen::node {
 
-int ClientSessions::PoolSize() const {
-  return o_.prestart_workers >= 0
-             ? o_.prestart_workers
-             : static_cast<int>(o_.leases->resources().total().Get(scheduler::kCPU));
-}
-
 void ClientSessions::OnFirstFrame(Connection& conn, proto::Envelope::Reader msg) {
   if (!msg.isHello()) {
     conn.Close(absl::PermissionDeniedError("first frame was not a hello"));
@@ -101,7 +95,7 @@ void ClientSessions::OnHello(Connection& conn, proto::Hello::Reader hello) {
   } else if (client.role == proto::Role::DRIVER) {
     // Prestart a pool for the new job.
     o_.pool->GetOrAddJob(client.job).remote = false;
-    for (int i = 0; i < PoolSize(); ++i) {
+    for (int i = 0; i < o_.pool->pool_size(); ++i) {
       std::string why;
       if (!o_.pool->StartWorker(client.job, &why)) {
         lumen::Post(*o_.io, "node.fail_job_leases", [this, job = client.job, why] {

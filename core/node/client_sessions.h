@@ -49,8 +49,6 @@ struct ClientSessionsOptions {
   std::string session_dir;
   std::string host;
   std::string address;  // "host:port;/unix/path"
-  // Workers prestarted for a new driver's job; negative: one per CPU.
-  int prestart_workers = -1;
 };
 
 class ClientSessions {
@@ -70,7 +68,6 @@ class ClientSessions {
 
  private:
   void OnHello(Connection& conn, proto::Hello::Reader hello);
-  int PoolSize() const;
 
   const ClientSessionsOptions o_;
 };

@@ -237,8 +237,7 @@ absl::Status NodeDaemon::Setup() {
       .io = &io_, .clients = &clients_, .cluster = &cluster_, .pool = pool_.get(),
       .launcher = launcher_.get(), .leases = leases_.get(), .worker_logs = worker_logs_.get(),
       .store = store_.get(), .head = head_.get(), .node_id = node_id_,
-      .session_dir = options_.session_dir, .host = options_.host, .address = address_,
-      .prestart_workers = options_.prestart_workers});
+      .session_dir = options_.session_dir, .host = options_.host, .address = address_});
   return absl::OkStatus();
 }
 

@@ -47,7 +47,6 @@ class RecentFailures {
   // Writes the list, oldest first.
   void Fill(proto::NodeDashboard::Builder out) const;
 
-  const std::deque<Failure>& failures() const { return failures_; }
 
  private:
   void Add(Failure failure);

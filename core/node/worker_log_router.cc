@@ -1,12 +1,9 @@
 #include "core/node/worker_log_router.h"
 
-#include <dirent.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -172,14 +169,13 @@ void WorkerLogRouter::Forward(WorkerLog& w, bool is_stderr, std::string_view tex
   q.lines.push_back(WorkerLogLine{w.pid, is_stderr, std::string(text), w.name});
   q.bytes += text.size() + w.name.size() + 16;
   if (q.bytes >= options_.batch_bytes) {
-    SendBatch(it->first, q);
+    SendBatch(q);
   } else {
     ArmBatchTimer();
   }
 }
 
-void WorkerLogRouter::SendBatch(const JobId& job, DriverQueue& q) {
-  (void)job;
+void WorkerLogRouter::SendBatch(DriverQueue& q) {
   if (q.lines.empty() && q.dropped == 0) return;
   Connection* conn = clients_.Find(q.conn);
   if (conn == nullptr || conn->closed()) {
@@ -216,7 +212,7 @@ void WorkerLogRouter::ArmBatchTimer() {
 }
 
 void WorkerLogRouter::SendAllBatches() {
-  for (auto& [job, q] : drivers_) SendBatch(job, q);
+  for (auto& [job, q] : drivers_) SendBatch(q);
 }
 
 void WorkerLogRouter::FlushJob(const JobId& job) {
@@ -234,7 +230,7 @@ void WorkerLogRouter::FlushJob(const JobId& job) {
     if (w.err->open) Drain(w, *w.err, 16u << 20);
   }
   auto q = drivers_.find(job);
-  if (q != drivers_.end()) SendBatch(job, q->second);
+  if (q != drivers_.end()) SendBatch(q->second);
 }
 
 std::vector<WorkerLogLine> WorkerLogRouter::ReadFiles(pid_t pid, const std::string& actor,
@@ -275,7 +271,7 @@ std::vector<WorkerLogLine> WorkerLogRouter::ReadFiles(pid_t pid, const std::stri
     }
     std::string name;
     if (auto w = workers_.find(file_pid); w != workers_.end()) {
-      name = !w->second->actor.empty() ? w->second->actor : "";
+      name = w->second->actor;
     }
     size_t begin = 0;
     while (begin < text.size()) {

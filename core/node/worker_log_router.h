@@ -85,7 +85,6 @@ class WorkerLogRouter {
   // Stops reading (the daemon is exiting); the files stay.
   void Stop();
 
-  const std::string& log_dir() const { return options_.log_dir; }
   uint64_t dropped_lines() const { return total_dropped_; }
 
  private:
@@ -120,7 +119,7 @@ class WorkerLogRouter {
   void OnLine(WorkerLog& w, Stream& s, std::string_view text, bool complete);
   void CloseStream(WorkerLog& w, Stream& s);
   void Forward(WorkerLog& w, bool is_stderr, std::string_view text);
-  void SendBatch(const JobId& job, DriverQueue& q);
+  void SendBatch(DriverQueue& q);
   void ArmBatchTimer();
   void SendAllBatches();
 

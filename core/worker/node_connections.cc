@@ -44,8 +44,7 @@ void CoreWorker::FlushToNodes() {
   if (!io_thread_.joinable()) return;
   // Counted down by each node's answer (or its connection failing).
   struct Pending {
-    absl::Mutex mu;
-    size_t left ABSL_GUARDED_BY(mu) = 0;
+    size_t left = 0;  // io thread only (the post below and the answers)
     absl::Notification done;
   };
   auto pending = std::make_shared<Pending>();
@@ -57,10 +56,7 @@ void CoreWorker::FlushToNodes() {
     for (const auto& [address, conn] : remote_nodes_) {
       if (conn && !conn->closed()) nodes.push_back(conn);
     }
-    {
-      absl::MutexLock lock(&pending->mu);
-      pending->left = nodes.size();
-    }
+    pending->left = nodes.size();
     if (nodes.empty()) pending->done.Notify();
     for (const auto& node : nodes) {
       SendNodeRequest(
@@ -68,7 +64,6 @@ void CoreWorker::FlushToNodes() {
             env.initWorkerLogs().initQuery().setFlush(true);
           },
           [pending](proto::Envelope::Reader) {
-            absl::MutexLock lock(&pending->mu);
             if (--pending->left == 0) pending->done.Notify();
           });
     }

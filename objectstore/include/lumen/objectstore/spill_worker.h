@@ -55,10 +55,6 @@ class SpillWorker {
   // Unlinks `path`, after the queued reads and writes; no completion.
   void Remove(std::string path);
 
-  // Bytes written and read so far (for stats and benchmarks).
-  uint64_t bytes_written() const;
-  uint64_t bytes_read() const;
-
  private:
   struct Job {
     bool write = false;
@@ -79,8 +75,6 @@ class SpillWorker {
   std::deque<Job> writes_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> removes_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  uint64_t bytes_written_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t bytes_read_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread thread_;  // last: starts after the state above exists
 };
 

@@ -92,6 +92,10 @@ absl::StatusOr<std::vector<PlacementGroupView>> QueryPlacementGroups(
 using StateRow = std::vector<std::pair<std::string, std::string>>;
 absl::StatusOr<std::vector<StateRow>> QueryNodeState(const std::string& node_address,
                                                      const std::string& what);
+// The rows of a node's stateRows answer.
+std::vector<StateRow> StateRowsOf(proto::Envelope::Reader env);
+// "PACK", "SPREAD", "STRICT_PACK" or "STRICT_SPREAD".
+const char* PlacementStrategyName(proto::PlacementStrategy strategy);
 
 // The task events the node daemon at `node_address` keeps (its processes'
 // and its own), for `lumen timeline`.
