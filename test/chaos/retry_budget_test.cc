@@ -133,9 +133,10 @@ TEST_CASE("a task that throws is not retried unless asked, and its error reaches
 
 TEST_CASE("a cancelled task fails with TaskCancelledError and is never retried") {
   // Invariant: lumen::Cancel makes Get throw TaskCancelledError at once, with
-  // retries left (max_retries=-1): a queued task never runs; a running one
-  // with force has its worker killed and does not run again; a running one
-  // without force runs to its end once and its result is dropped.
+  // retries left (max_retries=-1): a queued task never runs (its dependents
+  // fail with TaskCancelledError too); a running one with force has its
+  // worker killed and does not run again; a running one without force runs
+  // to its end once and its result is dropped.
   LeakCheck leaks;
   ScratchDir scratch("lumen-chaos");
   std::string session;
@@ -153,6 +154,9 @@ TEST_CASE("a cancelled task fails with TaskCancelledError and is never retried")
       auto start = std::chrono::steady_clock::now();
       REQUIRE_THROWS_AS(lumen::Get(queued, std::chrono::seconds(10)), lumen::TaskCancelledError);
       CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+      // A dependent fails with the same error, without running.
+      REQUIRE_THROWS_AS(lumen::Get(lumen::Task(Twice).Remote(queued), std::chrono::seconds(10)),
+                        lumen::TaskCancelledError);
       // Free the CPUs: the cancelled task still does not run.
       REQUIRE(::kill(std::stoi(ReadLines(blocker_log).front()), SIGKILL) == 0);
       REQUIRE_THROWS_AS(lumen::Get(blocker, std::chrono::seconds(30)), lumen::WorkerCrashedError);
