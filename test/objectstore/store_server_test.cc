@@ -4,6 +4,7 @@
 #include "lumen/objectstore/store_server.h"
 
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
@@ -357,6 +358,90 @@ TEST_CASE("a seeded random create/seal/get/release/delete/disconnect sequence ke
   CHECK(h.store().GetSpillStats().on_disk_objects == 0);
   CHECK(h.RunUntil([&] { return h.FilesInSpillDir() == 0; }));  // removed in the background
   REQUIRE(h.store().TEST_CheckInvariants().ok());
+}
+
+}  // namespace
+}  // namespace lumen::objectstore
+
+namespace lumen::objectstore {
+namespace {
+
+TEST_CASE("sealed means immutable at the store API: create-twice, seal-twice, abort-after-seal "
+          "are typed errors",
+          "[store_server][chaos]") {
+  // Invariant: a request that would change an object that exists or is sealed
+  // is refused with its own status code (AlreadyExists, FailedPrecondition,
+  // NotFound), the object's bytes and state are unchanged, and the store's
+  // invariants hold after each refusal.
+  Harness h(1024 * kKiB);
+  const uint64_t size = 100 * kKiB;
+  ObjectId id = h.Put(kDriver, size);
+  const uint64_t used_before = h.store().GetStats().used;
+  const uint64_t objects_before = h.store().GetStats().num_objects;
+
+  StoreReply again = h.Call(kDriver, Op::kCreate, id, size);
+  CHECK(again.status.code() == absl::StatusCode::kAlreadyExists);
+  StoreReply other_creator = h.Call(kReader, Op::kCreate, id, size);
+  CHECK(other_creator.status.code() == absl::StatusCode::kAlreadyExists);
+  StoreReply reseal = h.Call(kDriver, Op::kSeal, id);
+  CHECK(reseal.status.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(std::string(reseal.status.message()), Catch::Contains("already sealed"));
+  StoreReply abort = h.Call(kDriver, Op::kAbort, id);
+  CHECK(abort.status.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(std::string(abort.status.message()), Catch::Contains("sealed and cannot be aborted"));
+  CHECK(h.Call(kReader, Op::kAbort, id).status.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(h.Call(kDriver, Op::kSeal, ObjectId::ForPut()).status.code() ==
+        absl::StatusCode::kNotFound);
+  CHECK(h.Call(kDriver, Op::kAbort, ObjectId::ForPut()).status.code() ==
+        absl::StatusCode::kNotFound);
+  REQUIRE(h.store().TEST_CheckInvariants().ok());
+  CHECK(h.store().GetStats().used == used_before);
+  CHECK(h.store().GetStats().num_objects == objects_before);
+  CHECK(h.store().IsSealed(id));
+  CHECK(h.GetAndCheck(kReader, id, size));
+
+  // An unsealed object: only its creator seals or aborts it, once.
+  ObjectId unsealed = ObjectId::ForPut();
+  REQUIRE(h.Call(kDriver, Op::kCreate, unsealed, size).status.ok());
+  CHECK(h.Call(kReader, Op::kSeal, unsealed).status.code() ==
+        absl::StatusCode::kFailedPrecondition);
+  CHECK(h.Call(kDriver, Op::kGet, unsealed).status.code() == absl::StatusCode::kUnavailable);
+  REQUIRE(h.Call(kDriver, Op::kAbort, unsealed).status.ok());
+  CHECK(h.Call(kDriver, Op::kAbort, unsealed).status.code() == absl::StatusCode::kNotFound);
+  CHECK(h.Call(kDriver, Op::kSeal, unsealed).status.code() == absl::StatusCode::kNotFound);
+  REQUIRE(h.store().TEST_CheckInvariants().ok());
+}
+
+TEST_CASE("the store's pages are reserved up front by default", "[store_server][chaos]") {
+  // Invariant: with default options the whole segment becomes backed by
+  // memory (fallocate) without any object being created, so no write into it
+  // can SIGBUS later; LUMEN_OBJECT_STORE_RESERVE=0 keeps the per-object mode.
+  Harness h(8 * 1024 * kKiB);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (h.store().ReservedBytes() < h.store().segment().size() &&
+         std::chrono::steady_clock::now() < deadline) {
+    h.RunUntil([] { return false; }, std::chrono::milliseconds(5));
+  }
+  CHECK(h.store().ReservedBytes() == h.store().segment().size());
+  struct stat st;
+  REQUIRE(fstat(h.store().segment().fd(), &st) == 0);
+  CHECK(static_cast<uint64_t>(st.st_blocks) * 512 >= h.store().segment().size());
+
+  boost::asio::io_context io;
+  ::setenv("LUMEN_OBJECT_STORE_RESERVE", "0", 1);
+  StoreOptions lazy = StoreOptions::FromEnv(8 * 1024 * kKiB, "", &io);
+  ::setenv("LUMEN_OBJECT_STORE_RESERVE", "start", 1);
+  StoreOptions at_start = StoreOptions::FromEnv(8 * 1024 * kKiB, "", &io);
+  ::unsetenv("LUMEN_OBJECT_STORE_RESERVE");
+  StoreOptions by_default = StoreOptions::FromEnv(8 * 1024 * kKiB, "", &io);
+  CHECK(lazy.reserve == StoreOptions::Reserve::kPerObject);
+  CHECK(at_start.reserve == StoreOptions::Reserve::kAtStart);
+  CHECK(by_default.reserve == StoreOptions::Reserve::kBackground);
+  auto store = StoreServer::Create(std::move(lazy));
+  REQUIRE(store.ok());
+  CHECK((*store)->ReservedBytes() == 0);
+  REQUIRE(fstat((*store)->segment().fd(), &st) == 0);
+  CHECK(st.st_blocks == 0);
 }
 
 }  // namespace
