@@ -3,8 +3,13 @@
 // checks the allocator's and the table's invariants after every step.
 #include "lumen/objectstore/store_server.h"
 
+#include <sched.h>
 #include <stdlib.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
@@ -442,6 +447,49 @@ TEST_CASE("the store's pages are reserved up front by default", "[store_server][
   CHECK((*store)->ReservedBytes() == 0);
   REQUIRE(fstat((*store)->segment().fd(), &st) == 0);
   CHECK(st.st_blocks == 0);
+}
+
+}  // namespace
+}  // namespace lumen::objectstore
+
+namespace lumen::objectstore {
+namespace {
+
+TEST_CASE("a store four times the size of a 16 MiB /dev/shm starts and every byte of it is writable",
+          "[store_server][chaos]") {
+  // Invariant: /dev/shm's size does not bound the store (its segment is a
+  // memfd, whose pages come from memory): in a mount namespace whose /dev/shm
+  // is a 16 MiB tmpfs (Docker's small --shm-size), a 64 MiB store starts with
+  // all of its pages reserved and every byte of it can be written (no
+  // SIGBUS). Skipped where mount namespaces cannot be made (not root).
+  pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=16m") != 0) {
+      ::_exit(77);
+    }
+    struct statvfs vfs;
+    if (::statvfs("/dev/shm", &vfs) != 0 || uint64_t(vfs.f_blocks) * vfs.f_frsize > (16u << 20)) {
+      ::_exit(4);
+    }
+    boost::asio::io_context io;
+    StoreOptions options{.bytes = 64u << 20, .io = &io};
+    options.reserve = StoreOptions::Reserve::kAtStart;
+    auto store = StoreServer::Create(std::move(options));
+    if (!store.ok()) ::_exit(5);
+    std::memset((*store)->segment().writable_base(), 0x5a, 64u << 20);
+    ::_exit((*store)->segment().readonly_base()[(64u << 20) - 1] == 0x5a ? 0 : 6);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  INFO("child status " << status);
+  REQUIRE(WIFEXITED(status));  // not killed by SIGBUS
+  if (WEXITSTATUS(status) == 77) {
+    WARN("skipped: cannot make a mount namespace with a small /dev/shm here");
+    return;
+  }
+  CHECK(WEXITSTATUS(status) == 0);
 }
 
 }  // namespace
