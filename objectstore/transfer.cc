@@ -36,7 +36,7 @@ namespace {
 constexpr int kSocketBufferBytes = 4 << 20;
 
 bool SysctlAtLeast(const char* path, long want) {
-  FILE* f = std::fopen(path, "r");
+  FILE* f = std::fopen(path, "re");  // "e": close-on-exec
   if (f == nullptr) return false;
   long value = 0;
   bool ok = std::fscanf(f, "%ld", &value) == 1 && value >= want;
