@@ -293,6 +293,43 @@ TEST_CASE("store full: a 64 MiB store given 4x its capacity spills, pinned beyon
   REQUIRE(WaitUntil([&] { return spill.Files() == 0; }));
 }
 
+TEST_CASE("store full with spilling broken: a typed ObjectStoreFullError after the grace, nothing "
+          "lost, usage back to 0",
+          "[store_faults][chaos]") {
+  // Invariant: when spill files cannot be written (the spilling directory is
+  // a regular file), a Put that does not fit fails with ObjectStoreFullError
+  // after the grace period (not before), the node stays up, every object
+  // already in the store reads back intact, and usage returns to 0 when the
+  // refs go.
+  SpillDir spill;
+  const std::string not_a_dir = spill.path + "/file";
+  std::ofstream(not_a_dir) << "x";
+  MultiNodeCluster cluster({Node(64 * kMiB, not_a_dir, "1000")});
+  const uint64_t size = 15 * kMiB;
+  std::vector<lumen::ObjectRef<std::vector<uint8_t>>> refs;
+  for (int i = 0; i < 4; ++i) refs.push_back(lumen::Put(Pattern(i, size)));  // 60 of 64 MiB
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    INFO("attempt " << attempt);
+    auto start = std::chrono::steady_clock::now();
+    REQUIRE_THROWS_AS(lumen::Put(Pattern(9, size)), lumen::ObjectStoreFullError);
+    CHECK(std::chrono::steady_clock::now() - start >= std::chrono::milliseconds(900));
+  }
+  CHECK(::kill(cluster.daemon_pid(0), 0) == 0);
+  for (int i = 0; i < 4; ++i) {
+    lumen::ArrayView<uint8_t> view = lumen::GetArray(refs[i]);
+    INFO("object " << i);
+    REQUIRE(Intact(view.data(), size, i));
+  }
+  refs.clear();
+  REQUIRE(WaitUntil([&] {
+    auto s = Stats(cluster);
+    return s.store_used == 0 && s.store_objects == 0;
+  }));
+  // With room again, a Put succeeds.
+  auto after = lumen::Put(Pattern(10, size));
+  CHECK(Intact(lumen::GetArray(after).data(), size, 10));
+}
+
 TEST_CASE("clients dying with mappings: a SIGKILLed creator's unsealed object is aborted and its "
           "pins released, round after round",
           "[store_faults][chaos]") {
