@@ -5,7 +5,7 @@
 #   include/ next to the calling CMakeLists.txt).
 # lumen_cc_test(NAME <name> SRCS ... [DEPS ...] [INCLUDE_DIRS ...] [DEFINES ...]
 #               [BUILD_DEPENDS <target>...] [MAIN <catch|own>] [TIMEOUT <s>]
-#               [SKIP_RETURN_CODE <n>] [ENVIRONMENT <VAR=value>...])
+#               [SKIP_RETURN_CODE <n>] [ENVIRONMENT <VAR=value>...] [LABELS <label>])
 #   A Catch2 test binary. MAIN catch (the default) links Catch2's main and
 #   registers each test case with CTest as "<name>.<test case>" (through
 #   catch_discover_tests); MAIN own links Catch2 without its main (the binary
@@ -13,7 +13,8 @@
 #   and DEFINES are private to the binary; BUILD_DEPENDS are targets built
 #   before it (e.g. a program it runs). Every test runs with
 #   LUMEN_LOG_LEVEL=warning plus ENVIRONMENT, under TIMEOUT seconds (default
-#   300); SKIP_RETURN_CODE is the exit code CTest reports as skipped.
+#   300); SKIP_RETURN_CODE is the exit code CTest reports as skipped; LABELS
+#   is one CTest label (`ctest -L <label>` runs those tests).
 
 set(LUMEN_WARNINGS -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers)
 

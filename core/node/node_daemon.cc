@@ -141,6 +141,13 @@ class NodeDaemon {
 };
 
 absl::Status NodeDaemon::Setup() {
+  // Beyond loopback every hello must carry the cluster's token: without one to
+  // compare with, anyone who reaches the port would be let in.
+  if (!IsLoopbackHost(options_.host) && runtime::HeadToken().empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "it would listen on ", options_.host,
+        " without a cluster token (pass --token or LUMEN_TOKEN, or listen on loopback)"));
+  }
   std::filesystem::create_directories(options_.session_dir + "/sockets");
   socket_path_ = options_.session_dir + "/sockets/node-" + node_id_.Hex().substr(0, 12) + ".sock";
 
