@@ -20,6 +20,7 @@
 #include "lumen/common/frame_decoder.h"
 #include "lumen/common/logging.h"
 #include "lumen/common/post.h"
+#include "lumen/common/process.h"
 #include "lumen/common/timeouts.h"
 
 namespace lumen {
@@ -233,6 +234,7 @@ Connection::Connection(Socket socket, ConnectionOptions options)
       id_(next_connection_id.fetch_add(1)),
       peer_(DescribePeer(socket_.native_handle())) {
   hello_accepted_ = options_.max_frame_bytes_before_hello == 0;
+  SetCloseOnExec(socket_.native_handle());  // a user task's exec must not hold it open
   read_buffer_.resize(kInitialReadBufferBytes / sizeof(capnp::word));
 }
 

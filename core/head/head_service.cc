@@ -32,6 +32,7 @@
 #include "lumen/common/connection.h"
 #include "lumen/common/ids.h"
 #include "lumen/common/logging.h"
+#include "lumen/common/process.h"
 #include "lumen/common/proto_util.h"
 #include "lumen/common/thread_checker.h"
 #include "lumen/common/post.h"
@@ -144,6 +145,7 @@ int HeadService::Run() {
   boost::system::error_code ec;
   asio::ip::tcp::endpoint endpoint(asio::ip::make_address(options_.host, ec), options_.port);
   if (!ec) acceptor_.open(endpoint.protocol(), ec);
+  if (!ec) SetCloseOnExec(acceptor_.native_handle());
   if (!ec) acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
   if (!ec) acceptor_.bind(endpoint, ec);
   if (!ec) acceptor_.listen(512, ec);

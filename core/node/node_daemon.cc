@@ -165,6 +165,7 @@ absl::Status NodeDaemon::Setup() {
   boost::system::error_code ec;
   ::unlink(socket_path_.c_str());
   acceptor_.open(asio::local::stream_protocol(), ec);
+  if (!ec) SetCloseOnExec(acceptor_.native_handle());
   if (!ec) acceptor_.bind(asio::local::stream_protocol::endpoint(socket_path_), ec);
   if (!ec) acceptor_.listen(512, ec);
   if (ec) return absl::UnavailableError(absl::StrCat("cannot listen on ", socket_path_, ": ", ec.message()));
