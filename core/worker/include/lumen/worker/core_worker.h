@@ -3,13 +3,30 @@
 // through the node's shared-memory store, and, in a worker, task execution.
 //
 // CoreWorker is the facade and composition root: it owns the io thread and the
-// parts, and its implementation is split by responsibility over core/worker/
-// (core_worker.cc: startup and shutdown; reference_counter.cc; memory_store.cc;
-// store_provider.cc; object_getter.cc; owner_service.cc; lease_requester.cc;
-// task_submission.cc with normal_task_submitter.h; task_manager.cc;
-// task_executor.cc; actor_owner.cc, the runtime half of lumen/actors'
-// owner-side actor manager; actor_caller.cc with the ordered submitter of
-// lumen/actors; head_requester.cc).
+// parts, and its implementation is split by responsibility over core/worker/:
+//   CoreWorker's own files (its methods, one responsibility each):
+//     core_worker.cc       startup, shutdown, dispatch of node-daemon frames
+//     store_provider.cc    create/seal/abort/get/delete in the node's store; Put
+//     object_getter.cc     Get: memory store -> owner -> pull, other copies
+//     owner_service.cc     waits, locations, borrowers, kills from peers
+//     node_connections.cc  connections and requests to node daemons
+//     task_submission.cc   SubmitTask, hand-off to the actor or normal submitter
+//     executor_host.cc     worker mode: ExecutorHost, the TaskExecutor's host
+//     state_rows.cc        `lumen list` rows of what this process owns
+//     actor_owner.cc       actor entry points; ActorHost (actor_host.h), the
+//                          runtime half of lumen/actors' ActorOwner
+//     actor_caller.cc      ActorCaller (actor_caller.h), the runtime half of
+//                          lumen/actors' ActorTaskSubmitter
+//     actor_names.cc       the head's actor-name requests (actor_names.h)
+//   Parts with a class of their own:
+//     ObjectTable (object_table.h), ReferenceCounter, MemoryStore,
+//     BorrowerRegistry, DependencyResolver, LeaseRequester,
+//     NormalTaskSubmitter, TaskManager, TaskReceiver, TaskExecutor,
+//     HeadRequester, TaskEventFlusher, OutputTagger, WorkerLogPrinter: each
+//     in its .h/.cc pair; PendingTask and ActorRecord (pending_task.h) and the
+//     private state types (worker_state.h) are data.
+//   The API's runtime glue: function_registry.cc (remote functions, actor
+//   factories and methods by name) and ref_handle.cc (internal::RefHandle).
 //
 // Threads: one io thread runs the event loop and owns every socket; user threads
 // (and, in a worker, the executor thread) call the public methods, which are
