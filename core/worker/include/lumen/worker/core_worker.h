@@ -49,6 +49,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/container/node_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -141,6 +142,9 @@ class CoreWorker {
       const std::shared_ptr<internal::RefHandle>& actor, std::string_view method,
       std::vector<internal::TaskArgument> args);
   void KillActor(const internal::RefHandle& actor, bool no_restart);
+  // lumen::Cancel (see task_cancel.cc); throws lumen::Error for a ref this
+  // process does not own.
+  void CancelTask(const internal::RefHandle& ref, bool force);
   std::shared_ptr<internal::RefHandle> GetNamedActor(const std::string& name);
   void ExitActorAfterCall();
   // The GPU ids given to the task running on the calling thread (none outside tasks).
@@ -410,6 +414,11 @@ class CoreWorker {
   // pipelining, lost workers and dead nodes (io thread), over our connections.
   std::unique_ptr<SubmitterTransport> submitter_transport_;
   std::unique_ptr<NormalTaskSubmitter> submitter_;
+  // Tasks cancelled while their arguments were being resolved: they fail
+  // with TaskCancelledError when resolved instead of being submitted (io
+  // thread only). An id whose task is no normal task of ours (an actor call,
+  // one that already failed) stays until shutdown: one per such Cancel call.
+  absl::flat_hash_set<TaskId> cancelled_unresolved_;
   // Caller side of actors: the ordered submitter (lumen/actors) and the
   // transport it sends through (io thread only). Declared after the maps the
   // transport's callbacks use.
