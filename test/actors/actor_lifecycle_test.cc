@@ -37,7 +37,7 @@ TEST_CASE("an actor is created, restarts within max_restarts, then dies", "[acto
   REQUIRE(life.death() == "killed by signal 9");
 }
 
-TEST_CASE("max_restarts=-1 restarts without limit; a kill still ends it", "[actors]") {
+TEST_CASE("max_restarts=-1 restarts without limit and a kill still ends it", "[actors]") {
   // Invariant: with max_restarts -1 every loss is a restart (a new
   // generation), however many; a kill without restart is still final.
   ActorLifecycle life(/*max_restarts=*/-1);
