@@ -618,7 +618,7 @@ TEST_CASE("lumen::Cancel: a queued task never runs, a running one fails now and 
   }
 }
 
-TEST_CASE("max_retries=-1 retries without limit; a finite budget is spent exactly",
+TEST_CASE("max_retries=-1 retries without limit and a finite budget is spent exactly",
           "[worker][submitter]") {
   // Invariant: a task with max_retries=-1 goes back to the queue after every
   // worker death (attempt + 1 each time); one with max_retries=2 runs exactly
