@@ -52,6 +52,11 @@ class WorkerCrashedError : public Error {
 class OutOfMemoryError : public WorkerCrashedError {
   using WorkerCrashedError::WorkerCrashedError;
 };
+// lumen::Cancel(ref) ended the task before it produced its result (removed
+// from the queue, or its worker killed with force=true); never retried.
+class TaskCancelledError : public Error {
+  using Error::Error;
+};
 class ActorDiedError : public Error {
   using Error::Error;
 };
