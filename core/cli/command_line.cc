@@ -145,6 +145,13 @@ class Grammar {
                                        "(default: 30% of RAM)")
                         ->type_name("BYTES")
                         ->check(kByteCount);
+    memory_budget_ = start_->add_option("--memory-budget", memory_budget_value_,
+                                        "Bytes of memory this node's workers may use together "
+                                        "before its memory monitor kills the newest retriable "
+                                        "task's worker (default: LUMEN_MEMORY_BUDGET_BYTES, "
+                                        "or off)")
+                         ->type_name("BYTES")
+                         ->check(kByteCount);
     spill_dir_ = start_->add_option("--object-spilling-directory", spill_dir_value_,
                                     "Where this node spills objects when its store is full "
                                     "(default: the session directory)")
@@ -303,6 +310,7 @@ class Grammar {
       o.num_gpus = IfGiven(num_gpus_, num_gpus_value_);
       o.memory = IfGiven(memory_, memory_value_);
       o.object_store_memory = IfGiven(object_store_, object_store_value_);
+      o.memory_budget = IfGiven(memory_budget_, memory_budget_value_);
       o.object_spilling_directory = IfGiven(spill_dir_, spill_dir_value_);
       o.token = IfGiven(token_start_, token_start_value_);
       o.metrics_port = IfGiven(metrics_port_, metrics_port_value_);
@@ -364,6 +372,8 @@ class Grammar {
   double memory_value_ = 0;
   CLI::Option* object_store_ = nullptr;
   uint64_t object_store_value_ = 0;
+  CLI::Option* memory_budget_ = nullptr;
+  uint64_t memory_budget_value_ = 0;
   CLI::Option* spill_dir_ = nullptr;
   std::string spill_dir_value_;
   CLI::Option* resources_ = nullptr;

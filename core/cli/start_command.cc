@@ -78,6 +78,7 @@ absl::StatusOr<runtime::ClusterSpec> SpecFor(const StartOptions& options) {
   if (options.num_gpus) spec.resources["GPU"] = *options.num_gpus;
   if (options.memory) spec.resources["memory"] = *options.memory;
   if (options.object_store_memory) spec.object_store_bytes = *options.object_store_memory;
+  if (options.memory_budget) spec.memory_budget_bytes = *options.memory_budget;
   if (options.object_spilling_directory) {
     std::error_code ec;
     auto dir = std::filesystem::absolute(*options.object_spilling_directory, ec);

@@ -108,6 +108,9 @@ class HeadService {
   // The first frame: a hello with our protocol version (and the token when we
   // listen beyond loopback); false when the connection was closed.
   bool AdmitHello(Connection& conn, proto::Envelope::Reader msg);
+  // True (and the frame dropped) when `conn` belongs to a node incarnation
+  // declared dead: the head's epoch check on every frame from a node.
+  bool RefuseStaleNodeFrame(Connection& conn, proto::Envelope::Reader msg);
   // Node frames: registration, reports, leaving, ended jobs, the node list.
   bool HandleNodeFrame(Connection& conn, proto::Envelope::Reader msg);
   void OnReport(Connection& conn, proto::NodeStats::Reader stats, bool registering);
@@ -193,8 +196,14 @@ bool HeadService::StartHttp() {
     capnp::MallocMessageBuilder message;
     auto list = message.initRoot<proto::ClusterView>().initNodes(nodes_.size());
     nodes_.FillNodes(list);
-    return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8",
-                        RenderMetrics(list.asReader())};
+    std::string page = RenderMetrics(list.asReader());
+    absl::StrAppend(&page,
+                    "# HELP lumen_head_stale_node_messages_total Frames from node incarnations "
+                    "declared dead, refused by the head.\n"
+                    "# TYPE lumen_head_stale_node_messages_total counter\n"
+                    "lumen_head_stale_node_messages_total ",
+                    nodes_.stale_refused(), "\n");
+    return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", std::move(page)};
   });
   dashboard_ = std::make_unique<DashboardRoutes>(DashboardRoutes::Options{
       .io = &io_,
@@ -297,6 +306,7 @@ void HeadService::OnFrame(Connection& conn, proto::Envelope::Reader msg) {
     hello_seen = AdmitHello(conn, msg);
     return;
   }
+  if (RefuseStaleNodeFrame(conn, msg)) return;
   if (kv_.Handle(conn, msg) || names_.Handle(conn, msg) || groups_.Handle(conn, msg) ||
       HandleNodeFrame(conn, msg)) {
     return;
@@ -324,6 +334,28 @@ bool HeadService::AdmitHello(Connection& conn, proto::Envelope::Reader msg) {
   }
   conn.AcceptHello();
   return true;
+}
+
+bool HeadService::RefuseStaleNodeFrame(Connection& conn, proto::Envelope::Reader msg) {
+  if (nodes_.RefuseIfStale(conn.id())) {
+    // The epoch check: this connection's node incarnation was declared dead
+    // (frozen, partitioned); what it still sends is refused, whatever it is,
+    // and it is told again that it is dead (it then exits, doc/reliability.md).
+    static auto* limiter = new logging::RateLimiter(5, std::chrono::seconds(1));
+    uint64_t suppressed = 0;
+    if (limiter->Allow(&suppressed)) {
+      LUMEN_LOG(WARNING) << "head: refused a stale message (" << msg.which()
+                         << ") from a node declared dead, at " << conn.peer() << " ("
+                         << suppressed << " more suppressed)";
+    }
+    if (msg.isRegisterNode() || msg.isReportNode()) {
+      auto stats = msg.isRegisterNode() ? msg.getRegisterNode() : msg.getReportNode();
+      NodeId id = IdFrom<NodeId>(stats.getNodeId());
+      SendReply(conn, 0, [&](proto::Envelope::Builder env) { env.setMarkNodeDead(DataOf(id)); });
+    }
+    return true;
+  }
+  return false;
 }
 
 bool HeadService::HandleNodeFrame(Connection& conn, proto::Envelope::Reader msg) {

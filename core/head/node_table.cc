@@ -24,7 +24,10 @@ NodeTable::ReportOutcome NodeTable::Report(uint64_t conn_id, proto::NodeStats::R
                                            Clock::time_point now) {
   thread_.Check("NodeTable");
   NodeId id = IdFrom<NodeId>(stats.getNodeId());
-  if (dead_.contains(id)) return ReportOutcome::kRefused;
+  if (dead_.contains(id)) {
+    ++stale_refused_;
+    return ReportOutcome::kRefused;
+  }
   Node& node = nodes_[id];
   bool joined = node.conn_id == 0;
   if (joined) {
@@ -77,6 +80,13 @@ void NodeTable::ExcuseSilence(Clock::duration stall, Clock::time_point now) {
   }
 }
 
+bool NodeTable::RefuseIfStale(uint64_t conn_id) {
+  thread_.Check("NodeTable");
+  if (!dead_conns_.contains(conn_id)) return false;
+  ++stale_refused_;
+  return true;
+}
+
 std::vector<NodeTable::DeadNode> NodeTable::DropConnection(uint64_t conn_id) {
   thread_.Check("NodeTable");
   std::vector<DeadNode> dead;
@@ -85,6 +95,7 @@ std::vector<NodeTable::DeadNode> NodeTable::DropConnection(uint64_t conn_id) {
     LUMEN_LOG(WARNING) << "node " << id.Hex().substr(0, 12) << " is dead (connection lost)";
     dead.push_back(MarkDead(id, node));
   }
+  dead_conns_.erase(conn_id);  // closed: nothing more comes on it
   return dead;
 }
 
@@ -157,6 +168,7 @@ scheduler::ClusterResourceView NodeTable::ResourceView() const {
 NodeTable::DeadNode NodeTable::MarkDead(const NodeId& id, Node& node) {
   node.alive = false;
   dead_.insert(id);
+  if (node.conn_id != 0) dead_conns_.insert(node.conn_id);
   Touch(id, node);
   return DeadNode{id, node.conn_id, node.drivers};
 }

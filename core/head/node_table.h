@@ -90,6 +90,15 @@ class NodeTable {
   ReportOutcome Report(uint64_t conn_id, proto::NodeStats::Reader stats, Clock::time_point now);
   // True when the node was declared dead (its reports are refused).
   bool WasDeclaredDead(const NodeId& id) const { return dead_.contains(id); }
+  // The node epoch check, run on every frame of a node's connection: true (and
+  // counted in stale_refused()) when `conn_id` is the connection of a node
+  // incarnation that was declared dead. Whatever that incarnation still sends
+  // (reports queued while it was frozen, bundle replies, ended jobs) is stale
+  // and must be dropped: the cluster already gave its work to other nodes.
+  bool RefuseIfStale(uint64_t conn_id);
+  // How many frames RefuseIfStale refused, and reports of dead incarnations
+  // Report refused, since the start (for /metrics and tests).
+  uint64_t stale_refused() const { return stale_refused_; }
 
   // Declares dead every alive node silent for more than `failure_threshold`
   // periods as of `now`, and returns them.
@@ -138,6 +147,9 @@ class NodeTable {
   Options options_;
   std::map<NodeId, Node> nodes_;
   absl::flat_hash_set<NodeId> dead_;
+  // Connections of dead incarnations still open (erased when they close).
+  absl::flat_hash_set<uint64_t> dead_conns_;
+  uint64_t stale_refused_ = 0;
   uint64_t version_ = 0;
   std::map<uint64_t, NodeId> by_version_;  // each node under its current version
   ThreadChecker thread_;

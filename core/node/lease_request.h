@@ -30,6 +30,9 @@ struct LeaseRequest {
   int bundle_index = -1;
   bool grant_or_reject = false;
   bool detached = false;  // a detached actor: outlives its holder and job
+  // Its work may be retried elsewhere (the memory monitor kills such leases'
+  // workers first).
+  bool retriable = false;
   std::string name;
 };
 

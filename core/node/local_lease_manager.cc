@@ -166,7 +166,13 @@ void LocalLeaseManager::Dispatch() {
   dispatching_ = false;
 }
 
+bool LocalLeaseManager::IsRetriable(uint64_t lease_id) const {
+  auto it = leases_.find(lease_id);
+  return it != leases_.end() && it->second.retriable;
+}
+
 void LocalLeaseManager::DispatchPass() {
+  if (grants_paused_) return;  // the memory monitor's backoff; it dispatches when it ends
   // One pass over the fronts of the queue's classes, oldest first: a class
   // whose front cannot be granted is skipped whole (its requests are
   // equivalent), so a pass costs O(classes + grants), not O(queued requests).
@@ -225,7 +231,7 @@ void LocalLeaseManager::DispatchPass() {
     uint64_t lease_id = next_lease_id_++;
     Worker* w = pool.TakeIdle(request.job, lease_id);
     AddLease(lease_id, Lease{w->id, request.resources, request.client, false, false,
-                             request.detached, *gpu_ids, bundle});
+                             request.detached, *gpu_ids, bundle, request.retriable});
     options_.clients->Grant(request.client, request.request_id,
                             LeaseGrant{lease_id, w->id, w->address, w->pid, *gpu_ids});
     TaskEvents().Record(TaskEventKind::kLeaseGranted, TaskId::Nil(), 0, request.name, {.worker = w->id, .worker_pid = w->pid});

@@ -134,6 +134,11 @@ class LocalLeaseManager {
   // Parked requests no node can run, grouped by name and shape.
   std::vector<Demand> InfeasibleDemand() const;
   void set_draining(bool draining) { draining_ = draining; }
+  // While paused nothing is granted (requests wait in the queue); the memory
+  // monitor pauses grants after it killed a worker. Dispatch after resuming.
+  void set_grants_paused(bool paused) { grants_paused_ = paused; }
+  // Whether the lease's work may be retried (false for unknown leases).
+  bool IsRetriable(uint64_t lease_id) const;
 
  private:
   struct Lease {
@@ -145,6 +150,7 @@ class LocalLeaseManager {
     bool detached = false;
     std::vector<int> gpu_ids;
     std::string bundle;  // "group/index" it runs in, or ""
+    bool retriable = false;  // LeaseRequest::retriable
   };
   struct Parked {
     LeaseRequest request;
@@ -187,6 +193,7 @@ class LocalLeaseManager {
   bool dispatching_ = false;
   bool dispatch_again_ = false;
   bool draining_ = false;
+  bool grants_paused_ = false;
 };
 
 }  // namespace lumen::node

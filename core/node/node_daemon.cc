@@ -28,6 +28,7 @@
 #include "core/node/head_link.h"
 #include "core/node/lease_replies.h"
 #include "core/node/local_lease_manager.h"
+#include "core/node/memory_monitor.h"
 #include "core/node/process_launcher.h"
 #include "core/node/state_lister.h"
 #include "core/node/recent_failures.h"
@@ -129,6 +130,7 @@ class NodeDaemon {
   std::unique_ptr<WorkerPool> pool_;
   std::unique_ptr<LeaseReplies> lease_replies_;
   std::unique_ptr<LocalLeaseManager> leases_;
+  std::unique_ptr<MemoryMonitor> memory_;  // kills workers over the memory budget
   std::unique_ptr<objectstore::StoreServer> store_;
   std::unique_ptr<objectstore::TransferServer> transfer_server_;
   std::unique_ptr<objectstore::TransferClient> transfer_client_;
@@ -202,6 +204,34 @@ absl::Status NodeDaemon::Setup() {
       },
       .testing_refuse_prepares = options_.testing.refuse_prepares});
 
+  memory_ = std::make_unique<MemoryMonitor>(
+      io_,
+      MemoryMonitorOptions{.budget_bytes = options_.memory_budget_bytes,
+                           .refresh_period = options_.memory_monitor_period,
+                           .backoff = options_.memory_kill_backoff},
+      MemoryMonitor::Hooks{
+          .sample =
+              [this] {
+                std::vector<WorkerMemory> out;
+                out.reserve(pool_->workers().size());
+                for (const auto& [id, w] : pool_->workers()) {
+                  out.push_back(WorkerMemory{id, w.pid, MemoryMonitor::ReadAnonRss(w.pid),
+                                             w.lease_id != 0, w.lease_id,
+                                             leases_->IsRetriable(w.lease_id)});
+                }
+                return out;
+              },
+          .kill =
+              [this](const WorkerMemory& victim, const std::string& reason) {
+                if (Worker* w = pool_->Find(victim.worker)) w->kill_reason = reason;
+                launcher_->Kill(victim.pid);
+              },
+          .pause_grants =
+              [this](bool paused) {
+                leases_->set_grants_paused(paused);
+                if (!paused) leases_->Dispatch();
+              }});
+
   // Other nodes pull copies of our objects through the transfer server.
   std::string token = IsLoopbackHost(options_.host) ? "" : runtime::HeadToken();
   transfer_server_ = std::make_unique<objectstore::TransferServer>(
@@ -265,6 +295,7 @@ int NodeDaemon::Run() {
   AcceptLocal();
   AcceptTcp();
   ReapIdleWorkersLater();
+  memory_->Start();
   if (options_.parent_fd >= 0) {
     parent_watch_.emplace(io_, options_.parent_fd);
     auto buf = std::make_shared<char>();
@@ -434,6 +465,7 @@ void NodeDaemon::OnLeaseRequest(Connection& conn, proto::Envelope::Reader msg) {
   request.bundle_index = req.getBundleIndex();
   request.grant_or_reject = req.getGrantOrReject();
   request.detached = req.getDetached();
+  request.retriable = req.getRetriable();
   request.name = req.getName().cStr();
   leases_->Submit(std::move(request));
 }
@@ -685,6 +717,7 @@ void NodeDaemon::Shutdown(const std::string& why) {
   shutting_down_ = true;
   LUMEN_LOG(DEBUG) << "node daemon stopping: " << why;
   leases_->set_draining(true);
+  if (memory_) memory_->Stop();
   if (head_) head_->Leave(node_id_);
   for (const auto& [wid, w] : pool_->workers()) launcher_->Kill(w.pid);
   // The loop ends here: waiting for the killed workers keeps their sockets

@@ -213,7 +213,10 @@ absl::StatusOr<ClusterProcesses> StartCluster(const ClusterSpec& spec) {
                           {"LUMEN_OBJECT_SPILLING_DIRECTORY", spec.spill_dir.empty()
                                                                   ? Env("LUMEN_OBJECT_SPILLING_DIRECTORY")
                                                                   : spec.spill_dir},
-                          {"LUMEN_REMOVE_SESSION_DIR", spec.embedded ? "1" : ""}},
+                          {"LUMEN_REMOVE_SESSION_DIR", spec.embedded ? "1" : ""},
+                          {"LUMEN_MEMORY_BUDGET_BYTES", spec.memory_budget_bytes
+                                                            ? std::to_string(spec.memory_budget_bytes)
+                                                            : Env("LUMEN_MEMORY_BUDGET_BYTES")}},
                          parent_pipe[0], &socket);
   if (!pid.ok()) return fail(pid.status());
   cluster.pids.push_back(*pid);
@@ -286,6 +289,14 @@ void MaybeRunClusterProcess() {
     options.remove_session_dir = !Env("LUMEN_REMOVE_SESSION_DIR").empty();
     int prestart = -1;
     if (absl::SimpleAtoi(Env("LUMEN_PRESTART_WORKERS"), &prestart)) options.prestart_workers = prestart;
+    if (absl::SimpleAtoi(Env("LUMEN_MEMORY_BUDGET_BYTES"), &bytes)) options.memory_budget_bytes = bytes;
+    int64_t ms = 0;
+    if (absl::SimpleAtoi(Env("LUMEN_MEMORY_MONITOR_PERIOD_MS"), &ms) && ms > 0) {
+      options.memory_monitor_period = std::chrono::milliseconds(ms);
+    }
+    if (absl::SimpleAtoi(Env("LUMEN_MEMORY_KILL_BACKOFF_MS"), &ms) && ms >= 0) {
+      options.memory_kill_backoff = std::chrono::milliseconds(ms);
+    }
     std::_Exit(node::RunNodeDaemon(options));
   }
 }

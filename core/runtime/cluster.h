@@ -35,6 +35,9 @@ struct ClusterSpec {
   // serves to <session_dir>/metrics_address).
   int metrics_port = -1;
   std::string metrics_host = "127.0.0.1";
+  // The node's memory monitor budget (its workers' memory together, bytes);
+  // 0: LUMEN_MEMORY_BUDGET_BYTES from the environment, or off.
+  uint64_t memory_budget_bytes = 0;
 };
 
 struct ClusterProcesses {

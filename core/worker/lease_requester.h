@@ -38,6 +38,9 @@ struct LeaseShape {
   bool detached = false;
   internal::SchedulingOptions scheduling;
   std::string name;  // for warnings and listings
+  // Its tasks may be retried (max_retries != 0): a node over its memory
+  // budget kills such workers first (doc/reliability.md, item 14).
+  bool retriable = false;
 };
 
 // The node daemons and the clock, as the requester needs them. CoreWorker

@@ -247,6 +247,7 @@ void CoreWorker::NodeLeaseTransport::SendLeaseRequest(
           }
           lease.setBundleIndex(shape.scheduling.bundle_index);
           lease.setName(shape.name);
+          lease.setRetriable(shape.retriable);
         },
         Relay(&core, node->id(),
               std::make_shared<std::function<bool(proto::Envelope::Reader)>>(

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "lumen/common/failure_types.h"
 #include "lumen/common/logging.h"
 #include "lumen/common/proto_util.h"
 #include "lumen/common/task_events.h"
@@ -27,6 +28,7 @@ void NormalTaskSubmitter::Submit(std::unique_ptr<PendingTask> task) {
     slot->shape.resources = std::move(placement->resources);
     slot->shape.scheduling = std::move(placement->scheduling);
     slot->shape.name = task->name();
+    slot->shape.retriable = task->max_retries != 0;
   }
   slot->ready.push_back(std::move(task));
   Dispatch(*slot);
@@ -250,7 +252,10 @@ void NormalTaskSubmitter::OnLeaseLost(uint64_t key, const absl::Status& why) {
             "the worker (pid ", pid, ") running task ", task->name(), " on node ", node,
             " died: ", cause.empty() ? closed : cause, "; no retries left (max_retries=",
             task->max_retries, ")");
-        tasks_.Fail(std::move(task), Failure{proto::FailureKind::WORKER_CRASHED, "", message, ""});
+        // Killed by its node's memory monitor: lumen::OutOfMemoryError.
+        const bool oom = cause.find(kMemoryMonitorKillTag) != std::string::npos;
+        tasks_.Fail(std::move(task), Failure{proto::FailureKind::WORKER_CRASHED,
+                                             oom ? kOutOfMemoryErrorType : "", message, ""});
       }
       failed->clear();
     };

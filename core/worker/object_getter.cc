@@ -13,6 +13,7 @@
 #include "absl/synchronization/notification.h"
 #include "core/worker/worker_state.h"
 #include "lumen/common/codec.h"
+#include "lumen/common/failure_types.h"
 #include "lumen/common/head_client.h"
 #include "lumen/common/logging.h"
 #include "lumen/common/process.h"
@@ -33,8 +34,10 @@ void CoreWorker::ThrowFailure(const Failure& f) {
                        f.location.empty() ? "" : " (in " + f.location + ")"),
           f.exception_type, f.message, f.location);
     case proto::FailureKind::WORKER_CRASHED:
+      if (f.exception_type == kOutOfMemoryErrorType) throw OutOfMemoryError(f.message);
       throw WorkerCrashedError(f.message);
     case proto::FailureKind::OBJECT_LOST:
+      if (f.exception_type == kOwnerDiedErrorType) throw OwnerDiedError(f.message);
       throw ObjectLostError(f.message);
     case proto::FailureKind::ACTOR_DIED:
       throw ActorDiedError(f.message);
@@ -156,9 +159,9 @@ internal::ObjectBytes CoreWorker::PinnedBytes(const ObjectId& id, uint64_t offse
 void CoreWorker::RequestObjectFromOwner(const ObjectId& id, const std::string& owner) {
   WithPeer(owner, [this, id](absl::StatusOr<std::shared_ptr<Connection>> conn) {
     if (!conn.ok()) {
-      memory_store_->SetFailed(id, Failure{proto::FailureKind::OBJECT_LOST, "",
+      memory_store_->SetFailed(id, Failure{proto::FailureKind::OBJECT_LOST, kOwnerDiedErrorType,
                                            absl::StrCat("the owner of object ", id.Hex(),
-                                                        " is unreachable: ",
+                                                        " is unreachable (it died): ",
                                                         conn.status().message()),
                                            ""});
       return;

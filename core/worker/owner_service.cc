@@ -17,6 +17,7 @@
 #include "core/worker/borrower_registry.h"
 #include "core/worker/worker_state.h"
 #include "lumen/common/codec.h"
+#include "lumen/common/failure_types.h"
 #include "lumen/common/head_client.h"
 #include "lumen/common/logging.h"
 #include "lumen/common/process.h"
@@ -107,7 +108,8 @@ std::shared_ptr<Connection> CoreWorker::AdoptPeer(const std::string& address, So
                                                        " died: ", why.message()));
                 }
                 for (const auto& id : lost) {
-                  memory_store_->SetFailed(id, Failure{proto::FailureKind::OBJECT_LOST, "",
+                  memory_store_->SetFailed(id, Failure{proto::FailureKind::OBJECT_LOST,
+                                              kOwnerDiedErrorType,
                                               absl::StrCat("the owner of object ", id.Hex(), " at ",
                                                            address, " died: ", why.message()),
                                               ""});

@@ -47,9 +47,12 @@ std::shared_ptr<internal::RefHandle> CoreWorker::SubmitTask(
   placement.resources = options.resources;
   if (placement.resources.empty()) placement.resources["CPU"] = 1;
   placement.scheduling = options.scheduling;
-  placement.queue_key = ResourceShapeKey(placement.resources) + SchedulingKey(placement.scheduling);
   task->max_retries = task->retries_left = std::max(-1, options.max_retries);
   task->retry_exceptions = options.retry_exceptions;
+  // Retriable and non-retriable tasks lease apart: the node's memory monitor
+  // tells their workers apart by the lease.
+  placement.queue_key = ResourceShapeKey(placement.resources) + SchedulingKey(placement.scheduling) +
+                        (task->max_retries != 0 ? "" : "/no-retry");
   auto handle = std::make_shared<internal::RefHandle>(task->return_id, shared_listen_address_);
   Enqueue(std::move(task));
   return handle;

@@ -59,6 +59,7 @@ size_t MultiNodeCluster::AddNode(const NodeSpec& spec) {
   cluster.resources = spec.resources;
   if (!cluster.resources.contains("memory")) cluster.resources["memory"] = 1024.0 * 1024 * 1024;
   cluster.object_store_bytes = spec.store_bytes;
+  if (cluster.start_head) cluster.metrics_port = 0;  // any free port (head_metrics_port)
   for (const auto& [name, value] : spec.env) ::setenv(name.c_str(), value.c_str(), 1);
   auto started = runtime::StartCluster(cluster);
   for (const auto& [name, value] : spec.env) ::unsetenv(name.c_str());
@@ -107,6 +108,14 @@ pid_t MultiNodeCluster::head_pid() const { return clusters_.front()->processes.p
 
 pid_t MultiNodeCluster::daemon_pid(size_t i) const {
   return clusters_.at(i)->processes.pids.back();
+}
+
+int MultiNodeCluster::head_metrics_port() const {
+  std::ifstream file(clusters_.front()->processes.session_dir + "/metrics_address");
+  std::string address;
+  std::getline(file, address);
+  auto colon = address.rfind(':');
+  return colon == std::string::npos ? -1 : std::atoi(address.c_str() + colon + 1);
 }
 
 std::string MultiNodeCluster::node_address(size_t i) const {

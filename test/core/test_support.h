@@ -50,6 +50,8 @@ class MultiNodeCluster {
   pid_t head_pid() const;
   std::string node_address(size_t i) const;
   std::string head_address() const { return head_address_; }
+  // The port of the head's GET /metrics (served on 127.0.0.1), or -1.
+  int head_metrics_port() const;
   // SIGKILLs node i's daemon (its workers die with it).
   void KillNode(size_t i);
   // SIGKILLs the head, then starts a new one on the same port (with none of

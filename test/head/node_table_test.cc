@@ -77,6 +77,33 @@ TEST_CASE("A node declared dead may not come back under the same id") {
   CHECK(nodes.size() == 2);
 }
 
+TEST_CASE("Every frame on the connection of a dead incarnation is refused, until it closes") {
+  // Invariant (reliability item 5, the node epoch): once a node is declared
+  // dead, RefuseIfStale is true for its connection (each refusal counted)
+  // and false for the other nodes' connections; a new incarnation on a new
+  // connection is accepted; the closed connection's id is forgotten.
+  NodeTable nodes = Table();
+  const Clock::time_point t0{};
+  NodeId a = NodeId::Random(), b = NodeId::Random();
+  nodes.Report(1, Report(a, 4).get(), t0);
+  nodes.Report(2, Report(b, 4).get(), t0 + 900ms);
+  CHECK_FALSE(nodes.RefuseIfStale(1));
+  REQUIRE(nodes.ExpireSilent(t0 + 901ms).size() == 1);  // a froze; b reported
+  CHECK(nodes.RefuseIfStale(1));
+  CHECK(nodes.RefuseIfStale(1));
+  CHECK_FALSE(nodes.RefuseIfStale(2));
+  CHECK(nodes.stale_refused() == 2);
+  // Its queued report, read after it woke up: refused and counted, not revived.
+  CHECK(nodes.Report(1, Report(a, 4).get(), t0 + 2s) == NodeTable::ReportOutcome::kRefused);
+  CHECK(nodes.stale_refused() == 3);
+  CHECK_FALSE(nodes.Find(a)->alive);
+  NodeId a2 = NodeId::Random();  // the same machine rejoining as a new node
+  CHECK(nodes.Report(3, Report(a2, 4).get(), t0 + 2s) == NodeTable::ReportOutcome::kJoined);
+  CHECK_FALSE(nodes.RefuseIfStale(3));
+  CHECK(nodes.DropConnection(1).empty());  // already dead
+  CHECK_FALSE(nodes.RefuseIfStale(1));     // closed: forgotten
+}
+
 TEST_CASE("Closing a connection kills the nodes on it, with their drivers") {
   // Invariant: only the nodes reporting on the closed connection die, and
   // each comes back with the jobs whose drivers were attached to it.

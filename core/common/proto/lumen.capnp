@@ -136,6 +136,7 @@ struct LeaseRequest {
   placementGroup @8 :Data;         # run inside this group's bundle
   bundleIndex @9 :Int32 = -1;      # -1: any bundle of the group on this node
   name @10 :Text;                  # what it is for (warnings, listings)
+  retriable @11 :Bool;             # its tasks may be retried (max_retries != 0): memory-monitor victims first
 }
 
 struct LeaseReply {

@@ -45,6 +45,13 @@ class GetTimeoutError : public Error {
 class WorkerCrashedError : public Error {
   using Error::Error;
 };
+// The task's worker was killed by its node's memory monitor (the node's
+// workers were over its memory budget) and the task had no retries left
+// (max_retries=0); the text names the budget and the usage. A
+// WorkerCrashedError, so code that handles crashes handles it too.
+class OutOfMemoryError : public WorkerCrashedError {
+  using WorkerCrashedError::WorkerCrashedError;
+};
 // lumen::Cancel(ref) ended the task before it produced its result (removed
 // from the queue, or its worker killed with force=true); never retried.
 class TaskCancelledError : public Error {
@@ -56,6 +63,13 @@ class ActorDiedError : public Error {
 // Every copy of the object is gone (its owner or the node holding it died).
 class ObjectLostError : public Error {
   using Error::Error;
+};
+// The object's owner (the process that created it with Put or submitted the
+// task that returns it) died, so the object can no longer be found or freed
+// through it: a borrower's Get fails with this within ~the time its
+// connection to the owner takes to close. An ObjectLostError, as in Ray.
+class OwnerDiedError : public ObjectLostError {
+  using ObjectLostError::ObjectLostError;
 };
 class ObjectStoreFullError : public Error {
   using Error::Error;

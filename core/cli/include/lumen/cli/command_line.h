@@ -38,6 +38,7 @@ struct StartOptions {
   std::optional<double> num_gpus;             // --num-gpus, >= 0
   std::optional<double> memory;               // --memory, bytes, >= 0
   std::optional<uint64_t> object_store_memory;  // --object-store-memory, bytes
+  std::optional<uint64_t> memory_budget;        // --memory-budget, bytes (memory monitor)
   std::optional<std::string> object_spilling_directory;  // --object-spilling-directory
   std::map<std::string, double> resources;    // --resources '{"name": qty, ...}'
   std::optional<std::string> token;           // --token: the cluster's token

@@ -38,6 +38,13 @@ struct NodeDaemonOptions {
   int ready_fd = -1;   // our socket path is written here once we serve
   bool remove_session_dir = false;  // at exit (embedded clusters)
   int prestart_workers = -1;  // -1: the CPU count
+  // The memory monitor (doc/reliability.md, item 14): the bytes of resident
+  // anonymous memory the node's workers may use together (0: off), how often
+  // it is sampled, and how long lease grants pause after a kill (doubled for
+  // each kill in a row, up to 30 s).
+  uint64_t memory_budget_bytes = 0;
+  std::chrono::milliseconds memory_monitor_period{250};
+  std::chrono::milliseconds memory_kill_backoff{1000};
   // Report period, worker idle timeout, connect and retry delays.
   Timeouts timeouts = Timeouts::FromEnv();
   NodeDaemonTesting testing;
