@@ -233,6 +233,16 @@ absl::StatusOr<ObjectState> ObjectTable::GetState(const ObjectId& id) const {
   return it->second.state;
 }
 
+void ObjectTable::ForEachObject(const std::function<void(const ObjectInfo&)>& fn) const {
+  for (const auto& [id, e] : objects_) {
+    fn(ObjectInfo{.id = id,
+                  .size = e.size,
+                  .state = e.state,
+                  .pins = e.reader_pins + (e.creator_pinned ? 1 : 0),
+                  .secondary = e.secondary});
+  }
+}
+
 ObjectTable::Stats ObjectTable::GetStats() const {
   return Stats{.capacity = allocator_.capacity(),
                .used = allocator_.used(),

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -127,6 +128,18 @@ class ObjectTable {
   // and pin counts that agree with the clients' pins; else Internal.
   absl::Status CheckInvariants() const;
   const Allocator& allocator() const { return allocator_; }
+
+  // One object as `lumen memory` shows it.
+  struct ObjectInfo {
+    ObjectId id;
+    uint64_t size;
+    ObjectState state;
+    uint64_t pins;  // Get pins of all clients, plus one while unsealed (the creator's)
+    bool secondary;
+  };
+  // Calls `fn` once for every object in any state, in no particular order.
+  // `fn` must not change the table. O(n).
+  void ForEachObject(const std::function<void(const ObjectInfo&)>& fn) const;
 
   // True if `id` is present in any state (delete-pending included).
   bool Contains(const ObjectId& id) const;
