@@ -36,7 +36,7 @@ LossDecision ActorLifecycle::OnProcessLost(int generation) {
     MarkDead(why);
     return {LossAction::kDead, std::move(why)};
   }
-  if (restarts_ < max_restarts_) {
+  if (max_restarts_ < 0 || restarts_ < max_restarts_) {  // -1: without limit
     ++restarts_;
     state_ = ActorState::kRestarting;
     return {LossAction::kRestart, ""};

@@ -182,7 +182,7 @@ void ActorOwner::OnExitCause(const ObjectId& id, int generation, const std::stri
                        ", on node ",
                        where.node_id.IsNil() ? "?" : where.node_id.Hex().substr(0, 12),
                        ") died unexpectedly: ", cause.empty() ? closed : cause,
-                       spec.max_restarts > 0
+                       spec.max_restarts != 0
                            ? absl::StrCat(" (after ", actor->life.restarts(), " restarts)")
                            : std::string()));
 }

@@ -129,7 +129,8 @@ void ActorTaskSubmitter::OnChannelOpened(const ObjectId& actor, const std::strin
   a.interrupted.clear();
   for (auto rit = interrupted.rbegin(); rit != interrupted.rend(); ++rit) {
     auto& call = *rit;
-    if (static_cast<int>(call->attempt) < a.max_task_retries) {
+    // max_task_retries -1: resent after every restart.
+    if (a.max_task_retries < 0 || static_cast<int>(call->attempt) < a.max_task_retries) {
       ++call->attempt;
       call->resolved = true;
       a.queue.push_front(std::move(call));

@@ -5,7 +5,7 @@
 #   include/ next to the calling CMakeLists.txt).
 # lumen_cc_test(NAME <name> SRCS ... [DEPS ...] [INCLUDE_DIRS ...] [DEFINES ...]
 #               [BUILD_DEPENDS <target>...] [MAIN <catch|own>] [TIMEOUT <s>]
-#               [SKIP_RETURN_CODE <n>] [ENVIRONMENT <VAR=value>...])
+#               [SKIP_RETURN_CODE <n>] [ENVIRONMENT <VAR=value>...] [LABELS <label>])
 #   A Catch2 test binary. MAIN catch (the default) links Catch2's main and
 #   registers each test case with CTest as "<name>.<test case>" (through
 #   catch_discover_tests); MAIN own links Catch2 without its main (the binary
@@ -13,7 +13,8 @@
 #   and DEFINES are private to the binary; BUILD_DEPENDS are targets built
 #   before it (e.g. a program it runs). Every test runs with
 #   LUMEN_LOG_LEVEL=warning plus ENVIRONMENT, under TIMEOUT seconds (default
-#   300); SKIP_RETURN_CODE is the exit code CTest reports as skipped.
+#   300); SKIP_RETURN_CODE is the exit code CTest reports as skipped; LABELS
+#   is one CTest label (`ctest -L <label>` runs those tests).
 
 set(LUMEN_WARNINGS -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers)
 
@@ -38,7 +39,7 @@ endfunction()
 
 function(lumen_cc_test)
   cmake_parse_arguments(T "" "NAME;MAIN;TIMEOUT;SKIP_RETURN_CODE"
-    "SRCS;DEPS;INCLUDE_DIRS;DEFINES;BUILD_DEPENDS;ENVIRONMENT;CASES" ${ARGN})
+    "SRCS;DEPS;INCLUDE_DIRS;DEFINES;BUILD_DEPENDS;ENVIRONMENT;CASES;LABELS" ${ARGN})
   if(NOT T_MAIN)
     set(T_MAIN catch)
   endif()
@@ -58,6 +59,15 @@ function(lumen_cc_test)
   endif()
   set(environment "LUMEN_LOG_LEVEL=warning" ${T_ENVIRONMENT})
   set(properties TIMEOUT ${T_TIMEOUT} ENVIRONMENT "${environment}")
+  if(T_LABELS)
+    # ctest -L <label> selects them (e.g. `chaos` for the fault matrix). One
+    # label: catch_discover_tests' PROPERTIES cannot carry a list value.
+    list(LENGTH T_LABELS n_labels)
+    if(n_labels GREATER 1)
+      message(FATAL_ERROR "lumen_cc_test(${T_NAME}): one LABELS value, not '${T_LABELS}'")
+    endif()
+    list(APPEND properties LABELS ${T_LABELS})
+  endif()
   if(DEFINED T_SKIP_RETURN_CODE)
     list(APPEND properties SKIP_RETURN_CODE ${T_SKIP_RETURN_CODE})
   endif()

@@ -23,18 +23,6 @@ namespace {
 constexpr uint64_t kMaxBatchBytes = 64ull << 20;
 constexpr size_t kMaxBatchObjects = 256;
 
-// Bytes of memory this machine can still give (MemAvailable), or 0 if unknown.
-uint64_t AvailableMemory() {
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key;
-  uint64_t kib = 0;
-  std::string unit;
-  while (meminfo >> key >> kib >> unit) {
-    if (key == "MemAvailable:") return kib * 1024;
-  }
-  return 0;
-}
-
 std::string Env(const char* name) {
   const char* v = std::getenv(name);
   return v == nullptr ? "" : v;
@@ -59,21 +47,33 @@ StoreOptions StoreOptions::FromEnv(uint64_t bytes, const std::string& spill_dir,
   if (absl::SimpleAtoi(Env("LUMEN_OBJECT_STORE_FULL_GRACE_MS"), &ms) && ms >= 0) {
     options.full_grace = std::chrono::milliseconds(ms);
   }
-  options.reserve = Env("LUMEN_OBJECT_STORE_RESERVE") == "1";
+  std::string reserve = Env("LUMEN_OBJECT_STORE_RESERVE");
+  if (reserve == "1" || reserve == "start") {
+    options.reserve = StoreOptions::Reserve::kAtStart;
+  } else if (reserve == "0" || reserve == "object") {
+    options.reserve = StoreOptions::Reserve::kPerObject;
+  }
   return options;
 }
 
 absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::Create(StoreOptions options) {
   if (options.io == nullptr) return absl::InvalidArgumentError("StoreOptions.io is required");
-  if (uint64_t available = AvailableMemory(); available != 0 && options.bytes > available) {
+  // The segment is a memfd: its pages come from the machine's memory (and
+  // count against this process's cgroup), not from /dev/shm, whose size does
+  // not limit it.
+  if (uint64_t available = AvailableMemoryBytes(); available != 0 && options.bytes > available) {
+    bool container = MemoryLimitedByCgroup();
     return absl::ResourceExhaustedError(absl::StrCat(
-        "the object store needs ", FormatBytes(options.bytes), " but this machine has only ",
+        "the object store needs ", FormatBytes(options.bytes), " but ",
+        container ? "this container's memory limit leaves" : "this machine has", " only ",
         FormatBytes(available), " of memory available (short by ",
-        FormatBytes(options.bytes - available), "); lower --object-store-memory"));
+        FormatBytes(options.bytes - available),
+        "); lower --object-store-memory, or give the container more memory (docker run "
+        "--memory=...; the store is a memfd, so /dev/shm and --shm-size do not limit it)"));
   }
   auto segment = ShmSegment::Create("lumen-store", options.bytes);
   if (!segment.ok()) return segment.status();
-  if (options.reserve) {
+  if (options.reserve == StoreOptions::Reserve::kAtStart) {
     if (absl::Status s = (*segment)->Reserve(0, options.bytes); !s.ok()) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "cannot reserve the ", FormatBytes(options.bytes), " of the object store: ",
@@ -86,6 +86,9 @@ absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::Create(StoreOptions op
 StoreServer::StoreServer(StoreOptions options, std::unique_ptr<ShmSegment> segment)
     : options_(std::move(options)),
       segment_(std::move(segment)),
+      reserver_(options_.reserve == StoreOptions::Reserve::kBackground
+                    ? std::make_unique<SegmentReserver>(segment_.get(), SegmentReserver::Options{})
+                    : nullptr),
       table_(segment_.get(), segment_->size()),
       timer_(*options_.io),
       index_([this](const std::string& path) {
@@ -105,6 +108,7 @@ void StoreServer::Stop() {
   if (stopped_) return;
   stopped_ = true;
   worker_.reset();  // joins: nothing writes or reads our files any more
+  reserver_.reset();  // joins between two chunks
   parked_.clear();
   restoring_.clear();
   timer_.cancel();
@@ -113,6 +117,18 @@ void StoreServer::Stop() {
     std::error_code ignored;
     std::filesystem::remove_all(spill_path_, ignored);
   }
+}
+
+uint64_t StoreServer::ReservedBytes() const {
+  switch (options_.reserve) {
+    case StoreOptions::Reserve::kAtStart:
+      return segment_->size();
+    case StoreOptions::Reserve::kBackground:
+      return reserver_ != nullptr ? reserver_->reserved_bytes() : 0;
+    case StoreOptions::Reserve::kPerObject:
+      break;
+  }
+  return 0;
 }
 
 absl::Status StoreServer::Handle(const StoreCaller& caller, proto::Envelope::Reader msg,

@@ -20,6 +20,7 @@
 #include "lumen/common/connection.h"
 #include "lumen/common/logging.h"
 #include "lumen/common/post.h"
+#include "lumen/common/process.h"
 
 namespace lumen::objectstore {
 
@@ -35,7 +36,7 @@ namespace {
 constexpr int kSocketBufferBytes = 4 << 20;
 
 bool SysctlAtLeast(const char* path, long want) {
-  FILE* f = std::fopen(path, "r");
+  FILE* f = std::fopen(path, "re");  // "e": close-on-exec
   if (f == nullptr) return false;
   long value = 0;
   bool ok = std::fscanf(f, "%ld", &value) == 1 && value >= want;
@@ -69,6 +70,7 @@ uint64_t GetU64(const uint8_t* p) {
 }
 
 void TuneSocket(tcp::socket& socket, bool big_send, bool big_recv) {
+  SetCloseOnExec(socket.native_handle());  // never inherited by a worker
   boost::system::error_code ignored;
   socket.set_option(tcp::no_delay(true), ignored);
   if (big_send && CanSetSendBuffer()) {
@@ -384,6 +386,7 @@ absl::Status TransferServer::Listen(const std::string& host, int port) {
   }
   tcp::endpoint endpoint = results.begin()->endpoint();
   acceptor_.open(endpoint.protocol(), ec);
+  if (!ec) SetCloseOnExec(acceptor_.native_handle());
   if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
   if (!ec) acceptor_.bind(endpoint, ec);
   if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);

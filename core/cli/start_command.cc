@@ -67,7 +67,7 @@ absl::StatusOr<runtime::ClusterSpec> SpecFor(const StartOptions& options) {
     spec.metrics_host = *options.metrics_host;
     if (!options.metrics_port) spec.metrics_port = 0;
   }
-  bool beyond_loopback = !IsLoopbackHost(spec.head_host) ||
+  bool beyond_loopback = !IsLoopbackHost(spec.head_host) || !IsLoopbackHost(spec.node_host) ||
                          (spec.metrics_port >= 0 && !IsLoopbackHost(spec.metrics_host));
   if (spec.start_head && beyond_loopback && spec.token.empty()) {
     // Beyond loopback every connection must present the cluster's token.

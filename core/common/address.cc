@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
+#include "lumen/common/process.h"
 #include "lumen/common/timeouts.h"
 
 namespace lumen {
@@ -115,6 +116,7 @@ absl::StatusOr<std::unique_ptr<asio::ip::tcp::acceptor>> ListenTcp(asio::io_cont
   asio::ip::tcp::endpoint endpoint(asio::ip::make_address(host, ec), static_cast<uint16_t>(port));
   auto acceptor = std::make_unique<asio::ip::tcp::acceptor>(io);
   if (!ec) acceptor->open(endpoint.protocol(), ec);
+  if (!ec) SetCloseOnExec(acceptor->native_handle());
   if (!ec && port != 0) acceptor->set_option(asio::socket_base::reuse_address(true), ec);
   if (!ec) acceptor->bind(endpoint, ec);
   if (!ec) acceptor->listen(512, ec);

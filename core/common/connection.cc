@@ -17,8 +17,10 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "lumen/common/frame_decoder.h"
 #include "lumen/common/logging.h"
 #include "lumen/common/post.h"
+#include "lumen/common/process.h"
 #include "lumen/common/timeouts.h"
 
 namespace lumen {
@@ -232,6 +234,7 @@ Connection::Connection(Socket socket, ConnectionOptions options)
       id_(next_connection_id.fetch_add(1)),
       peer_(DescribePeer(socket_.native_handle())) {
   hello_accepted_ = options_.max_frame_bytes_before_hello == 0;
+  SetCloseOnExec(socket_.native_handle());  // a user task's exec must not hold it open
   read_buffer_.resize(kInitialReadBufferBytes / sizeof(capnp::word));
 }
 
@@ -306,6 +309,16 @@ void Connection::ReadMore() {
       [self = shared_from_this()](const boost::system::error_code& ec, size_t n) {
         self->read_in_flight_ = false;
         if (ec) {
+          size_t partial = self->read_end_ - self->read_begin_;
+          if (ec == boost::asio::error::eof && partial > 0) {
+            // A truncated frame: worth a log line, unlike a plain close.
+            self->Close(absl::DataLossError(absl::StrCat(
+                "peer closed the connection in the middle of a frame (", partial, " of ",
+                self->partial_frame_bytes_ > 0 ? absl::StrCat(self->partial_frame_bytes_)
+                                               : std::string("at least 8"),
+                " bytes)")));
+            return;
+          }
           self->Close(ec == boost::asio::error::eof
                           ? absl::UnavailableError("peer closed the connection")
                           : absl::UnavailableError(ec.message()));
@@ -340,19 +353,12 @@ void Connection::ProcessFrames() {
     const capnp::word* payload =
         reinterpret_cast<const capnp::word*>(base + read_begin_ + kFrameHeaderBytes);
     read_begin_ += frame_bytes;
-    try {
-      capnp::ReaderOptions reader_options;
-      reader_options.traversalLimitInWords = *len / sizeof(capnp::word) * 4 + 1024;
-      reader_options.nestingLimit = options_.nesting_limit;
-      capnp::FlatArrayMessageReader reader(
-          kj::arrayPtr(payload, *len / sizeof(capnp::word)), reader_options);
-      on_frame_(*this, reader.getRoot<proto::Envelope>());
-    } catch (const kj::Exception& e) {
-      Close(absl::InvalidArgumentError(
-          absl::StrCat("malformed message: ", e.getDescription().cStr())));
-      return;
-    } catch (const std::exception& e) {
-      Close(absl::InvalidArgumentError(absl::StrCat("bad message: ", e.what())));
+    absl::Status decoded =
+        DecodeFrame(kj::arrayPtr(payload, *len / sizeof(capnp::word)),
+                    {.nesting_limit = options_.nesting_limit},
+                    [this](proto::Envelope::Reader envelope) { on_frame_(*this, envelope); });
+    if (!decoded.ok()) {
+      Close(decoded);
       return;
     }
     CheckSendQueue();

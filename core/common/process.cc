@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +16,10 @@
 
 #include "absl/strings/str_cat.h"
 
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
 extern char** environ;
 
 namespace lumen {
@@ -24,6 +29,11 @@ absl::Status MakePipe(int fds[2]) {
     return absl::InternalError(absl::StrCat("pipe2: ", std::strerror(errno)));
   }
   return absl::OkStatus();
+}
+
+void SetCloseOnExec(int fd) {
+  int flags = ::fcntl(fd, F_GETFD);
+  if (flags >= 0 && !(flags & FD_CLOEXEC)) ::fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
 }
 
 std::string SelfExecutablePath() {
@@ -72,6 +82,11 @@ absl::StatusOr<pid_t> SpawnProcess(const SpawnOptions& options) {
   std::string oom_value =
       options.oom_score_adj ? std::to_string(*options.oom_score_adj) : std::string();
 
+  // For marking every inherited fd close-on-exec in the child without
+  // close_range (kernels before 5.11): the highest fd number to visit.
+  long max_fd = ::sysconf(_SC_OPEN_MAX);
+  if (max_fd < 0 || max_fd > 65536) max_fd = 65536;
+
   int error_pipe[2];
   if (auto s = MakePipe(error_pipe); !s.ok()) {
     if (log_fd >= 0) ::close(log_fd);
@@ -103,8 +118,18 @@ absl::StatusOr<pid_t> SpawnProcess(const SpawnOptions& options) {
     if (options.stdout_fd >= 0) ::dup2(options.stdout_fd, STDOUT_FILENO);
     if (options.stderr_fd >= 0) ::dup2(options.stderr_fd, STDERR_FILENO);
     if (options.new_session && !options.log_path.empty()) {
-      int null_fd = ::open("/dev/null", O_RDONLY);
+      int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
       if (null_fd >= 0) ::dup2(null_fd, STDIN_FILENO);
+    }
+    // Only stdio and keep_fds reach the new program: sockets opened without
+    // SOCK_CLOEXEC (Asio opens and accepts without it), a store's fds, other
+    // clients' connections are closed at exec even when a thread of the
+    // parent created them between its fork and our exec.
+    if (::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC) != 0) {
+      for (long fd = 3; fd < max_fd; ++fd) {
+        int flags = ::fcntl(static_cast<int>(fd), F_GETFD);
+        if (flags >= 0 && !(flags & FD_CLOEXEC)) ::fcntl(static_cast<int>(fd), F_SETFD, flags | FD_CLOEXEC);
+      }
     }
     for (int fd : options.keep_fds) {
       int flags = ::fcntl(fd, F_GETFD);

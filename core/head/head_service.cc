@@ -4,6 +4,7 @@
 #include "lumen/head/head_service.h"
 
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <boost/asio.hpp>
@@ -31,6 +32,7 @@
 #include "lumen/common/connection.h"
 #include "lumen/common/ids.h"
 #include "lumen/common/logging.h"
+#include "lumen/common/process.h"
 #include "lumen/common/proto_util.h"
 #include "lumen/common/thread_checker.h"
 #include "lumen/common/post.h"
@@ -76,6 +78,9 @@ class HeadService {
         health_timer_(io_) {}
 
   int Run();
+  asio::io_context& io() { return io_; }
+  // ServeConnectionForTesting: serves `socket` until it closes.
+  void ServeUntilClosed(Socket socket);
 
  private:
   std::function<Connection*(uint64_t)> FindConnectionFn() {
@@ -89,6 +94,8 @@ class HeadService {
   void TellStarter(const std::string& line);
   void Stop();
   void AcceptNext();
+  // Admits an accepted connection and starts reading it.
+  void Serve(Socket socket);
   // Health checks: a node silent for `failure_threshold` periods is dead.
   // When this check runs late (the head was starved), the delay is excused:
   // the nodes' reports may be waiting unread in our sockets.
@@ -138,6 +145,7 @@ int HeadService::Run() {
   boost::system::error_code ec;
   asio::ip::tcp::endpoint endpoint(asio::ip::make_address(options_.host, ec), options_.port);
   if (!ec) acceptor_.open(endpoint.protocol(), ec);
+  if (!ec) SetCloseOnExec(acceptor_.native_handle());
   if (!ec) acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
   if (!ec) acceptor_.bind(endpoint, ec);
   if (!ec) acceptor_.listen(512, ec);
@@ -234,15 +242,26 @@ void HeadService::Stop() {
 void HeadService::AcceptNext() {
   acceptor_.async_accept([this](const boost::system::error_code& ec, asio::ip::tcp::socket s) {
     if (ec) return;
-    auto conn = admission_.Admit(AdoptTcp(io_, std::move(s)));
-    if (conn) {
-      conn->context() = false;  // hello seen
-      conns_[conn->id()] = conn;
-      conn->Start([this](Connection& c, proto::Envelope::Reader m) { OnFrame(c, m); },
-                  [this](Connection& c, const absl::Status& why) { OnClose(c, why); });
-    }
+    Serve(AdoptTcp(io_, std::move(s)));
     AcceptNext();
   });
+}
+
+void HeadService::Serve(Socket socket) {
+  auto conn = admission_.Admit(std::move(socket));
+  if (!conn) return;
+  conn->context() = false;  // hello seen
+  conns_[conn->id()] = conn;
+  conn->Start([this](Connection& c, proto::Envelope::Reader m) { OnFrame(c, m); },
+              [this](Connection& c, const absl::Status& why) { OnClose(c, why); });
+}
+
+void HeadService::ServeUntilClosed(Socket socket) {
+  Serve(std::move(socket));
+  while (!conns_.empty() && io_.run_one() > 0) {
+  }
+  // What the close posted (the connection's release).
+  io_.poll();
 }
 
 void HeadService::CheckHealth() {
@@ -374,7 +393,8 @@ void HeadService::OnClose(Connection& conn, const absl::Status& why) {
   if (why.code() == absl::StatusCode::kInvalidArgument ||
       why.code() == absl::StatusCode::kResourceExhausted ||
       why.code() == absl::StatusCode::kPermissionDenied ||
-      why.code() == absl::StatusCode::kDeadlineExceeded) {
+      why.code() == absl::StatusCode::kDeadlineExceeded ||
+      why.code() == absl::StatusCode::kDataLoss) {
     LogRejectedConnection("head", conn.peer(), why);
   }
   OnNodesDead(nodes_.DropConnection(conn.id()));
@@ -407,6 +427,12 @@ HeadLimits HeadLimits::FromEnv() {
 int RunHeadService(const HeadOptions& options) {
   HeadService head(options);
   return head.Run();
+}
+
+void ServeConnectionForTesting(const HeadOptions& options, int fd) {
+  HeadService head(options);
+  boost::asio::io_context& io = head.io();
+  head.ServeUntilClosed(Socket(io, boost::asio::generic::stream_protocol(AF_UNIX, 0), fd));
 }
 
 }  // namespace lumen::head

@@ -9,6 +9,7 @@
 #include "lumen/common/address.h"
 #include "lumen/common/connection.h"
 #include "lumen/common/logging.h"
+#include "lumen/common/process.h"
 
 namespace lumen::head {
 namespace {
@@ -125,6 +126,7 @@ absl::Status HttpServer::Start() {
   asio::ip::tcp::endpoint endpoint(asio::ip::make_address(options_.host, ec),
                                    static_cast<unsigned short>(options_.port));
   if (!ec) acceptor_.open(endpoint.protocol(), ec);
+  if (!ec) SetCloseOnExec(acceptor_.native_handle());
   if (!ec) acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
   if (!ec) acceptor_.bind(endpoint, ec);
   if (!ec) acceptor_.listen(64, ec);
@@ -145,7 +147,10 @@ void HttpServer::Stop() {
 void HttpServer::AcceptNext() {
   acceptor_.async_accept([this](const boost::system::error_code& ec, asio::ip::tcp::socket s) {
     if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
-    if (!ec) std::make_shared<Session>(*this, std::move(s))->ReadNext();
+    if (!ec) {
+      SetCloseOnExec(s.native_handle());
+      std::make_shared<Session>(*this, std::move(s))->ReadNext();
+    }
     AcceptNext();
   });
 }

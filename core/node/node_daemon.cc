@@ -142,6 +142,13 @@ class NodeDaemon {
 };
 
 absl::Status NodeDaemon::Setup() {
+  // Beyond loopback every hello must carry the cluster's token: without one to
+  // compare with, anyone who reaches the port would be let in.
+  if (!IsLoopbackHost(options_.host) && runtime::HeadToken().empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "it would listen on ", options_.host,
+        " without a cluster token (pass --token or LUMEN_TOKEN, or listen on loopback)"));
+  }
   std::filesystem::create_directories(options_.session_dir + "/sockets");
   socket_path_ = options_.session_dir + "/sockets/node-" + node_id_.Hex().substr(0, 12) + ".sock";
 
@@ -159,6 +166,7 @@ absl::Status NodeDaemon::Setup() {
   boost::system::error_code ec;
   ::unlink(socket_path_.c_str());
   acceptor_.open(asio::local::stream_protocol(), ec);
+  if (!ec) SetCloseOnExec(acceptor_.native_handle());
   if (!ec) acceptor_.bind(asio::local::stream_protocol::endpoint(socket_path_), ec);
   if (!ec) acceptor_.listen(512, ec);
   if (ec) return absl::UnavailableError(absl::StrCat("cannot listen on ", socket_path_, ": ", ec.message()));

@@ -167,6 +167,8 @@ std::shared_ptr<RefHandle> SubmitActorTask(const std::shared_ptr<RefHandle>& act
 
 void KillActor(const RefHandle& actor, bool no_restart) { Core()->KillActor(actor, no_restart); }
 
+void CancelTask(const RefHandle& ref, bool force) { Core()->CancelTask(ref, force); }
+
 std::shared_ptr<RefHandle> GetNamedActor(const std::string& name) {
   return Core()->GetNamedActor(name);
 }

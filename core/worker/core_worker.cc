@@ -153,6 +153,7 @@ absl::Status CoreWorker::Connect() {
   boost::system::error_code ec;
   acceptor_ = std::make_unique<boost::asio::local::stream_protocol::acceptor>(io_);
   acceptor_->open(boost::asio::local::stream_protocol(), ec);
+  if (!ec) SetCloseOnExec(acceptor_->native_handle());
   if (!ec) acceptor_->bind(boost::asio::local::stream_protocol::endpoint(unix_path_), ec);
   if (!ec) acceptor_->listen(128, ec);
   if (ec) {

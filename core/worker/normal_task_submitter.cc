@@ -175,10 +175,11 @@ void NormalTaskSubmitter::OnTaskReply(uint64_t key, proto::TaskReply::Reader rep
   lease.in_flight.erase(it);
   SchedulingQueue& queue = *lease.queue;
   if (reply.getRequeued()) {
-    // Pipelined behind a task that now waits in Get: run it on another worker.
+    // Pipelined behind a task that now waits in Get: run it on another worker
+    // (unless it was cancelled meanwhile: it then ends here).
     lease.worker_blocked = true;
     Reindex(lease);
-    queue.ready.push_back(std::move(task));
+    if (!task->cancelled) queue.ready.push_back(std::move(task));
     Dispatch(queue);
     return;
   }
@@ -187,7 +188,18 @@ void NormalTaskSubmitter::OnTaskReply(uint64_t key, proto::TaskReply::Reader rep
   double micros = static_cast<double>(reply.getExecMicros());
   queue.avg_exec_micros =
       queue.avg_exec_micros < 0 ? micros : 0.8 * queue.avg_exec_micros + 0.2 * micros;
-  tasks_.Complete(*task, reply.getResult());
+  proto::Value::Reader result = reply.getResult();
+  if (task->cancelled) {
+    // Its object failed with TaskCancelledError already: the answer is dropped.
+  } else if (task->retry_exceptions && result.isError() &&
+             result.getError().getKind() == proto::FailureKind::TASK_ERROR &&
+             tasks_.ConsumeRetry(*task)) {
+    LUMEN_LOG(INFO) << task->name() << " threw; retrying (attempt " << task->attempt + 1
+                    << ", retry_exceptions)";
+    queue.ready.push_back(std::move(task));
+  } else {
+    tasks_.Complete(*task, result);
+  }
   task.reset();  // releases the argument refs
   Dispatch(queue);
   MaybeReturnLease(lease);
@@ -205,6 +217,14 @@ void NormalTaskSubmitter::OnLeaseLost(uint64_t key, const absl::Status& why) {
   std::vector<std::unique_ptr<PendingTask>> retry;
   auto failed = std::make_shared<std::vector<std::unique_ptr<PendingTask>>>();
   for (auto& [id, task] : owned->in_flight) {
+    // A cancelled task's object failed already; it goes with the lease.
+    if (task->cancelled) continue;
+    if (owned->killed_for_cancel) {
+      // Killed for another task's Cancel(force): not this task's failure.
+      ++task->attempt;
+      retry.push_back(std::move(task));
+      continue;
+    }
     if (tasks_.ConsumeRetry(*task)) {
       LUMEN_LOG(INFO) << "worker pid " << owned->worker_pid << " died running "
                       << task->name() << "; retrying (attempt " << task->attempt + 1 << ")";
@@ -349,6 +369,41 @@ std::vector<std::shared_ptr<Connection>> NormalTaskSubmitter::OnNodeDead(const N
   return daemons;
 }
 
+bool NormalTaskSubmitter::Cancel(const TaskId& id, bool force) {
+  io_thread_.Check("NormalTaskSubmitter::Cancel");
+  for (auto& [key, queue] : queues_) {
+    auto& ready = queue->ready;
+    auto it = std::find_if(ready.begin(), ready.end(),
+                           [&](const std::unique_ptr<PendingTask>& t) { return t->task_id == id; });
+    if (it == ready.end()) continue;
+    std::unique_ptr<PendingTask> task = std::move(*it);
+    ready.erase(it);
+    tasks_.Cancel(*task, " before it started");
+    task.reset();  // releases the argument refs
+    MaybeDropQueueLater(queue->key);
+    return true;
+  }
+  for (auto& [key, lease] : leases_) {
+    auto it = lease->in_flight.find(id);
+    if (it == lease->in_flight.end()) continue;
+    PendingTask& task = *it->second;
+    if (task.cancelled) return true;
+    if (!force) {
+      tasks_.Cancel(task, " while on worker pid " + std::to_string(lease->worker_pid) +
+                              " (force=false: the worker runs it to its end)");
+      return true;
+    }
+    tasks_.Cancel(task, " while on worker pid " + std::to_string(lease->worker_pid) +
+                            ", which was killed (force=true)");
+    lease->killed_for_cancel = true;
+    // OnLeaseLost (possibly inside Close) asks the node to kill the worker and
+    // requeues the lease's other tasks; `lease` may be gone after this line.
+    lease->worker->Close(absl::CancelledError("a task on this worker was cancelled with force"));
+    return true;
+  }
+  return false;
+}
+
 void NormalTaskSubmitter::CloseAll(const absl::Status& why) {
   io_thread_.Check("NormalTaskSubmitter::CloseAll");
   std::vector<uint64_t> open;
@@ -369,12 +424,12 @@ void NormalTaskSubmitter::Clear() {
 }
 
 void NormalTaskSubmitter::ForEachTask(
-    const std::function<void(const PendingTask&, const NodeId* node)>& fn) const {
+    const std::function<void(const PendingTask&, const NodeId* node, int worker_pid)>& fn) const {
   for (const auto& [key, queue] : queues_) {
-    for (const auto& task : queue->ready) fn(*task, nullptr);
+    for (const auto& task : queue->ready) fn(*task, nullptr, 0);
   }
   for (const auto& [key, lease] : leases_) {
-    for (const auto& [id, task] : lease->in_flight) fn(*task, &lease->node_id);
+    for (const auto& [id, task] : lease->in_flight) fn(*task, &lease->node_id, lease->worker_pid);
   }
 }
 

@@ -133,6 +133,14 @@ class NormalTaskSubmitter {
   // what they ran is retried or failed. Returns the daemon connections that
   // granted those leases, for the caller to close.
   std::vector<std::shared_ptr<Connection>> OnNodeDead(const NodeId& node, const absl::Status& why);
+  // lumen::Cancel of task `id`: one waiting in a queue is removed and fails
+  // with TaskCancelledError; one on a worker is marked cancelled (its object
+  // fails now, whatever the worker answers is dropped, it is never retried)
+  // and, with `force`, that worker's connection closes and its node kills it
+  // (the other tasks pipelined there are requeued without using their retry
+  // budget). Returns false when no task `id` is here (not submitted yet,
+  // finished, or not a normal task). O(queued tasks + leases).
+  bool Cancel(const TaskId& id, bool force);
   // Shutting down: cancels the idle timers and closes every worker connection
   // (their on_lost is not expected to reach us any more).
   void CloseAll(const absl::Status& why);
@@ -140,8 +148,10 @@ class NormalTaskSubmitter {
   // thread has ended.
   void Clear();
 
-  // Every task not finished yet: `node` is where it runs, or null while it waits.
-  void ForEachTask(const std::function<void(const PendingTask&, const NodeId* node)>& fn) const;
+  // Every task not finished yet: `node` and `worker_pid` are where it runs,
+  // or null and 0 while it waits.
+  void ForEachTask(
+      const std::function<void(const PendingTask&, const NodeId* node, int worker_pid)>& fn) const;
 
   // For tests: how many leases and scheduling queues exist now.
   size_t TEST_NumLeases() const { return leases_.size(); }
@@ -165,6 +175,7 @@ class NormalTaskSubmitter {
     bool return_when_idle = false;  // the node asked for it back
     bool node_dead = false;         // its node was declared dead: being closed
     bool worker_blocked = false;    // its worker waits in Get: send it nothing more
+    bool killed_for_cancel = false;  // closed by Cancel(force): its other tasks keep their budget
     // Its entry in queue->usable, if any: (in-flight count, key).
     std::optional<std::pair<size_t, uint64_t>> usable_entry;
   };

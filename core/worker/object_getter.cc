@@ -24,6 +24,7 @@
 namespace lumen::runtime {
 
 void CoreWorker::ThrowFailure(const Failure& f) {
+  if (f.cancelled) throw TaskCancelledError(f.message);
   switch (f.kind) {
     case proto::FailureKind::TASK_ERROR:
     case proto::FailureKind::FUNCTION_NOT_FOUND:

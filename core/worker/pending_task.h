@@ -55,8 +55,12 @@ struct PendingTask : actors::ActorCall {
   std::vector<internal::TaskArgument> args;  // holds the argument refs alive
   // Normal tasks, from submission until the submitter queued it; null after.
   std::unique_ptr<TaskPlacement> placement;
-  int retries_left = 0;
-  int max_retries = 0;
+  int retries_left = 0;  // negative: without limit
+  int max_retries = 0;   // as submitted; -1: without limit
+  bool retry_exceptions = false;  // a TaskError result is retried too
+  // lumen::Cancel ended it: its return object has failed already; whatever
+  // the worker answers is dropped, and it is never retried.
+  bool cancelled = false;
   int unresolved = 0;
   proto::TaskKind kind = proto::TaskKind::NORMAL;
   // Actor calls: the actor (its handle keeps it alive while calls are pending).

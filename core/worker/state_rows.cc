@@ -38,12 +38,13 @@ void CoreWorker::SendStateRows(Connection& conn, uint64_t request_id, const std:
                       {"OWNER", owner}});
     });
   } else if (what == "tasks") {
-    submitter_->ForEachTask([&](const PendingTask& task, const NodeId* node) {
+    submitter_->ForEachTask([&](const PendingTask& task, const NodeId* node, int worker_pid) {
       rows.push_back({{"TASK_ID", short_id(task.task_id.Hex())},
                       {"NAME", task.name()},
                       {"STATE", node ? "RUNNING" : "PENDING_NODE_ASSIGNMENT"},
                       {"NODE", node ? short_id(node->Hex()) : ""},
-                      {"OWNER", owner}});
+                      {"OWNER", owner},
+                      {"WORKER_PID", worker_pid ? std::to_string(worker_pid) : ""}});
     });
     actor_submitter_->ForEachCall([&](const actors::ActorCall& call, bool in_flight) {
       const auto& task = static_cast<const PendingTask&>(call);
@@ -51,14 +52,16 @@ void CoreWorker::SendStateRows(Connection& conn, uint64_t request_id, const std:
                       {"NAME", task.name()},
                       {"STATE", in_flight ? "RUNNING" : "PENDING_ACTOR"},
                       {"NODE", ""},
-                      {"OWNER", owner}});
+                      {"OWNER", owner},
+                      {"WORKER_PID", ""}});
     });
     for (const auto& f : tasks_->finished()) {
       rows.push_back({{"TASK_ID", short_id(f.id.Hex())},
                       {"NAME", f.name},
                       {"STATE", f.state},
                       {"NODE", ""},
-                      {"OWNER", owner}});
+                      {"OWNER", owner},
+                      {"WORKER_PID", ""}});
     }
   } else if (std::optional<size_t> top = ParseMemoryListing(what)) {
     // `lumen memory`: the owner's side of its `top` largest stored objects

@@ -41,10 +41,26 @@ void TaskManager::Fail(std::unique_ptr<PendingTask> task, Failure failure) {
   store_.SetFailed(task->return_id, failure);
 }
 
+void TaskManager::Cancel(PendingTask& task, const std::string& how) {
+  io_thread_.Check("TaskManager::Cancel");
+  if (task.cancelled) return;
+  task.cancelled = true;
+  Failure failure{proto::FailureKind::OTHER, "lumen::TaskCancelledError",
+                  absl::StrCat("task ", task.name(), " (", task.task_id.Hex().substr(0, 12),
+                               ") was cancelled by lumen::Cancel", how),
+                  "", /*cancelled=*/true};
+  RecordFinished(task, "FAILED");
+  TaskEvents().Record(TaskEventKind::kFailed, task.task_id, task.attempt,
+                      std::string_view(failure.message).substr(0, 200),
+                      {.actor_call = task.kind != proto::TaskKind::NORMAL});
+  store_.SetFailed(task.return_id, failure);
+}
+
 bool TaskManager::ConsumeRetry(PendingTask& task) {
   io_thread_.Check("TaskManager::ConsumeRetry");
-  if (task.retries_left <= 0) return false;
-  --task.retries_left;
+  if (task.cancelled) return false;
+  if (task.retries_left == 0) return false;
+  if (task.retries_left > 0) --task.retries_left;
   ++task.attempt;
   return true;
 }

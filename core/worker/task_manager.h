@@ -15,6 +15,7 @@
 #include <deque>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "core/worker/memory_store.h"
 #include "core/worker/pending_task.h"
@@ -46,9 +47,15 @@ class TaskManager {
   // The task fails for good with `failure`; it is destroyed here (which
   // releases its argument refs).
   void Fail(std::unique_ptr<PendingTask> task, Failure failure);
-  // Its worker died: true (and the next attempt numbered) while its retry
-  // budget lasts, false once it is spent.
+  // Its worker died (or it threw, with retry_exceptions): true (and the next
+  // attempt numbered) while its retry budget lasts (max_retries -1: always),
+  // false once it is spent or the task was cancelled.
   [[nodiscard]] bool ConsumeRetry(PendingTask& task);
+  // lumen::Cancel: the task's return object fails now with TaskCancelledError
+  // (`how` ends the message) and the task is marked cancelled; its holder
+  // keeps it (a worker may still be running it) and drops it without a
+  // result when the worker answers or dies.
+  void Cancel(PendingTask& task, const std::string& how);
 
   // The last finished tasks, oldest first.
   const std::deque<FinishedTask>& finished() const { return finished_; }

@@ -48,7 +48,8 @@ std::shared_ptr<internal::RefHandle> CoreWorker::SubmitTask(
   if (placement.resources.empty()) placement.resources["CPU"] = 1;
   placement.scheduling = options.scheduling;
   placement.queue_key = ResourceShapeKey(placement.resources) + SchedulingKey(placement.scheduling);
-  task->max_retries = task->retries_left = std::max(0, options.max_retries);
+  task->max_retries = task->retries_left = std::max(-1, options.max_retries);
+  task->retry_exceptions = options.retry_exceptions;
   auto handle = std::make_shared<internal::RefHandle>(task->return_id, shared_listen_address_);
   Enqueue(std::move(task));
   return handle;
@@ -128,6 +129,10 @@ void CoreWorker::OnTaskResolved(PendingTask* raw) {
   if (task->kind == proto::TaskKind::ACTOR_CREATION) {
     actor_owner_->Start(task->return_id);
     return;
+  }
+  if (!cancelled_unresolved_.empty() && cancelled_unresolved_.erase(task->task_id) > 0) {
+    tasks_->Cancel(*task, " before it started");
+    return;  // `task` goes: its argument refs are released
   }
   // A failed argument fails the task with the same error (as in Ray).
   if (auto failed_argument = resolver_->FailedArgument(*task)) {

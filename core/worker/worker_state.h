@@ -36,8 +36,8 @@ inline std::string SchedulingKey(const internal::SchedulingOptions& s) {
 }
 
 inline Failure FailureFromProto(proto::TaskFailure::Reader f) {
-  return Failure{f.getKind(), f.getExceptionType().cStr(),
-                 f.getMessage().cStr(), f.getLocation().cStr()};
+  return Failure{f.getKind(), f.getExceptionType().cStr(), f.getMessage().cStr(),
+                 f.getLocation().cStr(), f.getCancelled()};
 }
 
 inline void FailureToProto(const Failure& failure, proto::TaskFailure::Builder out) {
@@ -45,6 +45,7 @@ inline void FailureToProto(const Failure& failure, proto::TaskFailure::Builder o
   out.setExceptionType(failure.exception_type);
   out.setMessage(failure.message);
   out.setLocation(failure.location);
+  out.setCancelled(failure.cancelled);
 }
 
 // Spin briefly before blocking: a cross-CPU wake-up costs tens of microseconds,

@@ -37,6 +37,23 @@ TEST_CASE("an actor is created, restarts within max_restarts, then dies", "[acto
   REQUIRE(life.death() == "killed by signal 9");
 }
 
+TEST_CASE("max_restarts=-1 restarts without limit; a kill still ends it", "[actors]") {
+  // Invariant: with max_restarts -1 every loss is a restart (a new
+  // generation), however many; a kill without restart is still final.
+  ActorLifecycle life(/*max_restarts=*/-1);
+  int g = life.BeginIncarnation();
+  REQUIRE(life.OnCreated(g));
+  for (int i = 1; i <= 100; ++i) {
+    REQUIRE(life.OnProcessLost(g).action == LossAction::kRestart);
+    g = life.BeginIncarnation();
+    REQUIRE(life.OnCreated(g));
+    REQUIRE(life.restarts() == i);
+  }
+  life.RequestKill(/*no_restart=*/true, "killed by lumen::ActorHandle::Kill()");
+  REQUIRE(life.OnProcessLost(g).action == LossAction::kDead);
+  REQUIRE(life.IsDead());
+}
+
 TEST_CASE("events of an older generation are stale", "[actors]") {
   // Invariant: a creation reply or a loss from a previous incarnation never
   // changes the state of the current one.

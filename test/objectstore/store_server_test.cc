@@ -3,7 +3,13 @@
 // checks the allocator's and the table's invariants after every step.
 #include "lumen/objectstore/store_server.h"
 
+#include <sched.h>
 #include <stdlib.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
@@ -405,6 +411,127 @@ TEST_CASE("LargestObjects lists the n largest, in memory or on disk only, with p
   }
   CHECK(spilled >= 1);
   (void)small;
+}
+
+TEST_CASE("sealed means immutable at the store API: create-twice, seal-twice, abort-after-seal "
+          "are typed errors",
+          "[store_server][chaos]") {
+  // Invariant: a request that would change an object that exists or is sealed
+  // is refused with its own status code (AlreadyExists, FailedPrecondition,
+  // NotFound), the object's bytes and state are unchanged, and the store's
+  // invariants hold after each refusal.
+  Harness h(1024 * kKiB);
+  const uint64_t size = 100 * kKiB;
+  ObjectId id = h.Put(kDriver, size);
+  const uint64_t used_before = h.store().GetStats().used;
+  const uint64_t objects_before = h.store().GetStats().num_objects;
+
+  StoreReply again = h.Call(kDriver, Op::kCreate, id, size);
+  CHECK(again.status.code() == absl::StatusCode::kAlreadyExists);
+  StoreReply other_creator = h.Call(kReader, Op::kCreate, id, size);
+  CHECK(other_creator.status.code() == absl::StatusCode::kAlreadyExists);
+  StoreReply reseal = h.Call(kDriver, Op::kSeal, id);
+  CHECK(reseal.status.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(std::string(reseal.status.message()), Catch::Contains("already sealed"));
+  StoreReply abort = h.Call(kDriver, Op::kAbort, id);
+  CHECK(abort.status.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(std::string(abort.status.message()), Catch::Contains("sealed and cannot be aborted"));
+  CHECK(h.Call(kReader, Op::kAbort, id).status.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(h.Call(kDriver, Op::kSeal, ObjectId::ForPut()).status.code() ==
+        absl::StatusCode::kNotFound);
+  CHECK(h.Call(kDriver, Op::kAbort, ObjectId::ForPut()).status.code() ==
+        absl::StatusCode::kNotFound);
+  REQUIRE(h.store().TEST_CheckInvariants().ok());
+  CHECK(h.store().GetStats().used == used_before);
+  CHECK(h.store().GetStats().num_objects == objects_before);
+  CHECK(h.store().IsSealed(id));
+  CHECK(h.GetAndCheck(kReader, id, size));
+
+  // An unsealed object: only its creator seals or aborts it, once.
+  ObjectId unsealed = ObjectId::ForPut();
+  REQUIRE(h.Call(kDriver, Op::kCreate, unsealed, size).status.ok());
+  CHECK(h.Call(kReader, Op::kSeal, unsealed).status.code() ==
+        absl::StatusCode::kFailedPrecondition);
+  CHECK(h.Call(kDriver, Op::kGet, unsealed).status.code() == absl::StatusCode::kUnavailable);
+  REQUIRE(h.Call(kDriver, Op::kAbort, unsealed).status.ok());
+  CHECK(h.Call(kDriver, Op::kAbort, unsealed).status.code() == absl::StatusCode::kNotFound);
+  CHECK(h.Call(kDriver, Op::kSeal, unsealed).status.code() == absl::StatusCode::kNotFound);
+  REQUIRE(h.store().TEST_CheckInvariants().ok());
+}
+
+TEST_CASE("the store's pages are reserved up front by default", "[store_server][chaos]") {
+  // Invariant: with default options the whole segment becomes backed by
+  // memory (fallocate) without any object being created, so no write into it
+  // can SIGBUS later; LUMEN_OBJECT_STORE_RESERVE=0 keeps the per-object mode.
+  Harness h(8 * 1024 * kKiB);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (h.store().ReservedBytes() < h.store().segment().size() &&
+         std::chrono::steady_clock::now() < deadline) {
+    h.RunUntil([] { return false; }, std::chrono::milliseconds(5));
+  }
+  CHECK(h.store().ReservedBytes() == h.store().segment().size());
+  struct stat st;
+  REQUIRE(fstat(h.store().segment().fd(), &st) == 0);
+  CHECK(static_cast<uint64_t>(st.st_blocks) * 512 >= h.store().segment().size());
+
+  boost::asio::io_context io;
+  ::setenv("LUMEN_OBJECT_STORE_RESERVE", "0", 1);
+  StoreOptions lazy = StoreOptions::FromEnv(8 * 1024 * kKiB, "", &io);
+  ::setenv("LUMEN_OBJECT_STORE_RESERVE", "start", 1);
+  StoreOptions at_start = StoreOptions::FromEnv(8 * 1024 * kKiB, "", &io);
+  ::unsetenv("LUMEN_OBJECT_STORE_RESERVE");
+  StoreOptions by_default = StoreOptions::FromEnv(8 * 1024 * kKiB, "", &io);
+  CHECK(lazy.reserve == StoreOptions::Reserve::kPerObject);
+  CHECK(at_start.reserve == StoreOptions::Reserve::kAtStart);
+  CHECK(by_default.reserve == StoreOptions::Reserve::kBackground);
+  auto store = StoreServer::Create(std::move(lazy));
+  REQUIRE(store.ok());
+  CHECK((*store)->ReservedBytes() == 0);
+  REQUIRE(fstat((*store)->segment().fd(), &st) == 0);
+  CHECK(st.st_blocks == 0);
+}
+
+}  // namespace
+}  // namespace lumen::objectstore
+
+namespace lumen::objectstore {
+namespace {
+
+TEST_CASE("a store four times the size of a 16 MiB /dev/shm starts and every byte of it is writable",
+          "[store_server][chaos]") {
+  // Invariant: /dev/shm's size does not bound the store (its segment is a
+  // memfd, whose pages come from memory): in a mount namespace whose /dev/shm
+  // is a 16 MiB tmpfs (Docker's small --shm-size), a 64 MiB store starts with
+  // all of its pages reserved and every byte of it can be written (no
+  // SIGBUS). Skipped where mount namespaces cannot be made (not root).
+  pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=16m") != 0) {
+      ::_exit(77);
+    }
+    struct statvfs vfs;
+    if (::statvfs("/dev/shm", &vfs) != 0 || uint64_t(vfs.f_blocks) * vfs.f_frsize > (16u << 20)) {
+      ::_exit(4);
+    }
+    boost::asio::io_context io;
+    StoreOptions options{.bytes = 64u << 20, .io = &io};
+    options.reserve = StoreOptions::Reserve::kAtStart;
+    auto store = StoreServer::Create(std::move(options));
+    if (!store.ok()) ::_exit(5);
+    std::memset((*store)->segment().writable_base(), 0x5a, 64u << 20);
+    ::_exit((*store)->segment().readonly_base()[(64u << 20) - 1] == 0x5a ? 0 : 6);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  INFO("child status " << status);
+  REQUIRE(WIFEXITED(status));  // not killed by SIGBUS
+  if (WEXITSTATUS(status) == 77) {
+    WARN("skipped: cannot make a mount namespace with a small /dev/shm here");
+    return;
+  }
+  CHECK(WEXITSTATUS(status) == 0);
 }
 
 }  // namespace

@@ -557,5 +557,136 @@ TEST_CASE("without our node daemon, a submitted task fails at once", "[worker][s
   CHECK(rig.nodes.HeldAt("") == 0);
 }
 
+TEST_CASE("lumen::Cancel: a queued task never runs, a running one fails now and is never retried",
+          "[worker][submitter][cancel]") {
+  // Invariant: a cancelled task's object fails with a cancelled failure at
+  // once; a queued one is never pushed; a running one's later reply is
+  // dropped (force=false) or its worker is closed and its lease killed
+  // (force=true); it is never retried, even with retries left; other tasks
+  // are not affected.
+  Rig rig;
+  SECTION("queued: removed before it gets a worker") {
+    TaskId task = rig.Submit(/*max_retries=*/-1);
+    REQUIRE(rig.submitter.Cancel(task, /*force=*/false));
+    REQUIRE(rig.Failed(task));
+    CHECK(rig.Result(task).failure->cancelled);
+    CHECK_THAT(rig.Result(task).failure->message, Catch::Contains("before it started"));
+    // The lease asked for before the cancel is granted: nothing is pushed.
+    rig.GrantAndConnect("", rig.node_a, 1, "worker-a");
+    CHECK(rig.runtime.PushedTo("worker-a").empty());
+    CHECK_FALSE(rig.submitter.Cancel(task, false));  // gone
+  }
+  SECTION("running, force=false: the worker's answer is dropped") {
+    TaskId task = rig.Submit(/*max_retries=*/3);
+    TaskId other = rig.Submit(/*max_retries=*/3);
+    rig.GrantAndConnect("", rig.node_a, 1, "worker-a");
+    rig.GrantAndConnect("", rig.node_a, 2, "worker-b");
+    REQUIRE(rig.runtime.PushedTo("worker-a") == std::vector<TaskId>{task});
+    REQUIRE(rig.submitter.Cancel(task, /*force=*/false));
+    REQUIRE(rig.Failed(task));
+    CHECK(rig.Result(task).failure->cancelled);
+    CHECK_FALSE(rig.runtime.workers.at("worker-a")->closed);
+    rig.runtime.Reply("worker-a", task);  // it ran to its end
+    REQUIRE(rig.Failed(task));
+    CHECK(rig.Result(task).failure->cancelled);
+    SECTION("its worker dies later: not retried") {
+      TaskId task2 = rig.Submit(/*max_retries=*/3);
+      REQUIRE(rig.runtime.PushedTo("worker-a").size() == 2);
+      REQUIRE(rig.submitter.Cancel(task2, false));
+      rig.runtime.Crash("worker-a");
+      CHECK(rig.runtime.exit_cause_asks.empty());
+      CHECK(rig.nodes.HeldAt("") == 0);  // nothing to run again
+      CHECK(rig.Result(task2).failure->cancelled);
+    }
+    rig.runtime.Reply("worker-b", other);
+    CHECK(rig.Finished(other));
+  }
+  SECTION("running, force=true: its worker is killed, it is not retried") {
+    TaskId task = rig.Submit(/*max_retries=*/-1);
+    rig.GrantAndConnect("", rig.node_a, 1, "worker-a");
+    REQUIRE(rig.submitter.Cancel(task, /*force=*/true));
+    CHECK(rig.runtime.workers.at("worker-a")->closed);
+    REQUIRE(rig.runtime.ended.size() == 1);
+    CHECK(rig.runtime.ended[0].lease_id == 1);
+    CHECK(rig.runtime.ended[0].kill);
+    REQUIRE(rig.Failed(task));
+    CHECK(rig.Result(task).failure->cancelled);
+    CHECK_THAT(rig.Result(task).failure->message, Catch::Contains("force=true"));
+    CHECK(rig.runtime.exit_cause_asks.empty());
+    CHECK(rig.nodes.HeldAt("") == 0);
+    CHECK(rig.submitter.TEST_NumLeases() == 0);
+  }
+}
+
+TEST_CASE("max_retries=-1 retries without limit; a finite budget is spent exactly",
+          "[worker][submitter]") {
+  // Invariant: a task with max_retries=-1 goes back to the queue after every
+  // worker death (attempt + 1 each time); one with max_retries=2 runs exactly
+  // 3 times and then fails with WORKER_CRASHED.
+  Rig rig;
+  TaskId forever = rig.Submit(/*max_retries=*/-1);
+  for (int i = 0; i < 10; ++i) {
+    std::string worker = "worker-" + std::to_string(i);
+    rig.GrantAndConnect("", rig.node_a, i + 1, worker);
+    REQUIRE(rig.runtime.PushedTo(worker) == std::vector<TaskId>{forever});
+    CHECK(rig.attempts[forever]->attempt == static_cast<uint32_t>(i));
+    rig.runtime.Crash(worker);
+    CHECK_FALSE(rig.Result(forever).ready);
+  }
+  CHECK(rig.runtime.exit_cause_asks.empty());
+  rig.GrantAndConnect("", rig.node_a, 100, "worker-last");
+  rig.runtime.Reply("worker-last", forever);
+  CHECK(rig.Finished(forever));
+
+  Rig other;  // a fresh submitter: no idle lease left from above
+  TaskId budget = other.Submit(/*max_retries=*/2);
+  int pushes = 0;
+  for (int i = 0; i < 3; ++i) {
+    std::string worker = "budget-" + std::to_string(i);
+    other.GrantAndConnect("", other.node_a, 200 + i, worker);
+    pushes += static_cast<int>(other.runtime.PushedTo(worker).size());
+    other.runtime.Crash(worker);
+  }
+  CHECK(pushes == 3);
+  REQUIRE(other.runtime.exit_cause_asks.size() == 1);
+  other.runtime.exit_cause_asks[0]("killed by SIGKILL");
+  REQUIRE(other.Failed(budget));
+  CHECK(other.Result(budget).failure->kind == proto::FailureKind::WORKER_CRASHED);
+  CHECK(other.nodes.HeldAt("") == 0);
+}
+
+TEST_CASE("a task that throws is retried only with retry_exceptions, within its budget",
+          "[worker][submitter]") {
+  // Invariant: a TaskError reply is the task's result unless retry_exceptions
+  // is set; with it the task runs again until its max_retries are spent, and
+  // the last error is the result.
+  Rig rig;
+  auto throw_reply = [&](const std::string& worker, const TaskId& id) {
+    capnp::MallocMessageBuilder message;
+    auto reply = message.initRoot<proto::TaskReply>();
+    reply.setTaskId(DataOf(id));
+    reply.setExecMicros(10);
+    auto error = reply.initResult().initError();
+    error.setKind(proto::FailureKind::TASK_ERROR);
+    error.setExceptionType("std::runtime_error");
+    error.setMessage("boom");
+    rig.runtime.workers.at(worker)->handlers.on_reply(reply.asReader());
+  };
+  bool retry = GENERATE(false, true);
+  TaskId task = rig.Submit(/*max_retries=*/2);
+  rig.attempts[task]->retry_exceptions = retry;
+  rig.GrantAndConnect("", rig.node_a, 1, "worker-a");
+  int runs = 0;
+  while (!rig.Result(task).ready && runs < 10) {
+    auto pushed = rig.runtime.PushedTo("worker-a");
+    REQUIRE(static_cast<int>(pushed.size()) == runs + 1);
+    throw_reply("worker-a", task);
+    ++runs;
+  }
+  CHECK(runs == (retry ? 3 : 1));
+  REQUIRE(rig.Failed(task));
+  CHECK(rig.Result(task).failure->kind == proto::FailureKind::TASK_ERROR);
+}
+
 }  // namespace
 }  // namespace lumen::runtime

@@ -80,6 +80,7 @@ struct TaskFailure {
   exceptionType @1 :Text;
   message @2 :Text;
   location @3 :Text;     # "pid 1234 on node abcd (worker ef01)"
+  cancelled @4 :Bool;    # lumen::Cancel ended the task (kind other): TaskCancelledError
 }
 
 struct ObjectRefData {

@@ -112,7 +112,10 @@ class ActorCreator {
     }
   }
   ActorCreator& SetName(std::string name) { options_.name = std::move(name); return *this; }
+  // -1: restart without limit.
   ActorCreator& SetMaxRestarts(int n) { options_.max_restarts = n; return *this; }
+  // Calls interrupted by the actor's death are resent to its next incarnation
+  // up to n times each; -1: without limit.
   ActorCreator& SetMaxTaskRetries(int n) { options_.max_task_retries = n; return *this; }
   ActorCreator& SetMaxConcurrency(int n) { options_.max_concurrency = n < 1 ? 1 : n; return *this; }
   ActorCreator& SetLifetime(ActorLifetime lifetime) {

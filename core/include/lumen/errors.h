@@ -45,6 +45,11 @@ class GetTimeoutError : public Error {
 class WorkerCrashedError : public Error {
   using Error::Error;
 };
+// lumen::Cancel(ref) ended the task before it produced its result (removed
+// from the queue, or its worker killed with force=true); never retried.
+class TaskCancelledError : public Error {
+  using Error::Error;
+};
 class ActorDiedError : public Error {
   using Error::Error;
 };

@@ -257,7 +257,12 @@ class TaskCaller {
       throw Error("lumen::Task: this function is not registered; add it to LUMEN_REMOTE(...)");
     }
   }
+  // How many times the task runs again when its worker dies (default 3); -1:
+  // without limit. A cancelled task is never retried.
   TaskCaller& SetMaxRetries(int n) { options_.max_retries = n; return *this; }
+  // Also retry (within max_retries) when the task throws; by default an
+  // exception is the task's result (Ray's retry_exceptions).
+  TaskCaller& SetRetryExceptions(bool retry) { options_.retry_exceptions = retry; return *this; }
   // A name for the task in error messages (default: the function's name).
   TaskCaller& SetName(std::string name) { options_.name = std::move(name); return *this; }
   TaskCaller& SetResource(const std::string& name, double quantity) {
@@ -368,6 +373,22 @@ ArrayView<T> GetArray(const ObjectRef<std::vector<T>>& ref,
                                span.status().code() == absl::StatusCode::kFailedPrecondition);
   }
   return ArrayView<T>(*span, std::move(objects[0].keepalive));
+}
+
+// Cancels the task that produces `ref` (Ray's ray.cancel). `Get(ref)` then
+// throws TaskCancelledError at once, and the task is never retried:
+//  - waiting for its arguments or for a worker: removed, it never runs;
+//  - sent to a worker: marked cancelled; with `force` the worker is killed
+//    (other tasks queued on that worker run elsewhere, without using their
+//    retry budget); without it the task runs to its end and its result is
+//    dropped (C++ cannot interrupt a running function).
+// No effect on a finished task, a Put object or an actor call. Only the
+// process that submitted the task may cancel it (others: lumen::Error). Tasks
+// the cancelled task submitted are not cancelled (no recursive=true).
+template <class T>
+void Cancel(const ObjectRef<T>& ref, bool force = false) {
+  if (ref.handle() == nullptr) throw Error("lumen::Cancel: a nil ObjectRef");
+  internal::CancelTask(*ref.handle(), force);
 }
 
 template <class T>

@@ -22,6 +22,9 @@ struct TaskFailure {
   std::string exception_type;
   std::string message;
   std::string location;
+  // lumen::Cancel ended the task: the API throws TaskCancelledError, and it
+  // is never retried.
+  bool cancelled = false;
 };
 
 // Where an actor runs, as its owner (or the head) answered.

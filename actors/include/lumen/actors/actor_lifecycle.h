@@ -45,7 +45,7 @@ struct LossDecision {
 
 class ActorLifecycle {
  public:
-  // `max_restarts`: how many times a lost process is replaced.
+  // `max_restarts`: how many times a lost process is replaced; -1: always.
   explicit ActorLifecycle(int max_restarts) : max_restarts_(max_restarts) {}
 
   ActorState state() const { return state_; }

@@ -73,7 +73,8 @@ struct SchedulingOptions {
 };
 
 struct TaskOptions {
-  int max_retries = 3;
+  int max_retries = 3;          // -1: without limit
+  bool retry_exceptions = false;  // retry (within max_retries) when the task throws
   std::map<std::string, double> resources;  // empty: {CPU: 1}
   std::string name;
   SchedulingOptions scheduling;
@@ -81,6 +82,9 @@ struct TaskOptions {
 
 std::shared_ptr<RefHandle> SubmitTask(std::string_view function, std::vector<TaskArgument> args,
                                       const TaskOptions& options);
+// lumen::Cancel: throws lumen::Error for a ref this process does not own or
+// that no task of this process returns.
+void CancelTask(const RefHandle& ref, bool force);
 
 // Stores an encoded value (inline in this process when small, else in the
 // node's shared-memory store). `where`: the Put call site `lumen memory` shows

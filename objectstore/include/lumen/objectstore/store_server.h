@@ -47,6 +47,7 @@
 #include "lumen/common/ids.h"
 #include "lumen/common/thread_checker.h"
 #include "lumen/objectstore/object_table.h"
+#include "lumen/objectstore/segment_reserver.h"
 #include "lumen/objectstore/shm_segment.h"
 #include "lumen/objectstore/spill_index.h"
 #include "lumen/objectstore/spill_worker.h"
@@ -71,11 +72,18 @@ struct StoreOptions {
   std::string spill_dir;
   std::chrono::milliseconds full_grace = kDefaultFullGrace;
   boost::asio::io_context* io = nullptr;  // the owner's loop (timers, completions); required
-  // Reserve every page of the segment now (fallocate), not per object.
-  bool reserve = false;
+  // When the segment's pages are reserved (fallocate). Whatever the choice,
+  // a create reserves its own range first, so a write never meets SIGBUS.
+  enum class Reserve {
+    kBackground,  // all of them, on a SegmentReserver thread from the start (default)
+    kAtStart,     // all of them before Create returns (fails if they cannot be)
+    kPerObject,   // only the ranges of the objects created
+  };
+  Reserve reserve = Reserve::kBackground;
 
   // full_grace from LUMEN_OBJECT_STORE_FULL_GRACE_MS, reserve from
-  // LUMEN_OBJECT_STORE_RESERVE=1; the rest as given.
+  // LUMEN_OBJECT_STORE_RESERVE (background | start | object; 1 = start,
+  // 0 = object); the rest as given.
   static StoreOptions FromEnv(uint64_t bytes, const std::string& spill_dir,
                               boost::asio::io_context* io);
 };
@@ -131,8 +139,9 @@ class StoreServer {
 
   // A store of `options.bytes` in a fresh shared-memory segment. Errors: the
   // segment's; ResourceExhausted naming the shortfall when the segment is
-  // larger than this machine's available memory (or, with `reserve`, when its
-  // pages cannot all be reserved).
+  // larger than the memory this machine (or this container's cgroup) has
+  // available, or, with Reserve::kAtStart, when its pages cannot all be
+  // reserved.
   static absl::StatusOr<std::unique_ptr<StoreServer>> Create(StoreOptions options);
 
   ~StoreServer();
@@ -181,6 +190,9 @@ class StoreServer {
   // by id). O(objects * log n); for `lumen memory`, not a hot path.
   std::vector<StoreObjectInfo> LargestObjects(size_t n) const;
   const ShmSegment& segment() const { return *segment_; }
+  // Bytes of the segment reserved up front so far (all of it once the
+  // background reservation is done; 0 with Reserve::kPerObject).
+  uint64_t ReservedBytes() const;
   // The directory spill files go to ("" until the first spill).
   const std::string& spill_path() const { return spill_path_; }
   // For tests: the table's invariants (ObjectTable::CheckInvariants).
@@ -230,6 +242,9 @@ class StoreServer {
   ThreadChecker io_thread_;
   StoreOptions options_;
   std::unique_ptr<ShmSegment> segment_;
+  // Reserves segment_'s pages in the background (Reserve::kBackground);
+  // declared after segment_ so that it stops first.
+  std::unique_ptr<SegmentReserver> reserver_;
   ObjectTable table_;
   // Which job created each object (Nil: a detached actor's, freed by whoever owns it).
   absl::flat_hash_map<ObjectId, JobId> object_jobs_;

@@ -59,4 +59,9 @@ std::string TempRoot();
 // Creates a pipe whose both ends are close-on-exec.
 absl::Status MakePipe(int fds[2]);
 
+// Marks `fd` close-on-exec (for sockets Asio opens or accepts without
+// SOCK_CLOEXEC), so that a program a user task execs does not inherit it.
+// Best effort: errors are ignored.
+void SetCloseOnExec(int fd);
+
 }  // namespace lumen

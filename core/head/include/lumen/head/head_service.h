@@ -59,4 +59,10 @@ struct HeadOptions {
 // code (1 when it cannot listen).
 int RunHeadService(const HeadOptions& options);
 
+// For the fuzzer (test/fuzz/head_dispatch_fuzzer.cc): a head that listens
+// nowhere (no health checks, no HTTP server) serves the connected Unix
+// socket `fd` (taken over and closed) with its real hello admission, frame
+// decoding and dispatch, and returns when that connection has closed.
+void ServeConnectionForTesting(const HeadOptions& options, int fd);
+
 }  // namespace lumen::head

@@ -3,13 +3,30 @@
 // through the node's shared-memory store, and, in a worker, task execution.
 //
 // CoreWorker is the facade and composition root: it owns the io thread and the
-// parts, and its implementation is split by responsibility over core/worker/
-// (core_worker.cc: startup and shutdown; reference_counter.cc; memory_store.cc;
-// store_provider.cc; object_getter.cc; owner_service.cc; lease_requester.cc;
-// task_submission.cc with normal_task_submitter.h; task_manager.cc;
-// task_executor.cc; actor_owner.cc, the runtime half of lumen/actors'
-// owner-side actor manager; actor_caller.cc with the ordered submitter of
-// lumen/actors; head_requester.cc).
+// parts, and its implementation is split by responsibility over core/worker/:
+//   CoreWorker's own files (its methods, one responsibility each):
+//     core_worker.cc       startup, shutdown, dispatch of node-daemon frames
+//     store_provider.cc    create/seal/abort/get/delete in the node's store; Put
+//     object_getter.cc     Get: memory store -> owner -> pull, other copies
+//     owner_service.cc     waits, locations, borrowers, kills from peers
+//     node_connections.cc  connections and requests to node daemons
+//     task_submission.cc   SubmitTask, hand-off to the actor or normal submitter
+//     executor_host.cc     worker mode: ExecutorHost, the TaskExecutor's host
+//     state_rows.cc        `lumen list` rows of what this process owns
+//     actor_owner.cc       actor entry points; ActorHost (actor_host.h), the
+//                          runtime half of lumen/actors' ActorOwner
+//     actor_caller.cc      ActorCaller (actor_caller.h), the runtime half of
+//                          lumen/actors' ActorTaskSubmitter
+//     actor_names.cc       the head's actor-name requests (actor_names.h)
+//   Parts with a class of their own:
+//     ObjectTable (object_table.h), ReferenceCounter, MemoryStore,
+//     BorrowerRegistry, DependencyResolver, LeaseRequester,
+//     NormalTaskSubmitter, TaskManager, TaskReceiver, TaskExecutor,
+//     HeadRequester, TaskEventFlusher, OutputTagger, WorkerLogPrinter: each
+//     in its .h/.cc pair; PendingTask and ActorRecord (pending_task.h) and the
+//     private state types (worker_state.h) are data.
+//   The API's runtime glue: function_registry.cc (remote functions, actor
+//   factories and methods by name) and ref_handle.cc (internal::RefHandle).
 //
 // Threads: one io thread runs the event loop and owns every socket; user threads
 // (and, in a worker, the executor thread) call the public methods, which are
@@ -33,6 +50,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/container/node_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -128,6 +146,9 @@ class CoreWorker {
       const std::shared_ptr<internal::RefHandle>& actor, std::string_view method,
       std::vector<internal::TaskArgument> args);
   void KillActor(const internal::RefHandle& actor, bool no_restart);
+  // lumen::Cancel (see task_cancel.cc); throws lumen::Error for a ref this
+  // process does not own.
+  void CancelTask(const internal::RefHandle& ref, bool force);
   std::shared_ptr<internal::RefHandle> GetNamedActor(const std::string& name);
   void ExitActorAfterCall();
   // The GPU ids given to the task running on the calling thread (none outside tasks).
@@ -397,6 +418,11 @@ class CoreWorker {
   // pipelining, lost workers and dead nodes (io thread), over our connections.
   std::unique_ptr<SubmitterTransport> submitter_transport_;
   std::unique_ptr<NormalTaskSubmitter> submitter_;
+  // Tasks cancelled while their arguments were being resolved: they fail
+  // with TaskCancelledError when resolved instead of being submitted (io
+  // thread only). An id whose task is no normal task of ours (an actor call,
+  // one that already failed) stays until shutdown: one per such Cancel call.
+  absl::flat_hash_set<TaskId> cancelled_unresolved_;
   // Caller side of actors: the ordered submitter (lumen/actors) and the
   // transport it sends through (io thread only). Declared after the maps the
   // transport's callbacks use.

@@ -1,0 +1,56 @@
+// Decoding one frame's payload (a Cap'n Proto flat array) into an Envelope,
+// with the limits every daemon applies to what a peer sends:
+//
+//   absl::Status s = lumen::DecodeFrame(payload, {.nesting_limit = 64},
+//                                       [&](lumen::proto::Envelope::Reader env) { ... });
+//   if (!s.ok()) close the connection with `s`
+//
+// Before the handler sees the message it is checked whole, so that a malformed
+// one is refused as such however little of it the handler would read:
+//  - the segment table: 1..kMaxFrameSegments segments that fit in the payload
+//    (Cap'n Proto's flat-array reader allocates an entry per declared segment
+//    before it checks them: 2^31 claimed in a 64 MiB frame would be 32 GiB);
+//  - every pointer reachable from the root: in bounds, nested at most
+//    `nesting_limit` deep, and all of it read within the traversal limit
+//    (4 x the payload's words + 1024: cyclic or shared pointers cannot make
+//    the walk longer than that);
+//  - the Envelope's message type: one this build knows.
+// Reads the handler does later are charged to the same traversal limit (so a
+// list of Void claiming 2^29 elements fails when it is read).
+//
+// Pure and thread-safe. Used by Connection for every frame it receives, and by
+// the fuzzers in test/fuzz/.
+#pragma once
+
+#include <capnp/message.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "lumen/proto/lumen.capnp.h"
+
+namespace lumen {
+
+// The most segments a frame's message may have (Cap'n Proto's own stream
+// reader refuses 512 and more); our writers use a handful.
+inline constexpr uint32_t kMaxFrameSegments = 511;
+
+struct FrameDecodeLimits {
+  int nesting_limit = 64;
+};
+
+// The traversal limit for a payload of `words` words.
+uint64_t FrameTraversalLimitWords(size_t words);
+
+// Checks the segment table at the start of `payload` (count and sizes).
+absl::Status CheckFrameSegments(kj::ArrayPtr<const capnp::word> payload);
+
+// Checks `payload` as described above and calls `handler` with its Envelope.
+// InvalidArgument ("malformed message: ...") when a check fails or the handler
+// raises a Cap'n Proto decode error or another exception while reading.
+absl::Status DecodeFrame(kj::ArrayPtr<const capnp::word> payload, const FrameDecodeLimits& limits,
+                         absl::FunctionRef<void(proto::Envelope::Reader)> handler);
+
+}  // namespace lumen
