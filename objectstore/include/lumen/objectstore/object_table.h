@@ -45,7 +45,7 @@ using ClientId = uint64_t;
 // Get adds a pin for the calling client, Release drops one, DisconnectClient
 // drops all of a client's. Only sealed objects are readable: Get of a kCreated
 // object is Unavailable, of a kDeletePending one NotFound.
-enum class ObjectState { kCreated, kSealed, kDeletePending };
+enum class ObjectState : uint8_t { kCreated, kSealed, kDeletePending };
 
 // Human-readable byte count: "512 B", "1.5 KiB", "2.0 GiB".
 std::string FormatBytes(uint64_t bytes);
@@ -148,15 +148,18 @@ class ObjectTable {
   Stats GetStats() const;
 
  private:
+  // One per object, so its size is most of what an object costs the daemon
+  // (issue 11: <= 256 B per small object in all): 32 bytes, widest first.
   struct Entry {
     uint64_t offset;
     uint64_t size;
-    ObjectState state;
     ClientId creator;
-    bool creator_pinned;   // True until Seal or Abort: the object is unsealed.
-    uint64_t reader_pins;  // Sum of the Get pins of all clients.
+    uint32_t reader_pins;  // Sum of the Get pins of all clients.
+    ObjectState state;
+    bool creator_pinned;     // True until Seal or Abort: the object is unsealed.
     bool secondary = false;  // pulled from another node
   };
+  static_assert(sizeof(Entry) == 32);
   struct ClientState {
     absl::flat_hash_map<ObjectId, uint64_t> pins;  // Get pins by object.
     absl::flat_hash_set<ObjectId> unsealed;        // Objects it created, not yet sealed.
