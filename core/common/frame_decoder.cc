@@ -30,7 +30,7 @@ absl::Status CheckFrameSegments(kj::ArrayPtr<const capnp::word> payload) {
   std::memcpy(&first, payload.begin(), sizeof(first));
   // The table holds the count minus one: 0xFFFFFFFF would wrap to 0 segments.
   uint64_t segments = uint64_t{first} + 1;
-  if (segments > kMaxFrameSegments || segments > 0xFFFFFFFFu) {
+  if (segments > kMaxFrameSegments) {
     return absl::InvalidArgumentError(absl::StrCat("malformed message: ", segments,
                                                    " segments (at most ", kMaxFrameSegments, ")"));
   }

@@ -37,6 +37,7 @@
 #include "lumen/lumen.h"
 #include "lumen/objectstore/segment_reserver.h"
 #include "lumen/objectstore/store_server.h"
+#include "test/chaos/chaos_support.h"
 #include "test/core/test_support.h"
 
 namespace {
@@ -232,8 +233,16 @@ MultiNodeCluster::NodeSpec Node(uint64_t store_bytes, const std::string& spill_d
 
 lumen::runtime::NodeView Stats(const MultiNodeCluster& cluster, size_t node = 0) {
   auto stats = lumen::runtime::QueryNodeStats(cluster.node_address(node));
+  INFO("node stats: " << stats.status());
   REQUIRE(stats.ok());
   return *stats;
+}
+
+// Whether node 0's store holds `used` bytes in `objects` objects now (false
+// also when the query fails: the caller polls).
+bool StoreHolds(const MultiNodeCluster& cluster, uint64_t used, uint64_t objects) {
+  auto stats = lumen::runtime::QueryNodeStats(cluster.node_address(0));
+  return stats.ok() && stats->store_used == used && stats->store_objects == objects;
 }
 
 // Blocks of the store segment this process maps (the driver's fd of it).
@@ -258,39 +267,82 @@ TEST_CASE("store full: a 64 MiB store given 4x its capacity spills, pinned beyon
   // no SIGBUS); when every ref and view is gone the store holds 0 bytes, 0
   // objects and no spill file.
   SpillDir spill;
-  MultiNodeCluster cluster({Node(64 * kMiB, spill.path, "1000")});
-  REQUIRE(WaitUntil([] { return DriverSegmentBackedBytes() >= 64 * kMiB; },
-                    std::chrono::seconds(10)));
-  const uint64_t size = 15 * kMiB;
-  std::vector<lumen::ObjectRef<std::vector<uint8_t>>> refs;
-  for (int i = 0; i < 17; ++i) refs.push_back(lumen::Put(Pattern(i, size)));  // > 4x 64 MiB
-  CHECK(spill.Files() > 0);
-  CHECK(Stats(cluster).store_used <= 64 * kMiB);
-  for (int i = 0; i < 17; ++i) {
-    lumen::ArrayView<uint8_t> view = lumen::GetArray(refs[i]);
-    INFO("object " << i);
-    REQUIRE(view.size() == size);
-    REQUIRE(Intact(view.data(), size, i));
+  lumen::test::chaos::LeakCheck leaks;  // the shared teardown check (test/chaos)
+  std::string session;
+  {
+    MultiNodeCluster cluster({Node(64 * kMiB, spill.path, "1000")});
+    session = Stats(cluster).session_dir;
+    REQUIRE(WaitUntil([] { return DriverSegmentBackedBytes() >= 64 * kMiB; },
+                      std::chrono::seconds(10)));
+    const uint64_t size = 15 * kMiB;
+    std::vector<lumen::ObjectRef<std::vector<uint8_t>>> refs;
+    for (int i = 0; i < 17; ++i) refs.push_back(lumen::Put(Pattern(i, size)));  // > 4x 64 MiB
+    CHECK(spill.Files() > 0);
+    CHECK(Stats(cluster).store_used <= 64 * kMiB);
+    for (int i = 0; i < 17; ++i) {
+      lumen::ArrayView<uint8_t> view = lumen::GetArray(refs[i]);
+      INFO("object " << i);
+      REQUIRE(view.size() == size);
+      REQUIRE(Intact(view.data(), size, i));
+    }
+
+    // Three views pin 45 MiB: 30 MiB more cannot fit, whatever is spilled.
+    std::vector<lumen::ArrayView<uint8_t>> views;
+    for (int i = 0; i < 3; ++i) views.push_back(lumen::GetArray(refs[i]));
+    auto start = std::chrono::steady_clock::now();
+    REQUIRE_THROWS_AS(lumen::Put(Pattern(99, 30 * kMiB)), lumen::ObjectStoreFullError);
+    auto waited = std::chrono::steady_clock::now() - start;
+    CHECK(waited >= std::chrono::milliseconds(900));
+    CHECK(waited < std::chrono::seconds(15));
+    for (int i = 0; i < 3; ++i) REQUIRE(Intact(views[i].data(), size, i));
+    CHECK(::kill(cluster.daemon_pid(0), 0) == 0);
+
+    views.clear();
+    refs.clear();
+    REQUIRE(WaitUntil([&] { return StoreHolds(cluster, 0, 0); }));
+    REQUIRE(WaitUntil([&] { return spill.Files() == 0; }));
   }
+  CHECK(leaks.Leaks(session) == "");
+}
 
-  // Three views pin 45 MiB: 30 MiB more cannot fit, whatever is spilled.
-  std::vector<lumen::ArrayView<uint8_t>> views;
-  for (int i = 0; i < 3; ++i) views.push_back(lumen::GetArray(refs[i]));
-  auto start = std::chrono::steady_clock::now();
-  REQUIRE_THROWS_AS(lumen::Put(Pattern(99, 30 * kMiB)), lumen::ObjectStoreFullError);
-  auto waited = std::chrono::steady_clock::now() - start;
-  CHECK(waited >= std::chrono::milliseconds(900));
-  CHECK(waited < std::chrono::seconds(15));
-  for (int i = 0; i < 3; ++i) REQUIRE(Intact(views[i].data(), size, i));
-  CHECK(::kill(cluster.daemon_pid(0), 0) == 0);
-
-  views.clear();
-  refs.clear();
-  REQUIRE(WaitUntil([&] {
-    auto s = Stats(cluster);
-    return s.store_used == 0 && s.store_objects == 0;
-  }));
-  REQUIRE(WaitUntil([&] { return spill.Files() == 0; }));
+TEST_CASE("store full with spilling broken: a typed ObjectStoreFullError after the grace, nothing "
+          "lost, usage back to 0",
+          "[store_faults][chaos]") {
+  // Invariant: when spill files cannot be written (the spilling directory is
+  // a regular file), a Put that does not fit fails with ObjectStoreFullError
+  // after the grace period (not before), the node stays up, every object
+  // already in the store reads back intact, and usage returns to 0 when the
+  // refs go.
+  SpillDir spill;
+  const std::string not_a_dir = spill.path + "/file";
+  std::ofstream(not_a_dir) << "x";
+  lumen::test::chaos::LeakCheck leaks;  // the shared teardown check (test/chaos)
+  std::string session;
+  {
+    MultiNodeCluster cluster({Node(64 * kMiB, not_a_dir, "1000")});
+    session = Stats(cluster).session_dir;
+    const uint64_t size = 15 * kMiB;
+    std::vector<lumen::ObjectRef<std::vector<uint8_t>>> refs;
+    for (int i = 0; i < 4; ++i) refs.push_back(lumen::Put(Pattern(i, size)));  // 60 of 64 MiB
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      INFO("attempt " << attempt);
+      auto start = std::chrono::steady_clock::now();
+      REQUIRE_THROWS_AS(lumen::Put(Pattern(9, size)), lumen::ObjectStoreFullError);
+      CHECK(std::chrono::steady_clock::now() - start >= std::chrono::milliseconds(900));
+    }
+    CHECK(::kill(cluster.daemon_pid(0), 0) == 0);
+    for (int i = 0; i < 4; ++i) {
+      lumen::ArrayView<uint8_t> view = lumen::GetArray(refs[i]);
+      INFO("object " << i);
+      REQUIRE(Intact(view.data(), size, i));
+    }
+    refs.clear();
+    REQUIRE(WaitUntil([&] { return StoreHolds(cluster, 0, 0); }));
+    // With room again, a Put succeeds.
+    auto after = lumen::Put(Pattern(10, size));
+    CHECK(Intact(lumen::GetArray(after).data(), size, 10));
+  }
+  CHECK(leaks.Leaks(session) == "");
 }
 
 TEST_CASE("clients dying with mappings: a SIGKILLed creator's unsealed object is aborted and its "
@@ -308,45 +360,46 @@ TEST_CASE("clients dying with mappings: a SIGKILLed creator's unsealed object is
   SpillDir spill;
   MultiNodeCluster::NodeSpec spec = Node(64 * kMiB, spill.path, "1000");
   spec.env["LUMEN_PRESTART_WORKERS"] = "0";  // the actor is the node's only worker
-  MultiNodeCluster cluster({spec});
-  auto sealed = lumen::Put(lumen::Buffer(Pattern(7, 4 * kMiB)));
-  auto victim = lumen::Actor(Victim::Create).SetMaxRestarts(1 << 20).SetMaxTaskRetries(-1).Remote();
-  const auto baseline = Stats(cluster);
-  REQUIRE(baseline.store_objects == 1);
-  const pid_t daemon = cluster.daemon_pid(0);
-  std::map<std::string, int> daemon_fds;
-  std::set<int> pids;
-  for (int round = 0; round < rounds; ++round) {
-    INFO("round " << round);
-    const int creator = *lumen::Get(victim.Task(&Victim::HalfPut).Remote(uint64_t(6 * kMiB)));
-    const int holder = *lumen::Get(victim.Task(&Victim::Hold).Remote(sealed));
-    REQUIRE(creator == holder);
-    REQUIRE(pids.insert(creator).second);  // a new process each round
-    auto during = Stats(cluster);
-    REQUIRE(during.store_objects == 2);  // the unsealed one is there
-    if (round == 0) daemon_fds = FdKinds(daemon);
-    if (round == rounds - 1) {
-      // Same live workers as in round 0: the same fds, nothing of the dead
-      // ones left open.
-      bool same = WaitUntil([&] { return FdKinds(daemon) == daemon_fds; }, std::chrono::seconds(5));
-      INFO("daemon fds in round 0: " << Describe(daemon_fds) << "; now: " << Describe(FdKinds(daemon)));
-      REQUIRE(same);
+  lumen::test::chaos::LeakCheck leaks;  // the shared teardown check (test/chaos)
+  std::string session;
+  {
+    MultiNodeCluster cluster({spec});
+    session = Stats(cluster).session_dir;
+    auto sealed = lumen::Put(lumen::Buffer(Pattern(7, 4 * kMiB)));
+    auto victim = lumen::Actor(Victim::Create).SetMaxRestarts(1 << 20).SetMaxTaskRetries(-1).Remote();
+    const auto baseline = Stats(cluster);
+    REQUIRE(baseline.store_objects == 1);
+    const pid_t daemon = cluster.daemon_pid(0);
+    std::map<std::string, int> daemon_fds;
+    std::set<int> pids;
+    for (int round = 0; round < rounds; ++round) {
+      INFO("round " << round);
+      const int creator = *lumen::Get(victim.Task(&Victim::HalfPut).Remote(uint64_t(6 * kMiB)));
+      const int holder = *lumen::Get(victim.Task(&Victim::Hold).Remote(sealed));
+      REQUIRE(creator == holder);
+      REQUIRE(pids.insert(creator).second);  // a new process each round
+      auto during = Stats(cluster);
+      REQUIRE(during.store_objects == 2);  // the unsealed one is there
+      if (round == 0) daemon_fds = FdKinds(daemon);
+      if (round == rounds - 1) {
+        // Same live workers as in round 0: the same fds, nothing of the dead
+        // ones left open.
+        bool same = WaitUntil([&] { return FdKinds(daemon) == daemon_fds; }, std::chrono::seconds(5));
+        INFO("daemon fds in round 0: " << Describe(daemon_fds) << "; now: " << Describe(FdKinds(daemon)));
+        REQUIRE(same);
+      }
+      REQUIRE(::kill(creator, SIGKILL) == 0);
+      REQUIRE(WaitUntil([&] { return StoreHolds(cluster, baseline.store_used, baseline.store_objects); },
+                        std::chrono::seconds(10)));
     }
-    REQUIRE(::kill(creator, SIGKILL) == 0);
-    REQUIRE(WaitUntil([&] {
-      auto s = Stats(cluster);
-      return s.store_used == baseline.store_used && s.store_objects == baseline.store_objects;
-    }, std::chrono::seconds(10)));
+    int memfds = 0;
+    for (const FdInfo& f : FdsOf(daemon)) memfds += IsStoreMemfd(f.target);
+    CHECK(memfds == 1);
+    // No dead holder's pin keeps the sealed object: it goes with the last ref.
+    sealed = lumen::ObjectRef<lumen::Buffer>();
+    REQUIRE(WaitUntil([&] { return StoreHolds(cluster, 0, 0); }));
   }
-  int memfds = 0;
-  for (const FdInfo& f : FdsOf(daemon)) memfds += IsStoreMemfd(f.target);
-  CHECK(memfds == 1);
-  // No dead holder's pin keeps the sealed object: it goes with the last ref.
-  sealed = lumen::ObjectRef<lumen::Buffer>();
-  REQUIRE(WaitUntil([&] {
-    auto s = Stats(cluster);
-    return s.store_used == 0 && s.store_objects == 0;
-  }));
+  CHECK(leaks.Leaks(session) == "");
 }
 
 TEST_CASE("no fd crosses an exec: workers and the programs they run inherit no store fd or socket",
@@ -355,18 +408,24 @@ TEST_CASE("no fd crosses an exec: workers and the programs they run inherit no s
   // is close-on-exec; a program a task execs sees only stdio (and the
   // directory `ls` opens); a worker holds exactly one segment fd (its own,
   // received from the daemon), none inherited.
-  MultiNodeCluster cluster({Node(64 * kMiB, "", "1000")});
-  std::string report = *lumen::Get(lumen::Task(WorkerFdReport).Remote());
-  INFO("worker report " << report);
-  auto bar1 = report.find('|');
-  auto bar2 = report.rfind('|');
-  REQUIRE(bar1 != std::string::npos);
-  REQUIRE(bar2 > bar1);
-  CHECK(report.substr(0, bar1) == "");  // inheritable fds of the worker
-  CHECK(report.substr(bar1 + 1, bar2 - bar1 - 1) == "0,1,2,3,");
-  CHECK(report.substr(bar2 + 1) == "1");
-  CHECK(InheritableFds(std::to_string(cluster.daemon_pid(0))) == "");
-  CHECK(InheritableFds(std::to_string(cluster.head_pid())) == "");
+  lumen::test::chaos::LeakCheck leaks;  // the shared teardown check (test/chaos)
+  std::string session;
+  {
+    MultiNodeCluster cluster({Node(64 * kMiB, "", "1000")});
+    session = Stats(cluster).session_dir;
+    std::string report = *lumen::Get(lumen::Task(WorkerFdReport).Remote());
+    INFO("worker report " << report);
+    auto bar1 = report.find('|');
+    auto bar2 = report.rfind('|');
+    REQUIRE(bar1 != std::string::npos);
+    REQUIRE(bar2 > bar1);
+    CHECK(report.substr(0, bar1) == "");  // inheritable fds of the worker
+    CHECK(report.substr(bar1 + 1, bar2 - bar1 - 1) == "0,1,2,3,");
+    CHECK(report.substr(bar2 + 1) == "1");
+    CHECK(InheritableFds(std::to_string(cluster.daemon_pid(0))) == "");
+    CHECK(InheritableFds(std::to_string(cluster.head_pid())) == "");
+  }
+  CHECK(leaks.Leaks(session) == "");
 }
 
 TEST_CASE("a SIGKILLed store leaves no segment behind, and its node starts again",
@@ -376,21 +435,27 @@ TEST_CASE("a SIGKILLed store leaves no segment behind, and its node starts again
   // /dev/shm name), nothing named lumen appears in /dev/shm, and a node
   // started after it serves stores as before.
   const std::set<std::string> shm_before = lumen::test::LumenShmEntries();
-  MultiNodeCluster cluster({Node(64 * kMiB, "", "1000"), Node(64 * kMiB, "", "1000")});
-  // A worker on node 1 maps its segment too.
-  auto on1 = lumen::NodeAffinity(cluster.node_id(1), false);
-  std::string report = *lumen::Get(lumen::Task(WorkerFdReport).SetSchedulingStrategy(on1).Remote());
-  REQUIRE(report.substr(report.rfind('|') + 1) == "1");
-  const ino_t segment = StoreInodeOf(cluster.daemon_pid(1));
-  REQUIRE(segment != 0);
-  REQUIRE(AnyProcessHoldsSegment(segment));
-  cluster.KillNode(1);
-  REQUIRE(WaitUntil([&] { return !AnyProcessHoldsSegment(segment); }, std::chrono::seconds(10)));
-  CHECK(lumen::test::LumenShmEntries() == shm_before);
-  size_t again = cluster.AddNode(Node(64 * kMiB, "", "1000"));
-  auto there = lumen::NodeAffinity(cluster.node_id(again), false);
-  std::string after = *lumen::Get(lumen::Task(WorkerFdReport).SetSchedulingStrategy(there).Remote());
-  CHECK(after.substr(after.rfind('|') + 1) == "1");
+  lumen::test::chaos::LeakCheck leaks;  // the shared teardown check (test/chaos)
+  std::string session;
+  {
+    MultiNodeCluster cluster({Node(64 * kMiB, "", "1000"), Node(64 * kMiB, "", "1000")});
+    session = Stats(cluster).session_dir;
+    // A worker on node 1 maps its segment too.
+    auto on1 = lumen::NodeAffinity(cluster.node_id(1), false);
+    std::string report = *lumen::Get(lumen::Task(WorkerFdReport).SetSchedulingStrategy(on1).Remote());
+    REQUIRE(report.substr(report.rfind('|') + 1) == "1");
+    const ino_t segment = StoreInodeOf(cluster.daemon_pid(1));
+    REQUIRE(segment != 0);
+    REQUIRE(AnyProcessHoldsSegment(segment));
+    cluster.KillNode(1);
+    REQUIRE(WaitUntil([&] { return !AnyProcessHoldsSegment(segment); }, std::chrono::seconds(10)));
+    CHECK(lumen::test::LumenShmEntries() == shm_before);
+    size_t again = cluster.AddNode(Node(64 * kMiB, "", "1000"));
+    auto there = lumen::NodeAffinity(cluster.node_id(again), false);
+    std::string after = *lumen::Get(lumen::Task(WorkerFdReport).SetSchedulingStrategy(there).Remote());
+    CHECK(after.substr(after.rfind('|') + 1) == "1");
+  }
+  CHECK(leaks.Leaks(session) == "");
 }
 
 TEST_CASE("sealed means immutable: a write into a Get view kills the writer with SIGSEGV",
@@ -398,29 +463,35 @@ TEST_CASE("sealed means immutable: a write into a Get view kills the writer with
   // Invariant: a zero-copy view of a sealed object lies in the read-only
   // mapping: a process writing through it dies of SIGSEGV and the object's
   // bytes are unchanged for every reader.
-  MultiNodeCluster cluster({Node(64 * kMiB, "", "1000")});
-  auto ref = lumen::Put(Pattern(5, 2 * kMiB));
-  lumen::ArrayView<uint8_t> view = lumen::GetArray(ref);
-  const uint8_t* at = view.data();
-  pid_t child = ::fork();
-  REQUIRE(child >= 0);
-  if (child == 0) {
-    struct sigaction sa;
-    std::memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = SIG_DFL;
-    ::sigaction(SIGSEGV, &sa, nullptr);
-    ::sigaction(SIGBUS, &sa, nullptr);
-    *const_cast<volatile uint8_t*>(at + 12345) = 0;
-    ::_exit(3);  // only if the write went through
+  lumen::test::chaos::LeakCheck leaks;  // the shared teardown check (test/chaos)
+  std::string session;
+  {
+    MultiNodeCluster cluster({Node(64 * kMiB, "", "1000")});
+    session = Stats(cluster).session_dir;
+    auto ref = lumen::Put(Pattern(5, 2 * kMiB));
+    lumen::ArrayView<uint8_t> view = lumen::GetArray(ref);
+    const uint8_t* at = view.data();
+    pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      struct sigaction sa;
+      std::memset(&sa, 0, sizeof(sa));
+      sa.sa_handler = SIG_DFL;
+      ::sigaction(SIGSEGV, &sa, nullptr);
+      ::sigaction(SIGBUS, &sa, nullptr);
+      *const_cast<volatile uint8_t*>(at + 12345) = 0;
+      ::_exit(3);  // only if the write went through
+    }
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    INFO("child status " << status);
+    REQUIRE(WIFSIGNALED(status));
+    CHECK(WTERMSIG(status) == SIGSEGV);
+    CHECK(Intact(view.data(), view.size(), 5));
+    auto again = lumen::Get(ref);
+    CHECK(Intact(again->data(), again->size(), 5));
   }
-  int status = 0;
-  REQUIRE(::waitpid(child, &status, 0) == child);
-  INFO("child status " << status);
-  REQUIRE(WIFSIGNALED(status));
-  CHECK(WTERMSIG(status) == SIGSEGV);
-  CHECK(Intact(view.data(), view.size(), 5));
-  auto again = lumen::Get(ref);
-  CHECK(Intact(again->data(), again->size(), 5));
+  CHECK(leaks.Leaks(session) == "");
 }
 
 TEST_CASE("small /dev/shm: a store larger than /dev/shm's free space starts and fills, or fails at "

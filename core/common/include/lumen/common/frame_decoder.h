@@ -8,8 +8,9 @@
 // Before the handler sees the message it is checked whole, so that a malformed
 // one is refused as such however little of it the handler would read:
 //  - the segment table: 1..kMaxFrameSegments segments that fit in the payload
-//    (Cap'n Proto's flat-array reader allocates an entry per declared segment
-//    before it checks them: 2^31 claimed in a 64 MiB frame would be 32 GiB);
+//    (Cap'n Proto's flat-array reader allocates a 16-byte entry per declared
+//    segment before it checks them, up to 2 per payload word: 16M claimed in a
+//    64 MiB frame would be 256 MiB);
 //  - every pointer reachable from the root: in bounds, nested at most
 //    `nesting_limit` deep, and all of it read within the traversal limit
 //    (4 x the payload's words + 1024: cyclic or shared pointers cannot make
