@@ -5,7 +5,6 @@
 
 #include <catch2/catch.hpp>
 #include <cstdint>
-#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -78,7 +77,6 @@ TEST_CASE("lumen memory lists a job's stored objects with owner, call site, refs
     std::string out;
     REQUIRE(RunCommand(cli + "memory --top 50" + at, &out) == 0);
     INFO(out);
-    if (std::getenv("LUMEN_TEST_SHOW")) WARN(out);
     // The node's summary: something is on disk and something is pinned.
     REQUIRE(Has(out, "Node " + node));
     REQUIRE(Has(out, "object store: "));
