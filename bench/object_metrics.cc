@@ -1,12 +1,14 @@
 #include "bench/object_metrics.h"
 
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <string>
 #include <vector>
 
 #include "bench/check.h"
+#include "bench/small_objects.h"
 #include "bench/store_put.h"
 #include "bench/timeit.h"
 #include "lumen/lumen.h"
@@ -112,6 +114,25 @@ void LargeObjects(Reporter& out, bool quick) {
            });
 }
 
+// The node daemon's memory per small object in its store (target <= 256 B).
+void BytesPerSmallObject(Reporter& out, bool quick) {
+  const long n = quick ? 20000 : 200000;
+  pid_t daemon = EmbeddedNodeDaemon();
+  if (daemon == 0) {
+    out.Fail("bytes_per_small_object", "cannot find the embedded cluster's node daemon");
+    return;
+  }
+  SmallObjectCost cost;
+  if (!out.Step("bytes_per_small_object", [&] { cost = MeasureSmallObjects(daemon, n); })) return;
+  out.Value("bytes_per_small_object", "B", [&] { return cost.bytes_per_object; });
+  char note[200];
+  std::snprintf(note, sizeof(note),
+                "bytes_per_small_object: %ld objects in the store, node daemon RssAnon %ld -> "
+                "%ld KiB",
+                cost.objects, cost.daemon_kib_before, cost.daemon_kib_after);
+  out.Note(note);
+}
+
 void ObjectContainingRefs(Reporter& out) {
   ObjectRef<std::vector<ObjectRef<int>>> holder;
   bool made = out.Step("single_client_get_object_containing_10k_refs", [&] {
@@ -132,6 +153,7 @@ void RunObjectMetrics(Reporter& out, bool quick) {
   SmallObjects(out);
   LargeObjects(out, quick);
   ObjectContainingRefs(out);
+  BytesPerSmallObject(out, quick);
 }
 
 }  // namespace lumen::bench

@@ -29,6 +29,7 @@ long FieldKiB(const std::string& path, const std::string& key) {
 
 long PeakRssKiB(pid_t pid) { return FieldKiB(ProcPath(pid, "status"), "VmHWM:"); }
 long RssKiB(pid_t pid) { return FieldKiB(ProcPath(pid, "status"), "VmRSS:"); }
+long RssAnonKiB(pid_t pid) { return FieldKiB(ProcPath(pid, "status"), "RssAnon:"); }
 long PssKiB(pid_t pid) { return FieldKiB(ProcPath(pid, "smaps_rollup"), "Pss:"); }
 
 bool ResetPeakRss(pid_t pid) {

@@ -21,6 +21,9 @@ namespace lumen::bench {
 long PeakRssKiB(pid_t pid = 0);
 // VmRSS of `pid` (0: this process), in KiB.
 long RssKiB(pid_t pid = 0);
+// RssAnon of `pid` (0: this process), in KiB: its private memory (heap,
+// stacks), without file and shared-memory pages.
+long RssAnonKiB(pid_t pid = 0);
 // Pss of `pid` from smaps_rollup, in KiB.
 long PssKiB(pid_t pid);
 // Resets VmHWM to the current RSS (writes 5 to clear_refs); false if refused.

@@ -1,4 +1,4 @@
-// actors (Ray's many_actors) and puts: per-item time and memory.
+// actors (Ray's many_actors), puts and store_puts: per-item time and memory.
 #include <malloc.h>
 
 #include <algorithm>
@@ -13,6 +13,7 @@
 #include "bench/remote_calls.h"
 #include "bench/scale_cluster.h"
 #include "bench/scale_experiments.h"
+#include "bench/small_objects.h"
 #include "lumen/common/head_client.h"
 #include "lumen/lumen.h"
 
@@ -181,6 +182,42 @@ void RunPutScale(ScaleContext& context) {
           "the owner kept " + std::to_string(driver_after - driver_before) +
               " KiB after its objects were freed");
     return seconds;
+  });
+  Shutdown();
+  cluster->Stop();
+}
+
+// One million small objects in one node's store, every reference held: the
+// node daemon's memory per object (issue 11: <= 256 B).
+void RunStorePutScale(ScaleContext& context) {
+  Reporter& out = context.out;
+  const long n = context.options.quick ? 100000 : 1000000;
+  std::unique_ptr<BenchCluster> cluster;
+  if (!out.Step("store_puts", [&] {
+        cluster = StartAndConnect({.nodes = 1,
+                                   .resources = {{"CPU", 1.0}},
+                                   .object_store_bytes = 1ull << 30,
+                                   .join_timeout = context.wait_timeout});
+      })) {
+    return;
+  }
+  const pid_t daemon = cluster->node_pids().at(0);
+  out.Value("store_puts_bytes_per_object", "B", [&] {
+    SmallObjectCost cost = MeasureSmallObjects(daemon, n);
+    Note(out,
+         "store_puts: %.0f small objects in one node's store in %.2f s; node daemon RssAnon "
+         "%.0f -> %.0f KiB",
+         static_cast<double>(n), cost.seconds, static_cast<double>(cost.daemon_kib_before),
+         static_cast<double>(cost.daemon_kib_after));
+    context.table.Add({.experiment = "store_puts",
+                       .n = n,
+                       .seconds = cost.seconds,
+                       .rate = n / cost.seconds,
+                       .daemon_kib = static_cast<double>(cost.daemon_kib_after -
+                                                         cost.daemon_kib_before),
+                       .note = "daemon bytes per object " +
+                               std::to_string(static_cast<long>(cost.bytes_per_object))});
+    return cost.bytes_per_object;
   });
   Shutdown();
   cluster->Stop();

@@ -23,6 +23,8 @@ void RunDrainScale(ScaleContext& context);
 // actors and puts (scale_actors.cc).
 void RunActorScale(ScaleContext& context);
 void RunPutScale(ScaleContext& context);
+// store_puts: 1M small objects in one node's store; the daemon's bytes per object.
+void RunStorePutScale(ScaleContext& context);
 
 // What the many-nodes run measured (scale_many_nodes.cc); also run by
 // test/core/many_nodes_test.cc.

@@ -48,6 +48,7 @@ int RunScaleBenchmark(const ScaleOptions& options) {
   if (wanted("drain")) RunDrainScale(context);
   if (wanted("actors")) RunActorScale(context);
   if (wanted("puts")) RunPutScale(context);
+  if (wanted("store_puts")) RunStorePutScale(context);
   if (wanted("nodes")) RunManyNodesScale(context);
   const std::string csv = options.out_dir + "/scale.csv";
   const std::string png = options.out_dir + "/scale.png";

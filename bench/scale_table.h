@@ -17,7 +17,7 @@
 namespace lumen::bench {
 
 struct ScaleRow {
-  std::string experiment;      // "drain_1_node", "drain_3_nodes", "actors", "puts", "nodes"
+  std::string experiment;      // "drain_1_node", "drain_3_nodes", "actors", "puts", "store_puts", "nodes"
   long n = 0;                  // tasks, actors, objects or nodes
   double seconds = 0;          // the whole run (submission to the last result)
   double rate = 0;             // n / seconds

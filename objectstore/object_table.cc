@@ -51,10 +51,10 @@ absl::StatusOr<uint64_t> ObjectTable::Create(ClientId client, const ObjectId& id
   }
   objects_.emplace(id, Entry{.offset = *offset,
                              .size = size,
-                             .state = ObjectState::kCreated,
                              .creator = client,
-                             .creator_pinned = true,
                              .reader_pins = 0,
+                             .state = ObjectState::kCreated,
+                             .creator_pinned = true,
                              .secondary = secondary});
   clients_[client].unsealed.insert(id);
   ++num_pinned_;
@@ -153,7 +153,7 @@ void ObjectTable::DisconnectClient(ClientId client) {
     assert(it != objects_.end() && it->second.reader_pins >= count);
     if (it == objects_.end()) continue;
     Entry& e = it->second;
-    e.reader_pins -= count;
+    e.reader_pins -= static_cast<uint32_t>(count);
     if (e.reader_pins == 0 && !e.creator_pinned) --num_pinned_;
     MaybeFree(it);
   }
@@ -231,6 +231,16 @@ absl::StatusOr<ObjectState> ObjectTable::GetState(const ObjectId& id) const {
     return absl::NotFoundError(absl::StrCat("object ", id.Hex(), " is not in the store"));
   }
   return it->second.state;
+}
+
+void ObjectTable::ForEachObject(const std::function<void(const ObjectInfo&)>& fn) const {
+  for (const auto& [id, e] : objects_) {
+    fn(ObjectInfo{.id = id,
+                  .size = e.size,
+                  .state = e.state,
+                  .pins = e.reader_pins + (e.creator_pinned ? 1 : 0),
+                  .secondary = e.secondary});
+  }
 }
 
 ObjectTable::Stats ObjectTable::GetStats() const {

@@ -315,6 +315,43 @@ SpillStats StoreServer::GetSpillStats() const {
   return stats;
 }
 
+std::vector<StoreObjectInfo> StoreServer::LargestObjects(size_t n) const {
+  io_thread_.Check("StoreServer");
+  // A min-heap of the n largest seen so far: its top is the first to go.
+  auto larger = [](const StoreObjectInfo& a, const StoreObjectInfo& b) {
+    return a.size != b.size ? a.size > b.size : a.id < b.id;
+  };
+  std::vector<StoreObjectInfo> top;
+  if (n == 0) return top;
+  auto offer = [&](StoreObjectInfo info) {
+    if (top.size() == n) {
+      if (!larger(info, top.front())) return;
+      std::pop_heap(top.begin(), top.end(), larger);
+      top.pop_back();
+    }
+    auto jit = object_jobs_.find(info.id);
+    if (jit != object_jobs_.end()) info.job = jit->second;
+    top.push_back(std::move(info));
+    std::push_heap(top.begin(), top.end(), larger);
+  };
+  table_.ForEachObject([&](const ObjectTable::ObjectInfo& o) {
+    offer(StoreObjectInfo{.id = o.id,
+                          .size = o.size,
+                          .state = o.state == ObjectState::kCreated  ? "CREATED"
+                                   : o.state == ObjectState::kSealed ? "SEALED"
+                                                                     : "DELETE_PENDING",
+                          .pins = o.pins,
+                          .on_disk = index_.Contains(o.id),
+                          .secondary = o.secondary});
+  });
+  index_.ForEach([&](const ObjectId& id, const SpillIndex::Location& at) {
+    if (table_.Contains(id)) return;  // listed above, in memory
+    offer(StoreObjectInfo{.id = id, .size = at.size, .state = "SPILLED", .on_disk = true});
+  });
+  std::sort_heap(top.begin(), top.end(), larger);
+  return top;
+}
+
 // ---------------------------------------------------------------------------
 // Making room
 

@@ -77,10 +77,13 @@ class Grammar {
     AddStop();
     AddStatus();
     AddList();
+    AddMemory();
     AddTimeline();
     AddLogs();
     AddMicrobenchmark();
-    for (CLI::App* app : {&app_, start_, status_, list_, timeline_, logs_}) app->footer(kTokenNote);
+    for (CLI::App* app : {&app_, start_, status_, list_, memory_cmd_, timeline_, logs_}) {
+      app->footer(kTokenNote);
+    }
   }
 
   ParseResult Parse(int argc, const char* const* argv) {
@@ -213,6 +216,17 @@ class Grammar {
     AddHeadQuery(list_, line_.list.head, &token_list_, &token_list_value_);
   }
 
+  void AddMemory() {
+    memory_cmd_ = app_.add_subcommand(
+        "memory", "The object stores: per node bytes used, pinned, spilled and restored, and the "
+                  "largest objects with their size, owner, call site, references and state.");
+    memory_cmd_->add_option("--top", line_.memory.top, "How many of the largest objects to list "
+                                                      "(default 20)")
+        ->type_name("N")
+        ->check(CLI::Range(0, 1000000));
+    AddHeadQuery(memory_cmd_, line_.memory.head, &token_memory_, &token_memory_value_);
+  }
+
   void AddTimeline() {
     timeline_ = app_.add_subcommand(
         "timeline", "Write the cluster's recent task events as a Chrome trace (JSON for "
@@ -258,14 +272,14 @@ class Grammar {
                        "The largest drain of --scale (default 1000000)")
         ->check(CLI::Range(10000L, 100000000L));
     bench_->add_option("--scale-only", line_.microbenchmark.scale_only,
-                       "Only these --scale experiments, comma-separated: drain, actors, puts, "
+                       "Only these --scale experiments, comma-separated: drain, actors, puts, store_puts, "
                        "nodes (default: all)");
     bench_->add_option("--out", line_.microbenchmark.out_dir,
                        "Where --scale writes scale.csv and scale.png (default: the build folder)");
   }
 
   bool IsCommand(const std::string& word) const {
-    for (const CLI::App* sub : {start_, stop_, status_, list_, timeline_, logs_, bench_}) {
+    for (const CLI::App* sub : {start_, stop_, status_, list_, memory_cmd_, timeline_, logs_, bench_}) {
       if (sub->check_name(word)) return true;
     }
     return false;
@@ -274,7 +288,7 @@ class Grammar {
   // "unknown flag '--bogus-flag'" for the first argument nothing accepted, in
   // the order given (CLI11's own message lists them backwards).
   std::string Unexpected(const CLI::ExtrasError& e) const {
-    for (const CLI::App* sub : {start_, stop_, status_, list_, timeline_, logs_, bench_}) {
+    for (const CLI::App* sub : {start_, stop_, status_, list_, memory_cmd_, timeline_, logs_, bench_}) {
       if (!sub->parsed()) continue;
       std::vector<std::string> rest = sub->remaining();
       if (rest.empty()) break;
@@ -289,7 +303,7 @@ class Grammar {
   // The deepest subcommand given, as the user would type it ("lumen start").
   std::string CommandName() const {
     std::string name = "lumen";
-    for (const CLI::App* sub : {start_, stop_, status_, list_, timeline_, logs_, bench_}) {
+    for (const CLI::App* sub : {start_, stop_, status_, list_, memory_cmd_, timeline_, logs_, bench_}) {
       if (sub->parsed()) name += " " + sub->get_name();
     }
     return name;
@@ -334,6 +348,9 @@ class Grammar {
     } else if (list_->parsed()) {
       line.kind = CommandKind::kList;
       line.list.head.token = IfGiven(token_list_, token_list_value_);
+    } else if (memory_cmd_->parsed()) {
+      line.kind = CommandKind::kMemory;
+      line.memory.head.token = IfGiven(token_memory_, token_memory_value_);
     } else if (timeline_->parsed()) {
       line.kind = CommandKind::kTimeline;
       line.timeline.head.token = IfGiven(token_timeline_, token_timeline_value_);
@@ -353,6 +370,7 @@ class Grammar {
   CLI::App* stop_ = nullptr;
   CLI::App* status_ = nullptr;
   CLI::App* list_ = nullptr;
+  CLI::App* memory_cmd_ = nullptr;
   CLI::App* timeline_ = nullptr;
   CLI::App* logs_ = nullptr;
   CLI::App* bench_ = nullptr;
@@ -388,6 +406,8 @@ class Grammar {
   std::string token_status_value_;
   CLI::Option* token_list_ = nullptr;
   std::string token_list_value_;
+  CLI::Option* token_memory_ = nullptr;
+  std::string token_memory_value_;
   CLI::Option* token_timeline_ = nullptr;
   std::string token_timeline_value_;
   CLI::Option* token_logs_ = nullptr;

@@ -9,6 +9,7 @@
 #include "bench/microbenchmark.h"
 #include "bench/scale_metrics.h"
 #include "core/cli/logs_command.h"
+#include "core/cli/memory_command.h"
 #include "core/cli/start_command.h"
 #include "core/cli/state_commands.h"
 #include "core/cli/stop_command.h"
@@ -47,6 +48,8 @@ int main(int argc, char** argv) {
       return Report(lumen::cli::RunStatus(line.status));
     case lumen::cli::CommandKind::kList:
       return Report(lumen::cli::RunList(line.list));
+    case lumen::cli::CommandKind::kMemory:
+      return Report(lumen::cli::RunMemory(line.memory));
     case lumen::cli::CommandKind::kTimeline:
       return Report(lumen::cli::RunTimeline(line.timeline));
     case lumen::cli::CommandKind::kLogs:

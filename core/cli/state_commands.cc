@@ -47,9 +47,7 @@ void PrintNodes(const std::string& head, const std::vector<runtime::NodeView>& n
                                    FormatQuantity(name, total - available),
                                    FormatQuantity(name, total));
     }
-    std::cout << absl::StrFormat("  object store: %s / %s in %d objects\n",
-                                 objectstore::FormatBytes(n.store_used),
-                                 objectstore::FormatBytes(n.store_capacity), n.store_objects);
+    std::cout << "  " << StoreSummaryLine(n) << "\n";
     std::cout << absl::StrFormat(
         "  workers: %d (%d idle); leases: %d active; lease requests (tasks) waiting: %d\n",
         n.workers, n.idle_workers, n.active_leases, n.queued_leases);
@@ -103,8 +101,32 @@ void PrintWaitingGroups(const std::vector<runtime::PlacementGroupView>& groups) 
   }
 }
 
-// Rows as an aligned table whose columns are the union of the rows' keys, in
-// first-seen order.
+std::vector<StateRow> PlacementGroupRows(const std::vector<runtime::PlacementGroupView>& groups) {
+  std::vector<StateRow> rows;
+  for (const auto& g : groups) {
+    std::string bundles, nodes;
+    for (size_t i = 0; i < g.bundles.size(); ++i) {
+      std::string one;
+      for (const auto& [name, qty] : g.bundles[i]) {
+        absl::StrAppend(&one, one.empty() ? "" : " ", name, ":", FormatQuantity(name, qty));
+      }
+      absl::StrAppend(&bundles, i ? " | " : "", one);
+      absl::StrAppend(&nodes, i ? "," : "",
+                      g.bundle_nodes[i].empty() ? "-" : g.bundle_nodes[i].substr(0, 12));
+    }
+    rows.push_back({{"GROUP_ID", g.id.substr(0, 16)},
+                    {"NAME", g.name},
+                    {"STRATEGY", g.strategy},
+                    {"STATE", g.state},
+                    {"BUNDLES", bundles},
+                    {"NODES", nodes},
+                    {"WHY_WAITING", g.error}});
+  }
+  return rows;
+}
+
+}  // namespace
+
 void PrintTable(const std::vector<StateRow>& rows) {
   if (rows.empty()) {
     std::cout << "(none)\n";
@@ -139,32 +161,6 @@ void PrintTable(const std::vector<StateRow>& rows) {
     std::cout << "\n";
   }
 }
-
-std::vector<StateRow> PlacementGroupRows(const std::vector<runtime::PlacementGroupView>& groups) {
-  std::vector<StateRow> rows;
-  for (const auto& g : groups) {
-    std::string bundles, nodes;
-    for (size_t i = 0; i < g.bundles.size(); ++i) {
-      std::string one;
-      for (const auto& [name, qty] : g.bundles[i]) {
-        absl::StrAppend(&one, one.empty() ? "" : " ", name, ":", FormatQuantity(name, qty));
-      }
-      absl::StrAppend(&bundles, i ? " | " : "", one);
-      absl::StrAppend(&nodes, i ? "," : "",
-                      g.bundle_nodes[i].empty() ? "-" : g.bundle_nodes[i].substr(0, 12));
-    }
-    rows.push_back({{"GROUP_ID", g.id.substr(0, 16)},
-                    {"NAME", g.name},
-                    {"STRATEGY", g.strategy},
-                    {"STATE", g.state},
-                    {"BUNDLES", bundles},
-                    {"NODES", nodes},
-                    {"WHY_WAITING", g.error}});
-  }
-  return rows;
-}
-
-}  // namespace
 
 absl::Status RunStatus(const HeadQueryOptions& options) {
   auto head = ResolveHead(options);

@@ -176,6 +176,17 @@ NodeView ToNodeView(proto::NodeStats::Reader n) {
   v.store_capacity = n.getStoreCapacity();
   v.store_used = n.getStoreUsed();
   v.store_objects = n.getStoreObjects();
+  if (n.hasStoreSummary()) {
+    auto s = n.getStoreSummary();
+    v.store = NodeView::StoreSummary{.pinned_bytes = s.getPinnedBytes(),
+                                     .pinned_objects = s.getPinnedObjects(),
+                                     .spilled_bytes = s.getSpilledBytes(),
+                                     .spilled_objects = s.getSpilledObjects(),
+                                     .restored_bytes = s.getRestoredBytes(),
+                                     .restored_objects = s.getRestoredObjects(),
+                                     .spilled_total_bytes = s.getSpilledTotalBytes(),
+                                     .parked_creates = s.getParkedCreates()};
+  }
   v.workers = n.getWorkers();
   v.idle_workers = n.getIdleWorkers();
   v.queued_leases = n.getQueuedLeases();

@@ -31,6 +31,7 @@
 #include "core/node/memory_monitor.h"
 #include "core/node/process_launcher.h"
 #include "core/node/state_lister.h"
+#include "core/node/store_report.h"
 #include "core/node/recent_failures.h"
 #include "core/node/task_event_buffer.h"
 #include "core/node/worker_event_flush.h"
@@ -380,7 +381,8 @@ void NodeDaemon::OnFrame(Connection& conn, proto::Envelope::Reader msg) {
       OnPull(conn, msg);
       return;
     case proto::Envelope::LIST_STATE:
-      lister_.List(conn, msg.getRequestId(), msg.getListState().cStr());
+      lister_.List(conn, msg.getRequestId(), msg.getListState().cStr(),
+                   StoreMemoryRows(*store_, msg.getListState().cStr()));
       return;
     case proto::Envelope::STATE_ROWS:
       lister_.OnRows(msg);
@@ -697,6 +699,7 @@ void NodeDaemon::FillStats(proto::NodeStats::Builder stats) {
   stats.setStoreCapacity(store.capacity);
   stats.setStoreUsed(store.used);
   stats.setStoreObjects(store.num_objects);
+  FillStoreSummary(*store_, stats.initStoreSummary());
   stats.setWorkers(pool_->num_workers());
   stats.setIdleWorkers(pool_->num_idle());
   stats.setQueuedLeases(leases_->num_queued());

@@ -4,9 +4,11 @@
 
 namespace lumen::node {
 
-void StateLister::List(Connection& requester, uint64_t request_id, const std::string& what) {
+void StateLister::List(Connection& requester, uint64_t request_id, const std::string& what,
+                       std::vector<Row> own_rows) {
   io_thread_.Check("StateLister");
   auto listing = std::make_shared<Listing>();
+  listing->rows = std::move(own_rows);
   listing->requester = requester.weak_from_this();
   listing->request_id = request_id;
   clients_.ForEachLocalProcess([&](Connection& process) {

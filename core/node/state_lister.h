@@ -1,4 +1,4 @@
-// StateLister: answers `lumen list actors|tasks|objects` sent to this node by
+// StateLister: answers `lumen list actors|tasks|objects` and `lumen memory` sent to this node by
 // asking every local driver and worker for its rows and merging them (each row
 // prefixed with NODE_DAEMON = this node's short id). A process that does not
 // answer within the timeout is left out.
@@ -31,8 +31,11 @@ class StateLister {
               std::chrono::milliseconds timeout)
       : io_(io), clients_(clients), node_(std::move(node_short_id)), timeout_(timeout) {}
 
-  // Starts a listing of `what` for `requester`; answered with request id `request_id`.
-  void List(Connection& requester, uint64_t request_id, const std::string& what);
+  using Row = std::vector<std::pair<std::string, std::string>>;
+  // Starts a listing of `what` for `requester`; answered with request id
+  // `request_id`. `own_rows` are the daemon's own (e.g. its store's), listed first.
+  void List(Connection& requester, uint64_t request_id, const std::string& what,
+            std::vector<Row> own_rows = {});
   // A local process's rows (its stateRows frame).
   void OnRows(proto::Envelope::Reader msg);
 
@@ -42,7 +45,7 @@ class StateLister {
     uint64_t request_id = 0;
     int pending = 0;
     bool done = false;
-    std::vector<std::vector<std::pair<std::string, std::string>>> rows;
+    std::vector<Row> rows;
     std::unique_ptr<boost::asio::steady_timer> timer;
   };
   void Finish(const std::shared_ptr<Listing>& listing);

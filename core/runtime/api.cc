@@ -89,12 +89,13 @@ std::shared_ptr<RefHandle> SubmitTask(std::string_view function, std::vector<Tas
   return Core()->SubmitTask(function, std::move(args), options);
 }
 
-std::shared_ptr<RefHandle> PutEncoded(std::string encoded) {
-  return Core()->PutEncoded(std::move(encoded));
+std::shared_ptr<RefHandle> PutEncoded(std::string encoded, const std::source_location& where) {
+  return Core()->PutEncoded(std::move(encoded), where);
 }
 
-std::shared_ptr<RefHandle> PutWithWriter(uint64_t size, const std::function<void(uint8_t*)>& write) {
-  return Core()->PutWithWriter(size, write);
+std::shared_ptr<RefHandle> PutWithWriter(uint64_t size, const std::function<void(uint8_t*)>& write,
+                                         const std::source_location& where) {
+  return Core()->PutWithWriter(size, write, where);
 }
 
 namespace {

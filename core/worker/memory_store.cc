@@ -75,7 +75,7 @@ void MemoryStore::SetFailed(const ObjectId& id, const Failure& failure) {
 }
 
 void MemoryStore::SetFromValue(const ObjectId& id, proto::Value::Reader value,
-                               bool owned_result) {
+                               bool owned_result, const std::string* call_site) {
   switch (value.which()) {
     case proto::Value::INLINE: {
       auto data = value.getInline();
@@ -97,6 +97,7 @@ void MemoryStore::SetFromValue(const ObjectId& id, proto::Value::Reader value,
             e.kind = ObjectEntry::Kind::kStored;
             e.stored_size = size;
             e.locations = {location};
+            if (call_site != nullptr) e.call_site = call_site;
           },
           owned_result);
       break;

@@ -76,8 +76,10 @@ class MemoryStore {
   // The object fails with `failure` (no effect once it is ready).
   void SetFailed(const ObjectId& id, const Failure& failure);
   // The object gets `value` (inline bytes, a stored copy's location, or an
-  // error) from a task reply or its owner's answer.
-  void SetFromValue(const ObjectId& id, proto::Value::Reader value, bool owned_result);
+  // error) from a task reply or its owner's answer. `call_site` (interned by
+  // CallSites, or nullptr) is recorded on a stored value.
+  void SetFromValue(const ObjectId& id, proto::Value::Reader value, bool owned_result,
+                    const std::string* call_site = nullptr);
 
   // Waits until `num_ready` of `ids` are ready or the timeout passes (none:
   // forever); returns their entries (see PendingWait::entries). Throws

@@ -78,6 +78,9 @@ struct ObjectEntry {
   bool registered_borrower = false;  // borrowed: we told the owner
   bool requested = false;            // borrowed: the owner was asked for the value
   bool is_actor = false;             // owned: the handle object of an actor we created
+  // Owned: where it was created ("Put at f.cc:12", "task Plus"), for `lumen
+  // memory`; interned by CallSites (lives as long as the process); nullptr: unknown.
+  const std::string* call_site = nullptr;
   std::vector<std::function<void()>> on_ready;  // run on the io thread
   // Threads in Get/Wait counting this object down (one per occurrence in
   // their list); cleared when it becomes ready. Inline for one: a Get of N

@@ -1,9 +1,11 @@
-// CoreWorker: the `lumen list actors|tasks|objects` rows of what this
-// process owns, answered to its node daemon. io thread.
+// CoreWorker: the `lumen list actors|tasks|objects` and `lumen memory` rows
+// of what this process owns, answered to its node daemon. io thread.
 #include "lumen/worker/core_worker.h"
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,6 +14,7 @@
 #include "core/worker/normal_task_submitter.h"
 #include "core/worker/task_manager.h"
 #include "core/worker/worker_state.h"
+#include "lumen/common/memory_listing.h"
 #include "lumen/common/proto_util.h"
 #include "lumen/objectstore/object_table.h"
 
@@ -59,6 +62,42 @@ void CoreWorker::SendStateRows(Connection& conn, uint64_t request_id, const std:
                       {"NODE", ""},
                       {"OWNER", owner},
                       {"WORKER_PID", ""}});
+    }
+  } else if (std::optional<size_t> top = ParseMemoryListing(what)) {
+    // `lumen memory`: the owner's side of its `top` largest stored objects
+    // (the stores list theirs; the command line joins them by id).
+    struct Owned {
+      const ObjectId* id;
+      const ObjectEntry* e;
+    };
+    auto larger = [](const Owned& a, const Owned& b) {
+      return a.e->stored_size != b.e->stored_size ? a.e->stored_size > b.e->stored_size
+                                                  : *a.id < *b.id;
+    };
+    ObjectTable::Locked objects(*object_table_);
+    std::vector<Owned> heap;  // min-heap by `larger`: its front goes first
+    for (const auto& [id, e] : *objects) {
+      if (!e.owned || e.is_actor || !e.ready || e.kind != ObjectEntry::Kind::kStored) continue;
+      Owned o{&id, &e};
+      if (heap.size() == *top) {
+        if (*top == 0 || !larger(o, heap.front())) continue;
+        std::pop_heap(heap.begin(), heap.end(), larger);
+        heap.pop_back();
+      }
+      heap.push_back(o);
+      std::push_heap(heap.begin(), heap.end(), larger);
+    }
+    std::sort_heap(heap.begin(), heap.end(), larger);
+    std::string owner_node = node_id_.Hex().substr(0, 12);
+    for (const Owned& o : heap) {
+      rows.push_back({{"KIND", "owner"},
+                      {"OBJECT_ID", o.id->Hex()},
+                      {"SIZE", absl::StrCat(o.e->stored_size)},
+                      {"OWNER", absl::StrCat(owner, " @ ", owner_node)},
+                      {"CALL_SITE", o.e->call_site ? *o.e->call_site : "(unknown)"},
+                      {"LOCAL_REFS", absl::StrCat(o.e->local_refs)},
+                      {"BORROWERS", absl::StrCat(o.e->borrowers)},
+                      {"IN_FLIGHT", absl::StrCat(o.e->pending_escapes)}});
     }
   } else if (what == "objects") {
     ObjectTable::Locked objects(*object_table_);

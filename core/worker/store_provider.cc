@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "core/worker/call_sites.h"
 #include "core/worker/worker_state.h"
 #include "lumen/common/codec.h"
 #include "lumen/common/head_client.h"
@@ -121,10 +122,12 @@ void CoreWorker::OnObjectLocationAdded(const ObjectId& id, const NodeId& node,
 // ---------------------------------------------------------------------------
 // Put / Get / Wait
 
-std::shared_ptr<internal::RefHandle> CoreWorker::PutEncoded(std::string encoded) {
+std::shared_ptr<internal::RefHandle> CoreWorker::PutEncoded(std::string encoded,
+                                                          const std::source_location& where) {
   if (encoded.size() > options_.inline_limit) {
-    return PutWithWriter(encoded.size(),
-                         [&](uint8_t* out) { std::memcpy(out, encoded.data(), encoded.size()); });
+    return PutWithWriter(
+        encoded.size(), [&](uint8_t* out) { std::memcpy(out, encoded.data(), encoded.size()); },
+        where);
   }
   ObjectId id = ObjectId::ForPut();
   auto handle = std::make_shared<internal::RefHandle>(id, shared_listen_address_);
@@ -137,7 +140,7 @@ std::shared_ptr<internal::RefHandle> CoreWorker::PutEncoded(std::string encoded)
 }
 
 std::shared_ptr<internal::RefHandle> CoreWorker::PutWithWriter(
-    uint64_t size, const std::function<void(uint8_t*)>& write) {
+    uint64_t size, const std::function<void(uint8_t*)>& write, const std::source_location& where) {
   ObjectId id = ObjectId::ForPut();
   StoreResult created = CallStore(kCreate, id, size);
   if (!created.status.ok()) {
@@ -159,10 +162,12 @@ std::shared_ptr<internal::RefHandle> CoreWorker::PutWithWriter(
     throw Error(absl::StrCat("Put failed: ", sealed.status.message()));
   }
   auto handle = std::make_shared<internal::RefHandle>(id, shared_listen_address_);
+  const std::string* site = CallSites::OfPut(where);  // before the table's lock
   memory_store_->SetReady(id, [&](ObjectEntry& e) {
     e.kind = ObjectEntry::Kind::kStored;
     e.stored_size = size;
     e.locations = {{node_id_, node_address_}};
+    e.call_site = site;
   });
   return handle;
 }

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/worker/call_sites.h"
 #include "lumen/common/task_events.h"
 
 namespace lumen::runtime {
@@ -26,7 +27,10 @@ void TaskManager::Complete(PendingTask& task, proto::Value::Reader result) {
     TaskEvents().Record(TaskEventKind::kFinished, task.task_id, task.attempt, {},
                         {.actor_call = task.kind != proto::TaskKind::NORMAL});
   }
-  store_.SetFromValue(task.return_id, result, /*owned_result=*/true);
+  // Only a stored result is listed by `lumen memory`: an inline one costs no interning.
+  const std::string* site =
+      result.isStored() ? CallSites::Intern(absl::StrCat("task ", task.name())) : nullptr;
+  store_.SetFromValue(task.return_id, result, /*owned_result=*/true, site);
 }
 
 void TaskManager::Fail(std::unique_ptr<PendingTask> task, Failure failure) {

@@ -220,3 +220,16 @@ TEST_CASE("lumen logs parses --node, --worker or --actor, and refuses both of th
   CHECK_THAT(UsageError({"logs", "--worker", "abc"}), Contains("abc"));
   CHECK_THAT(Help({"logs", "--help"}), Contains("--worker"));
 }
+
+TEST_CASE("lumen memory parses --top (default 20) and --address, and refuses a bad --top") {
+  lumen::cli::CommandLine line = Parsed({"memory"});
+  CHECK(line.kind == CommandKind::kMemory);
+  CHECK(line.memory.top == 20);
+  line = Parsed({"memory", "--top", "5", "--address", "10.0.0.1:6379", "--token", "t"});
+  CHECK(line.memory.top == 5);
+  CHECK(line.memory.head.address == "10.0.0.1:6379");
+  CHECK(line.memory.head.token == std::optional<std::string>("t"));
+  CHECK_THAT(UsageError({"memory", "--top", "many"}), Contains("--top"));
+  CHECK_THAT(UsageError({"memory", "--top", "-1"}), Contains("--top"));
+  CHECK_THAT(Help({"memory", "--help"}), Contains("--top"));
+}

@@ -371,6 +371,48 @@ TEST_CASE("a seeded random create/seal/get/release/delete/disconnect sequence ke
 namespace lumen::objectstore {
 namespace {
 
+TEST_CASE("LargestObjects lists the n largest, in memory or on disk only, with pins and state",
+          "[store_server]") {
+  // Invariant: `lumen memory`'s store rows are the n largest objects by size
+  // (largest first), each with its pins, whether it is on disk, and its job;
+  // a spilled object is listed as SPILLED although it left the table.
+  Harness h(1024 * kKiB);
+  ObjectId small = h.Put(kDriver, 10 * kKiB);
+  ObjectId medium = h.Put(kDriver, 100 * kKiB);
+  ObjectId large = h.Put(kDriver, 300 * kKiB);
+  REQUIRE(h.Call(kReader, Op::kGet, medium).status.ok());  // pinned by the reader
+
+  std::vector<StoreObjectInfo> top = h.store().LargestObjects(2);
+  REQUIRE(top.size() == 2);
+  CHECK(top[0].id == large);
+  CHECK(top[0].size == 300 * kKiB);
+  CHECK(std::string(top[0].state) == "SEALED");
+  CHECK(top[0].pins == 0);
+  CHECK(top[0].job == h.job());
+  CHECK(top[1].id == medium);
+  CHECK(top[1].pins == 1);
+  CHECK(h.store().LargestObjects(10).size() == 3);
+  CHECK(h.store().LargestObjects(0).empty());
+
+  // Filling the store spills the unpinned ones; they stay listed, on disk.
+  std::vector<ObjectId> more;
+  for (int i = 0; i < 3; ++i) more.push_back(h.Put(kDriver, 250 * kKiB));
+  REQUIRE(h.store().GetSpillStats().on_disk_objects >= 1);
+  std::vector<StoreObjectInfo> all = h.store().LargestObjects(100);
+  CHECK(all.size() == 6);
+  size_t spilled = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (i > 0) CHECK(all[i - 1].size >= all[i].size);
+    if (std::string(all[i].state) == "SPILLED") {
+      ++spilled;
+      CHECK(all[i].on_disk);
+      CHECK(all[i].id != medium);  // pinned: never spilled
+    }
+  }
+  CHECK(spilled >= 1);
+  (void)small;
+}
+
 TEST_CASE("sealed means immutable at the store API: create-twice, seal-twice, abort-after-seal "
           "are typed errors",
           "[store_server][chaos]") {

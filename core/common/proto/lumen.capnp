@@ -190,6 +190,19 @@ struct NodeStats {
   drivers @19 :List(Data);         # jobs whose driver is attached here (they end if it dies)
   taskTotals @20 :TaskTotals;      # from the task events this node received (metrics)
   dashboard @21 :NodeDashboard;    # only in the answer to getNodeStats: for the head's dashboard
+  storeSummary @22 :StoreSummary;  # pins and spilling of its object store (`lumen status`, `lumen memory`)
+}
+
+# What a node's object store holds beyond used/capacity/objects (NodeStats).
+struct StoreSummary {
+  pinnedBytes @0 :UInt64;      # allocated bytes of objects held by at least one pin
+  pinnedObjects @1 :UInt64;
+  spilledBytes @2 :UInt64;     # live objects with a copy on disk now
+  spilledObjects @3 :UInt64;
+  restoredBytes @4 :UInt64;    # read back from disk (cumulative)
+  restoredObjects @5 :UInt64;
+  spilledTotalBytes @6 :UInt64;  # written to disk (cumulative)
+  parkedCreates @7 :UInt32;    # creates waiting for room now
 }
 
 # What a node adds to its answer to getNodeStats for the head's dashboard

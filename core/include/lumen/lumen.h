@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <source_location>
 #include <span>
 #include <string>
 #include <tuple>
@@ -174,15 +175,20 @@ inline constexpr bool kAlwaysInline = std::is_arithmetic_v<V> || std::is_enum_v<
 // a large one (over kInlineObjectLimit encoded) measured first and then written
 // once, straight into the node's shared-memory store, so that it costs this
 // process one copy (the store's) besides the value itself.
+// `where`: the Put call site recorded for a stored value (empty: an argument).
 template <class V>
-TaskArgument EncodeForCluster(const V& value) {
+TaskArgument EncodeForCluster(const V& value, const std::source_location& where = {}) {
   if constexpr (!kAlwaysInline<V>) {
     size_t size = codec::EncodedValueSize<V>(value);
     if (size > kInlineObjectLimit) {
-      return TaskArgument{std::string(), PutWithWriter(size, [&](uint8_t* out) {
-                            absl::Status s = codec::EncodeValueInto<V>(out, size, value);
-                            if (!s.ok()) throw Error(std::string(s.message()));
-                          })};
+      return TaskArgument{std::string(), PutWithWriter(
+                                             size,
+                                             [&](uint8_t* out) {
+                                               absl::Status s =
+                                                   codec::EncodeValueInto<V>(out, size, value);
+                                               if (!s.ok()) throw Error(std::string(s.message()));
+                                             },
+                                             where)};
     }
     std::string bytes;
     bytes.reserve(size);
@@ -300,14 +306,16 @@ TaskCaller<F*> Task(F* f) {
 }
 
 // Stores `value` in the cluster; small values stay in this process, large ones
-// go to the node's shared-memory store. Throws ObjectStoreFullError.
+// go to the node's shared-memory store. Throws ObjectStoreFullError. `where`
+// (leave it defaulted) is the call site `lumen memory` shows for the object.
 template <class T>
-ObjectRef<std::decay_t<T>> Put(const T& value) {
+ObjectRef<std::decay_t<T>> Put(const T& value,
+                               std::source_location where = std::source_location::current()) {
   using V = std::decay_t<T>;
   // Large values are written straight into shared memory: one copy.
-  internal::TaskArgument encoded = internal::EncodeForCluster<V>(value);
+  internal::TaskArgument encoded = internal::EncodeForCluster<V>(value, where);
   if (encoded.ref) return ObjectRef<V>(std::move(encoded.ref));
-  return ObjectRef<V>(internal::PutEncoded(std::move(encoded.value)));
+  return ObjectRef<V>(internal::PutEncoded(std::move(encoded.value), where));
 }
 
 template <class T>

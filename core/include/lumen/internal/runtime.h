@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <source_location>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -86,11 +87,13 @@ std::shared_ptr<RefHandle> SubmitTask(std::string_view function, std::vector<Tas
 void CancelTask(const RefHandle& ref, bool force);
 
 // Stores an encoded value (inline in this process when small, else in the
-// node's shared-memory store).
-std::shared_ptr<RefHandle> PutEncoded(std::string encoded);
+// node's shared-memory store). `where`: the Put call site `lumen memory` shows
+// for a stored value (empty: none).
+std::shared_ptr<RefHandle> PutEncoded(std::string encoded, const std::source_location& where = {});
 // Stores a value of `size` encoded bytes written by `write` straight into the
-// store (no intermediate copy).
-std::shared_ptr<RefHandle> PutWithWriter(uint64_t size, const std::function<void(uint8_t*)>& write);
+// store (no intermediate copy); `where` as for PutEncoded.
+std::shared_ptr<RefHandle> PutWithWriter(uint64_t size, const std::function<void(uint8_t*)>& write,
+                                         const std::source_location& where = {});
 
 // An object's encoded bytes; `keepalive` pins them (a store mapping stays pinned
 // until the last copy of it goes).

@@ -59,6 +59,13 @@ class SpillIndex {
   // Forgets everything, removing nothing (the caller removes the directory).
   void Clear();
 
+  // Calls `fn(id, location)` for every object with a disk copy, in no
+  // particular order; `fn` must not change the index. O(n).
+  template <class Fn>
+  void ForEach(Fn&& fn) const {
+    for (const auto& [id, at] : objects_) fn(id, at);
+  }
+
   uint64_t num_objects() const { return objects_.size(); }
   uint64_t num_files() const { return files_.size(); }
   // Bytes of live objects on disk.

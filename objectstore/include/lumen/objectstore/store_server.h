@@ -103,6 +103,17 @@ struct SpillStats {
   uint64_t failed_creates = 0;    // ObjectStoreFullError after the grace (cumulative)
 };
 
+// One object of the store as `lumen memory` lists it: in memory, on disk, or both.
+struct StoreObjectInfo {
+  ObjectId id;
+  uint64_t size = 0;
+  const char* state = "";  // CREATED, SEALED, DELETE_PENDING, or SPILLED (on disk only)
+  uint64_t pins = 0;       // Get pins (the store's own while it spills included), +1 while unsealed
+  bool on_disk = false;    // a disk copy exists (SPILLED, or restored and kept on disk)
+  bool secondary = false;  // a copy pulled from another node
+  JobId job;               // who frees it (Nil: a detached actor's)
+};
+
 // Who sends a store request, as the daemon knows it from the client's hello.
 struct StoreCaller {
   ClientId client = 0;
@@ -175,6 +186,9 @@ class StoreServer {
   ObjectTable::Stats GetStats() const { return table_.GetStats(); }
   SpillStats GetSpillStats() const;
   uint64_t PinnedBytes() const { return table_.PinnedBytes(); }
+  // The `n` largest objects, in memory or on disk only, largest first (ties:
+  // by id). O(objects * log n); for `lumen memory`, not a hot path.
+  std::vector<StoreObjectInfo> LargestObjects(size_t n) const;
   const ShmSegment& segment() const { return *segment_; }
   // Bytes of the segment reserved up front so far (all of it once the
   // background reservation is done; 0 with Reserve::kPerObject).

@@ -58,6 +58,12 @@ struct ListOptions {
   HeadQueryOptions head;
 };
 
+// `lumen memory [--top N]`.
+struct MemoryOptions {
+  int top = 20;  // --top: how many of the largest objects to list
+  HeadQueryOptions head;
+};
+
 // `lumen timeline FILE`.
 struct TimelineOptions {
   std::string file;  // where the Chrome trace (JSON) is written
@@ -86,13 +92,13 @@ struct MicrobenchmarkArgs {
   bool scale = false;
   long scale_max_tasks = 1000000;
   // --scale-only LIST: the experiments to run, comma-separated (drain,
-  // actors, puts, nodes); empty: all.
+  // actors, puts, store_puts, nodes); empty: all.
   std::string scale_only;
   std::string out_dir;
   bool task_events = false;  // --task-events: only the cost of task events (on vs off)
 };
 
-enum class CommandKind { kStart, kStop, kStatus, kList, kTimeline, kLogs, kMicrobenchmark };
+enum class CommandKind { kStart, kStop, kStatus, kList, kMemory, kTimeline, kLogs, kMicrobenchmark };
 
 // A command line that parsed: the subcommand and its options (only the member
 // for `kind` is meaningful).
@@ -101,6 +107,7 @@ struct CommandLine {
   StartOptions start;
   HeadQueryOptions status;
   ListOptions list;
+  MemoryOptions memory;
   TimelineOptions timeline;
   LogsOptions logs;
   MicrobenchmarkArgs microbenchmark;

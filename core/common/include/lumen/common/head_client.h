@@ -28,6 +28,18 @@ struct NodeView {
   uint64_t store_capacity = 0;
   uint64_t store_used = 0;
   uint64_t store_objects = 0;
+  // The store's pins and spilling (NodeStats.storeSummary).
+  struct StoreSummary {
+    uint64_t pinned_bytes = 0;
+    uint64_t pinned_objects = 0;
+    uint64_t spilled_bytes = 0;  // live objects with a disk copy now
+    uint64_t spilled_objects = 0;
+    uint64_t restored_bytes = 0;  // cumulative
+    uint64_t restored_objects = 0;
+    uint64_t spilled_total_bytes = 0;  // written to disk, cumulative
+    uint32_t parked_creates = 0;
+  };
+  StoreSummary store;
   uint32_t workers = 0;
   uint32_t idle_workers = 0;
   uint32_t queued_leases = 0;

@@ -43,6 +43,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <source_location>
 #include <string>
 #include <thread>
 #include <vector>
@@ -126,9 +127,12 @@ class CoreWorker {
   std::shared_ptr<internal::RefHandle> SubmitTask(std::string_view function,
                                                   std::vector<internal::TaskArgument> args,
                                                   const internal::TaskOptions& options);
-  std::shared_ptr<internal::RefHandle> PutEncoded(std::string encoded);
+  // `where`: the Put call site recorded for a stored value (`lumen memory`).
+  std::shared_ptr<internal::RefHandle> PutEncoded(std::string encoded,
+                                                  const std::source_location& where = {});
   std::shared_ptr<internal::RefHandle> PutWithWriter(uint64_t size,
-                                                     const std::function<void(uint8_t*)>& write);
+                                                     const std::function<void(uint8_t*)>& write,
+                                                     const std::source_location& where = {});
   std::vector<internal::ObjectBytes> Get(const std::vector<const internal::RefHandle*>& refs,
                                          std::optional<std::chrono::milliseconds> timeout);
   std::vector<bool> Wait(const std::vector<const internal::RefHandle*>& refs, size_t num_returns,
