@@ -65,24 +65,8 @@ size_t StoreMappingsOfThisProcess() {
 }
 
 std::set<pid_t> ChildrenWithZombies() {
-  std::set<pid_t> out;
-  pid_t self = ::getpid();
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
-    std::string name = entry.path().filename();
-    if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
-    std::ifstream stat(entry.path() / "stat");
-    std::string line;
-    if (!std::getline(stat, line)) continue;
-    auto close = line.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(line.substr(close + 2));
-    char state;
-    pid_t ppid;
-    rest >> state >> ppid;
-    if (ppid == self) out.insert(std::stoi(name));
-  }
-  return out;
+  std::vector<pid_t> children = lumen::test::ChildPids(::getpid(), /*include_zombies=*/true);
+  return {children.begin(), children.end()};
 }
 
 LeakCheck::LeakCheck()

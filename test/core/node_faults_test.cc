@@ -27,23 +27,8 @@ namespace {
 
 using lumen::test::MultiNodeCluster;
 using lumen::test::FilesIn;
+using lumen::test::Scratch;
 using lumen::test::WaitUntil;
-
-// A scratch directory for barriers (and a gate file next to it), removed at
-// scope exit, also when the test fails.
-struct Scratch {
-  explicit Scratch(const std::string& what)
-      : dir((std::filesystem::temp_directory_path() /
-             ("lumen-" + what + "-" + std::to_string(::getpid())))
-                .string()),
-        gate(dir + "-gate") {}
-  ~Scratch() {
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-    std::filesystem::remove(gate, ec);
-  }
-  std::string dir, gate;
-};
 
 MultiNodeCluster::NodeSpec Cpus(double n) { return {{{"CPU", n}}}; }
 

@@ -36,15 +36,7 @@ struct SpillDir {
     fs::remove_all(path, ec);
   }
   // Regular files anywhere under it.
-  size_t Files() const {
-    size_t n = 0;
-    std::error_code ec;
-    for (auto it = fs::recursive_directory_iterator(path, ec); !ec && it != fs::end(it);
-         it.increment(ec)) {
-      n += it->is_regular_file(ec);
-    }
-    return n;
-  }
+  size_t Files() const { return lumen::test::RegularFilesUnder(path); }
   size_t Entries() const {
     size_t n = 0;
     for (const auto& e : fs::directory_iterator(path)) n += (void(e), 1);

@@ -166,7 +166,29 @@ size_t FilesIn(const std::string& dir) {
   return n;
 }
 
-std::vector<pid_t> ChildPids(pid_t parent) {
+size_t RegularFilesUnder(const std::string& dir) {
+  size_t n = 0;
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
+       !ec && it != std::filesystem::end(it); it.increment(ec)) {
+    n += it->is_regular_file(ec);
+  }
+  return n;
+}
+
+Scratch::Scratch(const std::string& what)
+    : dir((std::filesystem::temp_directory_path() /
+           ("lumen-" + what + "-" + std::to_string(::getpid())))
+              .string()),
+      gate(dir + "-gate") {}
+
+Scratch::~Scratch() {
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  std::filesystem::remove(gate, ec);
+}
+
+std::vector<pid_t> ChildPids(pid_t parent, bool include_zombies) {
   std::vector<pid_t> out;
   for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
     std::string name = entry.path().filename();
@@ -180,7 +202,7 @@ std::vector<pid_t> ChildPids(pid_t parent) {
     char state;
     pid_t ppid;
     rest >> state >> ppid;
-    if (ppid == parent && state != 'Z') out.push_back(std::stoi(name));
+    if (ppid == parent && (include_zombies || state != 'Z')) out.push_back(std::stoi(name));
   }
   return out;
 }

@@ -76,8 +76,20 @@ int64_t NowNs();
 // The regular files directly in `dir`; 0 when it does not exist.
 size_t FilesIn(const std::string& dir);
 
-// Children of `pid` (direct), from /proc.
-std::vector<pid_t> ChildPids(pid_t pid);
+// Children of `pid` (direct), from /proc; zombies only when asked.
+std::vector<pid_t> ChildPids(pid_t pid, bool include_zombies = false);
+// Regular files anywhere under `dir` (recursively); 0 when it does not exist.
+size_t RegularFilesUnder(const std::string& dir);
+
+// A scratch directory for barriers (and a gate file next to it), removed at
+// scope exit, also when the test fails: $TMPDIR/lumen-<what>-<pid>.
+struct Scratch {
+  explicit Scratch(const std::string& what);
+  ~Scratch();
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  std::string dir, gate;
+};
 // Every live process whose environment or command line mentions `needle`.
 std::vector<pid_t> ProcessesMentioning(const std::string& needle);
 // The session directories under $TMPDIR (or /tmp).

@@ -59,15 +59,8 @@ struct SpillDir {
     std::error_code ec;
     fs::remove_all(path, ec);
   }
-  size_t Files() const {
-    size_t n = 0;
-    std::error_code ec;
-    for (auto it = fs::recursive_directory_iterator(path, ec); !ec && it != fs::end(it);
-         it.increment(ec)) {
-      n += it->is_regular_file(ec);
-    }
-    return n;
-  }
+  // Regular files anywhere under it.
+  size_t Files() const { return lumen::test::RegularFilesUnder(path); }
   std::string path;
 };
 
