@@ -19,6 +19,8 @@
 namespace {
 
 using lumen::test::MultiNodeCluster;
+using lumen::test::Pattern;
+using lumen::test::PatternByte;
 using lumen::test::WaitUntil;
 namespace fs = std::filesystem;
 
@@ -44,16 +46,6 @@ struct SpillDir {
   }
   std::string path;
 };
-
-uint8_t PatternByte(uint64_t seed, uint64_t i) {
-  return static_cast<uint8_t>((seed * 131 + i * 7 + (i >> 10)) & 0xff);
-}
-
-std::vector<uint8_t> Pattern(uint64_t seed, uint64_t size) {
-  std::vector<uint8_t> v(size);
-  for (uint64_t i = 0; i < size; ++i) v[i] = PatternByte(seed, i);
-  return v;
-}
 
 // Where it ran, and whether the object has the bytes Pattern(seed) gave it.
 std::string CheckPattern(std::vector<uint8_t> bytes, uint64_t seed) {

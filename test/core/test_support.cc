@@ -166,6 +166,16 @@ size_t FilesIn(const std::string& dir) {
   return n;
 }
 
+uint8_t PatternByte(uint64_t seed, uint64_t i) {
+  return static_cast<uint8_t>((seed * 131 + i * 7 + (i >> 10)) & 0xff);
+}
+
+std::vector<uint8_t> Pattern(uint64_t seed, uint64_t size) {
+  std::vector<uint8_t> v(size);
+  for (uint64_t i = 0; i < size; ++i) v[i] = PatternByte(seed, i);
+  return v;
+}
+
 size_t RegularFilesUnder(const std::string& dir) {
   size_t n = 0;
   std::error_code ec;

@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -78,6 +79,10 @@ size_t FilesIn(const std::string& dir);
 
 // Children of `pid` (direct), from /proc; zombies only when asked.
 std::vector<pid_t> ChildPids(pid_t pid, bool include_zombies = false);
+// A reproducible byte pattern for checking that an object survived intact:
+// byte `i` of the pattern seeded `seed`, and `size` bytes of it.
+uint8_t PatternByte(uint64_t seed, uint64_t i);
+std::vector<uint8_t> Pattern(uint64_t seed, uint64_t size);
 // Regular files anywhere under `dir` (recursively); 0 when it does not exist.
 size_t RegularFilesUnder(const std::string& dir);
 

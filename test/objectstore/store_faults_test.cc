@@ -43,35 +43,20 @@
 namespace {
 
 using lumen::test::MultiNodeCluster;
+using lumen::test::Pattern;
+using lumen::test::PatternByte;
 using lumen::test::WaitUntil;
 namespace fs = std::filesystem;
 
 constexpr uint64_t kMiB = 1ull << 20;
 
 // A directory the nodes spill into, removed at scope exit.
-struct SpillDir {
-  SpillDir() {
-    std::string pattern = (fs::temp_directory_path() / "lumen-store-faults-XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~SpillDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
+struct SpillDir : lumen::test::chaos::ScratchDir {
+  SpillDir() : ScratchDir("lumen-store-faults") {}
   // Regular files anywhere under it.
-  size_t Files() const { return lumen::test::RegularFilesUnder(path); }
-  std::string path;
+  size_t Files() const { return lumen::test::RegularFilesUnder(path()); }
 };
 
-uint8_t PatternByte(uint64_t seed, uint64_t i) {
-  return static_cast<uint8_t>((seed * 131 + i * 7 + (i >> 10)) & 0xff);
-}
-std::vector<uint8_t> Pattern(uint64_t seed, uint64_t size) {
-  std::vector<uint8_t> v(size);
-  for (uint64_t i = 0; i < size; ++i) v[i] = PatternByte(seed, i);
-  return v;
-}
 bool Intact(const uint8_t* data, uint64_t size, uint64_t seed) {
   for (uint64_t i = 0; i < size; ++i) {
     if (data[i] != PatternByte(seed, i)) return false;
@@ -263,7 +248,7 @@ TEST_CASE("store full: a 64 MiB store given 4x its capacity spills, pinned beyon
   lumen::test::chaos::LeakCheck leaks;  // the shared teardown check (test/chaos)
   std::string session;
   {
-    MultiNodeCluster cluster({Node(64 * kMiB, spill.path, "1000")});
+    MultiNodeCluster cluster({Node(64 * kMiB, spill.path(), "1000")});
     session = Stats(cluster).session_dir;
     REQUIRE(WaitUntil([] { return DriverSegmentBackedBytes() >= 64 * kMiB; },
                       std::chrono::seconds(10)));
@@ -307,7 +292,7 @@ TEST_CASE("store full with spilling broken: a typed ObjectStoreFullError after t
   // already in the store reads back intact, and usage returns to 0 when the
   // refs go.
   SpillDir spill;
-  const std::string not_a_dir = spill.path + "/file";
+  const std::string not_a_dir = spill.path() + "/file";
   std::ofstream(not_a_dir) << "x";
   lumen::test::chaos::LeakCheck leaks;  // the shared teardown check (test/chaos)
   std::string session;
@@ -351,7 +336,7 @@ TEST_CASE("clients dying with mappings: a SIGKILLed creator's unsealed object is
   int rounds = 200;
   if (const char* r = std::getenv("LUMEN_TEST_ROUNDS")) rounds = std::max(1, std::atoi(r));
   SpillDir spill;
-  MultiNodeCluster::NodeSpec spec = Node(64 * kMiB, spill.path, "1000");
+  MultiNodeCluster::NodeSpec spec = Node(64 * kMiB, spill.path(), "1000");
   spec.env["LUMEN_PRESTART_WORKERS"] = "0";  // the actor is the node's only worker
   lumen::test::chaos::LeakCheck leaks;  // the shared teardown check (test/chaos)
   std::string session;
