@@ -360,9 +360,17 @@ TEST_CASE("clients dying with mappings: a SIGKILLed creator's unsealed object is
       REQUIRE(during.store_objects == 2);  // the unsealed one is there
       if (round == 0) daemon_fds = FdKinds(daemon);
       if (round == rounds - 1) {
-        // Same live workers as in round 0: the same fds, nothing of the dead
-        // ones left open.
-        bool same = WaitUntil([&] { return FdKinds(daemon) == daemon_fds; }, std::chrono::seconds(5));
+        // Same live workers as in round 0: no kind of fd grew, nothing of the
+        // dead ones left open. (Fewer is no leak: round 0 may have caught a
+        // short-lived connection, e.g. a stats query's, still open.)
+        auto no_more_than_round_0 = [&] {
+          for (const auto& [kind, n] : FdKinds(daemon)) {
+            auto it = daemon_fds.find(kind);
+            if (n > (it == daemon_fds.end() ? 0 : it->second)) return false;
+          }
+          return true;
+        };
+        bool same = WaitUntil(no_more_than_round_0, std::chrono::seconds(5));
         INFO("daemon fds in round 0: " << Describe(daemon_fds) << "; now: " << Describe(FdKinds(daemon)));
         REQUIRE(same);
       }
