@@ -1,23 +1,25 @@
 #!/usr/bin/env python3
 """The A/B table of doc/benchmark.md from a quiet-window.sh directory.
 
-  bench/ab/table.py OUTDIR        # reads OUTDIR/{A1,A2,B1,B2}.out and loadavg.log
+  bench/ab/table.py OUTDIR        # reads OUTDIR/<side><n>.out and loadavg.log
 
-B/A is mean(B runs) / mean(A runs); for init_seconds (a time) above 1 is
-slower, for every other metric (a rate) below 1 is slower. A1/A2 is the spread
-of A's own two runs (max/min), to read B/A against.
+Sides are single letters (A, B, and C for a commit between them). For each
+pair of sides present, in the order A, C, B, the ratio later/earlier is the
+mean of the later side's runs over the mean of the earlier side's: for
+init_seconds (a time) above 1 is slower, for every other metric (a rate) below
+1 is slower. "A spread" is max/min of A's own runs, to read the ratios against.
 """
-import re, sys, os
+import os, re, sys
 
 out = sys.argv[1]
-runs = [r for r in ("A1", "A2", "B1", "B2") if os.path.exists(f"{out}/{r}.out")]
+runs = sorted((f[:-4] for f in os.listdir(out) if re.fullmatch(r"[A-Z]\d+\.out", f)),
+              key=lambda r: (r[0], int(r[1:])))
+sides = [s for s in "ACB" if any(r[0] == s for r in runs)]
 vals, units, order = {}, {}, []
 for r in runs:
     for line in open(f"{out}/{r}.out"):
-        if line.startswith("#") or not line.strip():
-            continue
         m = re.match(r"(\S+) (\S+)(?: \+- \S+)? (\S+)$", line.strip())
-        if not m:
+        if line.startswith("#") or not m:
             continue
         name, v, unit = m.group(1), float(m.group(2)), m.group(3)
         if name not in order:
@@ -28,16 +30,24 @@ for r in runs:
 def fmt(v):
     return "n/a" if v is None else f"{v:.4g}"
 
-print("| metric | unit | " + " | ".join(runs) + " | B/A | A spread |")
-print("|---|---|" + "---|" * len(runs) + "---|---|")
+def mean(name, side):
+    xs = [vals[name][r] for r in runs if r[0] == side and r in vals[name]]
+    return sum(xs) / len(xs) if xs else None
+
+pairs = [(sides[i], sides[j]) for i in range(len(sides)) for j in range(i + 1, len(sides))]
+print("| metric | unit | " + " | ".join(runs) + " | " +
+      " | ".join(f"{b}/{a}" for a, b in pairs) + " | A spread |")
+print("|---|---|" + "---|" * (len(runs) + len(pairs) + 1))
 for name in order:
     d = vals[name]
+    ratios = []
+    for a, b in pairs:
+        ma, mb = mean(name, a), mean(name, b)
+        ratios.append("n/a" if ma is None or mb is None or ma == 0 else f"{mb / ma:.2f}")
     a = [d[r] for r in runs if r[0] == "A" and r in d]
-    b = [d[r] for r in runs if r[0] == "B" and r in d]
-    ratio = (sum(b) / len(b)) / (sum(a) / len(a)) if a and b and sum(a) else None
-    spread = max(a) / min(a) if len(a) > 1 and min(a) > 0 else None
+    spread = f"{max(a) / min(a):.2f}" if len(a) > 1 and min(a) > 0 else "n/a"
     print(f"| `{name}` | {units[name]} | " + " | ".join(fmt(d.get(r)) for r in runs) +
-          f" | {'n/a' if ratio is None else f'{ratio:.2f}'} | {'n/a' if spread is None else f'{spread:.2f}'} |")
+          " | " + " | ".join(ratios) + f" | {spread} |")
 
 # Mean 1-minute load average per run, from the samples between START and END.
 cur, loads = None, {}
