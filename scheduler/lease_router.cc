@@ -69,7 +69,24 @@ LeaseRoute RouteLease(const LeaseRouteRequest& request, const LeaseRoutingInputs
   if (!request.group.empty()) return RouteToGroup(request, in);
   if (request.grant_or_reject) {
     // Another node sent it here: run it here if it can ever fit, else start over.
-    return in.local_resources.IsFeasible(request.placement) ? Grant() : Retry();
+    if (!in.local_resources.IsFeasible(request.placement)) return Retry();
+    if (request.strategy.kind != StrategyKind::kDefault) return Grant();
+    // kDefault: the sender chose this node from its view, whose estimates of
+    // other nodes can be stale (a view from the head puts a node's last
+    // reported state back before that node has reported the leases just
+    // spilled to it). Queued behind busy CPUs here, the request could wait
+    // for ever while another node has room (six tasks meeting at a barrier on
+    // three 2-CPU nodes: the third sent to a full node never runs). So, as
+    // Ray's grant-or-reject: granted when it fits here now (this node's entry
+    // is net of its queue), or when the policy on this node's own view keeps
+    // it here (no node fits it now); otherwise the requester starts over at
+    // its own node, whose view has caught up by then or soon after.
+    const NodeResources* self = in.view.Find(in.local_node_id);
+    const ResourceSet& free_here = self != nullptr ? self->available
+                                                   : in.local_resources.available();
+    if (request.placement.IsSubsetOf(free_here)) return Grant();
+    auto pick = in.view.PickNode(request.placement, request.strategy, in.local_node_id);
+    return pick.ok() && pick->node_id != in.local_node_id ? Retry() : Grant();
   }
   auto pick = in.view.PickNode(request.placement, request.strategy, in.local_node_id);
   if (!pick.ok()) {

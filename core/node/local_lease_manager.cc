@@ -40,9 +40,10 @@ void LocalLeaseManager::Route(LeaseRequest request, bool replayed) {
     return;
   }
   ClusterState& cluster = *options_.cluster;
-  if (request.group.empty() && !request.grant_or_reject) {
-    // This node as the policy sees it: what is free minus what queued requests
-    // will take once their workers are ready.
+  if (request.group.empty()) {
+    // This node as the policy sees it (and a spilled request's grant-or-reject
+    // check): what is free minus what queued requests will take once their
+    // workers are ready.
     // O(resource kinds): the queue keeps the sum of its requests' placements.
     ResourceSet free_now = resources_->available();
     for (const auto& [name, qty] : queue_.queued_placement().ToMap()) {

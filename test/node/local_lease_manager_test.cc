@@ -107,8 +107,10 @@ struct Node {
     pool.GetOrAddJob(job).exe_path = "/bin/driver";
   }
 
-  void Submit(ClientId client, uint64_t request_id, double cpus) {
+  // `grant_or_reject`: as if another node had spilled it here.
+  void Submit(ClientId client, uint64_t request_id, double cpus, bool grant_or_reject = false) {
     LeaseRequest request;
+    request.grant_or_reject = grant_or_reject;
     request.client = client;
     request.request_id = request_id;
     request.job = job;
@@ -494,6 +496,42 @@ TEST_CASE("a node whose store is nearly full spills work to a node with room") {
   node.Submit(1, 2, 1);
   CHECK(node.clients.answers[1].size() == 1);  // queued here, not spilled
   CHECK(node.leases.num_queued() == 1);
+}
+
+TEST_CASE("a spilled request finding this node's CPUs taken goes back while another node has room") {
+  // Invariant: a request another node spilled here is not queued behind CPUs
+  // that leases and queued requests already hold while the view shows a node
+  // with room now (the sender's view of us was stale): the requester is told
+  // to retry at its own node. With no room anywhere it queues here. (Before
+  // the fix it always queued here: a barrier of 6 tasks on 3 2-CPU nodes
+  // once never met, the third task sent to a full node.)
+  Node node(2);
+  auto far_view = [&](double available) {
+    capnp::MallocMessageBuilder message;
+    auto nodes = message.initRoot<proto::ClusterView>().initNodes(1);
+    std::string far = "far";
+    nodes[0].setNodeId(
+        capnp::Data::Reader(reinterpret_cast<const uint8_t*>(far.data()), far.size()));
+    nodes[0].setAddress("10.0.0.2:7000");
+    nodes[0].setAlive(true);
+    SetResources(nodes[0].initTotal(1), {{"CPU", 2}});
+    SetResources(nodes[0].initAvailable(1), {{"CPU", available}});
+    node.cluster.Apply(message.getRoot<proto::ClusterView>().asReader());
+  };
+  far_view(1);
+  node.Submit(1, 1, 1, /*grant_or_reject=*/true);
+  node.Submit(1, 2, 1, /*grant_or_reject=*/true);
+  CHECK(node.leases.num_queued() == 2);  // both fit here now (workers starting)
+  node.Submit(1, 3, 1, /*grant_or_reject=*/true);
+  REQUIRE(node.clients.answers[1].size() == 1);
+  CHECK(node.clients.answers[1][0].kind == "retry");
+  CHECK(node.clients.answers[1][0].request_id == 3);
+  CHECK(node.leases.num_queued() == 2);
+
+  far_view(0);  // no room anywhere now: it waits here for a CPU
+  node.Submit(1, 4, 1, /*grant_or_reject=*/true);
+  CHECK(node.clients.answers[1].size() == 1);
+  CHECK(node.leases.num_queued() == 3);
 }
 
 TEST_CASE("the cluster state reports a node's death once and bounds what it remembers") {

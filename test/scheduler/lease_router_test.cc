@@ -88,6 +88,32 @@ TEST_CASE("a forwarded request is granted if it can ever fit here, else sent bac
   CHECK(f.Route({.placement = Cpu(5), .grant_or_reject = true}).kind == LeaseRouteKind::kRetry);
 }
 
+TEST_CASE("a forwarded DEFAULT request that does not fit here now goes back while another node has room") {
+  // Invariant: a spilled request is not queued behind busy resources here
+  // while the policy on this node's view would run it elsewhere now (the
+  // sender's view was stale); it waits here only when no node has room now,
+  // or when it must run here (node affinity). Before the fix it was queued
+  // here whenever it could ever fit, and a barrier across nodes never met.
+  Fixture f;
+  f.view.Upsert("local", {Cpu(4), Cpu(0), true});  // all 4 CPUs leased or queued
+  LeaseRoute r = f.Route({.placement = Cpu(1), .grant_or_reject = true, .name = "t"});
+  CHECK(r.kind == LeaseRouteKind::kRetry);
+  CHECK(f.view.Find("far")->available.Get("CPU") == 8);  // nothing taken from far
+
+  LeaseRouteRequest pinned{.placement = Cpu(1), .grant_or_reject = true, .name = "pinned"};
+  pinned.strategy.kind = StrategyKind::kNodeAffinity;
+  pinned.strategy.node_id = "local";
+  CHECK(f.Route(pinned).kind == LeaseRouteKind::kGrantHere);
+
+  f.view.Upsert("far", {Cpu(8), Cpu(0), true});  // no node has room now: wait here
+  CHECK(f.Route({.placement = Cpu(1), .grant_or_reject = true}).kind ==
+        LeaseRouteKind::kGrantHere);
+  f.view.Upsert("local", {Cpu(4), Cpu(1), true});  // room here now
+  f.view.Upsert("far", {Cpu(8), Cpu(8), true});
+  CHECK(f.Route({.placement = Cpu(1), .grant_or_reject = true}).kind ==
+        LeaseRouteKind::kGrantHere);
+}
+
 TEST_CASE("a spillback target without a known address is run here instead") {
   // Invariant: the router never names a node the requester could not reach.
   Fixture f;

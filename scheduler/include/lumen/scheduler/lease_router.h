@@ -16,7 +16,11 @@
 //     that fits; refused when the group's bundles are all too small; else parked
 //     until the group is placed.
 //   * any other request: when another node sent it here (grant_or_reject),
-//     granted if this node can ever fit it, else kRetry. Otherwise the policy
+//     kRetry if this node can never fit it; else granted, except a kDefault
+//     request that does not fit here now (this node's view entry, net of its
+//     queue) while the policy on this node's view would send it to another
+//     node: kRetry (Ray's grant-or-reject; the sender's view was stale).
+//     Otherwise the policy
 //     (ClusterResourceView::PickNode) picks a node: this one (or one without a
 //     known address) grants, another gets a spillback (and the view takes the
 //     request from that node's available resources), no feasible node parks it,
