@@ -123,6 +123,7 @@ void MultiClientPuts(Reporter& out, bool quick) {
 
 // The node daemon's memory per small object in its store (target <= 256 B).
 void BytesPerSmallObject(Reporter& out, bool quick) {
+  if (!out.Wants("bytes_per_small_object")) return;
   const long n = quick ? 20000 : 200000;
   pid_t daemon = EmbeddedNodeDaemon();
   if (daemon == 0) {
