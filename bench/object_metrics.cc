@@ -131,7 +131,10 @@ void BytesPerSmallObject(Reporter& out, bool quick) {
     return;
   }
   SmallObjectCost cost;
-  if (!out.Step("bytes_per_small_object", [&] { cost = MeasureSmallObjects(daemon, n); })) return;
+  if (!out.Step("bytes_per_small_object",
+                [&] { cost = MeasureSmallObjects(daemon, n, kSmallObjectPutThreads); })) {
+    return;
+  }
   out.Value("bytes_per_small_object", "B", [&] { return cost.bytes_per_object; });
   char note[200];
   std::snprintf(note, sizeof(note),

@@ -21,11 +21,16 @@ struct SmallObjectCost {
   long daemon_kib_after = 0;    // ... with every object still in the store
 };
 
-// Puts `n` small values (an int each) into the node's store one by one through
-// the store path (bench/store_put.h), holding every reference, then reads the
-// anonymous resident memory of `daemon` (RssAnon: its heap and tables, not the
-// store's shared pages) before and after; the objects are freed on return.
-SmallObjectCost MeasureSmallObjects(pid_t daemon, long n);
+// Puts `n` small values (an int each) into the node's store through the store
+// path (bench/store_put.h) from `threads` threads, each put after put (a put
+// is two round trips to the daemon: several threads keep several in flight),
+// holding every reference, then reads the anonymous resident memory of
+// `daemon` (RssAnon: its heap and tables, not the store's shared pages) before
+// and after; the objects are freed on return.
+SmallObjectCost MeasureSmallObjects(pid_t daemon, long n, int threads = 1);
+
+// The threads bytes_per_small_object and --scale's store_puts put from.
+inline constexpr int kSmallObjectPutThreads = 8;
 
 // The node daemon of the embedded cluster this driver started (its child with
 // LUMEN_ROLE=node in its environment); 0 when there is none.

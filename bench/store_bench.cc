@@ -3,12 +3,14 @@
 // the spill metrics): the same code, the same store size and the same output
 // lines.
 //
-//   store_bench [--quick] [put] [spill] [small=N]...
+//   store_bench [--quick] [--threads T] [put] [spill] [small=N]...
 //
 // put: single_client_put_gigabytes and memcpy_gigabytes (an embedded cluster
 // with the microbenchmark's store); spill: spill_/restore_/disk_*_gigabytes (a
-// store in this process); small=N: N small objects put through the store, the
-// time and the node daemon's bytes per object. Without a choice: put and spill.
+// store in this process); small=N: N small objects put through the store from
+// T threads (default 1), the time and the node daemon's bytes per object.
+// Without a choice: put and spill.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -27,15 +29,19 @@ int main(int argc, char** argv) {
     return 0;
   }
   bool quick = false;
+  int threads = 1;
   std::vector<std::string> chosen;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--quick") {
       quick = true;
+    } else if (arg == "--threads" && i + 1 < argc) {
+      threads = std::max(1, std::atoi(argv[++i]));
     } else if (arg == "put" || arg == "spill" || arg.rfind("small=", 0) == 0) {
       chosen.push_back(arg);
     } else {
-      std::fprintf(stderr, "usage: store_bench [--quick] [put] [spill] [small=N]...\n");
+      std::fprintf(stderr,
+                   "usage: store_bench [--quick] [--threads T] [put] [spill] [small=N]...\n");
       return 2;
     }
   }
@@ -58,7 +64,7 @@ int main(int argc, char** argv) {
     } else {
       const long n = std::atol(what.c_str() + 6);
       out.Step(what, [&] {
-        SmallObjectCost cost = MeasureSmallObjects(EmbeddedNodeDaemon(), n);
+        SmallObjectCost cost = MeasureSmallObjects(EmbeddedNodeDaemon(), n, threads);
         char line[200];
         std::snprintf(line, sizeof(line),
                       "%ld small objects: %.2f s (%.1f us each), node daemon RssAnon %ld -> %ld "
