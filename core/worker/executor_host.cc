@@ -56,12 +56,17 @@ absl::Status CoreWorker::ExecutorHost::CheckSealed(const ObjectId& id) {
 
 void CoreWorker::ExecutorHost::SendReply(const std::weak_ptr<Connection>& reply_to,
                                          std::string frame) {
-  // The common case: the reply goes out from this thread, without waking the
-  // io thread. (If this is the last reference, the connection is already
-  // closed and dies here harmlessly.)
+  // (If this is the last reference, the connection is already closed and dies
+  // here harmlessly.)
   if (auto conn = reply_to.lock()) {
-    if (!conn->TrySendNow(frame)) {
-      core_.PostToIo("worker.flush_reply", [conn] { conn->Flush(); });
+    // While more tasks wait, more replies follow within microseconds: queue
+    // this one for the io thread, which writes all that queued by the time it
+    // runs in one send (one wake-up per batch, none while a write or flush is
+    // due). When none waits (the synchronous round trip), write it from here
+    // at once, without waking the io thread.
+    bool more = core_.receiver_->HasQueued();
+    if (conn->SendFromAnyThread(frame, /*now=*/!more)) {
+      core_.PostToIo("worker.flush_replies", [conn] { conn->Flush(); });
     }
   }
 }
