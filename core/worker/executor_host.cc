@@ -59,12 +59,16 @@ void CoreWorker::ExecutorHost::SendReply(const std::weak_ptr<Connection>& reply_
   // (If this is the last reference, the connection is already closed and dies
   // here harmlessly.)
   if (auto conn = reply_to.lock()) {
-    // While more tasks wait, more replies follow within microseconds: queue
+    // While several tasks wait, more replies follow within microseconds: queue
     // this one for the io thread, which writes all that queued by the time it
     // runs in one send (one wake-up per batch, none while a write or flush is
-    // due). When none waits (the synchronous round trip), write it from here
-    // at once, without waking the io thread.
-    bool more = core_.receiver_->HasQueued();
+    // due). Waking an idle io thread costs about four system calls between the
+    // two threads (epoll_ctl and a futex wake here, epoll_wait and a futex
+    // wait there) against one send per reply, so it pays only for a queue of
+    // kDeferRepliesAtQueued or more. Otherwise (the synchronous round trip, a
+    // worker that keeps up) write it from here at once, without a hop.
+    constexpr int kDeferRepliesAtQueued = 8;
+    bool more = core_.receiver_->queued() >= kDeferRepliesAtQueued;
     if (conn->SendFromAnyThread(frame, /*now=*/!more)) {
       core_.PostToIo("worker.flush_replies", [conn] { conn->Flush(); });
     }
