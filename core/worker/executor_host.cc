@@ -20,6 +20,20 @@
 #include "lumen/objectstore/object_table.h"
 
 namespace lumen::runtime {
+namespace {
+
+// LUMEN_DEFER_REPLIES_AT_QUEUED (default 8; 0: never): how many tasks must
+// wait in the receive queue for a reply to be handed to the io thread rather
+// than written by the executor (see SendReply). Read once per process.
+int DeferRepliesAtQueued() {
+  static const int at = [] {
+    const char* v = std::getenv("LUMEN_DEFER_REPLIES_AT_QUEUED");
+    return v != nullptr ? std::atoi(v) : 8;
+  }();
+  return at;
+}
+
+}  // namespace
 
 absl::StatusOr<internal::ObjectBytes> CoreWorker::ExecutorHost::FetchArgument(
     const TaskToRun::Arg& arg) {
@@ -65,10 +79,10 @@ void CoreWorker::ExecutorHost::SendReply(const std::weak_ptr<Connection>& reply_
     // due). Waking an idle io thread costs about four system calls between the
     // two threads (epoll_ctl and a futex wake here, epoll_wait and a futex
     // wait there) against one send per reply, so it pays only for a queue of
-    // kDeferRepliesAtQueued or more. Otherwise (the synchronous round trip, a
+    // DeferRepliesAtQueued() or more. Otherwise (the synchronous round trip, a
     // worker that keeps up) write it from here at once, without a hop.
-    constexpr int kDeferRepliesAtQueued = 8;
-    bool more = core_.receiver_->queued() >= kDeferRepliesAtQueued;
+    const int at = DeferRepliesAtQueued();
+    bool more = at > 0 && core_.receiver_->queued() >= at;
     if (conn->SendFromAnyThread(frame, /*now=*/!more)) {
       core_.PostToIo("worker.flush_replies", [conn] { conn->Flush(); });
     }
