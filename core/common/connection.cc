@@ -22,6 +22,7 @@
 #include "lumen/common/post.h"
 #include "lumen/common/process.h"
 #include "lumen/common/timeouts.h"
+#include "lumen/common/write_batch.h"
 
 namespace lumen {
 namespace {
@@ -288,6 +289,13 @@ void Connection::ReadMore() {
     std::vector<capnp::word>(kInitialReadBufferBytes / sizeof(capnp::word)).swap(read_buffer_);
     capacity = kInitialReadBufferBytes;
   }
+  if (last_read_filled_ && capacity < kBusyReadBufferBytes) {
+    // The last read filled the buffer: the peer sends faster than we read.
+    // Take more frames per receive next time (issue 13).
+    read_buffer_.resize(std::min(read_buffer_.size() * 2, kBusyReadBufferBytes / sizeof(capnp::word)));
+    capacity = read_buffer_.size() * sizeof(capnp::word);
+  }
+  last_read_filled_ = false;
   if (capacity - read_end_ < kMinReadBytes) {
     // Grow with the bytes that have arrived (at most doubling), never to the
     // length a header claims: a peer must send bytes to make us hold them.
@@ -304,10 +312,12 @@ void Connection::ReadMore() {
   }
   char* base = reinterpret_cast<char*>(read_buffer_.data());
   read_in_flight_ = true;
+  const size_t asked = capacity - read_end_;
   socket_.async_read_some(
-      boost::asio::buffer(base + read_end_, capacity - read_end_),
-      [self = shared_from_this()](const boost::system::error_code& ec, size_t n) {
+      boost::asio::buffer(base + read_end_, asked),
+      [self = shared_from_this(), asked](const boost::system::error_code& ec, size_t n) {
         self->read_in_flight_ = false;
+        self->last_read_filled_ = !ec && n == asked;
         if (ec) {
           size_t partial = self->read_end_ - self->read_begin_;
           if (ec == boost::asio::error::eof && partial > 0) {
@@ -330,10 +340,14 @@ void Connection::ReadMore() {
 
 void Connection::OnRead(size_t bytes) {
   read_end_ += bytes;
+  ++read_calls_;
   ProcessFrames();
 }
 
 void Connection::ProcessFrames() {
+  // What the handlers send, to this connection or any other of this thread,
+  // goes out when all these frames are handled: one write per connection.
+  WriteBatch batch;
   while (!closed_ && !reading_paused_ && read_end_ - read_begin_ >= kFrameHeaderBytes) {
     const uint8_t* base = reinterpret_cast<const uint8_t*>(read_buffer_.data());
     auto len = ParseFrameHeader(base + read_begin_, frame_limit());
@@ -433,7 +447,7 @@ void Connection::Send(capnp::MessageBuilder& message) {
     absl::MutexLock lock(&write_mu_);
     AppendFrame(message, &pending_writes_);
   }
-  FlushWrites();
+  FlushNowOrAtBatchEnd();
 }
 
 void Connection::SendFramed(std::string_view frames) {
@@ -442,6 +456,21 @@ void Connection::SendFramed(std::string_view frames) {
     absl::MutexLock lock(&write_mu_);
     pending_writes_.append(frames);
   }
+  FlushNowOrAtBatchEnd();
+}
+
+void Connection::FlushNowOrAtBatchEnd() {
+  if (!WriteBatch::Active()) {
+    FlushWrites();
+    return;
+  }
+  if (flush_deferred_) return;
+  flush_deferred_ = true;
+  WriteBatch::FlushAtEnd(shared_from_this());
+}
+
+void Connection::FlushDeferred() {
+  flush_deferred_ = false;
   FlushWrites();
 }
 
@@ -453,10 +482,29 @@ bool Connection::TrySendNow(std::string_view frames) {
   }
   ssize_t n = ::send(socket_.native_handle(), frames.data(), frames.size(),
                      MSG_DONTWAIT | MSG_NOSIGNAL);
+  write_calls_.fetch_add(1, std::memory_order_relaxed);
   if (n == static_cast<ssize_t>(frames.size())) return true;
   // Partly or not written (a full buffer, or an error the io thread will see).
   pending_writes_.append(frames.substr(n > 0 ? static_cast<size_t>(n) : 0));
   return false;
+}
+
+bool Connection::SendFromAnyThread(std::string_view frames, bool now) {
+  absl::MutexLock lock(&write_mu_);
+  if (closed_) return false;
+  if (now && !write_in_flight_ && pending_writes_.empty()) {
+    ssize_t n = ::send(socket_.native_handle(), frames.data(), frames.size(),
+                       MSG_DONTWAIT | MSG_NOSIGNAL);
+    write_calls_.fetch_add(1, std::memory_order_relaxed);
+    if (n == static_cast<ssize_t>(frames.size())) return false;
+    // Partly or not written (a full buffer, or an error the io thread will see).
+    frames.remove_prefix(n > 0 ? static_cast<size_t>(n) : 0);
+  }
+  pending_writes_.append(frames);
+  // A write in flight takes what is queued when it completes; a due flush too.
+  if (write_in_flight_ || flush_due_) return false;
+  flush_due_ = true;
+  return true;
 }
 
 void Connection::Flush() { FlushWrites(); }
@@ -465,6 +513,7 @@ void Connection::FlushWrites() {
   CheckSendQueue();
   {
     absl::MutexLock lock(&write_mu_);
+    flush_due_ = false;  // this flush (or the write in flight's) takes it all
     if (write_in_flight_ || pending_writes_.empty() || closed_) return;
     write_in_flight_ = true;
     writing_.clear();
@@ -481,6 +530,7 @@ void Connection::WriteSome() {
   socket_.async_write_some(
       boost::asio::buffer(writing_.data() + writing_offset_, writing_.size() - writing_offset_),
       [self = shared_from_this()](const boost::system::error_code& ec, size_t n) {
+        self->write_calls_.fetch_add(1, std::memory_order_relaxed);
         if (ec) {
           {
             absl::MutexLock lock(&self->write_mu_);
@@ -512,6 +562,14 @@ void Connection::Close(const absl::Status& reason) {
   {
     // Not while another thread is in TrySendNow's send on this descriptor.
     absl::MutexLock lock(&write_mu_);
+    if (!write_in_flight_ && !pending_writes_.empty()) {
+      // Frames a batch deferred (e.g. a refusal sent just before this Close)
+      // go out as they would have without the batch: one non-blocking send.
+      ssize_t n = ::send(socket_.native_handle(), pending_writes_.data(), pending_writes_.size(),
+                         MSG_DONTWAIT | MSG_NOSIGNAL);
+      (void)n;
+      write_calls_.fetch_add(1, std::memory_order_relaxed);
+    }
     closed_ = true;
     socket_.shutdown(Socket::shutdown_both, ignored);
     socket_.close(ignored);

@@ -65,6 +65,8 @@ class TaskReceiver {
 
   // Whether a task waits (lock-free: executor threads spin on it briefly).
   bool HasQueued() const { return queued_.load(std::memory_order_acquire) > 0; }
+  // How many tasks wait (lock-free; a snapshot).
+  int queued() const { return queued_.load(std::memory_order_acquire); }
   // Waits up to `timeout` for a task, or until `give_up()` holds (checked
   // again on each Wake), and takes the oldest; null when there is none or the
   // actor is exiting. `give_up` runs under the lock: it must only read.

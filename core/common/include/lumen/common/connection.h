@@ -163,10 +163,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Close() is called.
   void Start(FrameHandler on_frame, CloseHandler on_close);
 
-  // Queues a frame. Frames queued while a write is in flight go out together in
-  // the next write (one syscall for many frames).
+  // Queues a frame. Inside a WriteBatch (write_batch.h: around the frames of
+  // each read and every lumen::Post handler) it goes out when the outermost
+  // batch ends, in one write with everything else queued for this connection
+  // meanwhile; outside one the write starts at once. Frames queued while a
+  // write is in flight go out together in the next write.
   void Send(capnp::MessageBuilder& message);
-  // Queues already-framed bytes (from AppendFrame).
+  // Queues already-framed bytes (from AppendFrame), as Send.
   void SendFramed(std::string_view frames);
 
   // Thread-safe: writes `frames` at once from the calling thread when nothing else
@@ -176,6 +179,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool TrySendNow(std::string_view frames);
   // Starts writing what is queued (io thread).
   void Flush();
+
+  // Thread-safe, for threads other than the io thread (a worker's executor
+  // replying): queues `frames` behind whatever is queued. With `now`, when
+  // nothing is queued or being written, writes them at once from the calling
+  // thread instead (one non-blocking send: the synchronous round trip, no hop
+  // through the io thread). Returns true when the caller must have the io
+  // thread call Flush(); at most once until that flush runs: frames queued
+  // meanwhile, from any thread, go out with it in one write (one wake-up of
+  // the io thread per batch, none while a write is in flight).
+  [[nodiscard]] bool SendFromAnyThread(std::string_view frames, bool now);
 
   void Close(const absl::Status& reason);
   bool closed() const { return closed_; }
@@ -198,14 +211,22 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
   uint64_t id() const { return id_; }
   Socket& socket() { return socket_; }
+  // How many write system calls this connection made (tests and stats).
+  uint64_t write_calls() const { return write_calls_.load(std::memory_order_relaxed); }
+  // How many read completions handed it bytes (tests and stats).
+  uint64_t read_calls() const { return read_calls_; }
 
   // State owned by whoever serves this connection (e.g. which worker it is).
   std::any& context() { return context_; }
 
  private:
+  friend class WriteBatch;
   static constexpr size_t kInitialReadBufferBytes = 8192;
   static constexpr size_t kMinReadBytes = 4096;
   static constexpr size_t kMaxIdleReadBufferBytes = 1u << 20;
+  // A read that fills the buffer doubles it for the next one, up to this:
+  // a peer that sends faster than we read gets many frames per receive.
+  static constexpr size_t kBusyReadBufferBytes = 64u << 10;
 
   Connection(Socket socket, ConnectionOptions options);
   void ReadMore();
@@ -214,6 +235,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // paused or closed.
   void ProcessFrames();
   void FlushWrites();
+  // Send/SendFramed: flush now, or when the thread's WriteBatch ends.
+  void FlushNowOrAtBatchEnd();
+  // The WriteBatch this connection registered with has ended (io thread).
+  void FlushDeferred();
   void WriteSome();
   size_t frame_limit() const {
     return hello_accepted_ ? options_.max_frame_bytes : options_.max_frame_bytes_before_hello;
@@ -234,6 +259,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool hello_accepted_ = true;
   bool reading_paused_ = false;     // io thread
   bool read_in_flight_ = false;     // io thread
+  bool last_read_filled_ = false;   // io thread: the last read filled the buffer
+  uint64_t read_calls_ = 0;         // io thread
+  bool flush_deferred_ = false;     // io thread: registered with a WriteBatch
   std::optional<boost::asio::steady_timer> hello_timer_;  // io thread
   // The stall deadline (io thread): armed while reading is paused for
   // backpressure; it fires `send_stall_timeout` after the last write that
@@ -259,6 +287,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   size_t writing_offset_ = 0;  // bytes of writing_ already written (io thread)
   size_t writing_bytes_ ABSL_GUARDED_BY(write_mu_) = 0;  // writing_.size(), for other threads
   bool write_in_flight_ ABSL_GUARDED_BY(write_mu_) = false;
+  // SendFromAnyThread asked for a Flush that has not run yet.
+  bool flush_due_ ABSL_GUARDED_BY(write_mu_) = false;
+  std::atomic<uint64_t> write_calls_{0};
   std::any context_;
 };
 

@@ -15,6 +15,8 @@
 
 #include <boost/asio/post.hpp>
 
+#include "lumen/common/write_batch.h"
+
 namespace lumen {
 
 // Timeouts::FromEnv().slow_handler_warning, read once per process.
@@ -31,12 +33,16 @@ std::chrono::steady_clock::time_point Now();
 }  // namespace post_internal
 
 // Runs `handler` on `executor` later, as boost::asio::post does; `name` must be
-// a string literal (it is kept by pointer). Thread-safe as asio::post is.
+// a string literal (it is kept by pointer). Thread-safe as asio::post is. The
+// handler runs inside a WriteBatch (write_batch.h): the frames it sends to a
+// connection go out in one write when it returns.
 template <class Executor, class Handler>
 void Post(Executor&& executor, const char* name, Handler&& handler) {
   boost::asio::post(std::forward<Executor>(executor),
                     [name, handler = std::forward<Handler>(handler)]() mutable {
                       const auto start = post_internal::Now();
+                      // What it sends goes out in one write per connection.
+                      WriteBatch batch;
                       handler();
                       const auto took = post_internal::Now() - start;
                       if (took > SlowHandlerThreshold()) ReportSlowHandler(name, took);
