@@ -58,9 +58,11 @@ TEST_CASE("RPC idempotency: a control request whose first attempt fails acts onc
   // Invariants (reliability item 9), for each injected fault (fail before
   // send, fail in flight, drop the reply after the head acted) on the first
   // attempt of each request: creating a placement group makes exactly one
-  // group and returns its id (a second create of the same id would be refused);
-  // creating a named actor registers the name once (one actor answers to it,
-  // no "name taken"); removing the group and killing the actor (its name freed
+  // group and returns its id (the head also takes a create of a known id as
+  // the same group: the id is the client's);
+  // creating a named actor registers the name once (one actor answers to it;
+  // acting on the resent registration again would fail it with "already
+  // exists"); removing the group and killing the actor (its name freed
   // through the io thread's HeadRequester) take effect once; a key-value get is
   // retried to the right answer, and a put (no key: not resent once it may have
   // been acted on) either succeeds or fails saying the head may have acted,
