@@ -442,6 +442,12 @@ void Connection::WaitForStall(uint64_t generation, std::chrono::steady_clock::ti
 }
 
 void Connection::Send(capnp::MessageBuilder& message) {
+  if (send_tap_) {
+    std::string frame;
+    AppendFrame(message, &frame);
+    SendFramed(frame);
+    return;
+  }
   if (closed_) return;
   {
     absl::MutexLock lock(&write_mu_);
@@ -451,6 +457,7 @@ void Connection::Send(capnp::MessageBuilder& message) {
 }
 
 void Connection::SendFramed(std::string_view frames) {
+  if (send_tap_) send_tap_(frames);
   if (closed_) return;
   {
     absl::MutexLock lock(&write_mu_);

@@ -5,11 +5,14 @@
 #include <boost/asio.hpp>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "lumen/common/process.h"
 #include "lumen/common/connection.h"
+#include "lumen/common/control_retry.h"
+#include "lumen/common/fault_injector.h"
 #include "lumen/common/process.h"
 #include "lumen/common/proto_util.h"
 #include "lumen/common/task_event_wire.h"
@@ -83,18 +86,19 @@ proto::Hello::Builder InitHello(proto::Envelope::Builder env, proto::Role role) 
   return hello;
 }
 
-// Blocking on its own io_context (WriteFrameBlocking, ReadFrameBlocking, a
-// blocking resolve and connect): called from user threads, the CLI, and
-// start-up or shutdown code, never from an event loop's thread (the core
-// worker's io thread uses HeadRequester, asynchronous with a deadline; the
-// node daemon and the head do not call it).
-absl::StatusOr<std::vector<capnp::word>> CallHead(
-    const std::string& head_address, const std::function<void(proto::Envelope::Builder)>& fill,
-    std::chrono::milliseconds reply_timeout) {
-  auto colon = head_address.rfind(':');
-  if (colon == std::string::npos) {
-    return absl::InvalidArgumentError("the head address must be HOST:PORT, got '" + head_address + "'");
+namespace {
+
+// One attempt of CallHead: connect, hello, `request`, read the reply. `*sent`
+// says whether the request was written (then the head may have acted).
+absl::StatusOr<std::vector<capnp::word>> CallHeadOnce(const std::string& head_address,
+                                                      capnp::MessageBuilder& request,
+                                                      std::chrono::milliseconds reply_timeout,
+                                                      InjectedFault fault, bool* sent) {
+  *sent = false;
+  if (fault == InjectedFault::kFailBeforeSend) {
+    return absl::UnavailableError("injected fault: the request failed before it was sent");
   }
+  auto colon = head_address.rfind(':');
   boost::asio::io_context io;
   boost::asio::ip::tcp::resolver resolver(io);
   boost::system::error_code ec;
@@ -115,12 +119,10 @@ absl::StatusOr<std::vector<capnp::word>> CallHead(
     InitHello(out.Init(), proto::Role::CLI);
     if (auto s = WriteFrameBlocking(fd, out.builder()); !s.ok()) return s;
   }
-  {
-    OutMessage out;
-    auto env = out.Init();
-    env.setRequestId(1);
-    fill(env);
-    if (auto s = WriteFrameBlocking(fd, out.builder()); !s.ok()) return s;
+  if (auto s = WriteFrameBlocking(fd, request); !s.ok()) return s;
+  *sent = true;
+  if (fault == InjectedFault::kFailInFlight) {
+    return absl::UnavailableError("injected fault: the connection failed after the request was sent");
   }
   std::vector<capnp::word> words;
   if (auto s = ReadFrameBlocking(fd, 64 << 20, &words); !s.ok()) {
@@ -132,7 +134,54 @@ absl::StatusOr<std::vector<capnp::word>> CallHead(
     }
     return s;
   }
+  if (fault == InjectedFault::kDropReply) {
+    return absl::UnavailableError("injected fault: the head's reply was dropped");
+  }
   return words;
+}
+
+}  // namespace
+
+// Blocking on its own io_context (WriteFrameBlocking, ReadFrameBlocking, a
+// blocking resolve and connect): called from user threads, the CLI, and
+// start-up or shutdown code, never from an event loop's thread (the core
+// worker's io thread uses HeadRequester, asynchronous with a deadline; the
+// node daemon and the head do not call it). Retried as control_retry.h says,
+// with one retry key for every attempt.
+absl::StatusOr<std::vector<capnp::word>> CallHead(
+    const std::string& head_address, const std::function<void(proto::Envelope::Builder)>& fill,
+    std::chrono::milliseconds reply_timeout) {
+  auto colon = head_address.rfind(':');
+  if (colon == std::string::npos) {
+    return absl::InvalidArgumentError("the head address must be HOST:PORT, got '" + head_address + "'");
+  }
+  OutMessage out;
+  auto env = out.Init();
+  env.setRequestId(1);
+  fill(env);
+  SetRetryKey(env);
+  const bool resend_safe = SafeToResend(env.asReader());
+  absl::Status last;
+  for (int attempt = 0; attempt < kControlAttempts; ++attempt) {
+    if (attempt > 0) std::this_thread::sleep_for(ControlRetryBackoff(attempt));
+    SetRetryAttempt(env, static_cast<uint32_t>(attempt));
+    bool sent = false;
+    auto reply = CallHeadOnce(head_address, out.builder(), reply_timeout,
+                              FaultInjector::Draw(env.asReader()), &sent);
+    if (reply.ok()) return reply;
+    last = reply.status();
+    // A reply that did not come in time, or a refusal, is not retried.
+    if (last.code() != absl::StatusCode::kUnavailable &&
+        last.code() != absl::StatusCode::kPermissionDenied) {
+      return last;
+    }
+    if (sent && !resend_safe) {
+      if (last.code() == absl::StatusCode::kPermissionDenied) return last;
+      return absl::UnavailableError(absl::StrCat(
+          last.message(), "; not retried: the head may or may not have acted on the request"));
+    }
+  }
+  return last;
 }
 
 absl::Status ReadReply(const std::vector<capnp::word>& words, const char* peer,

@@ -28,6 +28,7 @@
 #include "core/head/named_actor_service.h"
 #include "core/head/node_table.h"
 #include "core/head/placement_group_service.h"
+#include "core/head/request_deduplicator.h"
 #include "lumen/common/address.h"
 #include "lumen/common/connection.h"
 #include "lumen/common/ids.h"
@@ -134,6 +135,7 @@ class HeadService {
   KvService kv_;
   NamedActorService names_;
   PlacementGroupService groups_;
+  RequestDeduplicator dedup_;  // retried control requests (doc/reliability.md, item 9)
   ClusterViewPublisher views_;
   asio::steady_timer health_timer_;
   // When the next health check is due (its timer's expiry); unset before the first.
@@ -202,7 +204,12 @@ bool HeadService::StartHttp() {
                     "declared dead, refused by the head.\n"
                     "# TYPE lumen_head_stale_node_messages_total counter\n"
                     "lumen_head_stale_node_messages_total ",
-                    nodes_.stale_refused(), "\n");
+                    nodes_.stale_refused(), "\n",
+                    "# HELP lumen_head_repeated_requests_total Retried control requests "
+                    "answered with the reply to their first attempt (not acted on again).\n"
+                    "# TYPE lumen_head_repeated_requests_total counter\n"
+                    "lumen_head_repeated_requests_total ",
+                    dedup_.replayed(), "\n");
     return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", std::move(page)};
   });
   dashboard_ = std::make_unique<DashboardRoutes>(DashboardRoutes::Options{
@@ -307,6 +314,7 @@ void HeadService::OnFrame(Connection& conn, proto::Envelope::Reader msg) {
     return;
   }
   if (RefuseStaleNodeFrame(conn, msg)) return;
+  if (dedup_.Repeat(conn, msg)) return;  // a retried request: acted on once
   if (kv_.Handle(conn, msg) || names_.Handle(conn, msg) || groups_.Handle(conn, msg) ||
       HandleNodeFrame(conn, msg)) {
     return;

@@ -1,16 +1,25 @@
 #include "core/worker/head_requester.h"
 
+#include <capnp/message.h>
+
 #include "absl/strings/str_cat.h"
 #include "lumen/common/address.h"
+#include "lumen/common/control_retry.h"
+#include "lumen/common/fault_injector.h"
 #include "lumen/common/head_client.h"
 #include "lumen/common/post.h"
 
 namespace lumen::runtime {
 
 struct HeadRequester::Pending {
-  std::function<void(proto::Envelope::Builder)> fill;
+  std::string request;  // the framed request, the same bytes on every attempt but its attempt number
+  std::unique_ptr<capnp::MallocMessageBuilder> message;
+  bool resend_safe = false;  // SafeToResend: keyed, or changes nothing
+  int attempt = 0;
+  InjectedFault fault = InjectedFault::kNone;  // this attempt's
   ReplyCallback done;
-  std::unique_ptr<boost::asio::steady_timer> timer;
+  std::unique_ptr<boost::asio::steady_timer> timer;    // the call's deadline
+  std::unique_ptr<boost::asio::steady_timer> backoff;  // before the next attempt
   std::unique_ptr<boost::asio::ip::tcp::resolver> resolver;
   std::unique_ptr<boost::asio::ip::tcp::socket> socket;
   std::shared_ptr<Connection> conn;
@@ -32,7 +41,12 @@ void HeadRequester::Call(std::function<void(proto::Envelope::Builder)> fill,
   }
   uint64_t id = next_id_++;
   auto pending = std::make_unique<Pending>();
-  pending->fill = std::move(fill);
+  pending->message = std::make_unique<capnp::MallocMessageBuilder>();
+  auto env = pending->message->initRoot<proto::Envelope>();
+  env.setRequestId(1);
+  fill(env);
+  SetRetryKey(env);
+  pending->resend_safe = SafeToResend(env.asReader());
   pending->done = std::move(done);
   pending->timer = std::make_unique<boost::asio::steady_timer>(io_, options_.deadline);
   pending->timer->async_wait([this, id](const boost::system::error_code& ec) {
@@ -41,57 +55,139 @@ void HeadRequester::Call(std::function<void(proto::Envelope::Builder)> fill,
                    "the head at ", options_.head_address, " did not answer within ",
                    options_.deadline.count(), " ms")));
   });
-  pending->resolver = std::make_unique<boost::asio::ip::tcp::resolver>(io_);
-  auto* resolver = pending->resolver.get();
   pending_[id] = std::move(pending);
-  resolver->async_resolve(
+  StartAttempt(id);
+}
+
+HeadRequester::Pending* HeadRequester::Current(uint64_t id, int attempt) {
+  auto it = pending_.find(id);
+  if (it == pending_.end() || it->second->attempt != attempt) return nullptr;
+  return it->second.get();
+}
+
+void HeadRequester::StartAttempt(uint64_t id) {
+  Pending& p = *pending_.at(id);
+  const int attempt = p.attempt;
+  auto env = p.message->getRoot<proto::Envelope>();
+  SetRetryAttempt(env, static_cast<uint32_t>(attempt));
+  p.request.clear();
+  AppendFrame(*p.message, &p.request);
+  p.fault = FaultInjector::Draw(env.asReader());
+  if (p.fault == InjectedFault::kFailBeforeSend) {
+    Failed(id, attempt, absl::UnavailableError("injected fault: the request failed before it was sent"),
+           /*sent=*/false);
+    return;
+  }
+  auto colon = options_.head_address.rfind(':');
+  p.resolver = std::make_unique<boost::asio::ip::tcp::resolver>(io_);
+  p.resolver->async_resolve(
       options_.head_address.substr(0, colon), options_.head_address.substr(colon + 1),
-      [this, id](const boost::system::error_code& ec,
-                 boost::asio::ip::tcp::resolver::results_type results) {
-        auto it = pending_.find(id);
-        if (it == pending_.end()) return;
+      [this, id, attempt](const boost::system::error_code& ec,
+                          boost::asio::ip::tcp::resolver::results_type results) {
+        Pending* p = Current(id, attempt);
+        if (p == nullptr) return;
         if (ec) {
-          Finish(id, absl::UnavailableError(absl::StrCat(
-                         "cannot resolve the head at ", options_.head_address, ": ",
-                         ec.message())));
+          Failed(id, attempt,
+                 absl::UnavailableError(absl::StrCat("cannot resolve the head at ",
+                                                     options_.head_address, ": ", ec.message())),
+                 false);
           return;
         }
-        it->second->socket = std::make_unique<boost::asio::ip::tcp::socket>(io_);
+        p->socket = std::make_unique<boost::asio::ip::tcp::socket>(io_);
         boost::asio::async_connect(
-            *it->second->socket, results,
-            [this, id](const boost::system::error_code& ec, const boost::asio::ip::tcp::endpoint&) {
-              if (!pending_.contains(id)) return;
+            *p->socket, results,
+            [this, id, attempt](const boost::system::error_code& ec,
+                                const boost::asio::ip::tcp::endpoint&) {
+              if (Current(id, attempt) == nullptr) return;
               if (ec) {
-                Finish(id, absl::UnavailableError(absl::StrCat(
-                               "cannot reach the head at ", options_.head_address, ": ",
-                               ec.message())));
+                Failed(id, attempt,
+                       absl::UnavailableError(absl::StrCat("cannot reach the head at ",
+                                                           options_.head_address, ": ",
+                                                           ec.message())),
+                       false);
                 return;
               }
-              OnConnected(id);
+              OnConnected(id, attempt);
             });
       });
 }
 
-void HeadRequester::OnConnected(uint64_t id) {
+void HeadRequester::OnConnected(uint64_t id, int attempt) {
   Pending& p = *pending_.at(id);
   p.conn = Connection::Create(AdoptTcp(io_, std::move(*p.socket)));
   p.socket.reset();
-  p.conn->Start([this, id](Connection&, proto::Envelope::Reader msg) { Finish(id, msg); },
-                [this, id](Connection&, const absl::Status& why) {
-                  Finish(id, absl::UnavailableError(absl::StrCat(
-                                 "the head at ", options_.head_address,
-                                 " closed the connection: ", why.message())));
-                });
+  p.conn->Start(
+      [this, id, attempt](Connection&, proto::Envelope::Reader msg) {
+        Pending* p = Current(id, attempt);
+        if (p == nullptr) return;
+        if (p->fault == InjectedFault::kDropReply) {
+          Failed(id, attempt, absl::UnavailableError("injected fault: the head's reply was dropped"),
+                 true);
+          return;
+        }
+        if (p->fault == InjectedFault::kFailInFlight) {
+          // The connection fails with the reply on its way: never read.
+          Failed(id, attempt,
+                 absl::UnavailableError(
+                     "injected fault: the connection failed after the request was sent"),
+                 true);
+          return;
+        }
+        Finish(id, msg);
+      },
+      [this, id, attempt](Connection&, const absl::Status& why) {
+        if (Current(id, attempt) == nullptr) return;
+        Failed(id, attempt,
+               absl::UnavailableError(absl::StrCat("the head at ", options_.head_address,
+                                                   " closed the connection: ", why.message())),
+               true);
+      });
   {
     OutMessage out;
     InitHello(out.Init(), proto::Role::CLI);
     p.conn->Send(out.builder());
   }
-  OutMessage out;
-  auto env = out.Init();
-  env.setRequestId(1);
-  p.fill(env);
-  p.conn->Send(out.builder());
+  p.conn->SendFramed(p.request);
+}
+
+void HeadRequester::Failed(uint64_t id, int attempt, absl::Status why, bool sent) {
+  Pending* p = Current(id, attempt);
+  if (p == nullptr) return;
+  if (p->attempt + 1 >= kControlAttempts) {
+    Finish(id, std::move(why));
+    return;
+  }
+  if (sent && !p->resend_safe) {
+    Finish(id, absl::UnavailableError(absl::StrCat(
+                   why.message(), "; not retried: the head may or may not have acted on the request")));
+    return;
+  }
+  // This attempt's connection goes; the next one starts after a pause.
+  ++p->attempt;
+  Release(*p);
+  p->backoff = std::make_unique<boost::asio::steady_timer>(io_, ControlRetryBackoff(p->attempt));
+  const int next = p->attempt;
+  p->backoff->async_wait([this, id, next](const boost::system::error_code& ec) {
+    if (ec || Current(id, next) == nullptr) return;
+    StartAttempt(id);
+  });
+}
+
+void HeadRequester::Release(Pending& p) {
+  if (p.resolver) p.resolver->cancel();
+  boost::system::error_code ignored;
+  if (p.socket) p.socket->close(ignored);
+  if (p.conn) {
+    std::shared_ptr<Connection> conn = std::move(p.conn);
+    conn->Close(absl::CancelledError("head request attempt done"));
+    // Its handlers may still be on the stack (a reply, a close): free it later.
+    lumen::Post(io_, "worker.release_head_request", [conn] {});
+  }
+  if (p.resolver) {
+    std::shared_ptr<boost::asio::ip::tcp::resolver> resolver(std::move(p.resolver));
+    lumen::Post(io_, "worker.release_head_request", [resolver] {});
+  }
+  p.socket.reset();
 }
 
 void HeadRequester::Finish(uint64_t id, absl::StatusOr<proto::Envelope::Reader> reply) {
@@ -100,6 +196,7 @@ void HeadRequester::Finish(uint64_t id, absl::StatusOr<proto::Envelope::Reader> 
   std::shared_ptr<Pending> p(std::move(it->second));
   pending_.erase(it);
   p->timer->cancel();
+  if (p->backoff) p->backoff->cancel();
   if (p->resolver) p->resolver->cancel();
   boost::system::error_code ignored;
   if (p->socket) p->socket->close(ignored);

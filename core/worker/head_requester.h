@@ -37,7 +37,9 @@ class HeadRequester {
   HeadRequester(const HeadRequester&) = delete;
   HeadRequester& operator=(const HeadRequester&) = delete;
 
-  // Sends the request `fill` builds, on a connection of its own. `done` runs
+  // Sends the request `fill` builds, on a connection of its own per attempt,
+  // retried as lumen/common/control_retry.h says (one retry key for every
+  // attempt; faults from LUMEN_FAULT_INJECT drawn per attempt). `done` runs
   // once: with the head's reply, or FailedPrecondition (no head address),
   // Unavailable (unreachable, closed), DeadlineExceeded, Cancelled (CancelAll).
   void Call(std::function<void(proto::Envelope::Builder)> fill, ReplyCallback done);
@@ -48,7 +50,16 @@ class HeadRequester {
 
  private:
   struct Pending;
-  void OnConnected(uint64_t id);
+  // The call `id` if `attempt` is its current attempt, else nullptr (a
+  // handler of an earlier attempt).
+  Pending* Current(uint64_t id, int attempt);
+  void StartAttempt(uint64_t id);
+  void OnConnected(uint64_t id, int attempt);
+  // An attempt failed: the next one after a pause, when attempts are left and
+  // resending is safe (control_retry.h), else the call ends with `why`.
+  void Failed(uint64_t id, int attempt, absl::Status why, bool sent);
+  // Ends an attempt's resolver, socket and connection (freed on a later turn).
+  void Release(Pending& p);
   void Finish(uint64_t id, absl::StatusOr<proto::Envelope::Reader> reply);
 
   boost::asio::io_context& io_;

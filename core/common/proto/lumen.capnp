@@ -257,6 +257,7 @@ struct PlacementGroupSpec {
   strategy @2 :PlacementStrategy;
   bundles @3 :List(Bundle);
   jobId @4 :Data;
+  retryKey @5 :RetryKey;  # de-duplicated by the head (a retried create makes one group)
 }
 
 struct PlacementGroupState {
@@ -384,6 +385,16 @@ struct Envelope {
   }
 }
 
+# The identity of one control request its sender may retry (doc/reliability.md,
+# item 9): every attempt carries the same key, and the head answers a key it
+# has seen with the reply it stored, without acting again. `client` is random
+# per process (lumen/common/control_retry.h), `request` counts its requests.
+struct RetryKey {
+  client @0 :UInt64;
+  request @1 :UInt64;
+  attempt @2 :UInt32;        # 0 for the first send; for logs and tests only
+}
+
 # Worker output (doc/observability.md, "Logs"): lines a worker wrote to its
 # stdout or stderr, as its node daemon read them from the worker's pipes.
 struct WorkerLogLine {
@@ -466,6 +477,7 @@ struct ActorName {
   ok @3 :Bool;
   error @4 :Text;
   address @5 :Text;   # detached actors: where it runs, for callers whose owner is gone
+  retryKey @6 :RetryKey;  # register/unregister/updateActorAddress: de-duplicated by the head
 }
 
 struct KeyValue {

@@ -219,6 +219,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // State owned by whoever serves this connection (e.g. which worker it is).
   std::any& context() { return context_; }
 
+  // Sees every frame queued by Send/SendFramed from now on, also after Close
+  // (io thread): the head keeps the reply to a retried request this way
+  // (core/head/request_deduplicator.h). Unset: one branch per send.
+  using SendTap = std::function<void(std::string_view frames)>;
+  void set_send_tap(SendTap tap) { send_tap_ = std::move(tap); }
+
  private:
   friend class WriteBatch;
   static constexpr size_t kInitialReadBufferBytes = 8192;
@@ -291,6 +297,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool flush_due_ ABSL_GUARDED_BY(write_mu_) = false;
   std::atomic<uint64_t> write_calls_{0};
   std::any context_;
+  SendTap send_tap_;  // io thread
 };
 
 // Convenience: an Envelope builder on a stack-friendly first segment.
