@@ -26,10 +26,9 @@ const char* TaskEventKindName(TaskEventKind kind) {
 }
 
 TaskEventRecorder::TaskEventRecorder(size_t capacity, bool enabled)
-    : enabled_(enabled), pid_(static_cast<int32_t>(::getpid())) {
-  absl::MutexLock lock(&mu_);
-  ring_.resize(capacity == 0 ? 1 : capacity);
-}
+    : enabled_(enabled),
+      pid_(static_cast<int32_t>(::getpid())),
+      capacity_(capacity == 0 ? 1 : capacity) {}
 
 int64_t TaskEventRecorder::NowMicros() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
@@ -66,6 +65,12 @@ void TaskEventRecorder::RecordEvent(TaskEvent event) {
 }
 
 TaskEvent& TaskEventRecorder::NextSlot() {
+  // head_ moves only once the ring is at capacity, so below it the events are
+  // ring_[0, size_) and a full ring grows at its end.
+  if (size_ == ring_.size() && ring_.size() < capacity_) {
+    ++size_;
+    return ring_.emplace_back();
+  }
   size_t slot = (head_ + size_) % ring_.size();
   if (size_ == ring_.size()) {
     head_ = (head_ + 1) % ring_.size();

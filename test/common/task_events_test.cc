@@ -36,6 +36,21 @@ TEST_CASE("the task event ring keeps the newest events and counts the dropped") 
   CHECK(recorder.dropped() == 2);
 }
 
+// Invariant: the ring grows on demand (it is not allocated up front), also
+// after a Drain left it partly grown, and still keeps the newest in order.
+TEST_CASE("the task event ring grows after a drain and then wraps in order") {
+  TaskEventRecorder recorder(/*capacity=*/4);
+  TaskId t = TaskId::Random();
+  recorder.Record(TaskEventKind::kStarted, t, 100);
+  recorder.Record(TaskEventKind::kStarted, t, 101);
+  REQUIRE(recorder.Drain().size() == 2);
+  for (uint32_t attempt = 0; attempt < 6; ++attempt) recorder.Record(TaskEventKind::kStarted, t, attempt);
+  auto kept = recorder.Drain();
+  REQUIRE(kept.size() == 4);
+  for (uint32_t i = 0; i < 4; ++i) CHECK(kept[i].attempt == i + 2);
+  CHECK(recorder.dropped() == 2);
+}
+
 TEST_CASE("a disabled task event recorder records nothing") {
   TaskEventRecorder recorder(8, /*enabled=*/false);
   recorder.Record(TaskEventKind::kSubmitted, TaskId::Random(), 0, "x");
