@@ -5,9 +5,11 @@
 #include <boost/asio.hpp>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "lumen/common/backoff.h"
 #include "lumen/common/process.h"
 #include "lumen/common/connection.h"
 #include "lumen/common/process.h"
@@ -88,9 +90,85 @@ proto::Hello::Builder InitHello(proto::Envelope::Builder env, proto::Role role) 
 // start-up or shutdown code, never from an event loop's thread (the core
 // worker's io thread uses HeadRequester, asynchronous with a deadline; the
 // node daemon and the head do not call it).
+namespace {
+
+absl::Mutex reconnect_mu;
+HeadReconnect reconnect_setting ABSL_GUARDED_BY(reconnect_mu);
+
+// Where a call to the head failed.
+enum class CallStage { kConnect, kExchange };
+
+absl::StatusOr<std::vector<capnp::word>> CallHeadOnce(
+    const std::string& head_address, const std::function<void(proto::Envelope::Builder)>& fill,
+    std::chrono::milliseconds reply_timeout, CallStage* stage);
+
+}  // namespace
+
+void SetHeadReconnect(HeadReconnect reconnect) {
+  absl::MutexLock lock(&reconnect_mu);
+  reconnect_setting = reconnect;
+}
+
+HeadReconnect GetHeadReconnect() {
+  absl::MutexLock lock(&reconnect_mu);
+  return reconnect_setting;
+}
+
+absl::Status HeadLostError(const std::string& head_address, const HeadReconnect& reconnect,
+                           std::chrono::milliseconds waited, const absl::Status& last) {
+  if (!reconnect.head_persistent) {
+    return absl::UnavailableError(absl::StrCat(
+        "the head at ", head_address,
+        " was lost and its persistence is off (--head-persistence none), so it does not come "
+        "back: ",
+        last.message()));
+  }
+  return absl::UnavailableError(absl::StrCat(
+      "the head at ", head_address, " did not come back within ", waited.count(),
+      " ms (LUMEN_HEAD_RECONNECT_TIMEOUT_MS): ", last.message()));
+}
+
 absl::StatusOr<std::vector<capnp::word>> CallHead(
     const std::string& head_address, const std::function<void(proto::Envelope::Builder)>& fill,
     std::chrono::milliseconds reply_timeout) {
+  const HeadReconnect reconnect = GetHeadReconnect();
+  Backoff backoff({.initial = reconnect.initial,
+                   .max = std::max<std::chrono::milliseconds>(reconnect.initial,
+                                                              std::chrono::seconds(2)),
+                   .give_up_after = reconnect.give_up_after});
+  int closed_in_a_row = 0;
+  for (;;) {
+    CallStage stage = CallStage::kConnect;
+    auto reply = CallHeadOnce(head_address, fill, reply_timeout, &stage);
+    if (reply.ok() || reply.status().code() != absl::StatusCode::kUnavailable) return reply;
+    // A closed connection before the reply, several times in a row with the
+    // head reachable, is a refusal (a wrong token), not a restart.
+    closed_in_a_row = stage == CallStage::kExchange ? closed_in_a_row + 1 : 0;
+    auto refusal = [&] {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "the head at ", head_address,
+          " closed the connection: a head listening beyond loopback needs the cluster's token "
+          "(--token, LUMEN_TOKEN or Config::token)"));
+    };
+    if (reconnect.give_up_after.count() <= 0) {
+      return stage == CallStage::kExchange ? refusal() : reply.status();
+    }
+    if (closed_in_a_row >= 3) return refusal();
+    const auto now = std::chrono::steady_clock::now();
+    backoff.Start(now);
+    if (!reconnect.head_persistent || backoff.Expired(now)) {
+      return HeadLostError(head_address, reconnect, backoff.Elapsed(now), reply.status());
+    }
+    std::this_thread::sleep_for(backoff.NextDelay());  // the retry's backoff, not a wait on work
+  }
+}
+
+namespace {
+
+absl::StatusOr<std::vector<capnp::word>> CallHeadOnce(
+    const std::string& head_address, const std::function<void(proto::Envelope::Builder)>& fill,
+    std::chrono::milliseconds reply_timeout, CallStage* stage) {
+  *stage = CallStage::kConnect;
   auto colon = head_address.rfind(':');
   if (colon == std::string::npos) {
     return absl::InvalidArgumentError("the head address must be HOST:PORT, got '" + head_address + "'");
@@ -102,6 +180,7 @@ absl::StatusOr<std::vector<capnp::word>> CallHead(
   boost::asio::ip::tcp::socket socket(io);
   if (!ec) boost::asio::connect(socket, endpoints, ec);
   if (ec) return absl::UnavailableError(absl::StrCat("cannot reach the head at ", head_address, ": ", ec.message()));
+  *stage = CallStage::kExchange;
   int fd = socket.native_handle();
   // A head that stops answering must not freeze the caller.
   timeval limit{5, 0};
@@ -123,17 +202,11 @@ absl::StatusOr<std::vector<capnp::word>> CallHead(
     if (auto s = WriteFrameBlocking(fd, out.builder()); !s.ok()) return s;
   }
   std::vector<capnp::word> words;
-  if (auto s = ReadFrameBlocking(fd, 64 << 20, &words); !s.ok()) {
-    if (s.code() == absl::StatusCode::kUnavailable) {
-      return absl::PermissionDeniedError(absl::StrCat(
-          "the head at ", head_address,
-          " closed the connection: a head listening beyond loopback needs the cluster's token "
-          "(--token, LUMEN_TOKEN or Config::token)"));
-    }
-    return s;
-  }
+  if (auto s = ReadFrameBlocking(fd, 64 << 20, &words); !s.ok()) return s;
   return words;
 }
+
+}  // namespace
 
 absl::Status ReadReply(const std::vector<capnp::word>& words, const char* peer,
                        const std::function<absl::Status(proto::Envelope::Reader)>& read) {

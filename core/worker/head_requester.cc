@@ -1,13 +1,25 @@
 #include "core/worker/head_requester.h"
 
+#include <algorithm>
+#include <chrono>
+
 #include "absl/strings/str_cat.h"
 #include "lumen/common/address.h"
+#include "lumen/common/backoff.h"
 #include "lumen/common/head_client.h"
 #include "lumen/common/post.h"
 
 namespace lumen::runtime {
 
 struct HeadRequester::Pending {
+  explicit Pending(const HeadReconnect& r)
+      : reconnect(r),
+        backoff({.initial = r.initial,
+                 .max = std::max<std::chrono::milliseconds>(r.initial, std::chrono::seconds(2)),
+                 .give_up_after = r.give_up_after}) {}
+  HeadReconnect reconnect;  // as set when the call began
+  Backoff backoff;          // started when an attempt lost the head
+  uint64_t attempt = 0;     // attempts started; a late callback of an older one is ignored
   std::function<void(proto::Envelope::Builder)> fill;
   ReplyCallback done;
   std::unique_ptr<boost::asio::steady_timer> timer;
@@ -31,19 +43,28 @@ void HeadRequester::Call(std::function<void(proto::Envelope::Builder)> fill,
     return;
   }
   uint64_t id = next_id_++;
-  auto pending = std::make_unique<Pending>();
+  auto pending = std::make_unique<Pending>(GetHeadReconnect());
   pending->fill = std::move(fill);
   pending->done = std::move(done);
-  pending->timer = std::make_unique<boost::asio::steady_timer>(io_, options_.deadline);
-  pending->timer->async_wait([this, id](const boost::system::error_code& ec) {
+  pending->timer = std::make_unique<boost::asio::steady_timer>(io_);
+  pending_[id] = std::move(pending);
+  Attempt(id);
+}
+
+void HeadRequester::Attempt(uint64_t id) {
+  Pending& p = *pending_.at(id);
+  ++p.attempt;
+  const auto colon = options_.head_address.rfind(':');
+  // Each attempt has the whole deadline (a head that accepts and stays silent).
+  p.timer->expires_after(options_.deadline);
+  p.timer->async_wait([this, id](const boost::system::error_code& ec) {
     if (ec) return;
     Finish(id, absl::DeadlineExceededError(absl::StrCat(
                    "the head at ", options_.head_address, " did not answer within ",
                    options_.deadline.count(), " ms")));
   });
-  pending->resolver = std::make_unique<boost::asio::ip::tcp::resolver>(io_);
-  auto* resolver = pending->resolver.get();
-  pending_[id] = std::move(pending);
+  p.resolver = std::make_unique<boost::asio::ip::tcp::resolver>(io_);
+  auto* resolver = p.resolver.get();
   resolver->async_resolve(
       options_.head_address.substr(0, colon), options_.head_address.substr(colon + 1),
       [this, id](const boost::system::error_code& ec,
@@ -59,12 +80,14 @@ void HeadRequester::Call(std::function<void(proto::Envelope::Builder)> fill,
         it->second->socket = std::make_unique<boost::asio::ip::tcp::socket>(io_);
         boost::asio::async_connect(
             *it->second->socket, results,
-            [this, id](const boost::system::error_code& ec, const boost::asio::ip::tcp::endpoint&) {
-              if (!pending_.contains(id)) return;
+            [this, id, attempt = it->second->attempt](const boost::system::error_code& ec,
+                                                      const boost::asio::ip::tcp::endpoint&) {
+              auto p = pending_.find(id);
+              if (p == pending_.end() || p->second->attempt != attempt) return;
               if (ec) {
-                Finish(id, absl::UnavailableError(absl::StrCat(
-                               "cannot reach the head at ", options_.head_address, ": ",
-                               ec.message())));
+                Lost(id, absl::UnavailableError(absl::StrCat(
+                             "cannot reach the head at ", options_.head_address, ": ",
+                             ec.message())));
                 return;
               }
               OnConnected(id);
@@ -74,13 +97,16 @@ void HeadRequester::Call(std::function<void(proto::Envelope::Builder)> fill,
 
 void HeadRequester::OnConnected(uint64_t id) {
   Pending& p = *pending_.at(id);
+  const uint64_t attempt = p.attempt;
   p.conn = Connection::Create(AdoptTcp(io_, std::move(*p.socket)));
   p.socket.reset();
   p.conn->Start([this, id](Connection&, proto::Envelope::Reader msg) { Finish(id, msg); },
-                [this, id](Connection&, const absl::Status& why) {
-                  Finish(id, absl::UnavailableError(absl::StrCat(
-                                 "the head at ", options_.head_address,
-                                 " closed the connection: ", why.message())));
+                [this, id, attempt](Connection&, const absl::Status& why) {
+                  auto it = pending_.find(id);
+                  if (it == pending_.end() || it->second->attempt != attempt) return;
+                  Lost(id, absl::UnavailableError(absl::StrCat(
+                               "the head at ", options_.head_address,
+                               " closed the connection: ", why.message())));
                 });
   {
     OutMessage out;
@@ -92,6 +118,31 @@ void HeadRequester::OnConnected(uint64_t id) {
   env.setRequestId(1);
   p.fill(env);
   p.conn->Send(out.builder());
+}
+
+void HeadRequester::Lost(uint64_t id, absl::Status why) {
+  auto it = pending_.find(id);
+  if (it == pending_.end()) return;
+  Pending& p = *it->second;
+  const auto now = std::chrono::steady_clock::now();
+  if (p.reconnect.give_up_after.count() <= 0) return Finish(id, std::move(why));
+  p.backoff.Start(now);
+  if (!p.reconnect.head_persistent || p.backoff.Expired(now)) {
+    return Finish(id, HeadLostError(options_.head_address, p.reconnect, p.backoff.Elapsed(now),
+                                    why));
+  }
+  // Drop this attempt's socket (later), then try again after the backoff.
+  if (p.conn) {
+    std::shared_ptr<Connection> old = std::move(p.conn);
+    old->Close(absl::CancelledError("head lost; retrying"));
+    lumen::Post(io_, "worker.release_head_attempt", [old] {});
+  }
+  boost::system::error_code ignored;
+  if (p.socket) p.socket->close(ignored);
+  p.timer->expires_after(p.backoff.NextDelay());
+  p.timer->async_wait([this, id](const boost::system::error_code& ec) {
+    if (!ec && pending_.contains(id)) Attempt(id);
+  });
 }
 
 void HeadRequester::Finish(uint64_t id, absl::StatusOr<proto::Envelope::Reader> reply) {

@@ -39,7 +39,8 @@ class HeadRequester {
 
   // Sends the request `fill` builds, on a connection of its own. `done` runs
   // once: with the head's reply, or FailedPrecondition (no head address),
-  // Unavailable (unreachable, closed), DeadlineExceeded, Cancelled (CancelAll).
+  // Unavailable (unreachable, closed; after retrying through a head restart
+  // as GetHeadReconnect() says), DeadlineExceeded, Cancelled (CancelAll).
   void Call(std::function<void(proto::Envelope::Builder)> fill, ReplyCallback done);
   // `done` runs once no call is in flight (at once when none is).
   void WhenIdle(std::function<void()> done);
@@ -48,7 +49,12 @@ class HeadRequester {
 
  private:
   struct Pending;
+  // Starts (again) call `id`: resolve, connect, send.
+  void Attempt(uint64_t id);
   void OnConnected(uint64_t id);
+  // Call `id` lost the head (unreachable, closed before the reply): tries
+  // again after a backoff, or ends it (GetHeadReconnect, head_client.h).
+  void Lost(uint64_t id, absl::Status why);
   void Finish(uint64_t id, absl::StatusOr<proto::Envelope::Reader> reply);
 
   boost::asio::io_context& io_;
