@@ -25,6 +25,7 @@ namespace {
 // The collective metrics come from lumen-collective-bench (it needs Gloo and
 // lumen::train), run from this binary's directory when it was built there.
 void RunCollectiveBench(Reporter& out, bool quick) {
+  if (!out.Wants("allreduce_gigabytes")) return;  // LUMEN_BENCH_ONLY leaves it out
   std::string path = SelfExecutablePath();
   path = path.substr(0, path.rfind('/') + 1) + "lumen-collective-bench";
   if (::access(path.c_str(), X_OK) != 0) {
@@ -58,7 +59,7 @@ int RunMicrobenchmark(const MicrobenchmarkOptions& options) {
   }
   out.Note("the _gigabytes metrics of puts count as Ray does: 1 GB = 1000 MiB");
 
-  bool initialized = out.Step("init_seconds", [&] {
+  bool initialized = out.Setup("init_seconds", [&] {
     auto start = std::chrono::steady_clock::now();
     Config config;
     config.object_store_memory = 4 * LargePutBytes(quick);

@@ -79,7 +79,11 @@ void RunMultiNodeMetrics(Reporter& out, bool quick, std::chrono::milliseconds wa
   const uint64_t object_bytes = (quick ? 64ull : 256ull) << 20;
   std::vector<runtime::ClusterProcesses> clusters;
   std::string head;
-  bool started = out.Step("multi_node_tasks_async", [&] {
+  if (!out.Wants("multi_node_tasks_async") && !out.Wants("cross_node_object_gigabytes") &&
+      !out.Wants("loopback_tcp_gigabytes")) {
+    return;
+  }
+  bool started = out.Setup("multi_node_tasks_async", [&] {
     for (int i = 0; i < kNodes; ++i) {
       runtime::ClusterSpec spec;
       spec.start_head = head.empty();

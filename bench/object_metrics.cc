@@ -79,7 +79,9 @@ void SmallObjects(Reporter& out) {
            [] { Check(!Put(0).IsNil(), "put returned a nil ref"); });
 }
 
-void LargeObjects(Reporter& out, bool quick) {
+}  // namespace
+
+void RunLargePutMetrics(Reporter& out, bool quick) {
   const uint64_t bytes = LargePutBytes(quick);
   const std::vector<int64_t> array(bytes / sizeof(int64_t), 0);
   {
@@ -101,6 +103,11 @@ void LargeObjects(Reporter& out, bool quick) {
       asm volatile("" : : "r"(dest.data()) : "memory");
     });
   }
+}
+
+namespace {
+
+void MultiClientPuts(Reporter& out, bool quick) {
   // Ray's multi client put: 10 tasks, each putting 10 arrays of 10 Mi int64
   // (256 Ki in --quick mode).
   const uint64_t values = quick ? 256ull * 1024 : 10ull * 1024 * 1024;
@@ -116,6 +123,7 @@ void LargeObjects(Reporter& out, bool quick) {
 
 // The node daemon's memory per small object in its store (target <= 256 B).
 void BytesPerSmallObject(Reporter& out, bool quick) {
+  if (!out.Wants("bytes_per_small_object")) return;
   const long n = quick ? 20000 : 200000;
   pid_t daemon = EmbeddedNodeDaemon();
   if (daemon == 0) {
@@ -151,7 +159,8 @@ void ObjectContainingRefs(Reporter& out) {
 
 void RunObjectMetrics(Reporter& out, bool quick) {
   SmallObjects(out);
-  LargeObjects(out, quick);
+  RunLargePutMetrics(out, quick);
+  MultiClientPuts(out, quick);
   ObjectContainingRefs(out);
   BytesPerSmallObject(out, quick);
 }

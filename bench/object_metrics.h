@@ -21,4 +21,8 @@ uint64_t LargePutBytes(bool quick);
 // Measures and prints the object metrics on the cluster lumen::Init started.
 void RunObjectMetrics(Reporter& out, bool quick);
 
+// Of those, single_client_put_gigabytes and its bound memcpy_gigabytes only
+// (also run by bench/store_bench.cc).
+void RunLargePutMetrics(Reporter& out, bool quick);
+
 }  // namespace lumen::bench

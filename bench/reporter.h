@@ -11,10 +11,17 @@
 // Line format: `name mean +- stddev unit` for a metric timed over trials
 // (TimeIt), `name value unit` for a single measurement, `# text` for notes.
 // A failed metric prints `name FAILED: why` on stderr and no line on stdout.
+//
+// LUMEN_BENCH_ONLY=REGEX (ECMAScript, searched in the metric's name) keeps
+// only the metrics it matches: Rate, Value and Step of any other name return
+// false without running (Setup always runs). For A/B runs of a few metrics
+// (doc/benchmark.md, "Restructuring before/after").
 // Not thread-safe: used by the benchmark's main thread only.
 #pragma once
 
 #include <functional>
+#include <optional>
+#include <regex>
 #include <string>
 
 #include "bench/timeit.h"
@@ -23,7 +30,9 @@ namespace lumen::bench {
 
 class Reporter {
  public:
-  explicit Reporter(TrialPlan plan) : plan_(plan) {}
+  // Reads LUMEN_BENCH_ONLY; a pattern that does not compile is reported on
+  // stderr and counted as a failure (every metric then runs).
+  explicit Reporter(TrialPlan plan);
 
   const TrialPlan& plan() const { return plan_; }
 
@@ -40,6 +49,10 @@ class Reporter {
   // Runs a step that prints no metric itself (setting up actors, a check
   // after timing); an exception counts as the failure of metric `name`.
   bool Step(const std::string& name, const std::function<void()>& step);
+  // As Step, but runs whatever LUMEN_BENCH_ONLY says (the cluster's start).
+  bool Setup(const std::string& name, const std::function<void()>& step);
+  // Whether metric `name` is measured (LUMEN_BENCH_ONLY unset, or it matches).
+  bool Wants(const std::string& name) const;
   // A `# text` line: something not measured, and why.
   void Note(const std::string& text);
   // Counts a failure found by the caller, printed like one from a metric.
@@ -49,6 +62,7 @@ class Reporter {
 
  private:
   TrialPlan plan_;
+  std::optional<std::regex> only_;  // LUMEN_BENCH_ONLY
   int failures_ = 0;
 };
 

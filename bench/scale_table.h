@@ -35,7 +35,7 @@ class ScaleTable {
   // Draws drain seconds and peak memory against N (log-log) from the CSV at
   // `csv` into `png`. Runs scripts/install-bench-deps first when gnuplot is
   // missing (the benchmark's own dependency, never the library's). Returns ""
-  // when drawn, else why not.
+  // when drawn, else why not (also when no drain experiment ran).
   std::string Plot(const std::string& csv, const std::string& png) const;
 
  private:

@@ -57,7 +57,7 @@ absl::StatusOr<uint64_t> ObjectTable::Create(ClientId client, const ObjectId& id
                              .creator_pinned = true,
                              .secondary = secondary});
   clients_[client].unsealed.insert(id);
-  ++num_pinned_;
+  CountPinned(*offset, +1);
   return *offset;
 }
 
@@ -77,7 +77,7 @@ absl::Status ObjectTable::Seal(ClientId client, const ObjectId& id) {
   e.creator_pinned = false;
   if (e.state == ObjectState::kCreated) e.state = ObjectState::kSealed;
   DropUnsealed(client, id);
-  if (e.reader_pins == 0) --num_pinned_;
+  if (e.reader_pins == 0) CountPinned(e.offset, -1);
   MaybeFree(it);
   return absl::OkStatus();
 }
@@ -113,7 +113,7 @@ absl::StatusOr<ObjectTable::ObjectLocation> ObjectTable::Get(ClientId client,
   if (e.state != ObjectState::kSealed) {
     return absl::UnavailableError(absl::StrCat("object ", id.Hex(), " is not sealed yet"));
   }
-  if (e.reader_pins == 0) ++num_pinned_;
+  if (e.reader_pins == 0) CountPinned(e.offset, +1);  // sealed: no creator pin
   ++e.reader_pins;
   ++clients_[client].pins[id];
   return ObjectLocation{.offset = e.offset, .size = e.size};
@@ -131,7 +131,7 @@ void ObjectTable::Release(ClientId client, const ObjectId& id) {
   assert(it != objects_.end() && it->second.reader_pins > 0);
   if (it == objects_.end()) return;
   Entry& e = it->second;
-  if (--e.reader_pins == 0 && !e.creator_pinned) --num_pinned_;
+  if (--e.reader_pins == 0 && !e.creator_pinned) CountPinned(e.offset, -1);
   MaybeFree(it);
 }
 
@@ -154,7 +154,7 @@ void ObjectTable::DisconnectClient(ClientId client) {
     if (it == objects_.end()) continue;
     Entry& e = it->second;
     e.reader_pins -= static_cast<uint32_t>(count);
-    if (e.reader_pins == 0 && !e.creator_pinned) --num_pinned_;
+    if (e.reader_pins == 0 && !e.creator_pinned) CountPinned(e.offset, -1);
     MaybeFree(it);
   }
   for (const ObjectId& id : state.unsealed) {
@@ -186,7 +186,7 @@ uint64_t ObjectTable::Evict(const ObjectId& id) {
   return bytes;
 }
 
-uint64_t ObjectTable::PinnedBytes() const {
+uint64_t ObjectTable::RecountPinnedBytes() const {
   uint64_t bytes = 0;
   for (const auto& [id, e] : objects_) {
     if (e.creator_pinned || e.reader_pins > 0) bytes += allocator_.AllocationSize(e.offset);
@@ -219,6 +219,10 @@ absl::Status ObjectTable::CheckInvariants() const {
   }
   if (pinned != num_pinned_) {
     return absl::InternalError(absl::StrCat(pinned, " pinned objects, counted ", num_pinned_));
+  }
+  if (uint64_t bytes = RecountPinnedBytes(); bytes != pinned_bytes_) {
+    return absl::InternalError(
+        absl::StrCat(bytes, " bytes of pinned objects, counted ", pinned_bytes_));
   }
   return absl::OkStatus();
 }
@@ -259,9 +263,21 @@ void ObjectTable::MaybeFree(absl::flat_hash_map<ObjectId, Entry>::iterator it) {
 
 void ObjectTable::Free(absl::flat_hash_map<ObjectId, Entry>::iterator it) {
   const Entry& e = it->second;
-  if (e.creator_pinned || e.reader_pins > 0) --num_pinned_;
+  if (e.creator_pinned || e.reader_pins > 0) CountPinned(e.offset, -1);
   allocator_.Free(e.offset);
   objects_.erase(it);
+}
+
+void ObjectTable::CountPinned(uint64_t offset, int delta) {
+  const uint64_t bytes = allocator_.AllocationSize(offset);
+  if (delta > 0) {
+    ++num_pinned_;
+    pinned_bytes_ += bytes;
+  } else {
+    assert(num_pinned_ > 0 && pinned_bytes_ >= bytes);
+    --num_pinned_;
+    pinned_bytes_ -= bytes;
+  }
 }
 
 void ObjectTable::DropUnsealed(ClientId client, const ObjectId& id) {

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -40,7 +41,54 @@ uint64_t PageSize() {
   return page;
 }
 
+uint64_t NumChunks(uint64_t size) { return (size + ShmSegment::kChunk - 1) / ShmSegment::kChunk; }
+
+// Calls `fn(begin, end)` for each maximal run of [offset, end) whose chunks are
+// not all flagged in `flags` (the range clipped to those chunks), and returns
+// whether there was any. `size`: the segment's.
+template <class Fn>
+bool ForEachUnflaggedRun(const std::atomic<bool>* flags, uint64_t size, uint64_t offset,
+                         uint64_t end, Fn fn) {
+  constexpr uint64_t kChunk = ShmSegment::kChunk;
+  bool any = false;
+  uint64_t run_begin = 0;
+  bool in_run = false;
+  for (uint64_t c = offset / kChunk; c * kChunk < end; ++c) {
+    const bool flagged = flags[c].load(std::memory_order_acquire);
+    if (!flagged && !in_run) {
+      run_begin = std::max(offset, c * kChunk);
+      in_run = true;
+    } else if (flagged && in_run) {
+      fn(run_begin, c * kChunk);
+      any = true;
+      in_run = false;
+    }
+  }
+  if (in_run) {
+    fn(run_begin, std::min(end, size));
+    any = true;
+  }
+  return any;
+}
+
+// Flags the chunks that [begin, end) covers whole (the segment's last chunk
+// counts as whole when the range reaches the end of the segment).
+void FlagCovered(std::atomic<bool>* flags, uint64_t size, uint64_t begin, uint64_t end) {
+  constexpr uint64_t kChunk = ShmSegment::kChunk;
+  for (uint64_t c = (begin + kChunk - 1) / kChunk; c * kChunk < end; ++c) {
+    if ((c + 1) * kChunk <= end || end >= size) flags[c].store(true, std::memory_order_release);
+  }
+}
+
 }  // namespace
+
+ShmSegment::ShmSegment(int fd, uint64_t size, uint8_t* writable, const uint8_t* readonly)
+    : fd_(fd),
+      size_(size),
+      writable_(writable),
+      readonly_(readonly),
+      reserved_(new std::atomic<bool>[NumChunks(size)]()),
+      populated_(new std::atomic<bool>[NumChunks(size)]()) {}
 
 absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Create(std::string_view name,
                                                                uint64_t size) {
@@ -105,34 +153,49 @@ absl::Status ShmSegment::Reserve(uint64_t offset, uint64_t length) const {
                                               ") outside a segment of ", size_, " bytes"));
   }
   if (length == 0) return absl::OkStatus();
-  int rc;
-  do {
-    rc = fallocate(fd_, 0, static_cast<off_t>(offset), static_cast<off_t>(length));
-  } while (rc != 0 && errno == EINTR);
-  if (rc != 0) {
-    int err = errno;
-    if (err == ENOSPC || err == ENOMEM) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "not enough memory to back ", length, " bytes of the shared-memory segment (",
-          std::strerror(err), "); the machine or the store's cgroup is out of memory"));
-    }
-    return ErrnoError(err, "fallocate of the segment");
-  }
-  return absl::OkStatus();
+  absl::Status status;
+  ForEachUnflaggedRun(reserved_.get(), size_, offset, offset + length,
+                      [&](uint64_t begin, uint64_t end) {
+                        if (!status.ok()) return;
+                        int rc;
+                        do {
+                          rc = fallocate(fd_, 0, static_cast<off_t>(begin),
+                                         static_cast<off_t>(end - begin));
+                        } while (rc != 0 && errno == EINTR);
+                        if (rc != 0) {
+                          int err = errno;
+                          if (err == ENOSPC || err == ENOMEM) {
+                            status = absl::ResourceExhaustedError(absl::StrCat(
+                                "not enough memory to back ", length,
+                                " bytes of the shared-memory segment (", std::strerror(err),
+                                "); the machine or the store's cgroup is out of memory"));
+                          } else {
+                            status = ErrnoError(err, "fallocate of the segment");
+                          }
+                          return;
+                        }
+                        FlagCovered(reserved_.get(), size_, begin, end);
+                      });
+  return status;
 }
 
 void ShmSegment::PrefaultForWrite(uint64_t offset, uint64_t length) const {
   if (length == 0 || offset >= size_) return;
   if (length > size_ - offset) length = size_ - offset;
   const uint64_t page = PageSize();
-  const uint64_t start = offset & ~(page - 1);
-  const uint64_t end = offset + length;  // The mapping is page-granular past size_.
-  // Failure (EINVAL on kernels < 5.14, ENOMEM, EFAULT) leaves the pages to be
-  // faulted in on first touch, as without this call.
-  int rc;
-  do {
-    rc = madvise(writable_ + start, end - start, MADV_POPULATE_WRITE);
-  } while (rc != 0 && errno == EINTR);
+  ForEachUnflaggedRun(populated_.get(), size_, offset, offset + length,
+                      [&](uint64_t begin, uint64_t end) {
+                        const uint64_t start = begin & ~(page - 1);
+                        // Failure (EINVAL on kernels < 5.14, ENOMEM, EFAULT)
+                        // leaves the pages to be faulted in on first touch, as
+                        // without this call. The mapping is page-granular past
+                        // size_.
+                        int rc;
+                        do {
+                          rc = madvise(writable_ + start, end - start, MADV_POPULATE_WRITE);
+                        } while (rc != 0 && errno == EINTR);
+                        if (rc == 0) FlagCovered(populated_.get(), size_, begin, end);
+                      });
 }
 
 }  // namespace lumen::objectstore

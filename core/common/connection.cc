@@ -355,7 +355,8 @@ void Connection::ProcessFrames() {
     read_begin_ += frame_bytes;
     absl::Status decoded =
         DecodeFrame(kj::arrayPtr(payload, *len / sizeof(capnp::word)),
-                    {.nesting_limit = options_.nesting_limit},
+                    {.nesting_limit = options_.nesting_limit,
+                     .walk_whole_message = !hello_accepted_ || options_.walk_frames_after_hello},
                     [this](proto::Envelope::Reader envelope) { on_frame_(*this, envelope); });
     if (!decoded.ok()) {
       Close(decoded);

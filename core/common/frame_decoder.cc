@@ -64,7 +64,7 @@ absl::Status DecodeFrame(kj::ArrayPtr<const capnp::word> payload, const FrameDec
     options.nestingLimit = limits.nesting_limit;
     capnp::FlatArrayMessageReader reader(payload, options);
     // The whole message, once: bounds, nesting and the traversal limit.
-    reader.getRoot<capnp::AnyPointer>().targetSize();
+    if (limits.walk_whole_message) reader.getRoot<capnp::AnyPointer>().targetSize();
     proto::Envelope::Reader envelope = reader.getRoot<proto::Envelope>();
     auto type = static_cast<uint16_t>(envelope.which());
     if (type >= KnownMessageTypes()) {

@@ -19,7 +19,8 @@
 namespace lumen::node {
 
 // Pinned bytes and objects, what is on disk, what was spilled and restored.
-// O(objects) (the pinned bytes are summed).
+// O(1): each is a running count kept by the store (ObjectTable, SpillIndex,
+// SpillStats), so a report costs the same with a million objects.
 void FillStoreSummary(const objectstore::StoreServer& store, proto::StoreSummary::Builder out);
 
 // For "memory N": one row per object among the store's N largest (KIND=store,

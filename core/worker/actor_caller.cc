@@ -38,7 +38,7 @@ void CoreWorker::ActorCaller::OpenChannel(const ObjectId& actor, const std::stri
           core->actor_submitter_->OnChannelOpened(actor, address, socket.status());
           return;
         }
-        auto conn = Connection::Create(std::move(*socket));
+        auto conn = Connection::Create(std::move(*socket), RuntimePeerConnectionOptions());
         uint64_t channel = conn->id();
         conn->Start(
             [core, actor](Connection&, proto::Envelope::Reader msg) {

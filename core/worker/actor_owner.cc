@@ -293,7 +293,7 @@ std::unique_ptr<actors::ActorProcess> CoreWorker::ActorHost::StartProcess(
           core->actor_owner_->OnProcessLost(id, generation, *state->close_early);
           return;
         }
-        state->conn = Connection::Create(std::move(*socket));
+        state->conn = Connection::Create(std::move(*socket), RuntimePeerConnectionOptions());
         state->conn->Start(
             [core, state, id, generation](Connection&, proto::Envelope::Reader msg) {
               if (state->dropped) return;

@@ -84,7 +84,7 @@ void CoreWorker::OnConnectEnded(
 }
 
 std::shared_ptr<Connection> CoreWorker::AdoptPeer(const std::string& address, Socket socket) {
-  auto conn = Connection::Create(std::move(socket));
+  auto conn = Connection::Create(std::move(socket), RuntimePeerConnectionOptions());
   conn->Start([this](Connection& c, proto::Envelope::Reader m) { OnPeerFrame(c, m); },
               [this, address](Connection& c, const absl::Status& why) {
                 peers_.erase(address);
@@ -152,7 +152,7 @@ void CoreWorker::SendRequeued(Connection& conn, const TaskId& task_id, uint32_t 
 
 void CoreWorker::OnPeerAccepted(Socket socket) {
   bool local = socket.local_endpoint().protocol().family() == AF_UNIX;
-  auto conn = (local ? local_admission_ : admission_).Admit(std::move(socket));
+  auto conn = (local ? local_admission_ : admission_).Admit(std::move(socket), RuntimePeerConnectionOptions());
   if (!conn) return;
   inbound_[conn->id()] = conn;
   conn->context() = false;  // hello not seen yet

@@ -254,7 +254,7 @@ void CoreWorker::SubmitterTransport::ConnectWorker(const std::string& address,
           done(socket.status());
           return;
         }
-        auto conn = Connection::Create(std::move(*socket));
+        auto conn = Connection::Create(std::move(*socket), RuntimePeerConnectionOptions());
         conn->Start(
             [on_reply = std::move(handlers.on_reply)](Connection&, proto::Envelope::Reader msg) {
               if (msg.isTaskReply()) on_reply(msg.getTaskReply());

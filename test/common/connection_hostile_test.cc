@@ -313,3 +313,87 @@ TEST_CASE("A peer that reads slowly but steadily is not disconnected", "[connect
   // (rather than time without progress) would have closed it.
   CHECK(std::chrono::steady_clock::now() - start > std::chrono::milliseconds(300));
 }
+
+// ---------------------------------------------------------------------------
+// The whole-frame walk (DecodeFrame) and runtime peers (issue 13).
+
+namespace {
+
+uint64_t StructPointerWord(int32_t offset_words, uint16_t data_words, uint16_t pointers) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(offset_words) << 2)) |
+         (static_cast<uint64_t>(data_words) << 32) | (static_cast<uint64_t>(pointers) << 48);
+}
+
+// One segment holding `segment`, framed.
+std::string OneSegmentFrame(const std::vector<uint64_t>& segment) {
+  return RawFrame(Words({static_cast<uint64_t>(segment.size()) << 32}) + Words(segment));
+}
+
+// A struct whose two pointers both point to itself.
+std::string CyclicFrame() {
+  return OneSegmentFrame({StructPointerWord(0, 0, 2), StructPointerWord(-1, 0, 2),
+                          StructPointerWord(-2, 0, 2)});
+}
+
+// A chain of `depth` structs, each with one pointer to the next.
+std::string DeepFrame(int depth) {
+  std::vector<uint64_t> segment;
+  for (int i = 0; i < depth; ++i) segment.push_back(StructPointerWord(0, 0, 1));
+  segment.push_back(0);
+  return OneSegmentFrame(segment);
+}
+
+}  // namespace
+
+TEST_CASE("A runtime peer's frames skip the whole-frame walk only after the hello, and what the handler reads is still checked",
+          "[connection][hostile]") {
+  // Invariant: with RuntimePeerConnectionOptions, a cyclic or 1,000-deep frame
+  // is refused before its handler runs while the hello is pending; after it
+  // the handler sees the frame, and reading it whole (as a handler that
+  // follows every pointer would) still fails within the traversal and nesting
+  // limits and closes the connection as malformed. With the daemons' default
+  // options such a frame never reaches the handler, hello or not.
+  struct Bad {
+    const char* name;
+    std::string frame;
+  };
+  const std::vector<Bad> bads = {{"cyclic pointers", CyclicFrame()}, {"nesting 1,000 deep", DeepFrame(1000)}};
+  for (const Bad& bad : bads) {
+    for (bool runtime_peer : {true, false}) {
+      for (bool after_hello : {true, false}) {
+        INFO(bad.name << (runtime_peer ? ", runtime peer" : ", daemon default")
+                      << (after_hello ? ", after the hello" : ", before the hello"));
+        ConnectionOptions options =
+            runtime_peer ? lumen::RuntimePeerConnectionOptions() : ConnectionOptions{};
+        options.max_frame_bytes_before_hello = 16u << 10;  // the daemons' limit
+        boost::asio::io_context io;
+        auto [socket, peer] = SocketAndRawPeer(io);
+        auto conn = Connection::Create(std::move(socket), options);
+        int frames = 0;
+        int closes = 0;
+        absl::Status why;
+        conn->Start(
+            [&](Connection& c, proto::Envelope::Reader msg) {
+              ++frames;
+              if (frames == 1 && after_hello) {
+                c.AcceptHello();
+                return;
+              }
+              // Follows every pointer of the message.
+              capnp::AnyStruct::Reader(msg).totalSize();
+            },
+            [&](Connection&, const absl::Status& s) {
+              ++closes;
+              why = s;
+            });
+        std::string bytes = after_hello ? KvPutFrame(1, 10) + bad.frame : bad.frame;
+        WriteRaw(io, peer.get(), bytes);
+        REQUIRE(RunUntil(io, [&] { return closes > 0; }));
+        CHECK(why.code() == absl::StatusCode::kInvalidArgument);
+        CHECK(std::string(why.message()).find("malformed message") != std::string::npos);
+        // The handler saw the bad frame only on a runtime peer after its hello.
+        CHECK(frames == (after_hello ? 1 : 0) + (runtime_peer && after_hello ? 1 : 0));
+      }
+    }
+  }
+}

@@ -25,6 +25,7 @@
 #include "lumen/common/address.h"
 #include "lumen/common/head_client.h"
 #include "lumen/lumen.h"
+#include "test/core/netns.h"
 #include "test/core/test_support.h"
 
 namespace {
@@ -49,39 +50,6 @@ std::string NonLoopbackAddress() {
   ::freeifaddrs(list);
   return found;
 }
-
-// A network namespace joined to this one by a veth pair: 10.77.0.1 here,
-// 10.77.0.2 there. Removed at scope exit.
-class VethNamespace {
- public:
-  VethNamespace() {
-    name_ = "lumen-test-" + std::to_string(::getpid());
-    link_ = "lmn" + std::to_string(::getpid() % 100000);
-    std::string out;
-    ok_ = RunCommand("ip netns add " + name_, &out) == 0;
-    if (!ok_) return;
-    ok_ = RunCommand("ip link add " + link_ + "h type veth peer name " + link_ + "n", &out) == 0 &&
-          RunCommand("ip link set " + link_ + "n netns " + name_, &out) == 0 &&
-          RunCommand("ip addr add 10.77.0.1/24 dev " + link_ + "h", &out) == 0 &&
-          RunCommand("ip link set " + link_ + "h up", &out) == 0 &&
-          RunCommand(Exec("ip addr add 10.77.0.2/24 dev " + link_ + "n"), &out) == 0 &&
-          RunCommand(Exec("ip link set " + link_ + "n up"), &out) == 0 &&
-          RunCommand(Exec("ip link set lo up"), &out) == 0;
-  }
-  ~VethNamespace() {
-    std::string out;
-    RunCommand("ip link del " + link_ + "h", &out);
-    RunCommand("ip netns del " + name_, &out);
-  }
-  bool ok() const { return ok_; }
-  std::string Exec(const std::string& command) const {
-    return "ip netns exec " + name_ + " " + command;
-  }
-
- private:
-  std::string name_, link_;
-  bool ok_ = false;
-};
 
 // The text after `marker` in `out`, up to the next space.
 std::string After(const std::string& out, const std::string& marker) {
@@ -134,7 +102,9 @@ TEST_CASE("node-token: node daemons beyond loopback refuse a wrong token; --node
 }
 
 TEST_CASE("netns: a node in another network namespace joins over TCP with the token and runs work") {
-  VethNamespace netns;
+  // The other node's namespace: 10.77.0.2 there, 10.77.0.1 (the bridge) here.
+  lumen::test::BridgedNamespaces netns(1, "10.77.0");
+  INFO(netns.error());
   REQUIRE(netns.ok());
   std::string out;
   std::string cli = LUMEN_CLI_PATH;
@@ -148,7 +118,7 @@ TEST_CASE("netns: a node in another network namespace joins over TCP with the to
   std::string token;
   std::getline(std::ifstream(After(out, "kept in ")), token);
   // The other node: its own network stack, reachable only through the veth.
-  REQUIRE(RunCommand(netns.Exec(cli + " start --address " + address + " --token " + token +
+  REQUIRE(RunCommand(netns.Exec(0, cli + " start --address " + address + " --token " + token +
                                 " --num-cpus 2 --object-store-memory 134217728 "
                                 "--resources '{\"far\": 1}'"),
                      &out) == 0);
@@ -192,7 +162,7 @@ int main(int argc, char** argv) {
       return 77;
     }
   } else if (which == "netns") {
-    if (!VethNamespace().ok()) {
+    if (!lumen::test::BridgedNamespaces(1, "10.77.0").ok()) {
       std::printf("SKIPPED: network namespaces are not available here (needs root and ip netns)\n");
       return 77;
     }

@@ -3,8 +3,11 @@
 // of frames; each is parsed (ParseFrameHeader with the daemons' 64 MiB limit),
 // decoded (DecodeFrame: segment table, bounds, nesting, traversal limit, message
 // type) and, when accepted, walked whole through the schema (every field of
-// every struct read, as the pretty printer does). Must never crash, leak, hang
-// or hit undefined behaviour; refusals are fine.
+// every struct read, as the pretty printer does). Each frame is decoded twice:
+// with the whole-message walk (what the daemons do) and without it (a worker's
+// or driver's connection after the hello), where only the handler's reads are
+// checked. Must never crash, leak, hang or hit undefined behaviour; refusals
+// are fine.
 #include <capnp/dynamic.h>
 #include <capnp/pretty-print.h>
 
@@ -30,15 +33,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::memcpy(payload.data(), data, *len);
     data += *len;
     size -= *len;
-    absl::Status s = lumen::DecodeFrame(
-        kj::arrayPtr(payload.data(), payload.size()), {.nesting_limit = 64},
-        [](lumen::proto::Envelope::Reader envelope) {
-          // Throws kj::Exception on what the checks let through but a reader
-          // refuses (DecodeFrame turns that into a status, as for a handler).
-          kj::String text = capnp::prettyPrint(envelope).flatten();
-          (void)text;
-        });
-    (void)s;
+    for (bool walk : {true, false}) {
+      absl::Status s = lumen::DecodeFrame(
+          kj::arrayPtr(payload.data(), payload.size()),
+          {.nesting_limit = 64, .walk_whole_message = walk},
+          [](lumen::proto::Envelope::Reader envelope) {
+            // Throws kj::Exception on what the checks let through but a reader
+            // refuses (DecodeFrame turns that into a status, as for a handler).
+            kj::String text = capnp::prettyPrint(envelope).flatten();
+            (void)text;
+          });
+      (void)s;
+    }
   }
   return 0;
 }

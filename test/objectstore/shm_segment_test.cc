@@ -69,6 +69,39 @@ TEST_CASE("ShmSegment: Reserve checks the range and is repeatable", "[shm]") {
   CHECK(static_cast<uint64_t>(st.st_blocks) * 512 >= kSize);
 }
 
+// Invariant: Reserve skips only chunks it reserved whole before, so every
+// page of a range is backed afterwards however earlier reservations covered it
+// (unaligned pieces, a short last chunk); PrefaultForWrite's skipping likewise
+// never leaves a page unwritable.
+TEST_CASE("ShmSegment: Reserve backs a range partly reserved before", "[shm]") {
+  constexpr uint64_t kChunk = ShmSegment::kChunk;
+  const uint64_t size = 5 * kChunk + 12345;  // a short last chunk
+  auto seg = MakeSegment(size);
+  auto backed = [&] {
+    struct stat st;
+    REQUIRE(fstat(seg->fd(), &st) == 0);
+    return static_cast<uint64_t>(st.st_blocks) * 512;
+  };
+  REQUIRE(seg->Reserve(kChunk + 100, kChunk).ok());  // covers no chunk whole
+  CHECK(backed() >= kChunk);
+  CHECK(backed() < 3 * kChunk);
+  REQUIRE(seg->Reserve(0, 3 * kChunk).ok());  // chunks 0-2, partly reserved already
+  CHECK(backed() >= 3 * kChunk);
+  CHECK(backed() < 4 * kChunk);
+  REQUIRE(seg->Reserve(kChunk / 2, kChunk).ok());  // all reserved: nothing to do
+  CHECK(backed() < 4 * kChunk);
+  REQUIRE(seg->Reserve(2 * kChunk + 5, size - 2 * kChunk - 5).ok());  // up to the short end
+  CHECK(backed() >= size);
+  // Writes anywhere land, with ranges populated before or not.
+  seg->PrefaultForWrite(kChunk - 1, kChunk + 2);
+  seg->PrefaultForWrite(0, size);
+  seg->PrefaultForWrite(3 * kChunk + 7, size);  // clipped to the segment
+  for (uint64_t at : {uint64_t{0}, kChunk - 1, 2 * kChunk, 4 * kChunk + 3, size - 1}) {
+    seg->writable_base()[at] = static_cast<uint8_t>(at % 251 + 1);
+    CHECK(seg->readonly_base()[at] == static_cast<uint8_t>(at % 251 + 1));
+  }
+}
+
 TEST_CASE("ShmSegment: Attach to a dup'd fd sees the same bytes", "[shm]") {
   auto seg = MakeSegment();
   std::memcpy(seg->writable_base() + 10, "abc", 4);

@@ -122,10 +122,14 @@ class ObjectTable {
   // keeps it elsewhere, or it is a secondary copy) and returns its allocated
   // bytes; returns 0 and does nothing for any other object.
   uint64_t Evict(const ObjectId& id);
-  // Allocated bytes of the objects held by at least one pin. O(n).
-  uint64_t PinnedBytes() const;
+  // Allocated bytes of the objects held by at least one pin: a running count,
+  // kept on every pin, unpin, create and free. O(1).
+  uint64_t PinnedBytes() const { return pinned_bytes_; }
+  // The same, summed over every object. O(n); for tests and CheckInvariants.
+  uint64_t RecountPinnedBytes() const;
   // For property tests: the allocator's invariants, one allocation per object,
-  // and pin counts that agree with the clients' pins; else Internal.
+  // pin counts that agree with the clients' pins, and the running counts of
+  // pinned objects and bytes that agree with a recount; else Internal.
   absl::Status CheckInvariants() const;
   const Allocator& allocator() const { return allocator_; }
 
@@ -169,12 +173,16 @@ class ObjectTable {
   void MaybeFree(absl::flat_hash_map<ObjectId, Entry>::iterator it);
   void Free(absl::flat_hash_map<ObjectId, Entry>::iterator it);
   void DropUnsealed(ClientId client, const ObjectId& id);
+  // The object allocated at `offset` became pinned (+1) or unpinned (-1):
+  // updates num_pinned_ and pinned_bytes_. Call before freeing its allocation.
+  void CountPinned(uint64_t offset, int delta);
 
   ShmSegment* const segment_;
   Allocator allocator_;
   absl::flat_hash_map<ObjectId, Entry> objects_;
   absl::flat_hash_map<ClientId, ClientState> clients_;
-  uint64_t num_pinned_ = 0;
+  uint64_t num_pinned_ = 0;    // objects with a creator or reader pin
+  uint64_t pinned_bytes_ = 0;  // their allocated bytes
 };
 
 }  // namespace lumen::objectstore

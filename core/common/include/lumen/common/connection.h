@@ -46,6 +46,13 @@ struct ConnectionOptions {
   size_t max_frame_bytes = 64u << 20;
   // Cap'n Proto nesting limit for decoding.
   int nesting_limit = 64;
+  // Every frame is walked whole before its handler runs (DecodeFrame), until
+  // the hello is accepted; after it only when this is true. The daemons keep
+  // the default; a worker's or driver's connections to authenticated runtime
+  // peers turn it off (the task hot path), where Cap'n Proto's per-read
+  // checks and the traversal limit still bound what a frame can make the
+  // handler do (frame_decoder.h).
+  bool walk_frames_after_hello = true;
 
   // Server side: until AcceptHello() frames are limited to this many bytes
   // (0: no hello phase, `max_frame_bytes` from the start) ...
@@ -64,6 +71,15 @@ struct ConnectionOptions {
   size_t max_send_queue_bytes = 0;
   std::chrono::milliseconds send_stall_timeout{30000};
 };
+
+// The options of a worker's or driver's connection to another runtime process
+// (an owner, a leased worker, an actor, a borrower): no whole-frame walk once
+// the peer is authenticated (see walk_frames_after_hello).
+inline ConnectionOptions RuntimePeerConnectionOptions() {
+  ConnectionOptions options;
+  options.walk_frames_after_hello = false;
+  return options;
+}
 
 // A daemon's limits for the connections it accepts, from the environment
 // (doc/configuration.md); the two timeouts are Timeouts' fields of those names:

@@ -5,8 +5,9 @@
 //                                       [&](lumen::proto::Envelope::Reader env) { ... });
 //   if (!s.ok()) close the connection with `s`
 //
-// Before the handler sees the message it is checked whole, so that a malformed
-// one is refused as such however little of it the handler would read:
+// Before the handler sees the message it is checked whole (unless
+// `walk_whole_message` is false, below), so that a malformed one is refused as
+// such however little of it the handler would read:
 //  - the segment table: 1..kMaxFrameSegments segments that fit in the payload
 //    (Cap'n Proto's flat-array reader allocates a 16-byte entry per declared
 //    segment before it checks them, up to 2 per payload word: 16M claimed in a
@@ -18,6 +19,16 @@
 //  - the Envelope's message type: one this build knows.
 // Reads the handler does later are charged to the same traversal limit (so a
 // list of Void claiming 2^29 elements fails when it is read).
+//
+// With `walk_whole_message = false` the segment table and the message type are
+// still checked, and every read the handler makes is still bounds-checked,
+// nesting-limited and charged to the traversal limit (Cap'n Proto checks each
+// pointer as it is followed), so the handler's work and memory stay bounded by
+// the frame's size; what is not done is refusing a malformed part the handler
+// never reads, and refusing a frame before the handler has acted on its first
+// fields. Connection skips the walk only on an authenticated runtime peer's
+// hot path (ConnectionOptions::walk_frames_after_hello): a small frame costs
+// ~150-200 ns more with it (issue 13).
 //
 // Pure and thread-safe. Used by Connection for every frame it receives, and by
 // the fuzzers in test/fuzz/.
@@ -40,6 +51,8 @@ inline constexpr uint32_t kMaxFrameSegments = 511;
 
 struct FrameDecodeLimits {
   int nesting_limit = 64;
+  // Walk every pointer reachable from the root before the handler runs.
+  bool walk_whole_message = true;
 };
 
 // The traversal limit for a payload of `words` words.
