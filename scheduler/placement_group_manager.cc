@@ -73,6 +73,25 @@ absl::StatusOr<const PlacementGroup*> PlacementGroupManager::Create(
   return &g;
 }
 
+absl::Status PlacementGroupManager::Restore(PlacementGroup g) {
+  thread_.Check("PlacementGroupManager");
+  if (groups_.contains(g.id)) {
+    return absl::AlreadyExistsError(absl::StrCat("placement group ", g.id, " is known already"));
+  }
+  if (g.state == GroupState::kCreated && g.nodes.size() != g.bundles.size()) {
+    return absl::InvalidArgumentError("a created placement group needs a node per bundle");
+  }
+  if (g.state != GroupState::kCreated) g.state = GroupState::kPending;
+  std::string id = g.id;
+  groups_[id] = std::move(g);
+  uint64_t sequence = next_sequence_++;
+  order_[sequence] = id;
+  sequence_of_[id] = sequence;
+  ++live_groups_;
+  ++version_;
+  return absl::OkStatus();
+}
+
 absl::Status PlacementGroupManager::CheckCreate(const std::string& id, size_t name_bytes,
                                                size_t bundle_count) const {
   if (groups_.contains(id)) return absl::OkStatus();

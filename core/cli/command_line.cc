@@ -155,6 +155,20 @@ class Grammar {
                                         "or off)")
                          ->type_name("BYTES")
                          ->check(kByteCount);
+    head_persistence_ =
+        start_->add_option("--head-persistence", head_persistence_value_,
+                           "With --head: keep the head's tables (nodes, jobs, named actors, "
+                           "placement groups, key-value store) in a write-ahead log in the "
+                           "session directory, so that a head restarted on the same port "
+                           "serves them again (wal, the default), or not (none: nodes and "
+                           "drivers stop when the head is lost)")
+            ->type_name("wal|none")
+            ->check(CLI::IsMember({"wal", "none"}));
+    external_storage_ =
+        start_->add_option("--external-storage", external_storage_value_,
+                           "With --head: keep the head's tables in this Redis server "
+                           "(redis://HOST:PORT) instead of the session directory")
+            ->type_name("URL");
     spill_dir_ = start_->add_option("--object-spilling-directory", spill_dir_value_,
                                     "Where this node spills objects when its store is full "
                                     "(default: the session directory)")
@@ -329,6 +343,14 @@ class Grammar {
       o.token = IfGiven(token_start_, token_start_value_);
       o.metrics_port = IfGiven(metrics_port_, metrics_port_value_);
       o.metrics_host = IfGiven(metrics_host_, metrics_host_value_);
+      o.head_persistence = IfGiven(head_persistence_, head_persistence_value_);
+      o.external_storage = IfGiven(external_storage_, external_storage_value_);
+      if ((o.head_persistence || o.external_storage) && !o.head) {
+        return UsageError("lumen start", "--head-persistence and --external-storage need --head");
+      }
+      if (o.external_storage && o.external_storage->rfind("redis://", 0) != 0) {
+        return UsageError("lumen start", "--external-storage wants redis://HOST:PORT");
+      }
       if ((o.metrics_port || o.metrics_host) && !o.head) {
         return UsageError("lumen start", "--metrics-port and --metrics-host need --head");
       }
@@ -390,6 +412,10 @@ class Grammar {
   double memory_value_ = 0;
   CLI::Option* object_store_ = nullptr;
   uint64_t object_store_value_ = 0;
+  CLI::Option* head_persistence_ = nullptr;
+  std::string head_persistence_value_;
+  CLI::Option* external_storage_ = nullptr;
+  std::string external_storage_value_;
   CLI::Option* memory_budget_ = nullptr;
   uint64_t memory_budget_value_ = 0;
   CLI::Option* spill_dir_ = nullptr;

@@ -79,6 +79,8 @@ absl::StatusOr<runtime::ClusterSpec> SpecFor(const StartOptions& options) {
   if (options.memory) spec.resources["memory"] = *options.memory;
   if (options.object_store_memory) spec.object_store_bytes = *options.object_store_memory;
   if (options.memory_budget) spec.memory_budget_bytes = *options.memory_budget;
+  if (options.head_persistence) spec.head_persistence = *options.head_persistence;
+  if (options.external_storage) spec.head_external_storage = *options.external_storage;
   if (options.object_spilling_directory) {
     std::error_code ec;
     auto dir = std::filesystem::absolute(*options.object_spilling_directory, ec);

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "lumen/common/backoff.h"
 #include "lumen/common/process.h"
 #include "lumen/common/connection.h"
 #include "lumen/common/control_retry.h"
@@ -125,15 +126,9 @@ absl::StatusOr<std::vector<capnp::word>> CallHeadOnce(const std::string& head_ad
     return absl::UnavailableError("injected fault: the connection failed after the request was sent");
   }
   std::vector<capnp::word> words;
-  if (auto s = ReadFrameBlocking(fd, 64 << 20, &words); !s.ok()) {
-    if (s.code() == absl::StatusCode::kUnavailable) {
-      return absl::PermissionDeniedError(absl::StrCat(
-          "the head at ", head_address,
-          " closed the connection: a head listening beyond loopback needs the cluster's token "
-          "(--token, LUMEN_TOKEN or Config::token)"));
-    }
-    return s;
-  }
+  // Closed before the reply: the head restarted, or it refused our token
+  // (CallHead tells them apart by repetition).
+  if (auto s = ReadFrameBlocking(fd, 64 << 20, &words); !s.ok()) return s;
   if (fault == InjectedFault::kDropReply) {
     return absl::UnavailableError("injected fault: the head's reply was dropped");
   }
@@ -142,12 +137,52 @@ absl::StatusOr<std::vector<capnp::word>> CallHeadOnce(const std::string& head_ad
 
 }  // namespace
 
+namespace {
+
+absl::Mutex reconnect_mu;
+HeadReconnect reconnect_setting ABSL_GUARDED_BY(reconnect_mu);
+
+absl::Status TokenRefusal(const std::string& head_address) {
+  return absl::PermissionDeniedError(absl::StrCat(
+      "the head at ", head_address,
+      " closed the connection: a head listening beyond loopback needs the cluster's token "
+      "(--token, LUMEN_TOKEN or Config::token)"));
+}
+
+}  // namespace
+
+void SetHeadReconnect(HeadReconnect reconnect) {
+  absl::MutexLock lock(&reconnect_mu);
+  reconnect_setting = reconnect;
+}
+
+HeadReconnect GetHeadReconnect() {
+  absl::MutexLock lock(&reconnect_mu);
+  return reconnect_setting;
+}
+
+absl::Status HeadLostError(const std::string& head_address, const HeadReconnect& reconnect,
+                           std::chrono::milliseconds waited, const absl::Status& last) {
+  if (!reconnect.head_persistent) {
+    return absl::UnavailableError(absl::StrCat(
+        "the head at ", head_address,
+        " was lost and its persistence is off (--head-persistence none), so it does not come "
+        "back: ",
+        last.message()));
+  }
+  return absl::UnavailableError(absl::StrCat(
+      "the head at ", head_address, " did not come back within ", waited.count(),
+      " ms (LUMEN_HEAD_RECONNECT_TIMEOUT_MS): ", last.message()));
+}
+
 // Blocking on its own io_context (WriteFrameBlocking, ReadFrameBlocking, a
 // blocking resolve and connect): called from user threads, the CLI, and
 // start-up or shutdown code, never from an event loop's thread (the core
 // worker's io thread uses HeadRequester, asynchronous with a deadline; the
 // node daemon and the head do not call it). Retried as control_retry.h says,
-// with one retry key for every attempt.
+// with one retry key for every attempt: the first kControlAttempts quickly,
+// then, while the head is unreachable (a restart), with GetHeadReconnect()'s
+// backoff until it comes back or the reconnect timeout passes.
 absl::StatusOr<std::vector<capnp::word>> CallHead(
     const std::string& head_address, const std::function<void(proto::Envelope::Builder)>& fill,
     std::chrono::milliseconds reply_timeout) {
@@ -161,27 +196,48 @@ absl::StatusOr<std::vector<capnp::word>> CallHead(
   fill(env);
   SetRetryKey(env);
   const bool resend_safe = SafeToResend(env.asReader());
+  const HeadReconnect reconnect = GetHeadReconnect();
+  Backoff backoff({.initial = reconnect.initial,
+                   .max = std::max<std::chrono::milliseconds>(reconnect.initial,
+                                                              std::chrono::seconds(2)),
+                   .give_up_after = reconnect.give_up_after});
+  int closed_in_a_row = 0;  // connections closed after the request was written
   absl::Status last;
-  for (int attempt = 0; attempt < kControlAttempts; ++attempt) {
-    if (attempt > 0) std::this_thread::sleep_for(ControlRetryBackoff(attempt));
+  for (int attempt = 0;; ++attempt) {
     SetRetryAttempt(env, static_cast<uint32_t>(attempt));
     bool sent = false;
-    auto reply = CallHeadOnce(head_address, out.builder(), reply_timeout,
-                              FaultInjector::Draw(env.asReader()), &sent);
+    const InjectedFault fault = FaultInjector::Draw(env.asReader());
+    auto reply = CallHeadOnce(head_address, out.builder(), reply_timeout, fault, &sent);
     if (reply.ok()) return reply;
     last = reply.status();
-    // A reply that did not come in time, or a refusal, is not retried.
-    if (last.code() != absl::StatusCode::kUnavailable &&
-        last.code() != absl::StatusCode::kPermissionDenied) {
-      return last;
-    }
+    // A reply that did not come in time is not retried.
+    if (last.code() != absl::StatusCode::kUnavailable) return last;
+    const bool closed = sent && fault == InjectedFault::kNone;
+    closed_in_a_row = closed ? closed_in_a_row + 1 : 0;
     if (sent && !resend_safe) {
-      if (last.code() == absl::StatusCode::kPermissionDenied) return last;
       return absl::UnavailableError(absl::StrCat(
-          last.message(), "; not retried: the head may or may not have acted on the request"));
+          last.message(),
+          "; not retried: the head may or may not have acted on the request (a head beyond "
+          "loopback also closes the connection of a wrong token)"));
     }
+    // Closed after the request several times in a row with the head
+    // reachable: a refusal (a wrong token), not a restart.
+    if (closed_in_a_row >= 3) return TokenRefusal(head_address);
+    if (attempt + 1 < kControlAttempts) {
+      std::this_thread::sleep_for(ControlRetryBackoff(attempt + 1));
+      continue;
+    }
+    // Past the quick attempts: the head is gone; wait for it to come back.
+    if (reconnect.give_up_after.count() <= 0) {
+      return closed ? TokenRefusal(head_address) : last;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    backoff.Start(now);
+    if (!reconnect.head_persistent || backoff.Expired(now)) {
+      return HeadLostError(head_address, reconnect, backoff.Elapsed(now), last);
+    }
+    std::this_thread::sleep_for(backoff.NextDelay());  // the retry's backoff, not a wait on work
   }
-  return last;
 }
 
 absl::Status ReadReply(const std::vector<capnp::word>& words, const char* peer,

@@ -38,6 +38,8 @@ Timeouts Timeouts::FromEnv() {
   Override("LUMEN_WORKER_IDLE_TIMEOUT_MS", &t.worker_idle_timeout);
   Override("LUMEN_WORKER_REAP_PERIOD_MS", &t.worker_reap_period);
   Override("LUMEN_HEAD_RETRY_PERIOD_MS", &t.head_retry_period);
+  Override("LUMEN_HEAD_RECONNECT_TIMEOUT_MS", &t.head_reconnect_timeout);
+  Override("LUMEN_HEAD_RESTORED_NODE_GRACE_MS", &t.restored_node_grace);
   Override("LUMEN_LIST_STATE_TIMEOUT_MS", &t.list_state_timeout);
   Override("LUMEN_MAX_WORKER_EXIT_WAIT_MS", &t.max_worker_exit_wait);
   Override("LUMEN_WORKER_KILL_WAIT_MS", &t.worker_kill_wait);

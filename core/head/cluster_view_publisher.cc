@@ -12,7 +12,9 @@ void ClusterViewPublisher::SendTo(const NodeId& node) {
   if (entry == nullptr || !entry->alive) return;
   Cursor& cursor = sent_[node];
   OutMessage out;
-  Cursor next = Fill(out.Init().initClusterView(), cursor);
+  auto view = out.Init().initClusterView();
+  Cursor next = Fill(view, cursor);
+  view.setHeadPersistent(sources_.head_persistent);
   if (!sources_.send(entry->conn_id, out.builder())) return;
   cursor = next;
 }

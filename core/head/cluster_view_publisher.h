@@ -52,12 +52,15 @@ class ClusterViewPublisher {
     // Sends `message` on the connection with that id; false when it is closed
     // (nothing sent).
     std::function<bool(uint64_t conn_id, capnp::MessageBuilder& message)> send;
+    // Told to every node in each view: the head's tables survive its restart.
+    bool head_persistent = false;
   };
 
   explicit ClusterViewPublisher(Sources sources) : sources_(std::move(sources)) {}
 
   // Sends `node` its view, if it is alive and its connection is open.
   void SendTo(const NodeId& node);
+  void set_head_persistent(bool persistent) { sources_.head_persistent = persistent; }
   // Sends every alive node its view.
   void Broadcast();
   // Forgets what was sent to `node` (it died; a node never comes back under

@@ -14,12 +14,17 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <algorithm>
+#include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/head/cluster_view_publisher.h"
 #include "core/head/dashboard_routes.h"
+#include "core/head/head_state_recorder.h"
+#include "core/head/head_store_factory.h"
 #include "core/head/head_replies.h"
 #include "core/head/http_server.h"
 #include "core/head/metrics_exporter.h"
@@ -58,15 +63,18 @@ class HeadService {
         kv_({.io = &io_,
              .limits = KvLimits::FromEnv(options.kv_limits),
              .max_wait = options.timeouts.max_parked_wait,
-             .find_connection = FindConnectionFn()}),
+             .find_connection = FindConnectionFn(),
+             .recorder = &recorder_}),
         names_({.max_named_actors = options.limits.max_named_actors,
-                .max_name_bytes = options.limits.max_name_bytes}),
+                .max_name_bytes = options.limits.max_name_bytes},
+               &recorder_),
         groups_({.io = &io_,
                  .nodes = &nodes_,
                  .limits = options.limits,
                  .max_wait = options.timeouts.max_parked_wait,
                  .find_connection = FindConnectionFn(),
-                 .on_view_changed = [this] { views_.Broadcast(); }}),
+                 .on_view_changed = [this] { views_.Broadcast(); },
+                 .recorder = &recorder_}),
         views_({.nodes = &nodes_,
                 .jobs = &jobs_,
                 .groups = &groups_.manager(),
@@ -120,6 +128,11 @@ class HeadService {
   // others get a new view.
   void OnNodesDead(const std::vector<NodeTable::DeadNode>& dead);
   void OnClose(Connection& conn, const absl::Status& why);
+  // Opens the store the options name and puts its tables back; false (told
+  // to the starter) when it cannot be opened or read.
+  bool RestoreState();
+  // Ends `job` (its driver left or its node died): recorded, true when new.
+  bool EndJob(const JobId& job);
 
   HeadOptions options_;
   asio::io_context io_;
@@ -130,6 +143,9 @@ class HeadService {
   bool require_token_ = false;
   HelloAdmission admission_;
   absl::flat_hash_map<uint64_t, std::shared_ptr<Connection>> conns_;
+  // Persistence (before the tables that borrow it). No store until Run.
+  HeadStateRecorder recorder_{nullptr};
+  uint64_t ended_jobs_recorded_ = 0;  // the order of the last ended job recorded
   NodeTable nodes_;
   JobTable jobs_;
   KvService kv_;
@@ -177,6 +193,7 @@ int HeadService::Run() {
     parent_watch_->async_read_some(
         asio::buffer(buf.get(), 1), [this, buf](const boost::system::error_code&, size_t) { Stop(); });
   }
+  if (!RestoreState()) return 1;
   if (!StartHttp()) return 1;
   AcceptNext();
   CheckHealth();
@@ -379,7 +396,7 @@ bool HeadService::HandleNodeFrame(Connection& conn, proto::Envelope::Reader msg)
       OnNodesDead(nodes_.Leave(IdFrom<NodeId>(msg.getMarkNodeDead()), conn.id()));
       return true;
     case proto::Envelope::JOB_ENDED:
-      if (jobs_.End(IdFrom<JobId>(msg.getJobEnded()))) views_.Broadcast();
+      if (EndJob(IdFrom<JobId>(msg.getJobEnded()))) views_.Broadcast();
       return true;
     case proto::Envelope::GET_NODES:
       SendReply(conn, msg.getRequestId(),
@@ -401,6 +418,9 @@ void HeadService::OnReport(Connection& conn, proto::NodeStats::Reader stats, boo
       }
       return;
     case NodeTable::ReportOutcome::kJoined:
+      if (const NodeTable::Node* node = nodes_.Find(id)) {
+        recorder_.Put(HeadTable::kNodes, std::string(id.Binary()), node->stats_frame);
+      }
       views_.Broadcast();
       break;
     case NodeTable::ReportOutcome::kUpdated:
@@ -417,8 +437,10 @@ void HeadService::OnNodesDead(const std::vector<NodeTable::DeadNode>& dead) {
       SendReply(*conn, 0,
                 [&](proto::Envelope::Builder env) { env.setMarkNodeDead(DataOf(node.id)); });
     }
+    recorder_.Delete(HeadTable::kNodes, std::string(node.id.Binary()));
+    recorder_.Put(HeadTable::kDeadNodes, std::string(node.id.Binary()), "");
     // Its drivers are gone with it: their jobs end on every node.
-    for (const JobId& job : node.drivers) jobs_.End(job);
+    for (const JobId& job : node.drivers) EndJob(job);
     views_.Forget(node.id);
     // Groups with a bundle there are placed again, whole (what ran in their
     // other bundles ends too, and restarts within its limits).
@@ -426,6 +448,85 @@ void HeadService::OnNodesDead(const std::vector<NodeTable::DeadNode>& dead) {
   }
   views_.Broadcast();
   groups_.Schedule();
+}
+
+bool HeadService::EndJob(const JobId& job) {
+  if (!jobs_.End(job)) return false;
+  std::string order(8, '\0');
+  const uint64_t n = ++ended_jobs_recorded_;
+  for (int i = 0; i < 8; ++i) order[i] = static_cast<char>((n >> (8 * i)) & 0xFF);
+  recorder_.Put(HeadTable::kEndedJobs, std::string(job.Binary()), std::move(order));
+  return true;
+}
+
+bool HeadService::RestoreState() {
+  auto store = MakeHeadStore(options_);
+  if (!store.ok()) {
+    LUMEN_LOG(ERROR) << "head: " << store.status().message();
+    TellStarter(absl::StrCat("error ", store.status().message(), "\n"));
+    return false;
+  }
+  recorder_ = HeadStateRecorder(std::move(*store));
+  views_.set_head_persistent(recorder_.enabled());
+  auto state = recorder_.Load();
+  if (!state.ok()) {
+    LUMEN_LOG(ERROR) << "head: cannot read its persisted state (" << recorder_.Describe()
+                     << "): " << state.status().message();
+    TellStarter(absl::StrCat("error cannot read the head's persisted state (",
+                             recorder_.Describe(), "): ", state.status().message(), "\n"));
+    return false;
+  }
+  if (!recorder_.enabled()) {
+    LUMEN_LOG(INFO) << "head: persistence is off; nodes and drivers stop if this head is lost";
+    return true;
+  }
+  LUMEN_LOG(INFO) << "head: persisting its tables in a " << recorder_.Describe();
+  size_t restored = 0, refused = 0;
+  auto count = [&](bool ok) { ok ? ++restored : ++refused; };
+  for (const auto& [key, value] : (*state)[HeadTable::kDeadNodes]) {
+    nodes_.RestoreDead(IdFrom<NodeId>(BytesOf(key)));
+    ++restored;
+  }
+  // Restored nodes count as alive, without a connection, for the grace: they
+  // re-register on their own connection (same id) or are declared dead.
+  const auto alive_until =
+      std::chrono::steady_clock::now() +
+      std::max<std::chrono::milliseconds>(options_.timeouts.restored_node_grace,
+                                          nodes_.silence_limit());
+  for (const auto& [key, value] : (*state)[HeadTable::kNodes]) {
+    count(nodes_.Restore(value, alive_until));
+  }
+  std::vector<std::pair<uint64_t, std::string>> ended;
+  for (const auto& [key, value] : (*state)[HeadTable::kEndedJobs]) {
+    uint64_t n = 0;
+    for (size_t i = 0; i < 8 && i < value.size(); ++i) {
+      n |= static_cast<uint64_t>(static_cast<uint8_t>(value[i])) << (8 * i);
+    }
+    ended.emplace_back(n, key);
+  }
+  std::sort(ended.begin(), ended.end());
+  for (const auto& [n, key] : ended) {
+    jobs_.End(IdFrom<JobId>(BytesOf(key)));
+    ended_jobs_recorded_ = std::max(ended_jobs_recorded_, n);
+    ++restored;
+  }
+  for (const auto& [key, value] : (*state)[HeadTable::kNamedActors]) {
+    count(names_.Restore(key, value));
+  }
+  for (const auto& [key, value] : (*state)[HeadTable::kPlacementGroups]) {
+    count(groups_.Restore(value));
+  }
+  for (const auto& [key, value] : (*state)[HeadTable::kKv]) {
+    auto [ns, k] = HeadStateRecorder::SplitKey(key);
+    count(kv_.Restore(ns, k, value));
+  }
+  if (restored + refused > 0) {
+    LUMEN_LOG(INFO) << "head: restored " << restored << " entries (" << nodes_.size()
+                    << " nodes, " << names_.directory().size() << " named actors, "
+                    << groups_.manager().live_groups() << " placement groups)"
+                    << (refused > 0 ? absl::StrCat("; ", refused, " malformed or refused entries skipped") : "");
+  }
+  return true;
 }
 
 void HeadService::OnClose(Connection& conn, const absl::Status& why) {
@@ -462,6 +563,18 @@ HeadLimits HeadLimits::FromEnv() {
   read("LUMEN_MAX_BUNDLES_PER_GROUP", &limits.max_bundles_per_group);
   read("LUMEN_MAX_PARKED_REQUESTS", &limits.max_parked_requests_per_connection);
   return limits;
+}
+
+void ReadPersistenceFromEnv(HeadOptions* options) {
+  if (const char* v = std::getenv("LUMEN_HEAD_PERSISTENCE"); v != nullptr && *v != '\0') {
+    options->persistence = v;
+  }
+  if (const char* v = std::getenv("LUMEN_HEAD_EXTERNAL_STORAGE"); v != nullptr && *v != '\0') {
+    options->external_storage = v;
+  }
+  if (const char* v = std::getenv("LUMEN_HEAD_STATE_DIR"); v != nullptr && *v != '\0') {
+    options->state_dir = v;
+  }
 }
 
 int RunHeadService(const HeadOptions& options) {

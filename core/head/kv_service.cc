@@ -1,5 +1,9 @@
 #include "core/head/kv_service.h"
 
+#include <limits>
+#include <string>
+#include <vector>
+
 #include <algorithm>
 #include <chrono>
 #include <string>
@@ -24,6 +28,7 @@ bool KvService::Handle(Connection& conn, proto::Envelope::Reader msg) {
         SendError(conn, msg.getRequestId(), put.status());
         return true;
       }
+      RecordPut("", kv.getKey().cStr());
       AnswerWaiters(put->woken);
       SendAck(conn, msg.getRequestId());
       return true;
@@ -61,6 +66,7 @@ void KvService::OnKv(Connection& conn, uint64_t request_id, proto::KvRequest::Re
     case proto::KvOp::PUT: {
       auto put = store_.Put(ns, key, StringOf(req.getValue()), req.getOverwrite());
       if (!put.ok()) return SendError(conn, request_id, put.status());
+      if (put->written) RecordPut(ns, key);
       result.setFound(put->written);
       conn.Send(out.builder());
       AnswerWaiters(put->woken);
@@ -74,12 +80,21 @@ void KvService::OnKv(Connection& conn, uint64_t request_id, proto::KvRequest::Re
       if (value != nullptr && req.getOp() == proto::KvOp::GET) result.setValue(BytesOf(*value));
       break;
     }
-    case proto::KvOp::DELETE:
-      result.setCount(store_.Delete(ns, key));
+    case proto::KvOp::DELETE: {
+      uint64_t count = store_.Delete(ns, key);
+      if (count > 0) RecordDelete(ns, key);
+      result.setCount(count);
       break;
-    case proto::KvOp::DELETE_PREFIX:
+    }
+    case proto::KvOp::DELETE_PREFIX: {
+      std::vector<std::string> gone;
+      if (options_.recorder != nullptr && options_.recorder->enabled()) {
+        gone = store_.Keys(ns, key, std::numeric_limits<size_t>::max());
+      }
       result.setCount(store_.DeletePrefix(ns, key));
+      for (const std::string& k : gone) RecordDelete(ns, k);
       break;
+    }
     case proto::KvOp::KEYS: {
       auto keys = store_.Keys(ns, key, kMaxKeysPerReply);
       auto list = result.initKeys(keys.size());
@@ -112,6 +127,24 @@ void KvService::OnKv(Connection& conn, uint64_t request_id, proto::KvRequest::Re
       return SendError(conn, request_id, absl::InvalidArgumentError("unknown key-value operation"));
   }
   conn.Send(out.builder());
+}
+
+bool KvService::Restore(const std::string& ns, const std::string& key, std::string value) {
+  thread_.Check("KvService");
+  return store_.Put(ns, key, std::move(value), /*overwrite=*/true).ok();
+}
+
+void KvService::RecordPut(const std::string& ns, const std::string& key) {
+  if (options_.recorder == nullptr) return;
+  const std::string* value = store_.Get(ns, key);
+  if (value != nullptr) {
+    options_.recorder->Put(HeadTable::kKv, HeadStateRecorder::JoinKey(ns, key), *value);
+  }
+}
+
+void KvService::RecordDelete(const std::string& ns, const std::string& key) {
+  if (options_.recorder == nullptr) return;
+  options_.recorder->Delete(HeadTable::kKv, HeadStateRecorder::JoinKey(ns, key));
 }
 
 void KvService::AnswerWaiters(const std::vector<KvStore::Waiter>& woken) {

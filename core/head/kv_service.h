@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/head/head_state_recorder.h"
 #include "core/head/kv_store.h"
 #include "lumen/common/connection.h"
 #include "lumen/common/thread_checker.h"
@@ -37,6 +38,8 @@ class KvService {
     // The open connection with that id, or nullptr; called when a parked wait
     // is answered.
     std::function<Connection*(uint64_t)> find_connection;
+    // Borrowed; told every put and delete (persistence). nullptr: none.
+    HeadStateRecorder* recorder = nullptr;
   };
 
   explicit KvService(Options options);
@@ -46,6 +49,10 @@ class KvService {
   bool Handle(Connection& conn, proto::Envelope::Reader msg);
   // Forgets the parked waits of a closed connection.
   void DropConnection(uint64_t conn_id);
+  // Puts an entry of the persisted state back (a restarted head, before it
+  // serves); false (logged by the caller) when the store refuses it.
+  bool Restore(const std::string& ns, const std::string& key, std::string value);
+  const KvStore& store() const { return store_; }
 
  private:
   static constexpr size_t kMaxKeysPerReply = 100000;
@@ -54,6 +61,8 @@ class KvService {
   // Answers parked waits whose key was just put.
   void AnswerWaiters(const std::vector<KvStore::Waiter>& woken);
   void AnswerWaiter(const KvStore::Waiter& w, bool found);
+  void RecordPut(const std::string& ns, const std::string& key);
+  void RecordDelete(const std::string& ns, const std::string& key);
   static void SendError(Connection& conn, uint64_t request_id, const absl::Status& status);
 
   Options options_;

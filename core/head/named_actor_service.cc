@@ -1,6 +1,7 @@
 #include "core/head/named_actor_service.h"
 
 #include <string>
+#include <vector>
 
 #include "core/head/head_replies.h"
 
@@ -24,9 +25,16 @@ bool NamedActorService::Handle(Connection& conn, proto::Envelope::Reader msg) {
     case proto::Envelope::REGISTER_ACTOR_NAME: {
       auto entry = msg.getRegisterActorName();
       std::string name = entry.getName().cStr();
-      absl::Status registered = directory_.Register(
-          kDefaultNamespace, name,
-          {StringOf(entry.getActorId()), entry.getOwnerAddress().cStr(), ""});
+      std::string actor_id = StringOf(entry.getActorId());
+      // A retried registration (its first reply was lost with a head that
+      // died after persisting it) finds its own actor there: that is success.
+      const actors::NamedActorEntry* existing = directory_.Lookup(kDefaultNamespace, name);
+      absl::Status registered =
+          existing != nullptr && existing->actor_id == actor_id
+              ? absl::OkStatus()
+              : directory_.Register(kDefaultNamespace, name,
+                                    {actor_id, entry.getOwnerAddress().cStr(), ""});
+      if (registered.ok()) Record(kDefaultNamespace, name);
       SendReply(conn, request_id, [&](proto::Envelope::Builder env) {
         auto reply = env.initActorNameReply();
         reply.setName(name);
@@ -61,21 +69,46 @@ bool NamedActorService::Handle(Connection& conn, proto::Envelope::Reader msg) {
     }
     case proto::Envelope::UPDATE_ACTOR_ADDRESS: {
       auto entry = msg.getUpdateActorAddress();
-      directory_.UpdateAddress(kDefaultNamespace, entry.getName().cStr(),
-                               StringOf(entry.getActorId()), entry.getAddress().cStr());
+      if (directory_.UpdateAddress(kDefaultNamespace, entry.getName().cStr(),
+                                   StringOf(entry.getActorId()), entry.getAddress().cStr())) {
+        Record(kDefaultNamespace, entry.getName().cStr());
+      }
       SendAck(conn, request_id);
       return true;
     }
     case proto::Envelope::UNREGISTER_ACTOR_NAME: {
       auto entry = msg.getUnregisterActorName();
-      directory_.Unregister(kDefaultNamespace, entry.getName().cStr(),
-                            StringOf(entry.getActorId()));
+      if (directory_.Unregister(kDefaultNamespace, entry.getName().cStr(),
+                                StringOf(entry.getActorId()))) {
+        Record(kDefaultNamespace, entry.getName().cStr());
+      }
       SendAck(conn, request_id);
       return true;
     }
     default:
       return false;
   }
+}
+
+void NamedActorService::Record(const std::string& ns, const std::string& name) {
+  if (recorder_ == nullptr) return;
+  std::string key = HeadStateRecorder::JoinKey(ns, name);
+  const actors::NamedActorEntry* entry = directory_.Lookup(ns, name);
+  if (entry == nullptr) {
+    recorder_->Delete(HeadTable::kNamedActors, std::move(key));
+    return;
+  }
+  recorder_->Put(HeadTable::kNamedActors, std::move(key),
+                 HeadStateRecorder::Pack({entry->actor_id, entry->owner_address, entry->address}));
+}
+
+bool NamedActorService::Restore(const std::string& key, const std::string& value) {
+  auto [ns, name] = HeadStateRecorder::SplitKey(key);
+  std::vector<std::string> parts;
+  if (!HeadStateRecorder::Unpack(value, &parts) || parts.size() != 3) return false;
+  if (!directory_.Register(ns, name, {parts[0], parts[1], ""}).ok()) return false;
+  if (!parts[2].empty()) directory_.UpdateAddress(ns, name, parts[0], parts[2]);
+  return true;
 }
 
 }  // namespace lumen::head

@@ -10,6 +10,7 @@
 // Only on the head's event loop (the directory checks it in debug builds).
 #pragma once
 
+#include "core/head/head_state_recorder.h"
 #include "lumen/actors/named_actor_directory.h"
 #include "lumen/common/connection.h"
 #include "lumen/proto/lumen.capnp.h"
@@ -18,17 +19,27 @@ namespace lumen::head {
 
 class NamedActorService {
  public:
-  explicit NamedActorService(actors::NamedActorLimits limits) : directory_(limits) {}
+  // `recorder` (borrowed, may be nullptr) is told every change (persistence).
+  explicit NamedActorService(actors::NamedActorLimits limits,
+                             HeadStateRecorder* recorder = nullptr)
+      : directory_(limits), recorder_(recorder) {}
 
   // Answers `msg` if it is a named-actor request; false for any other message.
   bool Handle(Connection& conn, proto::Envelope::Reader msg);
 
   const actors::NamedActorDirectory& directory() const { return directory_; }
+  // Puts a persisted entry back (a restarted head, before it serves); `key`
+  // and `value` as the recorder wrote them. False when malformed or refused.
+  bool Restore(const std::string& key, const std::string& value);
 
  private:
   static constexpr const char* kDefaultNamespace = "";
 
+  // Tells the recorder the entry of (`ns`, `name`) as it is now (deleted when absent).
+  void Record(const std::string& ns, const std::string& name);
+
   actors::NamedActorDirectory directory_;
+  HeadStateRecorder* recorder_;
 };
 
 }  // namespace lumen::head

@@ -4,6 +4,7 @@
 #include <capnp/serialize.h>
 
 #include <algorithm>
+#include <cstring>
 #include <iterator>
 
 #include "lumen/common/connection.h"
@@ -30,7 +31,7 @@ NodeTable::ReportOutcome NodeTable::Report(uint64_t conn_id, proto::NodeStats::R
   }
   Node& node = nodes_[id];
   bool joined = node.conn_id == 0;
-  if (joined) {
+  if (joined && conn_id != 0) {
     LUMEN_LOG(INFO) << "node " << id.Hex().substr(0, 12) << " joined ("
                     << stats.getAddress().cStr() << ")";
   }
@@ -76,7 +77,10 @@ void NodeTable::ExcuseSilence(Clock::duration stall, Clock::time_point now) {
   thread_.Check("NodeTable");
   if (stall <= Clock::duration::zero()) return;
   for (auto& [id, node] : nodes_) {
-    if (node.alive) node.last_report = std::min(node.last_report + stall, now);
+    // (A restored node's grace, a last report in the future, is left alone.)
+    if (node.alive && node.last_report < now) {
+      node.last_report = std::min(node.last_report + stall, now);
+    }
   }
 }
 
@@ -105,6 +109,31 @@ std::vector<NodeTable::DeadNode> NodeTable::Leave(const NodeId& id, uint64_t con
   if (it == nodes_.end() || !it->second.alive || it->second.conn_id != conn_id) return {};
   LUMEN_LOG(INFO) << "node " << id.Hex().substr(0, 12) << " left";
   return {MarkDead(id, it->second)};
+}
+
+bool NodeTable::Restore(const std::string& stats_frame, Clock::time_point alive_until) {
+  thread_.Check("NodeTable");
+  if (stats_frame.size() <= kFrameHeaderBytes ||
+      (stats_frame.size() - kFrameHeaderBytes) % sizeof(capnp::word) != 0) {
+    return false;
+  }
+  std::vector<capnp::word> words((stats_frame.size() - kFrameHeaderBytes) / sizeof(capnp::word));
+  std::memcpy(words.data(), stats_frame.data() + kFrameHeaderBytes,
+              words.size() * sizeof(capnp::word));
+  try {
+    capnp::FlatArrayMessageReader reader(kj::arrayPtr(words.data(), words.size()));
+    auto stats = reader.getRoot<proto::NodeStats>();
+    NodeId id = IdFrom<NodeId>(stats.getNodeId());
+    if (dead_.contains(id) || nodes_.contains(id)) return false;
+    // As a report on no connection, dated so that its silence is counted
+    // from `alive_until`.
+    Report(0, stats, alive_until - silence_limit());
+    LUMEN_LOG(INFO) << "node " << id.Hex().substr(0, 12) << " restored from the head's state ("
+                    << stats.getAddress().cStr() << "); waiting for it to register again";
+    return true;
+  } catch (const kj::Exception&) {
+    return false;
+  }
 }
 
 const NodeTable::Node* NodeTable::Find(const NodeId& id) const {

@@ -88,6 +88,14 @@ class NodeTable {
 
   // Records a registration or report received at `now` on connection `conn_id`.
   ReportOutcome Report(uint64_t conn_id, proto::NodeStats::Reader stats, Clock::time_point now);
+  // A restarted head puts back a node it persisted: `stats_frame` is its
+  // registration (a framed NodeStats, as Node::stats_frame). It counts as
+  // alive, with no connection, until `alive_until` plus the silence limit
+  // passes without it registering again (same id, on a new connection: then
+  // Report says kJoined). False when the frame is malformed or the id dead.
+  bool Restore(const std::string& stats_frame, Clock::time_point alive_until);
+  // A restarted head remembers a node declared dead before: never accepted again.
+  void RestoreDead(const NodeId& id) { dead_.insert(id); }
   // True when the node was declared dead (its reports are refused).
   bool WasDeclaredDead(const NodeId& id) const { return dead_.contains(id); }
   // The node epoch check, run on every frame of a node's connection: true (and

@@ -1,6 +1,10 @@
 #include "core/head/placement_group_service.h"
 
+#include <capnp/serialize.h>
+
 #include <algorithm>
+#include <cstring>
+#include <string_view>
 #include <vector>
 
 #include "core/head/head_replies.h"
@@ -101,6 +105,7 @@ void PlacementGroupService::OnCreate(Connection& conn, proto::Envelope::Reader m
     ReplyRemoved(conn, msg.getRequestId(), id, std::string(created.status().message()));
     return;
   }
+  Record(**created);
   ReplyState(conn, msg.getRequestId(), *created);
   Schedule();
 }
@@ -163,6 +168,7 @@ void PlacementGroupService::FillList(proto::Envelope::Builder env) const {
 }
 
 void PlacementGroupService::OnEvent(const PlacementGroup& g, scheduler::GroupEvent event) {
+  Record(g);
   switch (event) {
     case scheduler::GroupEvent::kCreated:
       AnswerWaits(g);
@@ -178,6 +184,49 @@ void PlacementGroupService::OnEvent(const PlacementGroup& g, scheduler::GroupEve
       // Tried again at the next report; a node death that caused it
       // broadcasts the view itself.
       return;
+  }
+}
+
+void PlacementGroupService::Record(const PlacementGroup& g) {
+  if (options_.recorder == nullptr || !options_.recorder->enabled()) return;
+  if (g.state == GroupState::kRemoved) {
+    options_.recorder->Delete(HeadTable::kPlacementGroups, g.id);
+    return;
+  }
+  capnp::MallocMessageBuilder message;
+  FillState(message.initRoot<proto::PlacementGroupState>(), g);
+  auto words = capnp::messageToFlatArray(message);
+  auto bytes = words.asBytes();
+  options_.recorder->Put(HeadTable::kPlacementGroups, g.id,
+                         std::string(reinterpret_cast<const char*>(bytes.begin()), bytes.size()));
+}
+
+bool PlacementGroupService::Restore(const std::string& value) {
+  thread_.Check("PlacementGroupService");
+  if (value.empty() || value.size() % sizeof(capnp::word) != 0) return false;
+  std::vector<capnp::word> words(value.size() / sizeof(capnp::word));
+  std::memcpy(words.data(), value.data(), value.size());
+  try {
+    capnp::FlatArrayMessageReader reader(kj::arrayPtr(words.data(), words.size()));
+    auto state = reader.getRoot<proto::PlacementGroupState>();
+    PlacementGroup g;
+    g.id = StringOf(state.getGroupId());
+    g.name = state.getName().cStr();
+    g.strategy = static_cast<scheduler::PlacementStrategy>(state.getStrategy());
+    g.state = std::string_view(state.getState().cStr()) == scheduler::GroupStateName(GroupState::kCreated)
+                  ? GroupState::kCreated
+                  : GroupState::kPending;
+    for (auto b : state.getBundles()) {
+      g.bundles.push_back(ReadResources(b.getResources()));
+      if (b.hasNodeId()) g.nodes.push_back(StringOf(b.getNodeId()));
+    }
+    if (g.nodes.size() != g.bundles.size()) {
+      g.nodes.clear();
+      g.state = GroupState::kPending;
+    }
+    return manager_.Restore(std::move(g)).ok();
+  } catch (const kj::Exception&) {
+    return false;
   }
 }
 

@@ -28,6 +28,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "core/head/change_log.h"
+#include "core/head/head_state_recorder.h"
 #include "core/head/node_bundle_transport.h"
 #include "core/head/node_table.h"
 #include "lumen/common/connection.h"
@@ -49,6 +50,9 @@ class PlacementGroupService {
     std::function<Connection*(uint64_t)> find_connection;
     // A group was created or removed: the nodes need a new view.
     std::function<void()> on_view_changed;
+    // Borrowed; told each group's creation, placement and removal
+    // (persistence). nullptr: none.
+    HeadStateRecorder* recorder = nullptr;
   };
 
   explicit PlacementGroupService(Options options);
@@ -62,6 +66,11 @@ class PlacementGroupService {
   void OnNodeDead(const NodeId& id) { manager_.OnNodeDead(std::string(id.Binary())); }
   // Forgets the parked waits of a closed connection.
   void DropConnection(uint64_t conn_id);
+
+  // Puts a persisted group back (a restarted head, before it serves): a
+  // created group keeps its bundles' nodes (they still hold them), any other
+  // waits to be placed. False when `value` is malformed or refused.
+  bool Restore(const std::string& value);
 
   // Every group the head knows, as `lumen list placement-groups` gets them.
   void FillList(proto::Envelope::Builder env) const;
@@ -83,6 +92,8 @@ class PlacementGroupService {
   void OnRemove(Connection& conn, proto::Envelope::Reader msg);
   void OnList(Connection& conn, uint64_t request_id);
   void OnEvent(const scheduler::PlacementGroup& g, scheduler::GroupEvent event);
+  // Tells the recorder `g` as it is now (deleted once removed).
+  void Record(const scheduler::PlacementGroup& g);
   // Answers every wait parked on `g` with its state now.
   void AnswerWaits(const scheduler::PlacementGroup& g);
   void Unpark(const WaitKey& key);

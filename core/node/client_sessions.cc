@@ -73,6 +73,9 @@ void ClientSessions::OnHello(Connection& conn, proto::Hello::Reader hello) {
   conn.AcceptHello();
   reply.setOk(true);
   reply.setNodeId(DataOf(o_.node_id));
+  // Drivers and workers retry head calls through a head restart only when
+  // its tables survive it (doc/reliability.md, item 6).
+  reply.setHeadPersistent(o_.head != nullptr && o_.head->head_persistent());
   reply.setStoreSize(o_.store->segment().size());
   reply.setSessionDir(o_.session_dir);
   reply.setJobId(DataOf(client.job));

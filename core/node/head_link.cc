@@ -2,6 +2,8 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "lumen/common/address.h"
 #include "lumen/common/head_client.h"
@@ -18,7 +20,11 @@ HeadLink::HeadLink(asio::io_context& io, HeadLinkOptions options, HeadLinkCallba
       callbacks_(std::move(callbacks)),
       retry_timer_(io),
       report_timer_(io),
-      connect_deadline_(io) {}
+      connect_deadline_(io),
+      backoff_({.initial = options_.timeouts.head_retry_period,
+                .max = std::max<std::chrono::milliseconds>(options_.timeouts.head_retry_period,
+                                                           std::chrono::seconds(2)),
+                .give_up_after = options_.timeouts.head_reconnect_timeout}) {}
 
 HeadLink::~HeadLink() { Stop(); }
 
@@ -73,11 +79,53 @@ void HeadLink::FirstAttemptDone() {
   if (callbacks_.after_first_attempt) callbacks_.after_first_attempt();
 }
 
+void HeadLink::OnLost(const absl::Status& why) {
+  const bool was_registered = registered_;
+  registered_ = false;
+  report_timer_.cancel();
+  if (stopped_) return;
+  if (was_registered && !head_persistent_) {
+    stopped_ = true;
+    if (callbacks_.on_head_lost) {
+      callbacks_.on_head_lost(absl::UnavailableError(absl::StrCat(
+          "the head at ", options_.head_address,
+          " was lost and its persistence is off (--head-persistence none), so its tables "
+          "cannot come back: this node stops (", why.ToString(), ")")));
+    }
+    return;
+  }
+  if (ever_registered_) {
+    backoff_.Start(std::chrono::steady_clock::now());
+    LUMEN_LOG(WARNING) << "lost the head at " << options_.head_address << " (" << why.ToString()
+                       << "); reconnecting for up to "
+                       << options_.timeouts.head_reconnect_timeout.count()
+                       << " ms while the node's work goes on";
+  }
+  RetryLater(absl::StrCat("lost the head: ", why.ToString()));
+}
+
 void HeadLink::RetryLater(const std::string& why) {
   FirstAttemptDone();
   if (stopped_) return;
-  LUMEN_LOG(WARNING) << why << "; retrying";
-  retry_timer_.expires_after(options_.timeouts.head_retry_period);
+  std::chrono::milliseconds delay = options_.timeouts.head_retry_period;
+  if (backoff_.started()) {
+    const auto now = std::chrono::steady_clock::now();
+    if (backoff_.Expired(now)) {
+      stopped_ = true;
+      if (callbacks_.on_head_lost) {
+        callbacks_.on_head_lost(absl::UnavailableError(absl::StrCat(
+            "cannot reconnect to the head at ", options_.head_address, " within ",
+            options_.timeouts.head_reconnect_timeout.count(),
+            " ms (LUMEN_HEAD_RECONNECT_TIMEOUT_MS): this node stops (last: ", why, ")")));
+      }
+      return;
+    }
+    delay = backoff_.NextDelay();
+    LUMEN_LOG(DEBUG) << why << "; retrying in " << delay.count() << " ms";
+  } else {
+    LUMEN_LOG(WARNING) << why << "; retrying";
+  }
+  retry_timer_.expires_after(delay);
   retry_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (!ec && !stopped_) Connect();
   });
@@ -163,10 +211,7 @@ void HeadLink::OnConnected(Socket socket) {
   resolver_.reset();
   conn_ = Connection::Create(std::move(socket));
   conn_->Start([this](Connection&, proto::Envelope::Reader m) { OnFrame(m); },
-               [this](Connection&, const absl::Status& why) {
-                 if (stopped_) return;
-                 RetryLater(absl::StrCat("lost the head: ", why.ToString()));
-               });
+               [this](Connection&, const absl::Status& why) { OnLost(why); });
   {
     OutMessage out;
     runtime::InitHello(out.Init(), proto::Role::NODE);
@@ -195,6 +240,18 @@ void HeadLink::OnFrame(proto::Envelope::Reader msg) {
   io_thread_.Check("HeadLink");
   switch (msg.which()) {
     case proto::Envelope::CLUSTER_VIEW:
+      head_persistent_ = msg.getClusterView().getHeadPersistent();
+      if (!registered_) {
+        if (backoff_.started()) {
+          LUMEN_LOG(WARNING) << "registered again with the head at " << options_.head_address
+                             << " after "
+                             << backoff_.Elapsed(std::chrono::steady_clock::now()).count()
+                             << " ms without it";
+        }
+        backoff_.Reset();
+        registered_ = true;
+        ever_registered_ = true;
+      }
       callbacks_.on_cluster_view(msg.getClusterView());
       FirstAttemptDone();
       return;

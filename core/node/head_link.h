@@ -1,9 +1,17 @@
 // HeadLink: the node daemon's connection to the head. It connects
 // asynchronously (resolve and connect bounded by Timeouts::connect_timeout),
 // says hello and registers the node, reports the node's stats every report
-// period, reconnects after Timeouts::head_retry_period when the head is gone,
-// and hands the head's messages (cluster view, placement-group bundle batches,
-// "you are dead") to the daemon. Nothing here blocks the io thread.
+// period, and hands the head's messages (cluster view, placement-group bundle
+// batches, "you are dead") to the daemon. Nothing here blocks the io thread.
+//
+// Losing the head (doc/reliability.md, item 6): before the first registration
+// it retries every Timeouts::head_retry_period, without end (the head may
+// start later). Once registered, a lost head is retried with a Backoff (from
+// head_retry_period, doubling up to 2 s) until Timeouts::head_reconnect_timeout,
+// and the node registers again under its own id with its resources; the work
+// running on the node goes on meanwhile. When that time passes, or at once
+// when the head said it persists nothing (ClusterView.headPersistent false),
+// on_head_lost tells the daemon to stop, with an error naming the head.
 //
 //   HeadLink head(io, {.head_address = "10.0.0.1:6379", .timeouts = t},
 //                 {.fill_stats = ..., .on_cluster_view = ..., .on_bundles = ...,
@@ -22,6 +30,7 @@
 #include <boost/asio.hpp>
 
 #include "absl/status/status.h"
+#include "lumen/common/backoff.h"
 #include "lumen/common/connection.h"
 #include "lumen/common/ids.h"
 #include "lumen/common/thread_checker.h"
@@ -43,6 +52,9 @@ struct HeadLinkCallbacks {
   // Runs after the bundle reply went out (a commit may let parked work run).
   std::function<void(proto::Envelope::Reader)> after_bundles;
   std::function<void()> on_marked_dead;
+  // The head is lost for good (see above): the daemon stops; `why` names the
+  // head and the reason.
+  std::function<void(const absl::Status& why)> on_head_lost;
   // Runs once, when the first connection attempt ended: registered (the head
   // answered with its first cluster view, which lists this node) or failed
   // (retries go on). The daemon reports itself ready then, so a driver that
@@ -68,6 +80,10 @@ class HeadLink {
   // The report period: LUMEN_REPORT_PERIOD_MS, but never slower than the head's
   // health checks (a node reports at least as often as the head checks).
   std::chrono::milliseconds report_period() const;
+  // What the head said in its last view: its tables survive its restart.
+  bool head_persistent() const { return head_persistent_; }
+  // Registered with the head now (its view arrived on the open connection).
+  bool registered() const { return registered_; }
 
  private:
   void Connect();
@@ -77,6 +93,8 @@ class HeadLink {
   void ReportLater();
   void OnFrame(proto::Envelope::Reader msg);
   void FirstAttemptDone();
+  // The open connection closed: retry, or give up (on_head_lost).
+  void OnLost(const absl::Status& why);
 
   ThreadChecker io_thread_;
   boost::asio::io_context& io_;
@@ -93,6 +111,10 @@ class HeadLink {
   uint64_t attempt_ = 0;  // attempts started; a late completion of an old one is ignored
   bool stopped_ = false;
   bool first_attempt_done_ = false;
+  bool registered_ = false;       // a view came on the current connection
+  bool ever_registered_ = false;  // ... on any connection
+  bool head_persistent_ = false;  // the last view's headPersistent
+  Backoff backoff_;               // started when a registered connection is lost
 };
 
 }  // namespace lumen::node

@@ -270,6 +270,11 @@ absl::Status NodeDaemon::Setup() {
                   leases_->Dispatch();
                 },
             .on_marked_dead = [this] { Shutdown("declared dead by the head"); },
+            .on_head_lost =
+                [this](const absl::Status& why) {
+                  LUMEN_LOG(ERROR) << why.message();
+                  Shutdown(std::string(why.message()));
+                },
             .after_first_attempt = [this] { ReportReady(); }});
   }
   sessions_ = std::make_unique<ClientSessions>(ClientSessionsOptions{

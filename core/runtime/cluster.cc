@@ -177,13 +177,20 @@ absl::StatusOr<ClusterProcesses> StartCluster(const ClusterSpec& spec) {
 
   if (spec.start_head) {
     std::string address;
-    auto pid = SpawnDaemon(spec, cluster.session_dir, "head",
-                           {{"LUMEN_HEAD_HOST", spec.head_host},
-                            {"LUMEN_HEAD_PORT", std::to_string(spec.head_port)},
-                            {"LUMEN_TOKEN", spec.token},
-                            {"LUMEN_METRICS_PORT", std::to_string(spec.metrics_port)},
-                            {"LUMEN_METRICS_HOST", spec.metrics_host}},
-                           parent_pipe[0], &address);
+    std::vector<std::pair<std::string, std::string>> env = {
+        {"LUMEN_HEAD_HOST", spec.head_host},
+        {"LUMEN_HEAD_PORT", std::to_string(spec.head_port)},
+        {"LUMEN_TOKEN", spec.token},
+        {"LUMEN_METRICS_PORT", std::to_string(spec.metrics_port)},
+        {"LUMEN_METRICS_HOST", spec.metrics_host}};
+    // Set only when asked: otherwise what this process has passes through.
+    if (!spec.head_persistence.empty()) env.emplace_back("LUMEN_HEAD_PERSISTENCE", spec.head_persistence);
+    if (!spec.head_external_storage.empty()) {
+      env.emplace_back("LUMEN_HEAD_EXTERNAL_STORAGE", spec.head_external_storage);
+    }
+    if (!spec.head_state_dir.empty()) env.emplace_back("LUMEN_HEAD_STATE_DIR", spec.head_state_dir);
+    auto pid = SpawnDaemon(spec, cluster.session_dir, "head", std::move(env), parent_pipe[0],
+                           &address);
     if (!pid.ok()) return fail(pid.status());
     cluster.pids.push_back(*pid);
     cluster.head_address = address;
@@ -272,6 +279,7 @@ void MaybeRunClusterProcess() {
     options.token = Env("LUMEN_TOKEN");
     if (!absl::SimpleAtoi(Env("LUMEN_METRICS_PORT"), &options.metrics_port)) options.metrics_port = -1;
     if (!Env("LUMEN_METRICS_HOST").empty()) options.metrics_host = Env("LUMEN_METRICS_HOST");
+    head::ReadPersistenceFromEnv(&options);
     std::_Exit(head::RunHeadService(options));
   }
   if (role == "node") {

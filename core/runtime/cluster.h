@@ -38,6 +38,13 @@ struct ClusterSpec {
   // The node's memory monitor budget (its workers' memory together, bytes);
   // 0: LUMEN_MEMORY_BUDGET_BYTES from the environment, or off.
   uint64_t memory_budget_bytes = 0;
+  // The head's persistence (HeadOptions, doc/reliability.md item 6); empty:
+  // the head's default (or LUMEN_HEAD_PERSISTENCE / _EXTERNAL_STORAGE /
+  // _STATE_DIR inherited from this process). head_state_dir names the
+  // directory of another session's head to restart from its log.
+  std::string head_persistence;        // "wal" or "none"
+  std::string head_external_storage;   // redis://HOST:PORT
+  std::string head_state_dir;
 };
 
 struct ClusterProcesses {

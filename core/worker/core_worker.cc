@@ -235,6 +235,10 @@ absl::Status CoreWorker::Connect() {
     node_id_ = IdFrom<NodeId>(nid);
     store_size = hr.getStoreSize();
     node_address_ = hr.getNodeAddress().cStr();
+    // Head calls ride out a head restart when its tables survive it.
+    SetHeadReconnect({.give_up_after = options_.timeouts.head_reconnect_timeout,
+                      .initial = options_.timeouts.head_retry_period,
+                      .head_persistent = hr.getHeadPersistent()});
   } catch (const std::exception& e) {
     ::close(*fd);
     return absl::UnavailableError(absl::StrCat("bad handshake reply: ", e.what()));

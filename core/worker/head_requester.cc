@@ -1,9 +1,13 @@
 #include "core/worker/head_requester.h"
 
+#include <algorithm>
+#include <chrono>
+
 #include <capnp/message.h>
 
 #include "absl/strings/str_cat.h"
 #include "lumen/common/address.h"
+#include "lumen/common/backoff.h"
 #include "lumen/common/control_retry.h"
 #include "lumen/common/fault_injector.h"
 #include "lumen/common/head_client.h"
@@ -12,6 +16,13 @@
 namespace lumen::runtime {
 
 struct HeadRequester::Pending {
+  explicit Pending(const HeadReconnect& r)
+      : reconnect(r),
+        head_backoff({.initial = r.initial,
+                      .max = std::max<std::chrono::milliseconds>(r.initial, std::chrono::seconds(2)),
+                      .give_up_after = r.give_up_after}) {}
+  HeadReconnect reconnect;  // as set when the call began
+  Backoff head_backoff;     // started once the quick attempts are spent (the head is gone)
   std::string request;  // the framed request, the same bytes on every attempt but its attempt number
   std::unique_ptr<capnp::MallocMessageBuilder> message;
   bool resend_safe = false;  // SafeToResend: keyed, or changes nothing
@@ -40,7 +51,7 @@ void HeadRequester::Call(std::function<void(proto::Envelope::Builder)> fill,
     return;
   }
   uint64_t id = next_id_++;
-  auto pending = std::make_unique<Pending>();
+  auto pending = std::make_unique<Pending>(GetHeadReconnect());
   pending->message = std::make_unique<capnp::MallocMessageBuilder>();
   auto env = pending->message->initRoot<proto::Envelope>();
   env.setRequestId(1);
@@ -48,13 +59,7 @@ void HeadRequester::Call(std::function<void(proto::Envelope::Builder)> fill,
   SetRetryKey(env);
   pending->resend_safe = SafeToResend(env.asReader());
   pending->done = std::move(done);
-  pending->timer = std::make_unique<boost::asio::steady_timer>(io_, options_.deadline);
-  pending->timer->async_wait([this, id](const boost::system::error_code& ec) {
-    if (ec) return;
-    Finish(id, absl::DeadlineExceededError(absl::StrCat(
-                   "the head at ", options_.head_address, " did not answer within ",
-                   options_.deadline.count(), " ms")));
-  });
+  pending->timer = std::make_unique<boost::asio::steady_timer>(io_);
   pending_[id] = std::move(pending);
   StartAttempt(id);
 }
@@ -68,6 +73,15 @@ HeadRequester::Pending* HeadRequester::Current(uint64_t id, int attempt) {
 void HeadRequester::StartAttempt(uint64_t id) {
   Pending& p = *pending_.at(id);
   const int attempt = p.attempt;
+  // Each attempt has the whole deadline: waiting out a head restart may take
+  // longer than one (a head that accepts and stays silent still ends it).
+  p.timer->expires_after(options_.deadline);
+  p.timer->async_wait([this, id](const boost::system::error_code& ec) {
+    if (ec) return;
+    Finish(id, absl::DeadlineExceededError(absl::StrCat(
+                   "the head at ", options_.head_address, " did not answer within ",
+                   options_.deadline.count(), " ms")));
+  });
   auto env = p.message->getRoot<proto::Envelope>();
   SetRetryAttempt(env, static_cast<uint32_t>(attempt));
   p.request.clear();
@@ -153,19 +167,35 @@ void HeadRequester::OnConnected(uint64_t id, int attempt) {
 void HeadRequester::Failed(uint64_t id, int attempt, absl::Status why, bool sent) {
   Pending* p = Current(id, attempt);
   if (p == nullptr) return;
-  if (p->attempt + 1 >= kControlAttempts) {
-    Finish(id, std::move(why));
-    return;
-  }
   if (sent && !p->resend_safe) {
     Finish(id, absl::UnavailableError(absl::StrCat(
                    why.message(), "; not retried: the head may or may not have acted on the request")));
     return;
   }
+  std::chrono::milliseconds pause;
+  if (p->attempt + 1 < kControlAttempts) {
+    pause = ControlRetryBackoff(p->attempt + 1);
+  } else {
+    // The quick attempts are spent: the head is gone; wait for it to come
+    // back (a restart over its persisted state) as GetHeadReconnect() says.
+    const auto now = std::chrono::steady_clock::now();
+    if (p->reconnect.give_up_after.count() <= 0) {
+      Finish(id, std::move(why));
+      return;
+    }
+    p->head_backoff.Start(now);
+    if (!p->reconnect.head_persistent || p->head_backoff.Expired(now)) {
+      Finish(id, HeadLostError(options_.head_address, p->reconnect, p->head_backoff.Elapsed(now),
+                               why));
+      return;
+    }
+    pause = p->head_backoff.NextDelay();
+  }
   // This attempt's connection goes; the next one starts after a pause.
   ++p->attempt;
   Release(*p);
-  p->backoff = std::make_unique<boost::asio::steady_timer>(io_, ControlRetryBackoff(p->attempt));
+  p->timer->cancel();  // the next attempt arms the deadline again
+  p->backoff = std::make_unique<boost::asio::steady_timer>(io_, pause);
   const int next = p->attempt;
   p->backoff->async_wait([this, id, next](const boost::system::error_code& ec) {
     if (ec || Current(id, next) == nullptr) return;

@@ -41,7 +41,8 @@ class HeadRequester {
   // retried as lumen/common/control_retry.h says (one retry key for every
   // attempt; faults from LUMEN_FAULT_INJECT drawn per attempt). `done` runs
   // once: with the head's reply, or FailedPrecondition (no head address),
-  // Unavailable (unreachable, closed), DeadlineExceeded, Cancelled (CancelAll).
+  // Unavailable (unreachable, closed; after retrying through a head restart
+  // as GetHeadReconnect() says), DeadlineExceeded, Cancelled (CancelAll).
   void Call(std::function<void(proto::Envelope::Builder)> fill, ReplyCallback done);
   // `done` runs once no call is in flight (at once when none is).
   void WhenIdle(std::function<void()> done);

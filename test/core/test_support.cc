@@ -104,7 +104,9 @@ size_t MultiNodeCluster::index_of(const std::string& node_id) const {
   return node_ids_.size();
 }
 
-pid_t MultiNodeCluster::head_pid() const { return clusters_.front()->processes.pids.front(); }
+pid_t MultiNodeCluster::head_pid() const {
+  return clusters_.at(head_index_)->processes.pids.front();
+}
 
 pid_t MultiNodeCluster::daemon_pid(size_t i) const {
   return clusters_.at(i)->processes.pids.back();
@@ -124,13 +126,22 @@ std::string MultiNodeCluster::node_address(size_t i) const {
 
 void MultiNodeCluster::KillNode(size_t i) { ::kill(daemon_pid(i), SIGKILL); }
 
-void MultiNodeCluster::RestartHead() {
-  pid_t head = clusters_.front()->processes.pids.front();
+void MultiNodeCluster::RestartHead(bool from_state) {
+  KillHead();
+  StartHeadAgain(from_state);
+}
+
+void MultiNodeCluster::KillHead() {
+  pid_t head = head_pid();
   ::kill(head, SIGKILL);
   WaitForChildExit(head, 10000);
+}
+
+void MultiNodeCluster::StartHeadAgain(bool from_state) {
   runtime::ClusterSpec spec;
   spec.embedded = true;
   spec.start_node = false;
+  if (from_state) spec.head_state_dir = clusters_.front()->processes.session_dir + "/head_state";
   spec.head_port = std::stoi(head_address_.substr(head_address_.rfind(':') + 1));
   auto started = runtime::StartCluster(spec);
   if (!started.ok()) throw Error(std::string(started.status().message()));
@@ -138,6 +149,7 @@ void MultiNodeCluster::RestartHead() {
   auto handle = std::make_unique<ClusterHandle>();
   handle->processes = std::move(*started);
   clusters_.push_back(std::move(handle));
+  head_index_ = clusters_.size() - 1;
 }
 
 std::string ScopedCluster::session_dir() const { return session_dir_; }

@@ -55,15 +55,21 @@ class MultiNodeCluster {
   int head_metrics_port() const;
   // SIGKILLs node i's daemon (its workers die with it).
   void KillNode(size_t i);
-  // SIGKILLs the head, then starts a new one on the same port (with none of
-  // the old one's state: the nodes must join it again).
-  void RestartHead();
+  // SIGKILLs the head, then starts a new one on the same port: with none of
+  // the old one's state (the nodes must join it again), or, `from_state`, from
+  // the first head's write-ahead log (doc/reliability.md, item 6).
+  void RestartHead(bool from_state = false);
+  // SIGKILLs the head (the current one) and waits for it to go.
+  void KillHead();
+  // Starts a head on the same port again (after KillHead); see RestartHead.
+  void StartHeadAgain(bool from_state);
 
  private:
   std::vector<std::pair<std::string, std::string>> saved_env_;
   std::string head_address_;
   std::vector<std::string> node_ids_;
   std::vector<std::unique_ptr<struct ClusterHandle>> clusters_;
+  size_t head_index_ = 0;  // the cluster whose first process is the current head
 };
 
 // Polls `condition` until it holds or `timeout` passes; returns whether it held.

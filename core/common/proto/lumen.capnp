@@ -44,6 +44,7 @@ struct HelloReply {
   jobId @5 :Data;
   nodeHost @6 :Text;           # the address the node's processes listen on (TCP)
   nodeAddress @7 :Text;        # the node daemon's own address (TCP and Unix)
+  headPersistent @8 :Bool;     # the head's tables survive its restart (ClusterView.headPersistent)
 }
 
 # A value as it travels: inline bytes (codec-encoded) or a sealed object in the
@@ -294,6 +295,9 @@ struct ClusterView {
   # True: the committed bundles are those of this node's previous view (the
   # list is empty, keep yours); false: `bundles` is every committed bundle.
   bundlesUnchanged @4 :Bool;
+  # The head persists its tables (a write-ahead log or Redis): a node that
+  # loses it retries until it is back; false: the node stops (doc/reliability.md).
+  headPersistent @5 :Bool;
 }
 
 struct PullRequest {

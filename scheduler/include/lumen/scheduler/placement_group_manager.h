@@ -113,6 +113,13 @@ class PlacementGroupManager {
       const std::string& id, const std::string& name, PlacementStrategy strategy,
       std::vector<std::map<std::string, double>> bundles);
 
+  // Puts back a group a restarted head persisted before it died: kCreated
+  // keeps `g.nodes` (the nodes still hold its committed bundles); any other
+  // state becomes kPending (an attempt under way died with the old head).
+  // Emits no event. Errors: AlreadyExists (a known id), InvalidArgument
+  // (kCreated without a node per bundle).
+  [[nodiscard]] absl::Status Restore(PlacementGroup g);
+
   // The error Create would return for a group of `name_bytes` and
   // `bundle_count` under a new id (OK for a known id), so a caller can refuse
   // an oversized request before decoding its bundles.

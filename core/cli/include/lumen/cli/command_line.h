@@ -44,6 +44,10 @@ struct StartOptions {
   std::optional<std::string> token;           // --token: the cluster's token
   std::optional<int> metrics_port;            // --metrics-port: GET /metrics on the head
   std::optional<std::string> metrics_host;    // --metrics-host (default 127.0.0.1)
+  // --head-persistence wal|none: the head's tables survive its restart (wal,
+  // the default) or not (doc/reliability.md, item 6).
+  std::optional<std::string> head_persistence;
+  std::optional<std::string> external_storage;  // --external-storage redis://HOST:PORT
 };
 
 // The head a query (`lumen status`, `lumen list`) asks.

@@ -64,10 +64,33 @@ std::string HeadToken();
 // cluster token (every first frame carries them; callers add the rest).
 proto::Hello::Builder InitHello(proto::Envelope::Builder env, proto::Role role);
 
+// How this process's calls to the head ride out a head restart
+// (doc/reliability.md, item 6). Drivers and workers set it at Init (from
+// Timeouts::head_reconnect_timeout / head_retry_period and what their node
+// daemon said of the head's persistence); the command line leaves it off, so
+// `lumen status` against a stopped cluster fails at once. Thread-safe.
+struct HeadReconnect {
+  // 0: no retries. Else a call whose connection to the head fails is retried
+  // with a Backoff (from `initial`, doubling up to 2 s) for this long.
+  std::chrono::milliseconds give_up_after{0};
+  std::chrono::milliseconds initial{1000};
+  // False: the head keeps no state across a restart, so a lost head is an
+  // error at once ("... persistence is off"), not retried.
+  bool head_persistent = true;
+};
+void SetHeadReconnect(HeadReconnect reconnect);
+HeadReconnect GetHeadReconnect();
+// The error of a call that lost the head at `head_address` for good, after
+// `waited` (0: not retried) because of `last` (the last attempt's failure).
+absl::Status HeadLostError(const std::string& head_address, const HeadReconnect& reconnect,
+                           std::chrono::milliseconds waited, const absl::Status& last);
+
 // One blocking request to the head: sends a hello and the envelope `fill`
 // builds, returns the reply's words. A head silent for `reply_timeout` is
 // DeadlineExceeded (requests the head parks, such as a key-value wait, pass
-// their own timeout plus a margin).
+// their own timeout plus a margin). A head that cannot be reached, or closes
+// the connection before answering, is retried as GetHeadReconnect() says
+// (then Unavailable naming the head when it does not come back).
 absl::StatusOr<std::vector<capnp::word>> CallHead(
     const std::string& head_address, const std::function<void(proto::Envelope::Builder)>& fill,
     std::chrono::milliseconds reply_timeout = std::chrono::seconds(5));

@@ -31,12 +31,20 @@ struct Timeouts {
   // LUMEN_HTTP_REQUEST_TIMEOUT_MS: an HTTP client of the head (GET /metrics)
   // must send its request, and read the answer, within this.
   ms http_request_timeout{10000};
+  // LUMEN_HEAD_RESTORED_NODE_GRACE_MS: a head restarted from its persisted
+  // state keeps the nodes it restored alive this long, for them to reconnect,
+  // before its health checks count their silence (doc/reliability.md, item 6).
+  ms restored_node_grace{10000};
 
   // --- node daemon ---
   ms report_period{500};            // LUMEN_REPORT_PERIOD_MS: node -> head reports
   ms worker_idle_timeout{10000};    // LUMEN_WORKER_IDLE_TIMEOUT_MS: surplus idle workers exit
   ms worker_reap_period{1000};      // LUMEN_WORKER_REAP_PERIOD_MS: how often idle workers are checked
   ms head_retry_period{1000};       // LUMEN_HEAD_RETRY_PERIOD_MS: reconnect to a lost head after
+  // LUMEN_HEAD_RECONNECT_TIMEOUT_MS: a node daemon, driver or worker that lost
+  // the head retries (with backoff from head_retry_period, doubling up to 2 s)
+  // this long for it to come back, then gives up with an error naming the head.
+  ms head_reconnect_timeout{60000};
   ms list_state_timeout{2000};      // LUMEN_LIST_STATE_TIMEOUT_MS: `lumen list` waits for local processes
   ms max_worker_exit_wait{10000};   // LUMEN_MAX_WORKER_EXIT_WAIT_MS: cap on a getWorkerExit wait
   ms worker_kill_wait{2000};        // LUMEN_WORKER_KILL_WAIT_MS: at shutdown, for the killed workers to exit

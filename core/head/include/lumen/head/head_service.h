@@ -53,7 +53,23 @@ struct HeadOptions {
   // Limits of the key-value store; the LUMEN_KV_* environment variables, when
   // set, override them (kv_limits.h).
   KvLimits kv_limits;
+  // Where the head keeps its tables (nodes, ended jobs, named actors,
+  // placement groups, key-value store) so that a head restarted on the same
+  // port after a crash serves them again (doc/reliability.md, item 6):
+  //   "wal"  (default) a write-ahead log with snapshots in `state_dir`;
+  //   "none" nothing: nodes and drivers that lose this head stop with an error.
+  // LUMEN_HEAD_PERSISTENCE, `lumen start --head-persistence`.
+  std::string persistence = "wal";
+  // redis://HOST:PORT: the tables live in that Redis server instead (wins over
+  // `persistence`). LUMEN_HEAD_EXTERNAL_STORAGE, `lumen start --external-storage`.
+  std::string external_storage;
+  // The log's directory; empty: <session_dir>/head_state. LUMEN_HEAD_STATE_DIR.
+  std::string state_dir;
 };
+
+// Fills the persistence fields of `options` from the environment (the
+// variables above; unset ones leave the field alone).
+void ReadPersistenceFromEnv(HeadOptions* options);
 
 // Serves until SIGTERM/SIGINT or EOF on `parent_fd`; returns the process exit
 // code (1 when it cannot listen).
