@@ -6,8 +6,10 @@
 //
 //   RunTaskEventsOverhead(out, quick);
 //
-// Prints `<metric>_events_on` and `<metric>_events_off` lines and the overhead
-// of each as a note. Main thread; starts and stops its own clusters (call it
+// Prints `<metric>_events_on` and `<metric>_events_off` lines, the CPU each
+// call cost all processes of the cluster together (`<metric>_cpu_events_on`,
+// microseconds: on a loaded machine steadier than the rate), and, as a note
+// per metric, the on/off ratios of both, averaged over the rounds. Main thread; starts and stops its own clusters (call it
 // with none running).
 #pragma once
 

@@ -86,7 +86,8 @@ using lumen::test::WaitUntil;
 
 // Invariant: what the cluster does shows on the page a newcomer opens: both
 // nodes in the node table, the running task with its name, the failed task's
-// message, the worker that died and how, and the infeasible demand in words.
+// message, the worker that died and how, the infeasible demand in words, and
+// the GPUs a node samples through NVML (libfake-nvml.so) with their use.
 TEST_CASE("dashboard: the page lists both nodes and the running task") {
   ::setenv("LUMEN_HEALTH_CHECK_PERIOD_MS", "100", 1);
   ::setenv("LUMEN_REPORT_PERIOD_MS", "200", 1);
@@ -101,7 +102,10 @@ TEST_CASE("dashboard: the page lists both nodes and the running task") {
   second_spec.head_address = head.head_address;
   second_spec.resources = {{"CPU", 4}, {"memory", 4.0 * (1 << 30)}};
   second_spec.object_store_bytes = 128ull << 20;
+  // The second node samples two (fake) GPUs through NVML: the page's GPU column.
+  ::setenv("LUMEN_NVML_LIBRARY", LUMEN_FAKE_NVML_PATH, 1);
   auto second = Start(second_spec);
+  ::unsetenv("LUMEN_NVML_LIBRARY");
 
   std::vector<std::string> node_ids;
   REQUIRE(WaitUntil([&] {
@@ -150,7 +154,10 @@ TEST_CASE("dashboard: the page lists both nodes and the running task") {
                  dom.find(">running<") != std::string::npos &&
                  dom.find("disk full: /data/shard-7") != std::string::npos &&
                  dom.find("killed by SIGKILL") != std::string::npos &&
-                 dom.find("no node has a GPU") != std::string::npos;
+                 dom.find("no node has a GPU") != std::string::npos &&
+                 dom.find("GPU 0 · 37 % busy") != std::string::npos &&
+                 dom.find("GPU 1 · 91 % busy") != std::string::npos &&
+                 dom.find("70.0 GiB / 80.0 GiB memory") != std::string::npos;
         },
         std::chrono::seconds(120));
     INFO(dom);

@@ -1,6 +1,8 @@
 // The head's GET /metrics on a real cluster, scraped over HTTP and parsed by
 // the strict exposition parser; and the HTTP server's token rule beyond
 // loopback.
+#include <dlfcn.h>
+
 #include <boost/asio.hpp>
 #include <catch2/catch.hpp>
 #include <cstdlib>
@@ -26,6 +28,23 @@ double Sample(const std::vector<lumen::test::PromFamily>& families, const std::s
     for (const auto& s : f.samples)
       if (s.name == name && s.labels == labels) return s.value;
   return -1;
+}
+
+// Whether `page` has a sample of family `prefix`* labelled node=`node` (any node: "").
+bool HasSeries(const std::vector<lumen::test::PromFamily>& families, const std::string& prefix,
+               const std::string& node = "") {
+  for (const auto& f : families)
+    for (const auto& s : f.samples)
+      if (s.name.rfind(prefix, 0) == 0 && (node.empty() || (s.labels.contains("node") && s.labels.at("node") == node)))
+        return true;
+  return false;
+}
+
+// Whether this machine has NVIDIA's NVML (a real GPU node reports its GPUs).
+bool MachineHasNvml() {
+  void* lib = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (lib != nullptr) ::dlclose(lib);
+  return lib != nullptr;
 }
 
 }  // namespace
@@ -78,6 +97,8 @@ TEST_CASE("the head serves GET /metrics in the Prometheus text format") {
     CHECK(Sample(*parsed, "lumen_object_store_capacity_bytes", {{"node", node}}) > 0);
     CHECK(Sample(*parsed, "lumen_task_latency_seconds_count", {}) >= kTasks);
     CHECK(lumen::test::HttpGet("127.0.0.1", port, "/nothing-here").first == 404);
+    // A node without NVML: no GPU family at all.
+    if (!MachineHasNvml()) CHECK_FALSE(HasSeries(*parsed, "lumen_node_gpu"));
     lumen::Shutdown();
   }
   lumen::runtime::StopCluster(*cluster);
@@ -107,4 +128,47 @@ TEST_CASE("the head's HTTP server needs the token beyond loopback") {
   CHECK(wrong.first == 401);
   CHECK(right.first == 200);
   CHECK(right.second == "ok\n");
+}
+
+// Invariant: a node whose NVML (here libfake-nvml.so through LUMEN_NVML_LIBRARY,
+// two fixed devices) reports GPUs shows each device's utilisation and memory on
+// the head's /metrics, exactly as NVML gave them; a node without NVML shows no
+// GPU series.
+TEST_CASE("the head's /metrics shows each GPU a node samples through NVML") {
+  if (MachineHasNvml()) {
+    WARN("skipped: this machine has NVML, so no node here is without GPUs");
+    return;
+  }
+  lumen::test::MultiNodeCluster cluster(
+      {{.resources = {{"CPU", 1}}},
+       {.resources = {{"CPU", 1}}, .env = {{"LUMEN_NVML_LIBRARY", LUMEN_FAKE_NVML_PATH}}}},
+      {{"LUMEN_REPORT_PERIOD_MS", "100"}});
+  int port = cluster.head_metrics_port();
+  REQUIRE(port > 0);
+  std::string plain = cluster.node_id(0).substr(0, 12);
+  std::string gpu_node = cluster.node_id(1).substr(0, 12);
+  std::string page;
+  absl::StatusOr<std::vector<lumen::test::PromFamily>> parsed;
+  bool reported = WaitUntil([&] {
+    auto [status, body] = lumen::test::HttpGet("127.0.0.1", port, "/metrics");
+    if (status != 200) return false;
+    page = body;
+    parsed = lumen::test::ParsePrometheusText(page);
+    return parsed.ok() && Sample(*parsed, "lumen_node_gpu_memory_total_bytes",
+                                 {{"node", gpu_node}, {"gpu", "1"}}) > 0;
+  });
+  INFO(page);
+  REQUIRE(parsed.ok());
+  REQUIRE(reported);
+  constexpr double kGiB = 1ull << 30;
+  CHECK(Sample(*parsed, "lumen_node_gpu_utilization_ratio", {{"node", gpu_node}, {"gpu", "0"}}) == Approx(0.37));
+  CHECK(Sample(*parsed, "lumen_node_gpu_utilization_ratio", {{"node", gpu_node}, {"gpu", "1"}}) == Approx(0.91));
+  CHECK(Sample(*parsed, "lumen_node_gpu_memory_used_bytes", {{"node", gpu_node}, {"gpu", "0"}}) == 3 * kGiB);
+  CHECK(Sample(*parsed, "lumen_node_gpu_memory_used_bytes", {{"node", gpu_node}, {"gpu", "1"}}) == 70 * kGiB);
+  CHECK(Sample(*parsed, "lumen_node_gpu_memory_total_bytes", {{"node", gpu_node}, {"gpu", "0"}}) == 80 * kGiB);
+  CHECK(Sample(*parsed, "lumen_node_gpu_info",
+               {{"node", gpu_node}, {"gpu", "1"}, {"name", "Fake GPU B"},
+                {"uuid", "GPU-fa4e0001-1111-2222-3333-444455556666"}}) == 1);
+  CHECK_FALSE(HasSeries(*parsed, "lumen_node_gpu", plain));
+  CHECK(HasSeries(*parsed, "lumen_node_info", plain));
 }
