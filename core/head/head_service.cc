@@ -31,6 +31,7 @@
 #include "core/head/job_table.h"
 #include "core/head/kv_service.h"
 #include "core/head/named_actor_service.h"
+#include "core/head/node_probe.h"
 #include "core/head/node_table.h"
 #include "core/head/placement_group_service.h"
 #include "core/head/request_deduplicator.h"
@@ -84,7 +85,8 @@ class HeadService {
                   if (conn != nullptr) conn->Send(message);
                   return conn != nullptr;
                 }}),
-        health_timer_(io_) {}
+        health_timer_(io_),
+        probe_(io_, options.timeouts.health_check_period) {}
 
   int Run();
   asio::io_context& io() { return io_; }
@@ -154,6 +156,7 @@ class HeadService {
   RequestDeduplicator dedup_;  // retried control requests (doc/reliability.md, item 9)
   ClusterViewPublisher views_;
   asio::steady_timer health_timer_;
+  NodeProbe probe_;  // is a disconnected node's daemon still there?
   // When the next health check is due (its timer's expiry); unset before the first.
   std::optional<std::chrono::steady_clock::time_point> next_check_;
   std::unique_ptr<HttpServer> http_;  // when options_.metrics_port >= 0
@@ -561,9 +564,15 @@ void HeadService::OnClose(Connection& conn, const absl::Status& why) {
   // A node's link closing is not its death: it has the health checks' grace
   // to register again (NodeTable::DropConnection); the others see it without
   // free resources meanwhile.
-  if (!nodes_.DropConnection(conn.id(), std::chrono::steady_clock::now()).empty()) {
-    views_.Broadcast();
+  const auto disconnected = nodes_.DropConnection(conn.id(), std::chrono::steady_clock::now());
+  for (const NodeId& id : disconnected) {
+    // A daemon that died closed its connection too: found gone, it is dead now.
+    if (const NodeTable::Node* node = nodes_.Find(id)) {
+      probe_.Probe(id, node->address,
+                   [this](const NodeId& gone) { OnNodesDead(nodes_.DeclareGone(gone)); });
+    }
   }
+  if (!disconnected.empty()) views_.Broadcast();
   kv_.DropConnection(conn.id());
   groups_.DropConnection(conn.id());
   // The connection may still be on the stack: release it after this handler.

@@ -125,6 +125,15 @@ std::vector<NodeId> NodeTable::DropConnection(uint64_t conn_id, Clock::time_poin
   return disconnected;
 }
 
+std::vector<NodeTable::DeadNode> NodeTable::DeclareGone(const NodeId& id) {
+  thread_.Check("NodeTable");
+  auto it = nodes_.find(id);
+  if (it == nodes_.end() || !it->second.alive || it->second.conn_id != 0) return {};
+  LUMEN_LOG(WARNING) << "node " << id.Hex().substr(0, 12)
+                     << " is dead (connection lost and its daemon is gone)";
+  return {MarkDead(id, it->second)};
+}
+
 std::vector<NodeTable::DeadNode> NodeTable::Leave(const NodeId& id, uint64_t conn_id) {
   thread_.Check("NodeTable");
   auto it = nodes_.find(id);

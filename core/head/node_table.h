@@ -143,6 +143,9 @@ class NodeTable {
   // The connection `conn_id` closed at `now`: the alive nodes reporting on it
   // are disconnected (see above) and returned; none is declared dead here.
   std::vector<NodeId> DropConnection(uint64_t conn_id, Clock::time_point now);
+  // Declares `id` dead if it is disconnected (alive without a connection):
+  // its daemon was found gone (NodeProbe); empty otherwise.
+  std::vector<DeadNode> DeclareGone(const NodeId& id);
   // Declares `id` dead if it is alive and reports on `conn_id` (it leaves on
   // purpose); empty otherwise.
   std::vector<DeadNode> Leave(const NodeId& id, uint64_t conn_id);

@@ -152,6 +152,30 @@ TEST_CASE("Closing a connection disconnects its nodes, past the grace they die w
   CHECK_FALSE(nodes.Find(b)->alive);
 }
 
+TEST_CASE("A disconnected node whose daemon is found gone is dead at once, a connected one never") {
+  // Invariant: DeclareGone (the head's probe found nothing listening at the
+  // node's address) kills a node only while it is disconnected: not one that
+  // registered again meanwhile, not one on its connection, not one dead.
+  NodeTable nodes = Table();
+  const Clock::time_point t0{};
+  NodeId a = NodeId::Random(), b = NodeId::Random(), c = NodeId::Random();
+  nodes.Report(1, Report(a, 4).get(), t0);
+  nodes.Report(2, Report(b, 4).get(), t0);
+  nodes.Report(3, Report(c, 4).get(), t0);
+  CHECK(nodes.DeclareGone(a).empty());  // connected
+  REQUIRE(nodes.DropConnection(1, t0 + 10ms).size() == 1);
+  REQUIRE(nodes.DropConnection(2, t0 + 10ms).size() == 1);
+  nodes.Report(4, Report(b, 4).get(), t0 + 20ms);  // b is back first
+  auto dead = nodes.DeclareGone(a);
+  REQUIRE(dead.size() == 1);
+  CHECK(dead[0].id == a);
+  CHECK_FALSE(nodes.Find(a)->alive);
+  CHECK(nodes.DeclareGone(a).empty());  // once
+  CHECK(nodes.DeclareGone(b).empty());
+  CHECK(nodes.Find(b)->connected());
+  CHECK(nodes.Report(5, Report(a, 4).get(), t0 + 30ms) == NodeTable::ReportOutcome::kRefused);
+}
+
 TEST_CASE("A node whose connection closed goes on as itself if it registers again within the "
           "grace, and after its death it is refused") {
   // Invariants (reliability item 8, with item 5's epoch): a node that
