@@ -185,7 +185,8 @@ void CoreWorker::OnRemoteNodeDead(const NodeId& node) {
     }
   }
   if (!lost.empty()) {
-    recovery_->OnLost(lost, absl::StrCat("its only copy was on node ", node.Hex(), ", which died"));
+    recovery_->OnLost(lost, absl::StrCat("its only copy was on node ", node.Hex(), ", which died"),
+                      node);
   }
 }
 

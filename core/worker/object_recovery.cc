@@ -136,6 +136,8 @@ std::string ObjectRecovery::ReasonText(const ObjectId& id) const {
       return "its task has used up its retries (max_retries)";
     case Reason::kCancelled:
       return "its task was cancelled";
+    case Reason::kPinnedToDeadNode:
+      return "its task must run on that node (NodeAffinity, soft=false)";
     case Reason::kEvicted:
       return absl::StrCat("its lineage was released to keep the owner's lineage under ",
                           options_.max_lineage_bytes, " bytes (LUMEN_MAX_LINEAGE_BYTES)");
@@ -143,7 +145,8 @@ std::string ObjectRecovery::ReasonText(const ObjectId& id) const {
   return "no lineage is kept for it";
 }
 
-size_t ObjectRecovery::OnLost(const std::vector<ObjectId>& lost, const std::string& why) {
+size_t ObjectRecovery::OnLost(const std::vector<ObjectId>& lost, const std::string& why,
+                              const NodeId& dead_node) {
   io_thread_.Check("ObjectRecovery::OnLost");
   std::vector<std::unique_ptr<PendingTask>> rerun;
   std::vector<std::pair<ObjectId, Failure>> failed;
@@ -155,11 +158,16 @@ size_t ObjectRecovery::OnLost(const std::vector<ObjectId>& lost, const std::stri
       task = std::move(it->second.task);
       kept_.erase(it);
     }
-    if (task && tasks_.ConsumeRetry(*task)) {
+    // A task that may only run on the node that died cannot run again.
+    const bool pinned_there =
+        task && !dead_node.IsNil() && task->placement &&
+        task->placement->scheduling.kind == internal::SchedulingOptions::Kind::kNodeAffinity &&
+        !task->placement->scheduling.soft && task->placement->scheduling.node == dead_node;
+    if (task && !pinned_there && tasks_.ConsumeRetry(*task)) {
       rerun.push_back(std::move(task));
       continue;
     }
-    if (task) notes_[id] = Reason::kRetriesSpent;
+    if (task) notes_[id] = pinned_there ? Reason::kPinnedToDeadNode : Reason::kRetriesSpent;
     failed.emplace_back(id, Failure{proto::FailureKind::OBJECT_LOST, "lumen::ObjectLostError",
                                     absl::StrCat("object ", id.Hex(), ": ", why,
                                                  "; it cannot be rebuilt: ", ReasonText(id)),

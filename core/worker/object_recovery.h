@@ -86,8 +86,10 @@ class ObjectRecovery {
   // (all are marked pending before any is resubmitted, so a task whose
   // argument is lost too waits for that argument's rebuild); the others fail
   // with ObjectLostError: "object ID: WHY; it cannot be rebuilt: REASON".
-  // Returns how many are being rebuilt.
-  size_t OnLost(const std::vector<ObjectId>& lost, const std::string& why);
+  // `dead_node`: the node whose death lost them (a task that must run there,
+  // a hard NodeAffinity, is not run again). Returns how many are being rebuilt.
+  size_t OnLost(const std::vector<ObjectId>& lost, const std::string& why,
+                const NodeId& dead_node = NodeId::Nil());
   // Drops every kept task (their refs go). Only once the io thread has ended.
   void Clear();
 
@@ -105,6 +107,7 @@ class ObjectRecovery {
     kRetriesSpent,
     kCancelled,
     kEvicted,
+    kPinnedToDeadNode,
   };
   struct Kept {
     std::unique_ptr<PendingTask> task;

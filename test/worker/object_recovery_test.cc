@@ -166,7 +166,8 @@ TEST_CASE("what cannot be rebuilt fails with ObjectLostError saying why", "[work
   // Invariant: a lost object whose lineage cannot run again fails (not
   // pending, nothing resubmitted) with an ObjectLostError message naming the
   // cause of the loss and the reason: made by Put, an actor call's result,
-  // max_retries=0, retries used up by earlier rebuilds, or a cancelled task.
+  // max_retries=0, retries used up by earlier rebuilds, a cancelled task, or
+  // a task that may only run on the dead node (hard NodeAffinity).
   RecoveryRig rig;
   const NodeId dead = NodeId::Random();
   const std::string why = "its only copy was on node DEAD, which died";
@@ -186,20 +187,26 @@ TEST_CASE("what cannot be rebuilt fails with ObjectLostError saying why", "[work
     // A cancelled task's object failed already; here it got a value first.
     rig.CompleteStored(std::move(cancelled), dead);
   }
+  auto pinned = rig.NewTask("Pinned", 3);
+  pinned->placement->scheduling.kind = internal::SchedulingOptions::Kind::kNodeAffinity;
+  pinned->placement->scheduling.node = dead;
+  ObjectId pinned_id = pinned->return_id;
+  rig.CompleteStored(std::move(pinned), dead);
   auto once = rig.NewTask("Once", 1);
   ObjectId once_id = once->return_id;
   rig.CompleteStored(std::move(once), dead);
-  CHECK(rig.recovery.kept() == 1);  // only Once
+  CHECK(rig.recovery.kept() == 2);  // Pinned and Once
 
   // Once is rebuilt (its one retry), then lost again: its retries are spent.
-  REQUIRE(rig.recovery.OnLost({put, no_retries_id, call_id, cancelled_id, once_id}, why) == 1);
+  REQUIRE(rig.recovery.OnLost({put, no_retries_id, call_id, cancelled_id, pinned_id, once_id}, why,
+                              dead) == 1);
   REQUIRE(rig.resubmitted.size() == 1);
   rig.CompleteStored(std::move(rig.resubmitted[0]), dead);
   CHECK(rig.recovery.kept() == 0);
   REQUIRE(rig.recovery.OnLost({once_id}, why) == 0);
   CHECK(rig.resubmitted.size() == 1);
 
-  for (const ObjectId& id : {put, no_retries_id, call_id, cancelled_id, once_id}) {
+  for (const ObjectId& id : {put, no_retries_id, call_id, cancelled_id, pinned_id, once_id}) {
     INFO(rig.FailureOf(id));
     CHECK(rig.FailureOf(id).find(why) != std::string::npos);
     CHECK(rig.FailureOf(id).find("cannot be rebuilt") != std::string::npos);
@@ -210,6 +217,7 @@ TEST_CASE("what cannot be rebuilt fails with ObjectLostError saying why", "[work
   CHECK(rig.FailureOf(call_id).find("actor call") != std::string::npos);
   CHECK(rig.FailureOf(cancelled_id).find("cancelled") != std::string::npos);
   CHECK(rig.FailureOf(once_id).find("used up its retries") != std::string::npos);
+  CHECK(rig.FailureOf(pinned_id).find("soft=false") != std::string::npos);
 }
 
 TEST_CASE("lineage is released when its object is freed, and the oldest goes over the cap",
