@@ -18,7 +18,7 @@ std::unique_ptr<PendingTask> NewTask(uint64_t sequence) {
   return task;
 }
 
-TEST_CASE("a burst of submissions is taken in bounded chunks, in order, one drain due at a time",
+TEST_CASE("a burst of submissions is taken in bounded chunks in order with one drain due at a time",
           "[worker][submission_queue]") {
   // Invariant (issue 17): 20,000 tasks queued at once leave the queue in
   // chunks of at most max_chunk (so the io thread never takes the whole
@@ -53,7 +53,7 @@ TEST_CASE("a burst of submissions is taken in bounded chunks, in order, one drai
   CHECK(rest.size() == 2);
 }
 
-TEST_CASE("pushes during a drain ask for no second drain; TakeAll empties and resets",
+TEST_CASE("pushes during a drain ask for no second drain and TakeAll empties and resets",
           "[worker][submission_queue]") {
   // Invariant: while a drain is due (tasks remain after a chunk, or a push
   // already asked), no push asks again; TakeAll leaves no drain due.
@@ -77,7 +77,7 @@ TEST_CASE("pushes during a drain ask for no second drain; TakeAll empties and re
   CHECK_FALSE(more);
 }
 
-TEST_CASE("concurrent submitters: every task is taken once, in each thread's order, no drain lost",
+TEST_CASE("concurrent submitters: every task is taken once in its thread's order and no drain is lost",
           "[worker][submission_queue]") {
   // Invariant: with several threads pushing while one thread drains (as the
   // io thread does, draining only when a drain is due), every task comes out
