@@ -520,6 +520,7 @@ struct KvRequest {
   value @3 :Data;
   overwrite @4 :Bool = true;
   timeoutMs @5 :UInt64;      # wait
+  retryKey @6 :RetryKey;     # put, delete, deletePrefix: de-duplicated by the head
 }
 
 struct KvResult {
