@@ -30,6 +30,7 @@ struct LeaseRequest {
   int bundle_index = -1;
   bool grant_or_reject = false;
   bool detached = false;  // a detached actor: outlives its holder and job
+  bool actor = false;     // an actor's lease (its results belong to its callers)
   // Its work may be retried elsewhere (the memory monitor kills such leases'
   // workers first).
   bool retriable = false;

@@ -232,7 +232,8 @@ void LocalLeaseManager::DispatchPass() {
     uint64_t lease_id = next_lease_id_++;
     Worker* w = pool.TakeIdle(request.job, lease_id);
     AddLease(lease_id, Lease{w->id, request.resources, request.client, false, false,
-                             request.detached, *gpu_ids, bundle, request.retriable});
+                             request.detached, *gpu_ids, bundle, request.retriable,
+                             request.actor});
     options_.clients->Grant(request.client, request.request_id,
                             LeaseGrant{lease_id, w->id, w->address, w->pid, *gpu_ids});
     TaskEvents().Record(TaskEventKind::kLeaseGranted, TaskId::Nil(), 0, request.name, {.worker = w->id, .worker_pid = w->pid});
@@ -313,6 +314,12 @@ void LocalLeaseManager::ReturnLease(ClientId holder, uint64_t lease_id, bool kil
   if (it == leases_.end() || it->second.holder != holder) return;
   EndLease(lease_id, kill, "its lease holder ended the lease");
   Dispatch();
+}
+
+ClientId LocalLeaseManager::TaskLeaseHolder(const WorkerId& worker) {
+  io_thread_.Check("LocalLeaseManager");
+  Lease* lease = LeaseOf(worker);
+  return lease == nullptr || lease->actor ? 0 : lease->holder;
 }
 
 LocalLeaseManager::Lease* LocalLeaseManager::LeaseOf(const WorkerId& worker) {
