@@ -29,8 +29,9 @@ struct LeaseRequest {
   std::string group;  // placement group (binary id), or ""
   int bundle_index = -1;
   bool grant_or_reject = false;
+  bool actor = false;     // for an actor: its worker is never reused after the lease (and its
+                          // calls' results belong to each caller, not the lease holder)
   bool detached = false;  // a detached actor: outlives its holder and job
-  bool actor = false;     // an actor's lease (its results belong to its callers)
   // Its work may be retried elsewhere (the memory monitor kills such leases'
   // workers first).
   bool retriable = false;
