@@ -156,8 +156,9 @@ absl::Status StoreServer::Handle(const StoreCaller& caller, proto::Envelope::Rea
       JobId job = caller.detached ? JobId::Nil() : caller.job;
       Allocate(Parked{caller.client, id, size, /*secondary=*/false,
                       std::chrono::steady_clock::now() + options_.full_grace,
-                      [this, id, job, size, reply = std::move(reply)](absl::StatusOr<uint64_t> at) {
-                        if (at.ok()) object_jobs_[id] = job;
+                      [this, id, job, owner = caller.owner, size,
+                       reply = std::move(reply)](absl::StatusOr<uint64_t> at) {
+                        if (at.ok()) object_jobs_[id] = ObjectRecord{job, owner};
                         reply(StoreReply{at.status(), at.ok() ? *at : 0, size});
                       }});
       return absl::OkStatus();
@@ -194,7 +195,8 @@ absl::Status StoreServer::Handle(const StoreCaller& caller, proto::Envelope::Rea
       // Only the job that created an object frees it.
       ObjectId id = id_of(msg.getStoreDelete());
       auto jit = object_jobs_.find(id);
-      if (jit == object_jobs_.end() || (!jit->second.IsNil() && jit->second != caller.job)) {
+      if (jit == object_jobs_.end() ||
+          (!jit->second.job.IsNil() && jit->second.job != caller.job)) {
         return absl::OkStatus();
       }
       Forget(id);
@@ -235,11 +237,22 @@ void StoreServer::DisconnectClient(ClientId client) {
 void StoreServer::EndJob(const JobId& job) {
   io_thread_.Check("StoreServer");
   std::vector<ObjectId> ids;
-  for (const auto& [id, owner] : object_jobs_) {
-    if (owner == job) ids.push_back(id);
+  for (const auto& [id, record] : object_jobs_) {
+    if (record.job == job) ids.push_back(id);
   }
   for (const ObjectId& id : ids) Forget(id);
   ServeParked();
+}
+
+void StoreServer::OwnerGone(ClientId owner) {
+  io_thread_.Check("StoreServer");
+  if (owner == 0) return;
+  std::vector<ObjectId> ids;
+  for (const auto& [id, record] : object_jobs_) {
+    if (record.owner == owner) ids.push_back(id);
+  }
+  for (const ObjectId& id : ids) Forget(id);
+  if (!ids.empty()) ServeParked();
 }
 
 absl::StatusOr<std::span<const uint8_t>> StoreServer::ServeOut(const ObjectId& id) {
@@ -277,7 +290,7 @@ void StoreServer::BeginPullIn(const ObjectId& id, uint64_t size, const JobId& jo
                       done(at.status());
                       return;
                     }
-                    object_jobs_[id] = job;
+                    object_jobs_[id] = ObjectRecord{job, 0};
                     done(segment_->writable_base() + *at);
                   }});
 }
@@ -330,7 +343,7 @@ std::vector<StoreObjectInfo> StoreServer::LargestObjects(size_t n) const {
       top.pop_back();
     }
     auto jit = object_jobs_.find(info.id);
-    if (jit != object_jobs_.end()) info.job = jit->second;
+    if (jit != object_jobs_.end()) info.job = jit->second.job;
     top.push_back(std::move(info));
     std::push_heap(top.begin(), top.end(), larger);
   };

@@ -117,6 +117,12 @@ void ClientSessions::OnClose(Connection& conn, const absl::Status& why) {
     LogRejectedConnection("node daemon", conn.peer(), why);
   }
   o_.store->DisconnectClient(id);
+  // An owner that closed its connection died or ended: its objects go
+  // (O(objects in the store), so only for clients that can own objects).
+  if (client.role == proto::Role::DRIVER || client.role == proto::Role::WORKER ||
+      client.role == proto::Role::REMOTE_OWNER) {
+    o_.store->OwnerGone(id);
+  }
   o_.worker_logs->OnConnectionClosed(id);
   o_.clients->Remove(id);
   o_.leases->OnClientClosed(id);

@@ -331,6 +331,12 @@ void LocalLeaseManager::ReturnLease(ClientId holder, uint64_t lease_id, bool kil
   Dispatch();
 }
 
+ClientId LocalLeaseManager::TaskLeaseHolder(const WorkerId& worker) {
+  io_thread_.Check("LocalLeaseManager");
+  Lease* lease = LeaseOf(worker);
+  return lease == nullptr || lease->actor ? 0 : lease->holder;
+}
+
 LocalLeaseManager::Lease* LocalLeaseManager::LeaseOf(const WorkerId& worker) {
   Worker* w = options_.pool->Find(worker);
   if (w == nullptr || w->state != WorkerState::kLeased) return nullptr;

@@ -141,6 +141,10 @@ class LocalLeaseManager {
   void set_grants_paused(bool paused) { grants_paused_ = paused; }
   // Whether the lease's work may be retried (false for unknown leases).
   bool IsRetriable(uint64_t lease_id) const;
+  // The holder of `worker`'s lease when it is a normal-task lease: the owner
+  // of the task results that worker stores now. 0: not leased, or an actor's
+  // lease (its calls' results belong to each caller).
+  ClientId TaskLeaseHolder(const WorkerId& worker);
 
  private:
   struct Lease {

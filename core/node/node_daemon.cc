@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -489,6 +490,20 @@ void NodeDaemon::OnStoreRequest(Connection& conn, proto::Envelope::Reader msg) {
     // A detached actor's objects belong to no job.
     Worker* w = pool_->Find(client.worker);
     caller.detached = w != nullptr && leases_->IsDetached(*w);
+  }
+  if (msg.isStoreCreate()) {
+    // Who owns the new object: a Put's creator is its owner; a task result
+    // belongs to whoever holds the lease its worker runs under (an actor
+    // call's result, to a caller the daemon does not know: it goes with its
+    // job). Its primary copy goes when the owner's connection closes.
+    ObjectId id = IdFrom<ObjectId>(msg.getStoreCreate().getObjectId());
+    uint32_t index;  // ObjectId::ForTaskReturn's: 0 for a Put
+    std::memcpy(&index, id.data() + TaskId::kSize, sizeof(index));
+    if (index == 0) {
+      caller.owner = conn.id();
+    } else if (client.role == proto::Role::WORKER) {
+      caller.owner = leases_->TaskLeaseHolder(client.worker);
+    }
   }
   // A create waiting for room, or a get of a spilled object, answers later.
   absl::Status handled = store_->Handle(

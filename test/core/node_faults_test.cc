@@ -106,6 +106,10 @@ class Lender {
   lumen::ObjectRef<std::string> LendPending(std::string dir, std::string gate) {
     return lumen::Task(AnnounceThenAwait).Remote(dir, gate);
   }
+  // A stored task result this actor owns, made on `node`.
+  lumen::ObjectRef<std::vector<uint8_t>> LendFrom(std::string node, int seed) {
+    return lumen::Task(Produce).SetSchedulingStrategy(lumen::NodeAffinity(node, false)).Remote(seed);
+  }
 };
 
 // Leaves a file "<start ns>-<pid>" per attempt in `dir`, takes `mib` MiB of
@@ -152,7 +156,7 @@ int OomScoreAdj(pid_t pid) {
 }
 
 LUMEN_REMOTE(HereNode, AnnounceThenAwait, Produce, Consume, Lender::Create, &Lender::Pid,
-             &Lender::Lend, &Lender::LendPending, Hog, MarkedProduce, MarkedStep,
+             &Lender::Lend, &Lender::LendPending, &Lender::LendFrom, Hog, MarkedProduce, MarkedStep,
              MarkedConsume);
 
 // The head's view of `node`: 1 alive, 0 declared dead, -1 not listed (or the
@@ -349,6 +353,39 @@ TEST_CASE("a borrower whose owner died gets OwnerDiedError within 2 s") {
   REQUIRE_THROWS_AS(lumen::Get(stored, std::chrono::seconds(20)), lumen::OwnerDiedError);
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(2));
   std::ofstream(scratch.gate).flush();  // lets the orphaned task end
+}
+
+TEST_CASE("a dead owner's objects leave every node's store within 2 s") {
+  // Invariant (reliability item 4): when a process that owns objects dies,
+  // the primary copies it owned are deleted from every node's store within
+  // 2 s of its death: a Put on its own node (its connection to that daemon
+  // closes) and a task result made on another node (its remote-owner
+  // connection to that daemon closes); an object of a living owner stays.
+  MultiNodeCluster cluster({Cpus(2), Cpus(2)});
+  auto used = [&](size_t i) -> int64_t {
+    auto stats = lumen::runtime::QueryNodeStats(cluster.node_address(i));
+    return stats.ok() ? static_cast<int64_t>(stats->store_used) : -1;
+  };
+  auto mine = lumen::Put(Produce(9));  // the driver's, on node 0: stays
+  auto lender = lumen::Actor(Lender::Create)
+                    .SetSchedulingStrategy(lumen::NodeAffinity(cluster.node_id(1), false))
+                    .Remote();
+  const int pid = *lumen::Get(lender.Task(&Lender::Pid).Remote(), std::chrono::seconds(30));
+  const int64_t base0 = used(0), base1 = used(1);
+  REQUIRE(base0 >= (1 << 20));
+  auto here = *lumen::Get(lender.Task(&Lender::Lend).Remote(7), std::chrono::seconds(30));
+  auto there = *lumen::Get(lender.Task(&Lender::LendFrom).Remote(cluster.node_id(0), 8),
+                           std::chrono::seconds(30));
+  REQUIRE(lumen::Wait(std::vector{there}, 1, std::chrono::seconds(30)).ready.size() == 1);
+  REQUIRE(WaitUntil([&] {
+    return used(0) >= base0 + (1 << 20) && used(1) >= base1 + (1 << 20);
+  }));
+  REQUIRE(::kill(pid, SIGKILL) == 0);
+  const auto killed = std::chrono::steady_clock::now();
+  REQUIRE(WaitUntil([&] { return used(0) == base0 && used(1) == base1; },
+                    std::chrono::seconds(10)));
+  CHECK(std::chrono::steady_clock::now() - killed < std::chrono::seconds(2));
+  REQUIRE(*lumen::Get(mine, std::chrono::seconds(10)) == Produce(9));
 }
 
 TEST_CASE("over its memory budget a node kills the newest retriable task's worker, retried "

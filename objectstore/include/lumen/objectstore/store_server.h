@@ -120,6 +120,10 @@ struct StoreCaller {
   JobId job;              // the job the objects it creates belong to
   bool local = false;     // a driver or worker of this node: may use every request
   bool detached = false;  // a detached actor: the objects it creates belong to no job
+  // Who owns the objects it creates, as the daemon's id of the owner's
+  // connection: they go when that connection closes (OwnerGone). 0: unknown,
+  // they go with their job.
+  ClientId owner = 0;
 };
 
 // The answer to one store request.
@@ -162,6 +166,10 @@ class StoreServer {
   void DisconnectClient(ClientId client);
   // The job ended: every object it created is deleted (disk copies too).
   void EndJob(const JobId& job);
+  // The owner whose connection is `owner` is gone (it died, or ended): every
+  // primary copy it owns is deleted (disk copies too); one a reader still
+  // pins goes when the last pin is released. O(objects in the store).
+  void OwnerGone(ClientId owner);
 
   // For the transfer server: pins a sealed object (kTransferClient) and returns
   // its bytes; EndServeOut unpins it. A spilled object is not served:
@@ -246,8 +254,13 @@ class StoreServer {
   // declared after segment_ so that it stops first.
   std::unique_ptr<SegmentReserver> reserver_;
   ObjectTable table_;
-  // Which job created each object (Nil: a detached actor's, freed by whoever owns it).
-  absl::flat_hash_map<ObjectId, JobId> object_jobs_;
+  // Which job created each object (Nil: a detached actor's, freed by whoever
+  // owns it), and whose connection owns it (0: unknown; secondary copies).
+  struct ObjectRecord {
+    JobId job;
+    ClientId owner = 0;
+  };
+  absl::flat_hash_map<ObjectId, ObjectRecord> object_jobs_;
   std::deque<Parked> parked_;
   boost::asio::steady_timer timer_;
   SpillIndex index_;
