@@ -199,19 +199,26 @@ void PlacementGroupManager::OnBundleReply(uint64_t ticket, const absl::Status& s
   Emit(g, GroupEvent::kCreated);
 }
 
-void PlacementGroupManager::OnNodeDead(const std::string& node_id) {
-  thread_.Check("PlacementGroupManager");
+void PlacementGroupManager::FailTicketsOf(const std::string& node_id, const std::string& why) {
   bool lost_reply = std::any_of(tickets_.begin(), tickets_.end(),
                                 [&](const auto& t) { return t.second.node_id == node_id; });
-  if (lost_reply) {
-    auto git = groups_.find(in_flight_);
-    if (git != groups_.end()) {
-      LUMEN_LOG(INFO) << "placement group " << git->second.name << ": node "
-                      << ShortId(node_id) << " died during " << GroupStateName(git->second.state)
-                      << "; rolling back";
-      RollBack(git->second, "the node died");
-    }
-  }
+  if (!lost_reply) return;
+  auto git = groups_.find(in_flight_);
+  if (git == groups_.end()) return;
+  LUMEN_LOG(INFO) << "placement group " << git->second.name << ": node " << ShortId(node_id)
+                  << " " << why << " during " << GroupStateName(git->second.state)
+                  << "; rolling back";
+  RollBack(git->second, "the node " + why);
+}
+
+void PlacementGroupManager::OnNodeReconnected(const std::string& node_id) {
+  thread_.Check("PlacementGroupManager");
+  FailTicketsOf(node_id, "lost its connection to the head");
+}
+
+void PlacementGroupManager::OnNodeDead(const std::string& node_id) {
+  thread_.Check("PlacementGroupManager");
+  FailTicketsOf(node_id, "died");
   std::vector<std::string> hit;
   for (const auto& [id, g] : groups_) {
     if (g.state == GroupState::kCreated &&

@@ -20,6 +20,10 @@ uint64_t ClientId() {
 
 std::atomic<uint64_t> next_request{1};
 
+bool IsKvWrite(proto::KvOp op) {
+  return op == proto::KvOp::PUT || op == proto::KvOp::DELETE || op == proto::KvOp::DELETE_PREFIX;
+}
+
 }  // namespace
 
 std::chrono::milliseconds ControlRetryBackoff(int attempt) {
@@ -40,6 +44,12 @@ bool SetRetryKey(proto::Envelope::Builder request) {
       break;
     case proto::Envelope::UPDATE_ACTOR_ADDRESS:
       key = request.getUpdateActorAddress().initRetryKey();
+      break;
+    case proto::Envelope::KV:
+      // Only the writes: a query is resent as it is (SafeToResend), and a
+      // wait's reply must not be replayed from the head's table.
+      if (!IsKvWrite(request.getKv().getOp())) return false;
+      key = request.getKv().initRetryKey();
       break;
     default:
       return false;
@@ -75,6 +85,10 @@ std::optional<RetryKeyValue> RetryKeyOf(proto::Envelope::Reader request) {
       auto m = request.getUpdateActorAddress();
       return Value(m.hasRetryKey(), m.getRetryKey());
     }
+    case proto::Envelope::KV: {
+      auto m = request.getKv();
+      return Value(m.hasRetryKey(), m.getRetryKey());
+    }
     default:
       return std::nullopt;
   }
@@ -97,6 +111,9 @@ void SetRetryAttempt(proto::Envelope::Builder request, uint32_t attempt) {
     case proto::Envelope::UPDATE_ACTOR_ADDRESS:
       if (request.getUpdateActorAddress().hasRetryKey())
         request.getUpdateActorAddress().getRetryKey().setAttempt(attempt);
+      break;
+    case proto::Envelope::KV:
+      if (request.getKv().hasRetryKey()) request.getKv().getRetryKey().setAttempt(attempt);
       break;
     default:
       break;

@@ -20,7 +20,7 @@
 //                               .removed_groups = &pgs.removed(), .send = send_on_connection});
 //   views.SendTo(node_id);   // after its report
 //   views.Broadcast();       // a node joined or died, a group was created or removed
-//   views.Forget(node_id);   // it died
+//   views.Forget(node_id);   // it died, or registered again on a new connection
 //
 // Only on the head's event loop (checked in debug builds). Borrowed sources
 // outlive the publisher.
@@ -63,8 +63,9 @@ class ClusterViewPublisher {
   void set_head_persistent(bool persistent) { sources_.head_persistent = persistent; }
   // Sends every alive node its view.
   void Broadcast();
-  // Forgets what was sent to `node` (it died; a node never comes back under
-  // the same id).
+  // Forgets what was sent to `node`: it died, or it registered again on a new
+  // connection (what went out on the old one may be lost: its next view is
+  // the whole view).
   void Forget(const NodeId& node) { sent_.erase(node); }
 
   // How far a node's views went into each source.

@@ -31,6 +31,7 @@
 #include "core/head/job_table.h"
 #include "core/head/kv_service.h"
 #include "core/head/named_actor_service.h"
+#include "core/head/node_probe.h"
 #include "core/head/node_table.h"
 #include "core/head/placement_group_service.h"
 #include "core/head/request_deduplicator.h"
@@ -84,7 +85,8 @@ class HeadService {
                   if (conn != nullptr) conn->Send(message);
                   return conn != nullptr;
                 }}),
-        health_timer_(io_) {}
+        health_timer_(io_),
+        probe_(io_, options.timeouts.health_check_period) {}
 
   int Run();
   asio::io_context& io() { return io_; }
@@ -154,6 +156,7 @@ class HeadService {
   RequestDeduplicator dedup_;  // retried control requests (doc/reliability.md, item 9)
   ClusterViewPublisher views_;
   asio::steady_timer health_timer_;
+  NodeProbe probe_;  // is a disconnected node's daemon still there?
   // When the next health check is due (its timer's expiry); unset before the first.
   std::optional<std::chrono::steady_clock::time_point> next_check_;
   std::unique_ptr<HttpServer> http_;  // when options_.metrics_port >= 0
@@ -226,7 +229,17 @@ bool HeadService::StartHttp() {
                     "answered with the reply to their first attempt (not acted on again).\n"
                     "# TYPE lumen_head_repeated_requests_total counter\n"
                     "lumen_head_repeated_requests_total ",
-                    dedup_.replayed(), "\n");
+                    dedup_.replayed(), "\n",
+                    "# HELP lumen_head_node_reconnects_total Alive nodes that registered again "
+                    "on a new connection (a reset link, a restarted head).\n"
+                    "# TYPE lumen_head_node_reconnects_total counter\n"
+                    "lumen_head_node_reconnects_total ",
+                    nodes_.rejoined(), "\n",
+                    "# HELP lumen_head_nodes_declared_dead_total Nodes declared dead (silent, "
+                    "disconnected past the grace, or left).\n"
+                    "# TYPE lumen_head_nodes_declared_dead_total counter\n"
+                    "lumen_head_nodes_declared_dead_total ",
+                    nodes_.declared_dead(), "\n");
     return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", std::move(page)};
   });
   dashboard_ = std::make_unique<DashboardRoutes>(DashboardRoutes::Options{
@@ -409,7 +422,7 @@ bool HeadService::HandleNodeFrame(Connection& conn, proto::Envelope::Reader msg)
 
 void HeadService::OnReport(Connection& conn, proto::NodeStats::Reader stats, bool registering) {
   NodeId id = IdFrom<NodeId>(stats.getNodeId());
-  switch (nodes_.Report(conn.id(), stats, std::chrono::steady_clock::now())) {
+  switch (nodes_.Report(conn.id(), stats, std::chrono::steady_clock::now(), registering)) {
     case NodeTable::ReportOutcome::kRefused:
       // Declared dead once: its old incarnation may not come back. A late
       // report is dropped; a registration is told.
@@ -417,6 +430,16 @@ void HeadService::OnReport(Connection& conn, proto::NodeStats::Reader stats, boo
         SendReply(conn, 0, [&](proto::Envelope::Builder env) { env.setMarkNodeDead(DataOf(id)); });
       }
       return;
+    case NodeTable::ReportOutcome::kIgnored:
+      return;  // a late report on the connection it left
+    case NodeTable::ReportOutcome::kRejoined:
+      // Back on a new connection within the grace (doc/reliability.md, item
+      // 8): the same node. What went out on its old connection may be lost:
+      // it gets the whole view again, and a bundle phase waiting for its
+      // reply is rolled back (the cancels go on the new connection).
+      views_.Forget(id);
+      groups_.OnNodeReconnected(id);
+      [[fallthrough]];
     case NodeTable::ReportOutcome::kJoined:
       if (const NodeTable::Node* node = nodes_.Find(id)) {
         recorder_.Put(HeadTable::kNodes, std::string(id.Binary()), node->stats_frame);
@@ -538,7 +561,18 @@ void HeadService::OnClose(Connection& conn, const absl::Status& why) {
       why.code() == absl::StatusCode::kDataLoss) {
     LogRejectedConnection("head", conn.peer(), why);
   }
-  OnNodesDead(nodes_.DropConnection(conn.id()));
+  // A node's link closing is not its death: it has the health checks' grace
+  // to register again (NodeTable::DropConnection); the others see it without
+  // free resources meanwhile.
+  const auto disconnected = nodes_.DropConnection(conn.id(), std::chrono::steady_clock::now());
+  for (const NodeId& id : disconnected) {
+    // A daemon that died closed its connection too: found gone, it is dead now.
+    if (const NodeTable::Node* node = nodes_.Find(id)) {
+      probe_.Probe(id, node->address,
+                   [this](const NodeId& gone) { OnNodesDead(nodes_.DeclareGone(gone)); });
+    }
+  }
+  if (!disconnected.empty()) views_.Broadcast();
   kv_.DropConnection(conn.id());
   groups_.DropConnection(conn.id());
   // The connection may still be on the stack: release it after this handler.

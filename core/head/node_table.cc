@@ -22,17 +22,28 @@ int NodeTable::StoreLevel(uint64_t used, uint64_t capacity) {
 }
 
 NodeTable::ReportOutcome NodeTable::Report(uint64_t conn_id, proto::NodeStats::Reader stats,
-                                           Clock::time_point now) {
+                                           Clock::time_point now, bool registering) {
   thread_.Check("NodeTable");
   NodeId id = IdFrom<NodeId>(stats.getNodeId());
   if (dead_.contains(id)) {
     ++stale_refused_;
     return ReportOutcome::kRefused;
   }
-  Node& node = nodes_[id];
-  bool joined = node.conn_id == 0;
-  if (joined && conn_id != 0) {
+  auto [it, added] = nodes_.try_emplace(id);
+  Node& node = it->second;
+  // A known node on another connection than the one it reports on: a
+  // registration moves it there (its link was reset, or the head restarted);
+  // a report is a late frame of the connection it left.
+  const bool moved = !added && node.conn_id != conn_id;
+  if (moved && !registering && node.conn_id != 0) return ReportOutcome::kIgnored;
+  const bool rejoined = moved && conn_id != 0;
+  const bool joined = added || rejoined;
+  if (added && conn_id != 0) {
     LUMEN_LOG(INFO) << "node " << id.Hex().substr(0, 12) << " joined ("
+                    << stats.getAddress().cStr() << ")";
+  } else if (rejoined) {
+    ++rejoined_;
+    LUMEN_LOG(INFO) << "node " << id.Hex().substr(0, 12) << " registered again on a new connection ("
                     << stats.getAddress().cStr() << ")";
   }
   node.conn_id = conn_id;
@@ -57,6 +68,7 @@ NodeTable::ReportOutcome NodeTable::Report(uint64_t conn_id, proto::NodeStats::R
   node.stats_frame.clear();
   AppendFrame(copy, &node.stats_frame);
   if (changed) Touch(id, node);
+  if (rejoined) return ReportOutcome::kRejoined;
   return joined ? ReportOutcome::kJoined : ReportOutcome::kUpdated;
 }
 
@@ -65,7 +77,9 @@ std::vector<NodeTable::DeadNode> NodeTable::ExpireSilent(Clock::time_point now) 
   std::vector<DeadNode> dead;
   for (auto& [id, node] : nodes_) {
     if (!node.alive || now - node.last_report <= silence_limit()) continue;
-    LUMEN_LOG(WARNING) << "node " << id.Hex().substr(0, 12) << " is dead (no report for "
+    LUMEN_LOG(WARNING) << "node " << id.Hex().substr(0, 12) << " is dead ("
+                       << (node.conn_id == 0 ? "without a connection, not registered again, for "
+                                             : "no report for ")
                        << options_.failure_threshold << " health check periods of "
                        << options_.health_check_period.count() << " ms)";
     dead.push_back(MarkDead(id, node));
@@ -91,16 +105,33 @@ bool NodeTable::RefuseIfStale(uint64_t conn_id) {
   return true;
 }
 
-std::vector<NodeTable::DeadNode> NodeTable::DropConnection(uint64_t conn_id) {
+std::vector<NodeId> NodeTable::DropConnection(uint64_t conn_id, Clock::time_point now) {
   thread_.Check("NodeTable");
-  std::vector<DeadNode> dead;
+  std::vector<NodeId> disconnected;
+  if (conn_id == 0) return disconnected;
   for (auto& [id, node] : nodes_) {
     if (node.conn_id != conn_id || !node.alive) continue;
-    LUMEN_LOG(WARNING) << "node " << id.Hex().substr(0, 12) << " is dead (connection lost)";
-    dead.push_back(MarkDead(id, node));
+    LUMEN_LOG(WARNING) << "node " << id.Hex().substr(0, 12)
+                       << " lost its connection; it is declared dead unless it registers again "
+                          "within "
+                       << silence_limit().count() << " ms";
+    node.conn_id = 0;
+    // The grace is counted from the close (a report may have been lost with it).
+    node.last_report = std::max(node.last_report, now);
+    Touch(id, node);  // the other nodes see it without free resources
+    disconnected.push_back(id);
   }
   dead_conns_.erase(conn_id);  // closed: nothing more comes on it
-  return dead;
+  return disconnected;
+}
+
+std::vector<NodeTable::DeadNode> NodeTable::DeclareGone(const NodeId& id) {
+  thread_.Check("NodeTable");
+  auto it = nodes_.find(id);
+  if (it == nodes_.end() || !it->second.alive || it->second.conn_id != 0) return {};
+  LUMEN_LOG(WARNING) << "node " << id.Hex().substr(0, 12)
+                     << " is dead (connection lost and its daemon is gone)";
+  return {MarkDead(id, it->second)};
 }
 
 std::vector<NodeTable::DeadNode> NodeTable::Leave(const NodeId& id, uint64_t conn_id) {
@@ -149,6 +180,9 @@ void NodeTable::FillOne(const Node& node, capnp::List<proto::NodeStats>::Builder
   capnp::FlatArrayMessageReader reader(kj::arrayPtr(words, n));
   list.setWithCaveats(i, reader.getRoot<proto::NodeStats>());
   list[i].setAlive(node.alive);
+  // Disconnected: alive (its work goes on) but not to be given more until it
+  // registers again.
+  if (node.alive && node.conn_id == 0) list[i].initAvailable(0);
 }
 
 void NodeTable::FillNodes(capnp::List<proto::NodeStats>::Builder list) const {
@@ -189,13 +223,16 @@ scheduler::ClusterResourceView NodeTable::ResourceView() const {
     auto total = scheduler::ResourceSet::FromMap(node.total);
     auto available = scheduler::ResourceSet::FromMap(node.available);
     if (!total.ok() || !available.ok()) continue;
-    view.Upsert(std::string(id.Binary()), scheduler::NodeResources{*total, *available, node.alive});
+    // A disconnected node gets no bundles: the head could not reach it.
+    view.Upsert(std::string(id.Binary()),
+                scheduler::NodeResources{*total, *available, node.connected()});
   }
   return view;
 }
 
 NodeTable::DeadNode NodeTable::MarkDead(const NodeId& id, Node& node) {
   node.alive = false;
+  ++declared_dead_;
   dead_.insert(id);
   if (node.conn_id != 0) dead_conns_.insert(node.conn_id);
   Touch(id, node);

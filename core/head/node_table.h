@@ -13,7 +13,15 @@
 // reports that came meanwhile may still be unread in its sockets, so the head
 // excuses that stall (ExcuseSilence) instead of declaring every node dead at
 // once. A dead node's id is remembered: its incarnation may not come
-// back (a restarted node registers under a new id). Time is an argument of
+// back (a restarted node registers under a new id).
+//
+// A lost connection is not a death (doc/reliability.md, item 8): the node is
+// disconnected (alive, no connection: no bundles are placed on it and other
+// nodes see no free resources on it) for the silence limit counted from the
+// close; if it registers again under its id on a new connection by then it
+// goes on as the same node (kRejoined), else ExpireSilent declares it dead.
+// A restored node (a restarted head) is disconnected in the same way until
+// it registers. Time is an argument of
 // every call that needs it, so tests drive it with a manual clock.
 //
 // No I/O. Not thread-safe: owned by the head's event loop (checked in debug
@@ -44,7 +52,7 @@ class NodeTable {
   };
 
   struct Node {
-    uint64_t conn_id = 0;  // the connection it reports on
+    uint64_t conn_id = 0;  // the connection it reports on; 0: disconnected (or restored)
     bool alive = true;
     Clock::time_point last_report;
     std::map<std::string, double> total;
@@ -62,6 +70,9 @@ class NodeTable {
     // resources, addresses, store_level) last changed; its periodic reports that change
     // nothing of that leave it alone.
     uint64_t version = 0;
+    // Alive and on an open connection: bundles may be placed on it, and
+    // other nodes see its free resources.
+    bool connected() const { return alive && conn_id != 0; }
   };
 
   // A node just declared dead, and what went with it.
@@ -72,9 +83,15 @@ class NodeTable {
   };
 
   enum class ReportOutcome {
-    kJoined,   // first report of this node: every node should get a new view
-    kUpdated,  // a known node's periodic report
-    kRefused,  // its incarnation was declared dead: it must not come back
+    kJoined,    // first report of this node: every node should get a new view
+    kRejoined,  // a known, alive node registered again on a new connection
+                // (its link reset, or the head restarted): a new view for all,
+                // the whole view for it, and what was in flight on its old
+                // connection is lost
+    kUpdated,   // a known node's periodic report
+    kRefused,   // its incarnation was declared dead: it must not come back
+    kIgnored,   // a report on a connection the node no longer uses (it
+                // registered again on another): dropped
   };
 
   // Steps of store use a report must cross to reach the other nodes (5%;
@@ -86,8 +103,11 @@ class NodeTable {
 
   explicit NodeTable(Options options) : options_(options) {}
 
-  // Records a registration or report received at `now` on connection `conn_id`.
-  ReportOutcome Report(uint64_t conn_id, proto::NodeStats::Reader stats, Clock::time_point now);
+  // Records a registration (`registering`) or a periodic report received at
+  // `now` on connection `conn_id`. Only a registration moves a known node to
+  // a new connection.
+  ReportOutcome Report(uint64_t conn_id, proto::NodeStats::Reader stats, Clock::time_point now,
+                       bool registering = true);
   // A restarted head puts back a node it persisted: `stats_frame` is its
   // registration (a framed NodeStats, as Node::stats_frame). It counts as
   // alive, with no connection, until `alive_until` plus the silence limit
@@ -107,6 +127,12 @@ class NodeTable {
   // How many frames RefuseIfStale refused, and reports of dead incarnations
   // Report refused, since the start (for /metrics and tests).
   uint64_t stale_refused() const { return stale_refused_; }
+  // Registrations of alive nodes on a new connection (kRejoined), since the
+  // start; restored nodes registering after a head restart included.
+  uint64_t rejoined() const { return rejoined_; }
+  // Nodes declared dead since the start (silent, disconnected past the limit,
+  // or left).
+  uint64_t declared_dead() const { return declared_dead_; }
 
   // Declares dead every alive node silent for more than `failure_threshold`
   // periods as of `now`, and returns them.
@@ -114,8 +140,12 @@ class NodeTable {
   // The head was stalled for `stall` (its check ran that late) up to `now`:
   // that time does not count as any alive node's silence. O(nodes).
   void ExcuseSilence(Clock::duration stall, Clock::time_point now);
-  // Declares dead the alive nodes reporting on `conn_id` (it closed).
-  std::vector<DeadNode> DropConnection(uint64_t conn_id);
+  // The connection `conn_id` closed at `now`: the alive nodes reporting on it
+  // are disconnected (see above) and returned; none is declared dead here.
+  std::vector<NodeId> DropConnection(uint64_t conn_id, Clock::time_point now);
+  // Declares `id` dead if it is disconnected (alive without a connection):
+  // its daemon was found gone (NodeProbe); empty otherwise.
+  std::vector<DeadNode> DeclareGone(const NodeId& id);
   // Declares `id` dead if it is alive and reports on `conn_id` (it leaves on
   // purpose); empty otherwise.
   std::vector<DeadNode> Leave(const NodeId& id, uint64_t conn_id);
@@ -158,6 +188,8 @@ class NodeTable {
   // Connections of dead incarnations still open (erased when they close).
   absl::flat_hash_set<uint64_t> dead_conns_;
   uint64_t stale_refused_ = 0;
+  uint64_t rejoined_ = 0;
+  uint64_t declared_dead_ = 0;
   uint64_t version_ = 0;
   std::map<uint64_t, NodeId> by_version_;  // each node under its current version
   ThreadChecker thread_;

@@ -64,6 +64,11 @@ class PlacementGroupService {
   void Schedule();
   // A node died: its phase replies will not come, its bundles are lost.
   void OnNodeDead(const NodeId& id) { manager_.OnNodeDead(std::string(id.Binary())); }
+  // A node registered again on a new connection: replies sent on its old one
+  // are lost (its phase in flight is rolled back); its bundles stay.
+  void OnNodeReconnected(const NodeId& id) {
+    manager_.OnNodeReconnected(std::string(id.Binary()));
+  }
   // Forgets the parked waits of a closed connection.
   void DropConnection(uint64_t conn_id);
 

@@ -21,7 +21,11 @@ HeadLink::HeadLink(asio::io_context& io, HeadLinkOptions options, HeadLinkCallba
       retry_timer_(io),
       report_timer_(io),
       connect_deadline_(io),
-      backoff_({.initial = options_.timeouts.head_retry_period,
+      // From at most one health-check period: a link reset with the head
+      // alive is healed well within the head's grace (period x threshold,
+      // doc/reliability.md item 8) and the node goes on as itself.
+      backoff_({.initial = std::min(options_.timeouts.head_retry_period,
+                                    options_.timeouts.health_check_period),
                 .max = std::max<std::chrono::milliseconds>(options_.timeouts.head_retry_period,
                                                            std::chrono::seconds(2)),
                 .give_up_after = options_.timeouts.head_reconnect_timeout}) {}

@@ -7,9 +7,12 @@
 // Losing the head (doc/reliability.md, item 6): before the first registration
 // it retries every Timeouts::head_retry_period, without end (the head may
 // start later). Once registered, a lost head is retried with a Backoff (from
-// head_retry_period, doubling up to 2 s) until Timeouts::head_reconnect_timeout,
-// and the node registers again under its own id with its resources; the work
-// running on the node goes on meanwhile. When that time passes, or at once
+// the smaller of head_retry_period and the health-check period, doubling up
+// to 2 s) until Timeouts::head_reconnect_timeout, and the node registers again
+// under its own id with its resources; the work running on the node goes on
+// meanwhile. The same reconnect heals a link reset while the head lives: the
+// head keeps a node whose connection closed for its health-check grace
+// (doc/reliability.md, item 8). When that time passes, or at once
 // when the head said it persists nothing (ClusterView.headPersistent false),
 // on_head_lost tells the daemon to stop, with an error naming the head.
 //

@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <typeinfo>
 
 #include "absl/strings/str_cat.h"
@@ -19,7 +21,9 @@
 #include "core/worker/dependency_resolver.h"
 #include "core/worker/executor_host.h"
 #include "core/worker/normal_task_submitter.h"
+#include "core/worker/object_recovery.h"
 #include "core/worker/output_tagger.h"
+#include "core/worker/submission_queue.h"
 #include "core/worker/task_event_flusher.h"
 #include "core/worker/task_manager.h"
 #include "core/worker/worker_log_printer.h"
@@ -42,6 +46,19 @@ namespace {
 // destructor) keeps it alive while Shutdown stops and drops it.
 std::atomic<std::shared_ptr<CoreWorker>> current_core_worker;
 
+// LUMEN_SUBMIT_CHUNK (default SubmissionQueue::kDefaultChunk; 0: no bound):
+// the most submitted tasks the io thread takes in one turn. Read once per
+// process.
+size_t SubmissionChunk() {
+  static const size_t chunk = [] {
+    const char* v = std::getenv("LUMEN_SUBMIT_CHUNK");
+    if (v == nullptr) return SubmissionQueue::kDefaultChunk;
+    const long n = std::atol(v);
+    return n <= 0 ? std::numeric_limits<size_t>::max() : static_cast<size_t>(n);
+  }();
+  return chunk;
+}
+
 }  // namespace
 
 std::shared_ptr<CoreWorker> CurrentCoreWorker() {
@@ -58,6 +75,7 @@ CoreWorker::CoreWorker(CoreWorkerOptions options)
           io_, HeadRequester::Options{options_.head_address, options_.timeouts.head_call_timeout})) {
   releaser_->core = this;
   receiver_ = std::make_unique<TaskReceiver>();
+  submissions_ = std::make_unique<SubmissionQueue>(SubmissionChunk());
   CreateObjectTracking();
   borrowers_ = std::make_unique<BorrowerRegistry>();
   lease_transport_ = std::make_unique<NodeLeaseTransport>(*this);
@@ -81,7 +99,12 @@ void CoreWorker::CreateObjectTracking() {
       ReferenceCounter::Callbacks{
           .on_freed =
               [this](ReferenceCounter::Freed freed) {
-                if (freed.stored) DeleteCopies(freed.id, std::move(freed.copies));
+                if (freed.stored) {
+                  DeleteCopies(freed.id, std::move(freed.copies));
+                  // Its lineage (if any) goes with it, releasing its task's arguments.
+                  PostToIo("worker.forget_lineage",
+                           [this, id = freed.id] { recovery_->Forget(id); });
+                }
                 if (freed.is_actor && !stopped_) {
                   // No handle to the actor is left anywhere: it ends (unless detached).
                   PostToIo("worker.actor_out_of_scope", [this, id = freed.id] { actor_owner_->OnOutOfScope(id); });
@@ -115,6 +138,19 @@ void CoreWorker::CreateObjectTracking() {
           .notify_blocked = [this](bool blocked) { NotifyBlocked(blocked); },
       });
   tasks_ = std::make_unique<TaskManager>(*memory_store_);
+  recovery_ = std::make_unique<ObjectRecovery>(
+      *object_table_, *tasks_, ObjectRecovery::Options::FromEnv(),
+      ObjectRecovery::Callbacks{
+          .resubmit =
+              [this](std::unique_ptr<PendingTask> task) {
+                TaskEvents().Record(TaskEventKind::kSubmitted, task->task_id, task->attempt,
+                                    task->name(), {});
+                // Owned by the resolver's callbacks until its arguments are ready.
+                resolver_->Resolve(task.release());
+              },
+      });
+  tasks_->SetLineageSink(
+      [this](std::unique_ptr<PendingTask> task) { recovery_->KeepLineage(std::move(task)); });
   resolver_ = std::make_unique<DependencyResolver>(
       *object_table_,
       DependencyResolver::Callbacks{
@@ -408,10 +444,8 @@ void CoreWorker::Stop() {
   }
   // Drop queued work (its refs) while the maps are still consistent.
   submitter_->Clear();
-  {
-    absl::MutexLock lock(&submit_mu_);
-    submissions_.clear();
-  }
+  recovery_->Clear();
+  submissions_->TakeAll();
 }
 
 bool CoreWorker::PostToIo(const char* name, std::function<void()> fn) {

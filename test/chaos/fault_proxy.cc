@@ -1,5 +1,6 @@
 #include "test/chaos/fault_proxy.h"
 
+#include <future>
 #include <random>
 #include <vector>
 
@@ -113,11 +114,25 @@ FaultProxy::~FaultProxy() {
   thread_.join();
 }
 
+void FaultProxy::ResetAll() {
+  std::promise<void> done;
+  asio::post(io_, [this, &done] {
+    for (const std::weak_ptr<Link>& weak : links_) {
+      if (auto link = weak.lock()) link->Close(true);
+    }
+    done.set_value();
+  });
+  done.get_future().wait();
+}
+
 void FaultProxy::Accept() {
   acceptor_.async_accept([this](const boost::system::error_code& ec, tcp::socket socket) {
     if (ec) return;
     connections_.fetch_add(1);
-    std::make_shared<Link>(*this, std::move(socket))->Start();
+    auto link = std::make_shared<Link>(*this, std::move(socket));
+    std::erase_if(links_, [](const std::weak_ptr<Link>& l) { return l.expired(); });
+    links_.push_back(link);
+    link->Start();
     Accept();
   });
 }

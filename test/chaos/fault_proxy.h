@@ -21,6 +21,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <boost/asio.hpp>
 
@@ -49,6 +50,9 @@ class FaultProxy {
   uint64_t chunks() const { return chunks_.load(); }
   // Stops or resumes resetting (delays and splitting go on).
   void set_resets(bool on) { resets_on_.store(on); }
+  // Resets every connection open now (RST to both peers, counted in
+  // resets()), on the proxy's thread; returns once that is done.
+  void ResetAll();
 
  private:
   struct Link;
@@ -61,6 +65,7 @@ class FaultProxy {
   std::atomic<uint64_t> connections_{0}, resets_{0}, chunks_{0};
   std::atomic<bool> resets_on_{true};
   std::shared_ptr<struct ProxyRandom> random_;  // io thread only
+  std::vector<std::weak_ptr<Link>> links_;      // io thread only
   std::thread thread_;
 };
 

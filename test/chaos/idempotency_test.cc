@@ -63,10 +63,10 @@ TEST_CASE("RPC idempotency: a control request whose first attempt fails acts onc
   // creating a named actor registers the name once (one actor answers to it;
   // acting on the resent registration again would fail it with "already
   // exists"); removing the group and killing the actor (its name freed
-  // through the io thread's HeadRequester) take effect once; a key-value get is
-  // retried to the right answer, and a put (no key: not resent once it may have
-  // been acted on) either succeeds or fails saying the head may have acted,
-  // and is then in the store exactly as written. Retries reuse the key: the
+  // through the io thread's HeadRequester) take effect once; key-value writes
+  // (keyed too) act once: a put-if-absent answers "added" once and a second
+  // one "not added", a delete answers "deleted"; a get is retried to the
+  // right answer. Retries reuse the key: the
   // head counts the repeats it answered from its table (0 when nothing
   // reached it twice).
   lumen::test::chaos::Seed seed;
@@ -81,7 +81,7 @@ TEST_CASE("RPC idempotency: a control request whose first attempt fails acts onc
       INFO("mode " << mode);
       const std::string rules = "createPlacementGroup:" + mode + ":1:1,registerActorName:" + mode +
                                 ":1:1,removePlacementGroup:" + mode + ":1:1,unregisterActorName:" +
-                                mode + ":1:1,kv:" + mode + ":1:2";
+                                mode + ":1:1,kv:" + mode + ":1:4";
       REQUIRE(FaultInjector::Configure(rules, seed.value()).ok());
 
       auto pg = lumen::CreatePlacementGroup({.bundles = {{{"CPU", 1}}}});
@@ -97,23 +97,17 @@ TEST_CASE("RPC idempotency: a control request whose first attempt fails acts onc
       int pid = *lumen::Get(actor.Task(&Named::Pid).Remote(), std::chrono::seconds(20));
       CHECK(*lumen::Get(lumen::GetActor<Named>(name).Task(&Named::Pid).Remote()) == pid);
 
-      // A get is retried to its answer; a put is not resent once sent.
-      bool put_ok = true;
-      std::string put_error;
-      try {
-        lumen::kv::Put("k-" + mode, "v", "idem", /*overwrite=*/false);
-      } catch (const lumen::KvError& e) {
-        put_ok = false;
-        put_error = e.what();
-      }
-      if (mode == "fail_before_send") {
-        CHECK(put_ok);
-      } else {
-        CHECK_FALSE(put_ok);
-        CHECK(put_error.find("may or may not have acted") != std::string::npos);
-      }
-      CHECK(lumen::kv::Get("k-" + mode, "idem") == std::optional<std::string>("v"));
-      CHECK(FaultInjector::Fired("kv") == 2);
+      // Key-value writes carry a retry key too: each is resent after a
+      // failed attempt and acts once. Without the key a resent
+      // put-if-absent would answer "not added" and a resent delete "nothing
+      // deleted" (the first attempt did it); a get is simply retried.
+      const std::string key = "k-" + mode;
+      CHECK(lumen::kv::Put(key, "v", "idem", /*overwrite=*/false));   // added, once
+      CHECK_FALSE(lumen::kv::Put(key, "w", "idem", /*overwrite=*/false));  // there already
+      CHECK(lumen::kv::Get(key, "idem") == std::optional<std::string>("v"));
+      CHECK(lumen::kv::Delete(key, "idem"));                            // deleted, once
+      CHECK(FaultInjector::Fired("kv") == 4);
+      CHECK_FALSE(lumen::kv::Get(key, "idem").has_value());
 
       lumen::RemovePlacementGroup(pg.GetID());
       CHECK(GroupsWithId(head, pg.GetID(), &state) <= 1);
@@ -136,10 +130,14 @@ TEST_CASE("RPC idempotency: a control request whose first attempt fails acts onc
       // mode's actor's name; either way one release went through a fault.)
       CHECK(FaultInjector::Fired("unregisterActorName") == 1);
       // What reached the head twice was answered from its table: the create
-      // and the name's registration and release (fail_before_send: nothing).
+      // and the name's registration and release, and (the reply dropped after
+      // the head acted, so it surely reached it twice) the three key-value
+      // writes (fail_before_send: nothing).
       long now = Repeated(cluster);
       if (mode == "fail_before_send") {
         CHECK(now == repeated);
+      } else if (mode == "drop_reply") {
+        CHECK(now >= repeated + 2 + 3);
       } else {
         CHECK(now >= repeated + 2);
       }

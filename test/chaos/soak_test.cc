@@ -1,9 +1,10 @@
 // Issue 14, matrix item 18: the chaos soak, scaled to run in well under 90 s
 // on 2 loaded cores. A head and three nodes on loopback; nested tasks and a
 // sequenced actor run while a worker killer SIGKILLs a random busy worker
-// every second and one node daemon is SIGKILLed a third of the way through.
-// Not done (no fault proxy in the tree yet, matrix item 8): delay on the links.
-// Run time ~20 s; the invariant is stated in the test case.
+// every second and one node daemon is SIGKILLed a third of the way through,
+// with the driver's and the two other nodes' links to the head behind fault
+// proxies (test/chaos/fault_proxy.h: 0-80 ms per chunk, split writes, 1 %
+// resets). Run time ~20 s; the invariant is stated in the test case.
 #include <signal.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <set>
 #include <sstream>
@@ -24,6 +26,7 @@
 #include "lumen/internal/runtime.h"
 #include "lumen/lumen.h"
 #include "test/chaos/chaos_support.h"
+#include "test/chaos/fault_proxy.h"
 #include "test/core/test_support.h"
 
 namespace {
@@ -127,7 +130,9 @@ using lumen::test::chaos::Seed;
 TEST_CASE("chaos soak: nested tasks and an actor survive a worker killer and a node death",
           "[chaos]") {
   // Invariant: while a random busy worker is SIGKILLed every second and one of
-  // three nodes is SIGKILLed, every nested task returns its correct sum
+  // three nodes is SIGKILLed, and the links to the head from the driver and
+  // the two other nodes (and so their workers) delay each chunk 0-80 ms and
+  // reset 1 % of them, every nested task returns its correct sum
   // (max_retries=-1), the actor (max_restarts=-1, max_task_retries=-1) returns
   // every sequence number and each incarnation receives them in order; at the
   // end the alive nodes' free CPUs equal their total (only the actor's lease
@@ -152,7 +157,31 @@ TEST_CASE("chaos soak: nested tasks and an actor survive a worker killer and a n
     spec.store_bytes = 128ull << 20;
     // Deaths come from the SIGKILLs (noticed at once through the sockets), not
     // from health checks missed on a loaded machine: 100 ms x 30.
-    MultiNodeCluster cluster({spec, spec, spec}, {{"LUMEN_HEALTH_CHECK_FAILURE_THRESHOLD", "30"}});
+    // The proxies outlive the cluster (its shutdown still talks through them).
+    using lumen::test::chaos::FaultProxy;
+    std::optional<FaultProxy> proxies[3];
+    MultiNodeCluster cluster({spec}, {{"LUMEN_HEALTH_CHECK_FAILURE_THRESHOLD", "30"}});
+    // The other nodes reach the head through lossy links (item 8): delayed,
+    // split, sometimes reset (a node then registers again as itself).
+    for (uint64_t i = 0; i < 3; ++i) {
+      proxies[i].emplace(FaultProxy::Options{.target = cluster.head_address(),
+                                             .seed = seed.value() + 1 + i});
+    }
+    FaultProxy& link1 = *proxies[0];
+    FaultProxy& link2 = *proxies[1];
+    FaultProxy& driver_link = *proxies[2];
+    MultiNodeCluster::NodeSpec via1 = spec, via2 = spec;
+    via1.head_address = link1.address();
+    via2.head_address = link2.address();
+    REQUIRE(cluster.AddNode(via1) == 1);
+    REQUIRE(cluster.AddNode(via2) == 2);
+    // This driver, too (it attaches to the node started with the head).
+    lumen::Shutdown();
+    {
+      lumen::Config config;
+      config.address = driver_link.address();
+      lumen::Init(config);
+    }
     auto nodes = lumen::runtime::QueryNodes(cluster.head_address());
     REQUIRE(nodes.ok());
     for (const auto& n : *nodes) session_dirs.push_back(n.session_dir);
@@ -207,7 +236,12 @@ TEST_CASE("chaos soak: nested tasks and an actor survive a worker killer and a n
       if (::kill(victim, SIGKILL) == 0) ++kills;
     }
     std::cout << "chaos soak: " << kills << " worker kills, node killed " << node_killed
-              << ", peak memory (PSS) " << (peak_rss >> 20) << " MiB, seed " << seed.value() << std::endl;
+              << ", peak memory (PSS) " << (peak_rss >> 20) << " MiB; proxies: chunks "
+              << link1.chunks() << "/" << link2.chunks() << "/" << driver_link.chunks()
+              << ", resets " << link1.resets() << "/" << link2.resets() << "/"
+              << driver_link.resets() << "; seed " << seed.value() << std::endl;
+    CHECK(link1.chunks() > 0);
+    CHECK(driver_link.chunks() > 0);
     CHECK(node_killed);
 
     auto sums = lumen::Get(nested, std::chrono::seconds(60));

@@ -82,10 +82,24 @@ TEST_CASE("retry keys: set where the message has a place, the same on every atte
   REQUIRE(lumen::SetRetryKey(name));
   CHECK(lumen::RetryKeyOf(name.asReader())->request != key->request);
 
+  // Key-value writes are keyed (item 9); reads are not, and are resent as
+  // they are; an unkeyed write is not resent.
   auto kv = c.initRoot<lumen::proto::Envelope>();
   kv.initKv().setOp(lumen::proto::KvOp::PUT);
-  CHECK_FALSE(lumen::SetRetryKey(kv));
   CHECK_FALSE(lumen::SafeToResend(kv.asReader()));
-  kv.getKv().setOp(lumen::proto::KvOp::GET);
+  REQUIRE(lumen::SetRetryKey(kv));
   CHECK(lumen::SafeToResend(kv.asReader()));
+  lumen::SetRetryAttempt(kv, 2);
+  CHECK(lumen::RetryKeyOf(kv.asReader())->attempt == 2);
+  capnp::MallocMessageBuilder d, e;
+  auto del = d.initRoot<lumen::proto::Envelope>();
+  del.initKv().setOp(lumen::proto::KvOp::DELETE_PREFIX);
+  CHECK(lumen::SetRetryKey(del));
+  auto get = e.initRoot<lumen::proto::Envelope>();
+  get.initKv().setOp(lumen::proto::KvOp::GET);
+  CHECK_FALSE(lumen::SetRetryKey(get));
+  CHECK_FALSE(lumen::RetryKeyOf(get.asReader()).has_value());
+  CHECK(lumen::SafeToResend(get.asReader()));
+  get.getKv().setOp(lumen::proto::KvOp::WAIT);
+  CHECK_FALSE(lumen::SetRetryKey(get));
 }

@@ -55,7 +55,7 @@ size_t MultiNodeCluster::AddNode(const NodeSpec& spec) {
   runtime::ClusterSpec cluster;
   cluster.embedded = true;  // dies with this process, whatever happens
   cluster.start_head = head_address_.empty();
-  cluster.head_address = head_address_;
+  cluster.head_address = spec.head_address.empty() ? head_address_ : spec.head_address;
   cluster.resources = spec.resources;
   if (!cluster.resources.contains("memory")) cluster.resources["memory"] = 1024.0 * 1024 * 1024;
   cluster.object_store_bytes = spec.store_bytes;
@@ -66,7 +66,7 @@ size_t MultiNodeCluster::AddNode(const NodeSpec& spec) {
   if (!started.ok()) throw Error(std::string(started.status().message()));
   auto handle = std::make_unique<ClusterHandle>();
   handle->processes = std::move(*started);
-  head_address_ = handle->processes.head_address;
+  if (cluster.start_head) head_address_ = handle->processes.head_address;
   std::string address = handle->processes.node_socket;
   std::string id;
   WaitUntil([&] {

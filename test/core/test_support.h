@@ -39,6 +39,9 @@ class MultiNodeCluster {
     std::map<std::string, double> resources;  // CPU etc.; memory defaults to 1 GiB
     uint64_t store_bytes = 384ull << 20;
     std::map<std::string, std::string> env;  // for this node's daemon
+    // Where this node reaches the head (a fault proxy in front of it, say);
+    // empty: the head's own address. Not for the first node (it starts the head).
+    std::string head_address;
   };
   explicit MultiNodeCluster(std::vector<NodeSpec> nodes,
                             std::map<std::string, std::string> env = {});

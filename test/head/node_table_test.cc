@@ -100,13 +100,16 @@ TEST_CASE("Every frame on the connection of a dead incarnation is refused, until
   NodeId a2 = NodeId::Random();  // the same machine rejoining as a new node
   CHECK(nodes.Report(3, Report(a2, 4).get(), t0 + 2s) == NodeTable::ReportOutcome::kJoined);
   CHECK_FALSE(nodes.RefuseIfStale(3));
-  CHECK(nodes.DropConnection(1).empty());  // already dead
+  CHECK(nodes.DropConnection(1, t0 + 2s).empty());  // already dead
   CHECK_FALSE(nodes.RefuseIfStale(1));     // closed: forgotten
 }
 
-TEST_CASE("Closing a connection kills the nodes on it, with their drivers") {
-  // Invariant: only the nodes reporting on the closed connection die, and
-  // each comes back with the jobs whose drivers were attached to it.
+TEST_CASE("Closing a connection disconnects its nodes, past the grace they die with their drivers") {
+  // Invariant (reliability item 8): a closed connection declares nobody dead
+  // at once; only the nodes reporting on it are disconnected (alive, no
+  // bundles, no free resources shown), and one that does not register again
+  // is declared dead once the silence limit (period x threshold) has passed
+  // since the close, with the jobs whose drivers were attached to it.
   NodeTable nodes = Table();
   const Clock::time_point t0{};
   NodeId a = NodeId::Random(), b = NodeId::Random();
@@ -114,16 +117,125 @@ TEST_CASE("Closing a connection kills the nodes on it, with their drivers") {
   nodes.Report(1, Report(a, 4, {job}).get(), t0);
   nodes.Report(2, Report(b, 4).get(), t0);
 
-  auto dead = nodes.DropConnection(1);
+  const uint64_t before = nodes.version();
+  auto disconnected = nodes.DropConnection(1, t0 + 300ms);
+  REQUIRE(disconnected == std::vector<NodeId>{a});
+  CHECK(nodes.version() > before);  // the other nodes see the change
+  CHECK(nodes.Find(a)->alive);
+  CHECK_FALSE(nodes.Find(a)->connected());
+  CHECK(nodes.Find(b)->connected());
+  CHECK(nodes.DropConnection(1, t0 + 300ms).empty());
+  // No bundles for it, and no free resources for the other nodes to use.
+  scheduler::ClusterResourceView view = nodes.ResourceView();
+  CHECK_FALSE(view.Find(std::string(a.Binary()))->alive);
+  CHECK(view.Find(std::string(b.Binary()))->alive);
+  capnp::MallocMessageBuilder out;
+  auto list = out.initRoot<proto::Envelope>().initNodes(nodes.size());
+  nodes.FillNodes(list);
+  for (auto n : list.asReader()) {
+    CHECK(n.getAlive());
+    CHECK(n.getAvailable().size() == (IdFrom<NodeId>(n.getNodeId()) == a ? 0u : 1u));
+  }
+
+  nodes.Report(2, Report(b, 4).get(), t0 + 800ms, /*registering=*/false);
+  CHECK(nodes.ExpireSilent(t0 + 800ms).empty());  // exactly the grace since the close
+  auto dead = nodes.ExpireSilent(t0 + 801ms);
   REQUIRE(dead.size() == 1);
   CHECK(dead[0].id == a);
+  CHECK(dead[0].conn_id == 0);
   CHECK(dead[0].drivers == std::vector<JobId>{job});
   CHECK(nodes.Find(b)->alive);
-  CHECK(nodes.DropConnection(1).empty());
+  CHECK(nodes.declared_dead() == 1);
 
   CHECK(nodes.Leave(b, /*conn_id=*/7).empty());  // not its connection
   CHECK(nodes.Leave(b, 2).size() == 1);
   CHECK_FALSE(nodes.Find(b)->alive);
+}
+
+TEST_CASE("A disconnected node whose daemon is found gone is dead at once, a connected one never") {
+  // Invariant: DeclareGone (the head's probe found nothing listening at the
+  // node's address) kills a node only while it is disconnected: not one that
+  // registered again meanwhile, not one on its connection, not one dead.
+  NodeTable nodes = Table();
+  const Clock::time_point t0{};
+  NodeId a = NodeId::Random(), b = NodeId::Random(), c = NodeId::Random();
+  nodes.Report(1, Report(a, 4).get(), t0);
+  nodes.Report(2, Report(b, 4).get(), t0);
+  nodes.Report(3, Report(c, 4).get(), t0);
+  CHECK(nodes.DeclareGone(a).empty());  // connected
+  REQUIRE(nodes.DropConnection(1, t0 + 10ms).size() == 1);
+  REQUIRE(nodes.DropConnection(2, t0 + 10ms).size() == 1);
+  nodes.Report(4, Report(b, 4).get(), t0 + 20ms);  // b is back first
+  auto dead = nodes.DeclareGone(a);
+  REQUIRE(dead.size() == 1);
+  CHECK(dead[0].id == a);
+  CHECK_FALSE(nodes.Find(a)->alive);
+  CHECK(nodes.DeclareGone(a).empty());  // once
+  CHECK(nodes.DeclareGone(b).empty());
+  CHECK(nodes.Find(b)->connected());
+  CHECK(nodes.Report(5, Report(a, 4).get(), t0 + 30ms) == NodeTable::ReportOutcome::kRefused);
+}
+
+TEST_CASE("A node whose connection closed goes on as itself if it registers again within the "
+          "grace, and after its death it is refused") {
+  // Invariants (reliability item 8, with item 5's epoch): a node that
+  // registers again under its id on a new connection within period x
+  // threshold of the close is the same node (kRejoined, alive, connected,
+  // counted), never declared dead by that gap; a late report on the old
+  // connection does not move it back; once a node was declared dead (it came
+  // back too late), its registration on any connection is refused, and
+  // what its old connection of a dead incarnation still sends is stale.
+  NodeTable nodes = Table();
+  const Clock::time_point t0{};
+  NodeId a = NodeId::Random(), b = NodeId::Random();
+  nodes.Report(1, Report(a, 4).get(), t0);
+  nodes.Report(2, Report(b, 4).get(), t0);
+
+  // a's link resets; it registers again 450 ms later (inside the 500 ms grace).
+  REQUIRE(nodes.DropConnection(1, t0 + 100ms).size() == 1);
+  nodes.Report(2, Report(b, 4).get(), t0 + 500ms, false);
+  CHECK(nodes.ExpireSilent(t0 + 550ms).empty());
+  CHECK(nodes.Report(3, Report(a, 4).get(), t0 + 550ms) == NodeTable::ReportOutcome::kRejoined);
+  CHECK(nodes.Find(a)->connected());
+  CHECK(nodes.Find(a)->conn_id == 3);
+  CHECK(nodes.rejoined() == 1);
+  CHECK(nodes.Report(3, Report(a, 4).get(), t0 + 900ms, false) ==
+        NodeTable::ReportOutcome::kUpdated);
+  nodes.Report(2, Report(b, 4).get(), t0 + 1000ms, false);
+  CHECK(nodes.ExpireSilent(t0 + 1300ms).empty());  // its reports count again
+  CHECK_FALSE(nodes.WasDeclaredDead(a));
+
+  // A registration on a new connection before the old one's close was seen:
+  // the node moves; a late report of the old connection is ignored, and
+  // that connection's close later disconnects nobody.
+  CHECK(nodes.Report(4, Report(a, 4).get(), t0 + 1300ms) == NodeTable::ReportOutcome::kRejoined);
+  CHECK(nodes.Report(3, Report(a, 4).get(), t0 + 1310ms, false) ==
+        NodeTable::ReportOutcome::kIgnored);
+  CHECK(nodes.Find(a)->conn_id == 4);
+  CHECK(nodes.DropConnection(3, t0 + 1320ms).empty());
+  CHECK(nodes.Find(a)->connected());
+
+  // b's link closes and it comes back too late: declared dead, refused.
+  nodes.Report(2, Report(b, 4).get(), t0 + 1300ms, false);
+  REQUIRE(nodes.DropConnection(2, t0 + 1400ms).size() == 1);
+  nodes.Report(4, Report(a, 4).get(), t0 + 1900ms, false);
+  auto dead = nodes.ExpireSilent(t0 + 1901ms);
+  REQUIRE(dead.size() == 1);
+  CHECK(dead[0].id == b);
+  CHECK(nodes.Report(5, Report(b, 4).get(), t0 + 2s) == NodeTable::ReportOutcome::kRefused);
+  CHECK_FALSE(nodes.Find(b)->alive);
+  CHECK(nodes.WasDeclaredDead(b));
+  CHECK(nodes.stale_refused() == 1);
+
+  // A frozen node (its connection stays open) declared dead: its connection
+  // is stale until it closes, and its id is never taken back.
+  REQUIRE(nodes.ExpireSilent(t0 + 2500ms).size() == 1);  // a: silent since 1900 ms
+  CHECK(nodes.RefuseIfStale(4));
+  CHECK(nodes.Report(6, Report(a, 4).get(), t0 + 3s) == NodeTable::ReportOutcome::kRefused);
+  CHECK(nodes.DropConnection(4, t0 + 3s).empty());
+  CHECK_FALSE(nodes.RefuseIfStale(4));
+  CHECK(nodes.rejoined() == 2);
+  CHECK(nodes.declared_dead() == 2);
 }
 
 TEST_CASE("The node list and the scheduler's view carry the head's verdict") {

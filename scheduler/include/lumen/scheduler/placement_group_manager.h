@@ -9,6 +9,7 @@
 //   pgs.Schedule(view);                       // after each report or node change
 //   pgs.OnBundleReply(ticket, status);        // a node answered a prepare or commit
 //   pgs.OnNodeDead(node_id);                  // the head declared a node dead
+//   pgs.OnNodeReconnected(node_id);           // its link was reset; it registered again
 //   pgs.Remove(id);
 //
 // Lifecycle of a group (GroupState):
@@ -142,6 +143,11 @@ class PlacementGroupManager {
   // The node is gone: its outstanding tickets fail (rolling their group back)
   // and created groups with a bundle there go back to pending.
   void OnNodeDead(const std::string& node_id);
+  // The node registered again on a new connection (its link to the head was
+  // reset): replies to what was sent on the old one are lost, so its
+  // outstanding tickets fail (rolling their group back; the cancels reach it
+  // on the new connection). Its created groups keep their bundles.
+  void OnNodeReconnected(const std::string& node_id);
 
   // The group, or nullptr when unknown (or forgotten after removal).
   const PlacementGroup* Find(const std::string& id) const;
@@ -155,6 +161,10 @@ class PlacementGroupManager {
   uint64_t version() const { return version_; }
 
  private:
+  // Rolls back the attempt in flight when a ticket of `node_id` is
+  // outstanding (its reply will not come), saying `why`.
+  void FailTicketsOf(const std::string& node_id, const std::string& why);
+
   struct Ticket {
     std::string group_id;
     std::string node_id;

@@ -30,8 +30,8 @@ std::chrono::milliseconds ControlRetryBackoff(int attempt);
 
 // Gives `request` a fresh key (this process's client id, its next request
 // number) when its message has a place for one: createPlacementGroup,
-// registerActorName, unregisterActorName, updateActorAddress. Returns whether
-// it did.
+// registerActorName, unregisterActorName, updateActorAddress, and the
+// key-value writes (kv put, delete, deletePrefix). Returns whether it did.
 bool SetRetryKey(proto::Envelope::Builder request);
 // Records the attempt number in the key (no-op without a key).
 void SetRetryAttempt(proto::Envelope::Builder request, uint32_t attempt);

@@ -21,7 +21,8 @@
 //   Parts with a class of their own:
 //     ObjectTable (object_table.h), ReferenceCounter, MemoryStore,
 //     BorrowerRegistry, DependencyResolver, LeaseRequester,
-//     NormalTaskSubmitter, TaskManager, TaskReceiver, TaskExecutor,
+//     NormalTaskSubmitter, TaskManager, ObjectRecovery (lineage),
+//     TaskReceiver, TaskExecutor,
 //     HeadRequester, TaskEventFlusher, OutputTagger, WorkerLogPrinter: each
 //     in its .h/.cc pair; PendingTask and ActorRecord (pending_task.h) and the
 //     private state types (worker_state.h) are data.
@@ -77,11 +78,13 @@ class ObjectTable;        // core/worker/object_table.h
 class ReferenceCounter;   // core/worker/reference_counter.h
 class MemoryStore;        // core/worker/memory_store.h
 class TaskManager;        // core/worker/task_manager.h
+class ObjectRecovery;     // core/worker/object_recovery.h
 class TaskEventFlusher;   // core/worker/task_event_flusher.h
 class OutputTagger;       // core/worker/output_tagger.h
 class DependencyResolver; // core/worker/dependency_resolver.h
 class NormalTaskSubmitter; // core/worker/normal_task_submitter.h
 class TaskReceiver;        // core/worker/task_receiver.h
+class SubmissionQueue;     // core/worker/submission_queue.h
 class TaskExecutor;        // core/worker/task_executor.h
 struct TaskToRun;          // core/worker/task_receiver.h
 struct PendingTask;       // core/worker/pending_task.h
@@ -192,7 +195,12 @@ class CoreWorker {
   void SendBorrowerChange(const ObjectId& id, const std::string& owner, bool add);
   // Tells `owner` a borrowed ref of `id` was passed on (any thread; posted).
   void SendEscapeRef(const ObjectId& id, const std::string& owner);
+  // io thread: takes the next chunk of submitted tasks and hands each on;
+  // posts itself again while more wait (SubmissionQueue).
   void DrainSubmissions();
+  // Schedules DrainSubmissions; when the runtime stops (nothing would run
+  // it), fails every queued submission's result instead. Any thread.
+  void PostDrainSubmissions();
   // Every argument of `task` is ready: an actor call goes in its actor's
   // order, a creation starts its actor, a task joins its shape's queue (or
   // fails with a failed argument's error). Takes ownership of a normal task.
@@ -289,7 +297,12 @@ class CoreWorker {
   void DeleteCopies(const ObjectId& id, std::vector<std::string> node_addresses);
   void SendToNode(std::function<void(proto::Envelope::Builder)> fill);
   void OnNodeLost(const absl::Status& why);
-  internal::ObjectBytes ReadyBytes(const ObjectId& id);
+  // The bytes of a ready object (pinned when stored), pulling a copy from
+  // another node if needed; waits (until `deadline`, else GetTimeoutError)
+  // while it is being rebuilt from lineage. Throws its failure.
+  internal::ObjectBytes ReadyBytes(
+      const ObjectId& id,
+      std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
   internal::ObjectBytes PinnedBytes(const ObjectId& id, uint64_t offset, uint64_t size);
   [[noreturn]] void ThrowFailure(const Failure& failure);
   void NotifyBlocked(bool blocked);
@@ -412,6 +425,9 @@ class CoreWorker {
   std::unique_ptr<actors::ActorOwner> actor_owner_;
   // How submitted tasks end: complete, fail, retry budget, history (io thread).
   std::unique_ptr<TaskManager> tasks_;
+  // The lineage of stored task results, and their rebuild when every copy
+  // is lost (io thread).
+  std::unique_ptr<ObjectRecovery> recovery_;
   // Holds submitted tasks until their arguments are ready (io thread).
   std::unique_ptr<DependencyResolver> resolver_;
   // Normal tasks whose arguments are ready: queues per shape, leases,
@@ -434,8 +450,9 @@ class CoreWorker {
   std::string actor_name_;  // io thread
   std::weak_ptr<Connection> actor_owner_conn_;  // io thread
 
-  absl::Mutex submit_mu_;
-  std::vector<std::unique_ptr<PendingTask>> submissions_ ABSL_GUARDED_BY(submit_mu_);
+  // Submitted tasks on their way to the io thread, which takes them in
+  // bounded chunks (thread-safe).
+  std::unique_ptr<SubmissionQueue> submissions_;
 
   // worker mode: tasks waiting for the executor threads, handed back while
   // the running task blocks (thread-safe; io thread and executor threads)
