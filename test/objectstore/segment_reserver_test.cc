@@ -3,7 +3,9 @@
 // the machine's memory runs short.
 #include "lumen/objectstore/segment_reserver.h"
 
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -34,13 +36,23 @@ uint64_t BackedBytes(const ShmSegment& seg) {
 
 TEST_CASE("SegmentReserver backs every page of the segment", "[segment_reserver][chaos]") {
   // Invariant: once done with an OK status, the memfd's allocated blocks cover
-  // the whole segment (a later write cannot SIGBUS), reserved_bytes == size.
+  // the whole segment (a later write cannot SIGBUS), reserved_bytes == size;
+  // the reserving thread ran at niceness kNiceness, the caller's unchanged.
   auto seg = ShmSegment::Create("lumen-test", 40 * kMiB + 4096);
   REQUIRE(seg.ok());
   REQUIRE(BackedBytes(**seg) == 0);
-  SegmentReserver reserver(seg->get(), {.chunk = 8 * kMiB, .available_memory = [] { return 0ull; }});
+  // available_memory runs on the reserving thread: it records that thread's niceness.
+  const int caller_niceness = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()));
+  std::atomic<int> niceness{-100};
+  SegmentReserver reserver(seg->get(), {.chunk = 8 * kMiB, .available_memory = [&] {
+                                          niceness = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()));
+                                          return 0ull;
+                                        }});
   REQUIRE(WaitFor([&] { return reserver.done(); }));
   CHECK(reserver.status().ok());
+  // It reserved at the lowest CPU priority, and only its own thread did.
+  CHECK(niceness.load() == SegmentReserver::kNiceness);
+  CHECK(::getpriority(PRIO_PROCESS, static_cast<id_t>(::gettid())) == caller_niceness);
   CHECK(reserver.reserved_bytes() == (*seg)->size());
   CHECK(BackedBytes(**seg) >= (*seg)->size());
 }

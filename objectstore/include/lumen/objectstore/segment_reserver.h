@@ -14,6 +14,9 @@
 // are reserved per object at create (ObjectTable::Create), which fails with
 // ResourceExhausted (ObjectStoreFullError) instead of SIGBUS.
 //
+// Its thread runs at niceness kNiceness (the lowest priority), so the seconds
+// of CPU the reservation costs go to it only when the machine has them to spare.
+//
 // Thread-safe: the accessors may be called from any thread.
 #pragma once
 
@@ -31,6 +34,9 @@ namespace lumen::objectstore {
 
 class SegmentReserver {
  public:
+  // The reserving thread's niceness (setpriority on its thread id).
+  static constexpr int kNiceness = 19;
+
   struct Options {
     uint64_t chunk = 16ull << 20;  // bytes per fallocate call (the inode lock is held that long)
     // Bytes of memory the machine can still give (0: unknown, do not check).
