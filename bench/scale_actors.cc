@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
@@ -41,9 +42,9 @@ bool WaitForChildren(pid_t daemon, size_t count, std::chrono::milliseconds timeo
 }
 
 void Note(Reporter& out, const char* format, double a, double b = 0, double c = 0,
-          double d = 0) {
+          double d = 0, double e = 0) {
   char text[320];
-  std::snprintf(text, sizeof(text), format, a, b, c, d);
+  std::snprintf(text, sizeof(text), format, a, b, c, d, e);
   out.Note(text);
 }
 
@@ -78,20 +79,27 @@ void RunActorScale(ScaleContext& context) {
     create(kProbe);
     Check(CountEqual(Get(pings), 1) == kProbe, "an actor answered wrong");
     const double probe_kib = static_cast<double>(WorkersPss(daemon) - pss_before) / kProbe;
-    // The machine is shared: at most a third of its free memory and of its
-    // process ids (one per thread), and the driver's file descriptors.
-    const long by_memory = static_cast<long>(AvailableMemoryKiB() / 3.0 / std::max(1.0, probe_kib));
+    // The machine is shared: at most a share (LUMEN_SCALE_ACTORS_SHARE, default
+    // a third) of its free memory and of its process ids (one per thread), and
+    // the driver's file descriptors.
+    double share = 1.0 / 3.0;
+    if (const char* v = std::getenv("LUMEN_SCALE_ACTORS_SHARE"); v != nullptr && *v != '\0') {
+      share = std::clamp(std::atof(v), 0.01, 0.9);
+    }
+    const long by_memory =
+        static_cast<long>(AvailableMemoryKiB() * share / std::max(1.0, probe_kib));
     long threads = 0;
     for (pid_t child : ChildrenOf(daemon)) threads = std::max(threads, ThreadsOf(child));
-    const long by_pids = PidLimit() / 3 / std::max(1L, threads);
+    const long by_pids = static_cast<long>(PidLimit() * share) / std::max(1L, threads);
     const long by_files = (OpenFileLimit() - 1000) / 3;  // driver, daemon: a few per actor
     const long count = std::max(kProbe, std::min({wanted, by_memory, by_pids, by_files}));
     if (count < wanted) {
       Note(out,
            "actors: %.0f instead of %.0f: each takes %.0f KiB (PSS) and %.0f process ids "
-           "(threads); this run uses at most a third of the free memory and of the pids",
+           "(threads); this run uses at most %.0f %% of the free memory and of the pids "
+           "(LUMEN_SCALE_ACTORS_SHARE)",
            static_cast<double>(count), static_cast<double>(wanted), probe_kib,
-           static_cast<double>(threads));
+           static_cast<double>(threads), share * 100);
     }
     create(count - kProbe);
     Check(CountEqual(Get(pings), 1) == count, "an actor answered wrong");
