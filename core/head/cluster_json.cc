@@ -48,6 +48,27 @@ json::array ResourcesJson(const std::map<std::string, double>& total,
   return out;
 }
 
+// The node's GPUs as NVML sampled them (empty without NVML).
+json::array GpusJson(capnp::List<proto::GpuStats>::Reader gpus) {
+  json::array out;
+  for (auto g : gpus) {
+    json::object gpu{{"index", g.getIndex()},
+                     {"name", g.getName().cStr()},
+                     {"memory_used", g.getMemoryUsedBytes()},
+                     {"memory_total", g.getMemoryTotalBytes()},
+                     {"memory_text", absl::StrCat(objectstore::FormatBytes(g.getMemoryUsedBytes()), " / ",
+                                                  objectstore::FormatBytes(g.getMemoryTotalBytes()))}};
+    // null where NVML does not sample it
+    if (g.getUtilizationKnown()) {
+      gpu["utilization"] = g.getUtilization();
+    } else {
+      gpu["utilization"] = nullptr;
+    }
+    out.push_back(std::move(gpu));
+  }
+  return out;
+}
+
 json::object NodeJson(proto::NodeStats::Reader n, const NodeAnswer* answer) {
   json::object node{
       {"id", Short(NodeHex(n.getNodeId()))},
@@ -65,6 +86,7 @@ json::object NodeJson(proto::NodeStats::Reader n, const NodeAnswer* answer) {
                     {"objects", n.getStoreObjects()},
                     {"text", absl::StrCat(objectstore::FormatBytes(n.getStoreUsed()), " / ",
                                           objectstore::FormatBytes(n.getStoreCapacity()))}}},
+      {"gpus", GpusJson(n.getGpus())},
       {"workers", n.getWorkers()},
       {"idle_workers", n.getIdleWorkers()},
       {"active_leases", n.getActiveLeases()},

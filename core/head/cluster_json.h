@@ -1,7 +1,7 @@
 // RenderClusterJson: the dashboard's GET /api/cluster body, built with
 // Boost.JSON from the head's node table and placement groups and what the
 // nodes answered (NodeStateGatherer): nodes with resources used/total and
-// store use; running and queued tasks; actors with their state; placement
+// store use, GPU use where NVML samples it; running and queued tasks; actors with their state; placement
 // groups; pending and infeasible demand in words (the same words as
 // `lumen status`); recent failures with their messages, newest first.
 //
@@ -16,6 +16,8 @@
 //    "nodes": [{id, host, address, pid, alive, answered, error,
 //               resources: [{name, used, total, text}],
 //               store: {used, capacity, objects, text},
+//               gpus: [{index, name, utilization (0..1, or null), memory_used,
+//                       memory_total, memory_text}]  (empty without NVML),
 //               workers, idle_workers, active_leases, queued_leases}],
 //    "tasks": {"running": [{id, name, state, node, owner, owner_node}], "queued": [...],
 //              "running_total", "queued_total"},

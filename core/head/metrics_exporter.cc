@@ -32,6 +32,43 @@ void PerNode(PrometheusWriter& out, capnp::List<proto::NodeStats>::Reader nodes,
   for (auto n : nodes) out.Sample(name, {{"node", NodeLabel(n)}}, static_cast<double>(value(n)));
 }
 
+// Per GPU of each node that samples them through NVML; no family at all when
+// no node does (a cluster without NVIDIA GPUs shows no GPU series).
+void RenderGpuMetrics(PrometheusWriter& out, capnp::List<proto::NodeStats>::Reader nodes) {
+  bool any = false;
+  for (auto n : nodes) any = any || n.getGpus().size() > 0;
+  if (!any) return;
+  auto per_gpu = [&](const char* name, const char* help, auto value, bool (*known)(proto::GpuStats::Reader)) {
+    out.Family(name, "gauge", help);
+    for (auto n : nodes) {
+      for (auto g : n.getGpus()) {
+        if (!known(g)) continue;
+        out.Sample(name, {{"node", NodeLabel(n)}, {"gpu", std::to_string(g.getIndex())}},
+                   static_cast<double>(value(g)));
+      }
+    }
+  };
+  out.Family("lumen_node_gpu_info", "gauge", "One per GPU of a node (NVML): its model and UUID.");
+  for (auto n : nodes) {
+    for (auto g : n.getGpus()) {
+      out.Sample("lumen_node_gpu_info",
+                 {{"node", NodeLabel(n)}, {"gpu", std::to_string(g.getIndex())},
+                  {"name", g.getName().cStr()}, {"uuid", g.getUuid().cStr()}},
+                 1);
+    }
+  }
+  per_gpu("lumen_node_gpu_utilization_ratio",
+          "Share of NVML's last sample period (1/6 s to 1 s) in which a kernel ran on the GPU, 0..1.",
+          [](proto::GpuStats::Reader g) { return g.getUtilization(); },
+          [](proto::GpuStats::Reader g) { return g.getUtilizationKnown(); });
+  per_gpu("lumen_node_gpu_memory_used_bytes", "GPU memory in use (all processes).",
+          [](proto::GpuStats::Reader g) { return g.getMemoryUsedBytes(); },
+          [](proto::GpuStats::Reader) { return true; });
+  per_gpu("lumen_node_gpu_memory_total_bytes", "GPU memory the device has.",
+          [](proto::GpuStats::Reader g) { return g.getMemoryTotalBytes(); },
+          [](proto::GpuStats::Reader) { return true; });
+}
+
 }  // namespace
 
 std::string RenderMetrics(capnp::List<proto::NodeStats>::Reader nodes) {
@@ -138,6 +175,7 @@ std::string RenderMetrics(capnp::List<proto::NodeStats>::Reader nodes) {
   PerNode(out, nodes, "lumen_transfer_pulled_bytes_total", "counter",
           "Bytes of objects a node pulled from other nodes.",
           [](auto n) { return n.getTaskTotals().getPulledBytes(); });
+  RenderGpuMetrics(out, nodes);
   return out.Take();
 }
 

@@ -1,7 +1,8 @@
 // RenderMetrics: the head's GET /metrics page (Prometheus text format) from
 // the nodes' last reports: per node resources total and used, object store
 // bytes and objects, workers and leases by state, infeasible requests, pulled
-// bytes; cluster-wide tasks by state and the task latency histogram (from the
+// bytes, each GPU's utilisation and memory (nodes that sample NVML; no GPU
+// family otherwise); cluster-wide tasks by state and the task latency histogram (from the
 // task events the nodes received, doc/observability.md).
 //
 //   capnp::MallocMessageBuilder message;

@@ -25,6 +25,7 @@
 #include "core/node/client_registry.h"
 #include "core/node/client_sessions.h"
 #include "core/node/cluster_state.h"
+#include "core/node/gpu_monitor.h"
 #include "core/node/head_link.h"
 #include "core/node/lease_replies.h"
 #include "core/node/local_lease_manager.h"
@@ -132,6 +133,7 @@ class NodeDaemon {
   std::unique_ptr<LeaseReplies> lease_replies_;
   std::unique_ptr<LocalLeaseManager> leases_;
   std::unique_ptr<MemoryMonitor> memory_;  // kills workers over the memory budget
+  std::unique_ptr<GpuMonitor> gpus_;       // NVML samples for the reports (none without NVML)
   std::unique_ptr<objectstore::StoreServer> store_;
   std::unique_ptr<objectstore::TransferServer> transfer_server_;
   std::unique_ptr<objectstore::TransferClient> transfer_client_;
@@ -232,6 +234,8 @@ absl::Status NodeDaemon::Setup() {
                 leases_->set_grants_paused(paused);
                 if (!paused) leases_->Dispatch();
               }});
+
+  gpus_ = std::make_unique<GpuMonitor>(GpuMonitorOptions::FromEnv(options_.timeouts.report_period));
 
   // Other nodes pull copies of our objects through the transfer server.
   std::string token = IsLoopbackHost(options_.host) ? "" : runtime::HeadToken();
@@ -705,6 +709,8 @@ void NodeDaemon::FillStats(proto::NodeStats::Builder stats) {
   stats.setStoreUsed(store.used);
   stats.setStoreObjects(store.num_objects);
   FillStoreSummary(*store_, stats.initStoreSummary());
+  std::vector<GpuSample> gpus = gpus_->Latest();
+  FillGpuStats(gpus, stats.initGpus(static_cast<unsigned>(gpus.size())));
   stats.setWorkers(pool_->num_workers());
   stats.setIdleWorkers(pool_->num_idle());
   stats.setQueuedLeases(leases_->num_queued());

@@ -1,5 +1,6 @@
 #include "core/node/task_event_buffer.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace lumen::node {
@@ -17,14 +18,25 @@ void FillTaskTotals(const TaskEventTotals& totals, proto::TaskTotals::Builder ou
 void TaskEventBuffer::Add(std::vector<TaskEvent> events, uint64_t dropped_upstream) {
   io_thread_.Check("TaskEventBuffer::Add");
   totals_.dropped += dropped_upstream;
+  if (ring_.capacity() == 0) ring_.reserve(std::min(capacity_, std::max<size_t>(events.size(), 1024)));
   for (auto& e : events) {
     Count(e);
-    events_.push_back(std::move(e));
+    if (ring_.size() < capacity_) {
+      ring_.push_back(std::move(e));
+    } else {
+      ring_[head_] = std::move(e);
+      head_ = (head_ + 1) % ring_.size();
+      ++totals_.dropped;
+    }
   }
-  while (events_.size() > capacity_) {
-    events_.pop_front();
-    ++totals_.dropped;
-  }
+}
+
+std::vector<TaskEvent> TaskEventBuffer::events() const {
+  io_thread_.Check("TaskEventBuffer::events");
+  std::vector<TaskEvent> out;
+  out.reserve(ring_.size());
+  for (size_t i = 0; i < ring_.size(); ++i) out.push_back(ring_[(head_ + i) % ring_.size()]);
+  return out;
 }
 
 void TaskEventBuffer::Count(const TaskEvent& e) {

@@ -5,7 +5,7 @@
 //
 //   TaskEventBuffer buffer;
 //   buffer.Add(TaskEventsFromProto(msg.getTaskEvents()), batch.getDropped());
-//   for (const TaskEvent& e : buffer.events()) ...;
+//   for (const TaskEvent& e : buffer.events()) ...;   // a copy, oldest first
 //   TaskEventTotals totals = buffer.totals();
 //
 // Only on the node daemon's io thread (checked in debug builds).
@@ -14,7 +14,6 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -50,8 +49,9 @@ class TaskEventBuffer {
   // that process lost. The oldest events go when the buffer is full.
   void Add(std::vector<TaskEvent> events, uint64_t dropped_upstream);
 
-  // The events kept, oldest first (as added).
-  const std::deque<TaskEvent>& events() const { return events_; }
+  // A copy of the events kept, oldest first (as added). O(events kept): for
+  // `lumen timeline` and tests, not for every report.
+  std::vector<TaskEvent> events() const;
   const TaskEventTotals& totals() const { return totals_; }
 
  private:
@@ -59,7 +59,11 @@ class TaskEventBuffer {
 
   ThreadChecker io_thread_;
   const size_t capacity_;
-  std::deque<TaskEvent> events_;
+  // A ring of the newest events: ring_[head_] is the oldest once it is full;
+  // until then it grows at its end. A new event is moved into the slot of the
+  // one it replaces (no allocation per event once the ring is full).
+  std::vector<TaskEvent> ring_;
+  size_t head_ = 0;
   TaskEventTotals totals_;
   // SUBMITTED time of each task not finished yet (by this node's owners).
   absl::flat_hash_map<TaskId, int64_t> submitted_at_;

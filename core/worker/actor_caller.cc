@@ -152,6 +152,8 @@ void CoreWorker::OnActorTaskReply(const ObjectId& id, proto::TaskReply::Reader r
   if (!call) return;
   std::unique_ptr<PendingTask> task(static_cast<PendingTask*>(call.release()));
   tasks_->Complete(*task, reply.getResult());
+  // Not re-run if lost; the lineage notes why (object_recovery.h).
+  if (reply.getResult().isStored()) tasks_->KeepLineage(std::move(task));
 }
 
 }  // namespace lumen::runtime

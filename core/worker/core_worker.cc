@@ -19,6 +19,7 @@
 #include "core/worker/dependency_resolver.h"
 #include "core/worker/executor_host.h"
 #include "core/worker/normal_task_submitter.h"
+#include "core/worker/object_recovery.h"
 #include "core/worker/output_tagger.h"
 #include "core/worker/task_event_flusher.h"
 #include "core/worker/task_manager.h"
@@ -81,7 +82,12 @@ void CoreWorker::CreateObjectTracking() {
       ReferenceCounter::Callbacks{
           .on_freed =
               [this](ReferenceCounter::Freed freed) {
-                if (freed.stored) DeleteCopies(freed.id, std::move(freed.copies));
+                if (freed.stored) {
+                  DeleteCopies(freed.id, std::move(freed.copies));
+                  // Its lineage (if any) goes with it, releasing its task's arguments.
+                  PostToIo("worker.forget_lineage",
+                           [this, id = freed.id] { recovery_->Forget(id); });
+                }
                 if (freed.is_actor && !stopped_) {
                   // No handle to the actor is left anywhere: it ends (unless detached).
                   PostToIo("worker.actor_out_of_scope", [this, id = freed.id] { actor_owner_->OnOutOfScope(id); });
@@ -115,6 +121,19 @@ void CoreWorker::CreateObjectTracking() {
           .notify_blocked = [this](bool blocked) { NotifyBlocked(blocked); },
       });
   tasks_ = std::make_unique<TaskManager>(*memory_store_);
+  recovery_ = std::make_unique<ObjectRecovery>(
+      *object_table_, *tasks_, ObjectRecovery::Options::FromEnv(),
+      ObjectRecovery::Callbacks{
+          .resubmit =
+              [this](std::unique_ptr<PendingTask> task) {
+                TaskEvents().Record(TaskEventKind::kSubmitted, task->task_id, task->attempt,
+                                    task->name(), {});
+                // Owned by the resolver's callbacks until its arguments are ready.
+                resolver_->Resolve(task.release());
+              },
+      });
+  tasks_->SetLineageSink(
+      [this](std::unique_ptr<PendingTask> task) { recovery_->KeepLineage(std::move(task)); });
   resolver_ = std::make_unique<DependencyResolver>(
       *object_table_,
       DependencyResolver::Callbacks{
@@ -408,6 +427,7 @@ void CoreWorker::Stop() {
   }
   // Drop queued work (its refs) while the maps are still consistent.
   submitter_->Clear();
+  recovery_->Clear();
   {
     absl::MutexLock lock(&submit_mu_);
     submissions_.clear();

@@ -22,13 +22,21 @@
 namespace lumen::runtime {
 namespace {
 
-// LUMEN_DEFER_REPLIES_AT_QUEUED (default 8; 0: never): how many tasks must
+// LUMEN_DEFER_REPLIES_AT_QUEUED (default 16; 0: never): how many tasks must
 // wait in the receive queue for a reply to be handed to the io thread rather
 // than written by the executor (see SendReply). Read once per process.
+//
+// The default is the depth to which a normal-task owner pipelines tasks to one
+// worker (`CoreWorkerOptions::max_tasks_in_flight_per_worker`): at most 15 of
+// its tasks wait here, and it sends the next only when a reply comes back, so
+// a later reply is a slower pipeline (idle A/B, doc/benchmark.md: with 8,
+// `single_client_tasks_async` and `multi_driver_tasks_async` lost 15-35 %).
+// Actor calls arrive without such a window, thousands queued, and gain from
+// the batching (`1_1_actor_calls_async` about 2x).
 int DeferRepliesAtQueued() {
   static const int at = [] {
     const char* v = std::getenv("LUMEN_DEFER_REPLIES_AT_QUEUED");
-    return v != nullptr ? std::atoi(v) : 8;
+    return v != nullptr ? std::atoi(v) : 16;
   }();
   return at;
 }

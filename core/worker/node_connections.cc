@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "core/worker/object_recovery.h"
 #include "core/worker/task_event_flusher.h"
 #include "core/worker/worker_state.h"
 #include "lumen/common/codec.h"
@@ -168,21 +169,24 @@ void CoreWorker::OnRemoteNodeDead(const NodeId& node) {
   }
   for (auto& conn : doomed) conn->Close(why);
   // Copies there are gone: readers are sent to the others; an object with no
-  // copy left is lost (no lineage reconstruction).
-  ObjectTable::Locked objects(*object_table_);
-  for (auto& [id, entry] : *objects) {
-    if (!entry.owned || !entry.ready || entry.kind != ObjectEntry::Kind::kStored) continue;
-    auto& copies = entry.locations;
-    auto before = copies.size();
-    copies.erase(std::remove_if(copies.begin(), copies.end(),
-                                [&](const auto& copy) { return copy.first == node; }),
-                 copies.end());
-    if (copies.empty() && before > 0) {
-      entry.SetFailed(Failure{proto::FailureKind::OBJECT_LOST, "lumen::ObjectLostError",
-                               absl::StrCat("object ", id.Hex(), ": its only copy was on node ",
-                                            node.Hex(), ", which died"),
-                               ""});
+  // copy left is rebuilt from its lineage when its task may run again, else
+  // it fails with ObjectLostError (object_recovery.h).
+  std::vector<ObjectId> lost;
+  {
+    ObjectTable::Locked objects(*object_table_);
+    for (auto& [id, entry] : *objects) {
+      if (!entry.owned || !entry.ready || entry.kind != ObjectEntry::Kind::kStored) continue;
+      auto& copies = entry.locations;
+      auto before = copies.size();
+      copies.erase(std::remove_if(copies.begin(), copies.end(),
+                                  [&](const auto& copy) { return copy.first == node; }),
+                   copies.end());
+      if (copies.empty() && before > 0) lost.push_back(id);
     }
+  }
+  if (!lost.empty()) {
+    recovery_->OnLost(lost, absl::StrCat("its only copy was on node ", node.Hex(), ", which died"),
+                      node);
   }
 }
 

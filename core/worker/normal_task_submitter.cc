@@ -201,8 +201,15 @@ void NormalTaskSubmitter::OnTaskReply(uint64_t key, proto::TaskReply::Reader rep
     queue.ready.push_back(std::move(task));
   } else {
     tasks_.Complete(*task, result);
+    if (result.isStored()) {
+      // Kept as its object's lineage (object_recovery.h), to be queued again
+      // the same way if every copy is lost.
+      task->placement = std::make_unique<TaskPlacement>(
+          TaskPlacement{queue.shape.resources, queue.shape.scheduling, queue.key});
+      tasks_.KeepLineage(std::move(task));
+    }
   }
-  task.reset();  // releases the argument refs
+  task.reset();  // releases the argument refs (unless kept as lineage)
   Dispatch(queue);
   MaybeReturnLease(lease);
 }

@@ -93,10 +93,12 @@ CoreWorker::StoreResult CoreWorker::GetOrPull(const ObjectId& id, uint64_t size,
   return got;
 }
 
-internal::ObjectBytes CoreWorker::ReadyBytes(const ObjectId& id) {
+internal::ObjectBytes CoreWorker::ReadyBytes(
+    const ObjectId& id, std::optional<std::chrono::steady_clock::time_point> deadline) {
   // A copy can vanish with its node while we read: when our node says so (it
   // tells us of the death before it answers the pull), the entry names another
-  // copy or says the object is lost, and we look again.
+  // copy, is pending again (its task runs again: lineage reconstruction), or
+  // says the object is lost, and we look again.
   std::pair<NodeId, std::string> tried;
   std::string last_error;
   for (int attempt = 0;; ++attempt) {
@@ -106,16 +108,36 @@ internal::ObjectBytes CoreWorker::ReadyBytes(const ObjectId& id) {
     std::pair<NodeId, std::string> location;
     uint64_t size = 0;
     std::string owner;
+    bool ready;
     {
       ObjectTable::Locked objects(*object_table_);
       auto it = objects->find(id);
       if (it == objects->end()) throw ObjectLostError("object " + id.Hex() + " is not known");
+      ready = it->second.ready.load(std::memory_order_acquire);
       kind = it->second.kind;
       value = it->second.value;
       if (it->second.failure) failure = *it->second.failure;
       size = it->second.stored_size;
       if (!it->second.locations.empty()) location = it->second.locations.front();
       owner = it->second.owned ? listen_address_ : it->second.owner_address;
+    }
+    if (!ready) {
+      // Being rebuilt from lineage: wait for the new value, then read it afresh.
+      std::optional<std::chrono::milliseconds> left;
+      if (deadline) {
+        left = std::max(std::chrono::milliseconds(0),
+                        std::chrono::duration_cast<std::chrono::milliseconds>(
+                            *deadline - std::chrono::steady_clock::now()));
+      }
+      auto entries = memory_store_->AwaitReady({id}, 1, left);
+      if (!entries[0]->ready) {
+        throw GetTimeoutError(absl::StrCat("Get timed out after ", left ? left->count() : 0,
+                                           " ms more waiting for object ", id.Hex(),
+                                           ", which is being rebuilt from its lineage"));
+      }
+      tried = {};
+      attempt = -1;
+      continue;
     }
     switch (kind) {
       case ObjectEntry::Kind::kInline:
@@ -196,6 +218,8 @@ std::vector<ObjectEntry*> CoreWorker::AwaitReady(
 std::vector<internal::ObjectBytes> CoreWorker::Get(
     const std::vector<const internal::RefHandle*>& refs,
     std::optional<std::chrono::milliseconds> timeout) {
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  if (timeout) deadline = std::chrono::steady_clock::now() + *timeout;
   auto entries = AwaitReady(refs, refs.size(), timeout);
   for (size_t i = 0; i < entries.size(); ++i) {
     if (!entries[i]->ready) {
@@ -205,7 +229,7 @@ std::vector<internal::ObjectBytes> CoreWorker::Get(
   }
   std::vector<internal::ObjectBytes> out;
   out.reserve(refs.size());
-  for (const auto* ref : refs) out.push_back(ReadyBytes(ref->id()));
+  for (const auto* ref : refs) out.push_back(ReadyBytes(ref->id(), deadline));
   return out;
 }
 

@@ -56,6 +56,11 @@ void TaskManager::Cancel(PendingTask& task, const std::string& how) {
   store_.SetFailed(task.return_id, failure);
 }
 
+void TaskManager::KeepLineage(std::unique_ptr<PendingTask> task) {
+  io_thread_.Check("TaskManager::KeepLineage");
+  if (lineage_sink_) lineage_sink_(std::move(task));
+}
+
 bool TaskManager::ConsumeRetry(PendingTask& task) {
   io_thread_.Check("TaskManager::ConsumeRetry");
   if (task.cancelled) return false;

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -57,6 +58,16 @@ class TaskManager {
   // result when the worker answers or dies.
   void Cancel(PendingTask& task, const std::string& how);
 
+  // Where a completed task goes when its holder is done with it: the lineage
+  // of its return object (ObjectRecovery::KeepLineage), which keeps a normal
+  // task whose result was stored so that it can run again if that object is
+  // lost. Unset: the task is destroyed.
+  using LineageSink = std::function<void(std::unique_ptr<PendingTask>)>;
+  void SetLineageSink(LineageSink sink) { lineage_sink_ = std::move(sink); }
+  // Hands `task`, completed with a value stored in a node's store, to the
+  // lineage sink (or destroys it, which releases its argument refs).
+  void KeepLineage(std::unique_ptr<PendingTask> task);
+
   // The last finished tasks, oldest first.
   const std::deque<FinishedTask>& finished() const { return finished_; }
 
@@ -67,6 +78,7 @@ class TaskManager {
   const size_t history_;
   ThreadChecker io_thread_;
   std::deque<FinishedTask> finished_;
+  LineageSink lineage_sink_;
 };
 
 }  // namespace lumen::runtime

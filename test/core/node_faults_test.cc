@@ -58,6 +58,41 @@ int64_t Consume(std::vector<uint8_t> v) {
   return sum;
 }
 
+// Lineage (item 4): each run of a chain's task leaves a file
+// "<tag>-<pid>-<node>" in `dir`, so the test counts runs and sees where they were.
+void MarkRun(const std::string& dir, const std::string& tag) {
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/" + tag + "-" + std::to_string(::getpid()) + "-" + lumen::GetNodeId())
+      .flush();
+}
+std::vector<uint8_t> Step(std::vector<uint8_t> in) {
+  for (auto& b : in) b = static_cast<uint8_t>(b * 3 + 1);
+  return in;
+}
+std::vector<uint8_t> MarkedProduce(std::string dir, std::string tag, int seed) {
+  MarkRun(dir, tag);
+  return Produce(seed);
+}
+std::vector<uint8_t> MarkedStep(std::string dir, std::string tag, std::vector<uint8_t> in) {
+  MarkRun(dir, tag);
+  return Step(std::move(in));
+}
+int64_t MarkedConsume(std::string dir, std::string tag, std::vector<uint8_t> in) {
+  MarkRun(dir, tag);
+  return Consume(std::move(in));
+}
+// The nodes of the runs tagged `tag` in `dir`, in no particular order.
+std::vector<std::string> RunsOf(const std::string& dir, const std::string& tag) {
+  std::vector<std::string> nodes;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    std::string name = entry.path().filename().string();
+    if (name.rfind(tag + "-", 0) != 0) continue;
+    nodes.push_back(name.substr(name.rfind('-') + 1));
+  }
+  return nodes;
+}
+
 // An owner of objects other processes borrow: it creates them (Put, or by
 // submitting a task) and hands out their refs; the driver kills it.
 class Lender {
@@ -117,7 +152,8 @@ int OomScoreAdj(pid_t pid) {
 }
 
 LUMEN_REMOTE(HereNode, AnnounceThenAwait, Produce, Consume, Lender::Create, &Lender::Pid,
-             &Lender::Lend, &Lender::LendPending, Hog);
+             &Lender::Lend, &Lender::LendPending, Hog, MarkedProduce, MarkedStep,
+             MarkedConsume);
 
 // The head's view of `node`: 1 alive, 0 declared dead, -1 not listed (or the
 // head did not answer).
@@ -200,17 +236,60 @@ TEST_CASE("a frozen node is declared dead in time, its work finishes elsewhere o
                       std::chrono::seconds(30)) == cluster.node_id(again));
 }
 
-TEST_CASE("objects whose only copy was on a dead node are lost, and so is what depends on them") {
-  // Invariant (reliability item 4, as documented in doc/reliability.md: no
-  // lineage reconstruction): when the node holding a chain's intermediate
-  // object dies, Get of that object and of every task consuming it fails
-  // with ObjectLostError (not OwnerDiedError: the owner, the driver, lives)
-  // naming the dead node, within seconds; objects elsewhere are unaffected.
+TEST_CASE("a chain's objects lost with their node are rebuilt from lineage, each task running "
+          "once more") {
+  // Invariant (reliability item 4, lineage reconstruction as in Ray): when
+  // the node holding the only copies of a chain's objects a -> b dies, and
+  // their tasks have retries left, Get of b returns the right value, rebuilt
+  // by running b's task again after a's (its lost argument) was rebuilt the
+  // same way; a task consuming b then gets the right value too. Each of a and
+  // b ran exactly twice (once on the dead node, once elsewhere), c once.
   MultiNodeCluster cluster({Cpus(2), Cpus(2), Cpus(2)});
+  Scratch runs("lineage");
+  const std::string victim = cluster.node_id(1);
+  const auto there = lumen::NodeAffinity(victim, /*soft=*/true);
+  auto a = lumen::Task(MarkedProduce).SetSchedulingStrategy(there).Remote(runs.dir, "a", 5);
+  auto b = lumen::Task(MarkedStep).SetSchedulingStrategy(there).Remote(runs.dir, "b", a);
+  // Ready, not read: their only copies are in the victim's store.
+  REQUIRE(lumen::Wait(std::vector{b}, 1, std::chrono::seconds(30)).ready.size() == 1);
+  REQUIRE(RunsOf(runs.dir, "a") == std::vector<std::string>{victim});
+  REQUIRE(RunsOf(runs.dir, "b") == std::vector<std::string>{victim});
+  cluster.KillNode(1);
+  REQUIRE(WaitUntil([&] { return Liveness(cluster.head_address(), victim) == 0; }));
+
+  const std::vector<uint8_t> expected_b = Step(Produce(5));
+  auto rebuilt = lumen::Get(b, std::chrono::seconds(60));
+  REQUIRE(*rebuilt == expected_b);
+  auto c = lumen::Task(MarkedConsume).Remote(runs.dir, "c", b);
+  REQUIRE(*lumen::Get(c, std::chrono::seconds(60)) == Consume(expected_b));
+  REQUIRE(*lumen::Get(a, std::chrono::seconds(30)) == Produce(5));
+  for (const char* tag : {"a", "b"}) {
+    INFO("task " << tag);
+    auto nodes = RunsOf(runs.dir, tag);
+    REQUIRE(nodes.size() == 2);
+    CHECK(std::count(nodes.begin(), nodes.end(), victim) == 1);
+  }
+  CHECK(RunsOf(runs.dir, "c").size() == 1);
+}
+
+TEST_CASE("objects whose only copy was on a dead node and that cannot be rebuilt are lost, and "
+          "so is what depends on them") {
+  // Invariant (reliability item 4): when the node holding a chain's
+  // intermediate object dies and the object cannot be rebuilt (its task has
+  // max_retries=0), Get of that object and of every task consuming it fails
+  // with ObjectLostError (not OwnerDiedError: the owner, the driver, lives)
+  // naming the dead node and why it is not rebuilt, and the task does not
+  // run again; objects elsewhere are unaffected.
+  MultiNodeCluster cluster({Cpus(2), Cpus(2), Cpus(2)});
+  Scratch runs("no-lineage");
   const std::string victim = cluster.node_id(1), survivor = cluster.node_id(2);
   auto on = [](const std::string& node) { return lumen::NodeAffinity(node, /*soft=*/false); };
   auto kept = lumen::Task(Produce).SetSchedulingStrategy(on(survivor)).Remote(2);
-  auto middle = lumen::Task(Produce).SetSchedulingStrategy(on(victim)).Remote(1);
+  auto first = lumen::Task(MarkedProduce).SetSchedulingStrategy(on(victim)).Remote(runs.dir, "a", 1);
+  auto middle = lumen::Task(MarkedStep)
+                    .SetMaxRetries(0)
+                    .SetSchedulingStrategy(on(victim))
+                    .Remote(runs.dir, "b", first);
   // Ready, but not read: its only copy is in the victim's store.
   REQUIRE(lumen::Wait(std::vector{middle, kept}, 2, std::chrono::seconds(30)).ready.size() == 2);
   cluster.KillNode(1);
@@ -222,9 +301,12 @@ TEST_CASE("objects whose only copy was on a dead node are lost, and so is what d
   } catch (const lumen::OwnerDiedError& e) {
     FAIL("the owner is alive, yet: " << e.what());
   } catch (const lumen::ObjectLostError& e) {
+    INFO(e.what());
     CHECK(std::string(e.what()).find(victim) != std::string::npos);
+    CHECK(std::string(e.what()).find("max_retries=0") != std::string::npos);
   }
   REQUIRE_THROWS_AS(lumen::Get(downstream, std::chrono::seconds(20)), lumen::ObjectLostError);
+  CHECK(RunsOf(runs.dir, "b").size() == 1);
   REQUIRE(*lumen::Get(lumen::Task(Consume).Remote(kept), std::chrono::seconds(30)) ==
           Consume(Produce(2)));
 }

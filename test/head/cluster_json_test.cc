@@ -61,6 +61,13 @@ TEST_CASE("RenderClusterJson reports nodes, tasks, actors, groups, demand and fa
   demand[0].setCount(3);
   demand[0].setName("Train");
   SetResources(demand[0].initResources(1), {{"GPU", 1}});
+  auto gpus = nodes[1].initGpus(1);  // node b samples one GPU through NVML
+  gpus[0].setIndex(0);
+  gpus[0].setName("NVIDIA A100");
+  gpus[0].setUtilizationKnown(true);
+  gpus[0].setUtilization(0.5);
+  gpus[0].setMemoryUsedBytes(1ull << 30);
+  gpus[0].setMemoryTotalBytes(4ull << 30);
 
   capnp::MallocMessageBuilder groups_message;
   auto groups = groups_message.initRoot<proto::Envelope>().initPlacementGroups(1);
@@ -136,6 +143,13 @@ TEST_CASE("RenderClusterJson reports nodes, tasks, actors, groups, demand and fa
   REQUIRE(nb != nullptr);
   CHECK(!nb->at("answered").as_bool());
   CHECK(nb->at("error") == "did not answer within 3000 ms");
+  CHECK(na->at("gpus").as_array().empty());
+  const json::array& b_gpus = nb->at("gpus").as_array();
+  REQUIRE(b_gpus.size() == 1);
+  CHECK(b_gpus[0].at("name") == "NVIDIA A100");
+  CHECK(b_gpus[0].at("utilization").as_double() == 0.5);
+  CHECK(b_gpus[0].at("memory_total").to_number<uint64_t>() == (4ull << 30));
+  CHECK(b_gpus[0].at("memory_text") == "1.0 GiB / 4.0 GiB");
   CHECK(!Find(node_list, "id", dead.Hex().substr(0, 12))->at("alive").as_bool());
 
   const json::array& running = o.at("tasks").at("running").as_array();

@@ -122,6 +122,55 @@ TEST_CASE("GET /metrics renders the nodes' reports in the Prometheus text format
   CHECK(FamilyNamed(*parsed, "lumen_transfer_pulled_bytes_total")->type == "counter");
 }
 
+// Invariant: the GPU families appear only when a node reports GPUs, with one
+// sample per device of such a node (utilisation only where NVML knows it),
+// and the page still parses.
+TEST_CASE("GET /metrics shows GPU utilisation and memory per device, only when present") {
+  capnp::MallocMessageBuilder message;
+  auto nodes = message.initRoot<proto::ClusterView>().initNodes(2);
+  NodeId a = NodeId::Random(), b = NodeId::Random();
+  FillNode(nodes[0], a, true, 10, 5);
+  FillNode(nodes[1], b, true, 10, 5);
+  {
+    std::string page = RenderMetrics(nodes.asReader());
+    auto parsed = ParsePrometheusText(page);
+    REQUIRE(parsed.ok());
+    for (const auto& f : *parsed) CHECK(f.name.rfind("lumen_node_gpu", 0) != 0);
+  }
+  auto gpus = nodes[1].initGpus(2);
+  gpus[0].setIndex(0);
+  gpus[0].setName("NVIDIA H100");
+  gpus[0].setUuid("GPU-0");
+  gpus[0].setUtilizationKnown(true);
+  gpus[0].setUtilization(0.25);
+  gpus[0].setMemoryUsedBytes(1000);
+  gpus[0].setMemoryTotalBytes(8000);
+  gpus[1].setIndex(1);
+  gpus[1].setName("NVIDIA H100 MIG");
+  gpus[1].setUuid("GPU-1");
+  gpus[1].setUtilizationKnown(false);
+  gpus[1].setMemoryUsedBytes(0);
+  gpus[1].setMemoryTotalBytes(4000);
+  std::string page = RenderMetrics(nodes.asReader());
+  INFO(page);
+  auto parsed = ParsePrometheusText(page);
+  REQUIRE(parsed.ok());
+  std::string nb = b.Hex().substr(0, 12);
+  const PromFamily* util = FamilyNamed(*parsed, "lumen_node_gpu_utilization_ratio");
+  REQUIRE(util != nullptr);
+  CHECK(util->type == "gauge");
+  REQUIRE(util->samples.size() == 1);
+  CHECK(ValueOf(*util, "lumen_node_gpu_utilization_ratio", {{"node", nb}, {"gpu", "0"}}) == 0.25);
+  const PromFamily* used = FamilyNamed(*parsed, "lumen_node_gpu_memory_used_bytes");
+  REQUIRE(used != nullptr);
+  CHECK(used->samples.size() == 2);
+  CHECK(ValueOf(*used, "lumen_node_gpu_memory_used_bytes", {{"node", nb}, {"gpu", "0"}}) == 1000);
+  CHECK(ValueOf(*FamilyNamed(*parsed, "lumen_node_gpu_memory_total_bytes"),
+                "lumen_node_gpu_memory_total_bytes", {{"node", nb}, {"gpu", "1"}}) == 4000);
+  CHECK(ValueOf(*FamilyNamed(*parsed, "lumen_node_gpu_info"), "lumen_node_gpu_info",
+                {{"node", nb}, {"gpu", "1"}, {"name", "NVIDIA H100 MIG"}, {"uuid", "GPU-1"}}) == 1);
+}
+
 TEST_CASE("the writer escapes label values and help text and formats special values") {
   PrometheusWriter out;
   out.Family("x", "gauge", "line one\nback\\slash");

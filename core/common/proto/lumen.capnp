@@ -192,6 +192,18 @@ struct NodeStats {
   taskTotals @20 :TaskTotals;      # from the task events this node received (metrics)
   dashboard @21 :NodeDashboard;    # only in the answer to getNodeStats: for the head's dashboard
   storeSummary @22 :StoreSummary;  # pins and spilling of its object store (`lumen status`, `lumen memory`)
+  gpus @23 :List(GpuStats);        # its GPUs as NVML samples them; empty without NVML (core/node/gpu_monitor.h)
+}
+
+# One GPU of a node, sampled through NVML when the node reports (NodeStats.gpus).
+struct GpuStats {
+  index @0 :UInt32;             # as the node's processes number it (position in CUDA_VISIBLE_DEVICES)
+  name @1 :Text;                # NVML's product name ("NVIDIA H100 80GB HBM3")
+  uuid @2 :Text;                # "GPU-..."
+  utilizationKnown @3 :Bool;    # false where NVML does not sample it (e.g. MIG)
+  utilization @4 :Float64;      # share of the last sample period a kernel ran, 0..1
+  memoryUsedBytes @5 :UInt64;
+  memoryTotalBytes @6 :UInt64;
 }
 
 # What a node's object store holds beyond used/capacity/objects (NodeStats).

@@ -44,6 +44,17 @@ function meter(used, total, text) {
   return el("span", { class: "meter" }, bar, el("span", { class: "meter-text" }, text));
 }
 
+// One line per GPU: "GPU 0 · 37 % busy" over a bar of its memory in use.
+function gpuCell(gpus) {
+  if (!gpus || gpus.length === 0) return "–";
+  return el("span", { class: "gpus" }, ...gpus.map((g) => {
+    const busy = g.utilization === null ? "busy: n/a" : Math.round(g.utilization * 100) + " % busy";
+    return el("span", { class: "gpu", title: g.name },
+      el("span", { class: "gpu-label" }, "GPU " + g.index + " · " + busy),
+      meter(g.memory_used, g.memory_total, g.memory_text + " memory"));
+  }));
+}
+
 function badge(state) {
   const s = String(state || "").toUpperCase();
   const kind = s === "ALIVE" || s === "RUNNING" || s === "CREATED" ? "ok"
@@ -110,6 +121,8 @@ function render(c) {
     }]),
     ["Object store", (n) => meter(n.store.used, n.store.capacity,
                                   n.store.text + " · " + n.store.objects + " objects")],
+    // Only when a node samples its GPUs (NVML): one line per device.
+    ...(c.nodes.some((n) => n.gpus && n.gpus.length) ? [["GPU use", (n) => gpuCell(n.gpus)]] : []),
     ["Workers", (n) => n.workers + " (" + n.idle_workers + " idle)"],
     ["Leases", (n) => n.active_leases + " active" + (n.queued_leases ? ", " + n.queued_leases + " waiting" : "")],
   ], c.nodes, "No node has joined yet.");

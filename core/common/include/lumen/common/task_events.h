@@ -22,16 +22,20 @@
 // the processes of one machine line up (across machines, as well as their
 // clocks agree).
 //
-// Thread-safe. Recording is a mutex-guarded copy into a preallocated ring (no
-// allocation for names of up to 15 characters); when the ring is full the
-// oldest event is dropped and counted. Disabled (LUMEN_TASK_EVENTS=0) it is one
-// relaxed atomic load.
+// Thread-safe. Each recording thread has its own ring (created at its first
+// event), so recording takes no lock that another recording thread could hold:
+// a Record is one clock read and a copy into a preallocated slot (no
+// allocation for names of up to 15 characters), under a per-thread spin flag
+// that only Drain also takes, for an O(1) swap. When a thread's ring is full
+// its oldest event is dropped and counted. Drain merges the threads' rings by
+// time. Disabled (LUMEN_TASK_EVENTS=0) a Record is one relaxed atomic load.
 #pragma once
 
 #include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -97,8 +101,13 @@ class TaskEventRecorder {
  public:
   static constexpr size_t kDefaultCapacity = 1 << 16;
 
-  // `capacity`: events kept until the next Drain (older ones are dropped).
+  // `capacity`: events each recording thread keeps until the next Drain, and
+  // the most a Drain returns (the newest of all threads; older ones are
+  // dropped and counted). A ring grows on demand up to it: allocating (and so
+  // touching) all of it up front cost every new worker process ~8 MiB of page
+  // faults, ~5 ms of each actor creation.
   explicit TaskEventRecorder(size_t capacity = kDefaultCapacity, bool enabled = true);
+  ~TaskEventRecorder();
   TaskEventRecorder(const TaskEventRecorder&) = delete;
   TaskEventRecorder& operator=(const TaskEventRecorder&) = delete;
 
@@ -111,29 +120,29 @@ class TaskEventRecorder {
   // Records an event built by the caller (its time and pid are kept if set).
   void RecordEvent(TaskEvent event);
 
-  // Takes every event recorded since the last Drain, oldest first.
+  // Takes the events recorded since the last Drain (the newest `capacity`
+  // of them), by time; one thread's in the order it recorded them.
   std::vector<TaskEvent> Drain();
-  // Events dropped because the ring was full, since the start.
+  // Events dropped because a ring was full, since the start.
   uint64_t dropped() const;
 
   // Microseconds since the epoch on the system clock (the events' time base).
   static int64_t NowMicros();
 
  private:
-  // The ring's slot for a new event: the next free one, or the oldest
-  // (counted as dropped) when the ring is full. The ring grows on demand up to
-  // `capacity_`: allocating (and so touching) all of it up front cost every
-  // new worker process ~8 MiB of page faults, ~5 ms of each actor creation.
-  TaskEvent& NextSlot() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  struct ThreadRing;  // one recording thread's ring (task_events.cc)
+
+  // This thread's ring, created at its first event.
+  ThreadRing& RingOfThisThread();
 
   std::atomic<bool> enabled_;
   const int32_t pid_;
-  const size_t capacity_;  // most events kept (ring_.size() grows to it)
-  mutable absl::Mutex mu_;
-  std::vector<TaskEvent> ring_ ABSL_GUARDED_BY(mu_);
-  size_t head_ ABSL_GUARDED_BY(mu_) = 0;  // index of the oldest event
-  size_t size_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
+  const size_t capacity_;  // most events kept per thread
+  const uint64_t id_;      // unique per recorder: the key of the threads' cached ring
+  mutable absl::Mutex mu_;  // registration and Drain; never taken by a Record that has its ring
+  std::vector<std::shared_ptr<ThreadRing>> rings_ ABSL_GUARDED_BY(mu_);
+  uint64_t retired_dropped_ ABSL_GUARDED_BY(mu_) = 0;  // of rings whose thread ended
+  uint64_t drained_dropped_ ABSL_GUARDED_BY(mu_) = 0;  // the oldest beyond capacity_ at a Drain
 };
 
 // This process's recorder (kDefaultCapacity events): enabled unless

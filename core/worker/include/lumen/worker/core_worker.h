@@ -21,7 +21,8 @@
 //   Parts with a class of their own:
 //     ObjectTable (object_table.h), ReferenceCounter, MemoryStore,
 //     BorrowerRegistry, DependencyResolver, LeaseRequester,
-//     NormalTaskSubmitter, TaskManager, TaskReceiver, TaskExecutor,
+//     NormalTaskSubmitter, TaskManager, ObjectRecovery (lineage),
+//     TaskReceiver, TaskExecutor,
 //     HeadRequester, TaskEventFlusher, OutputTagger, WorkerLogPrinter: each
 //     in its .h/.cc pair; PendingTask and ActorRecord (pending_task.h) and the
 //     private state types (worker_state.h) are data.
@@ -77,6 +78,7 @@ class ObjectTable;        // core/worker/object_table.h
 class ReferenceCounter;   // core/worker/reference_counter.h
 class MemoryStore;        // core/worker/memory_store.h
 class TaskManager;        // core/worker/task_manager.h
+class ObjectRecovery;     // core/worker/object_recovery.h
 class TaskEventFlusher;   // core/worker/task_event_flusher.h
 class OutputTagger;       // core/worker/output_tagger.h
 class DependencyResolver; // core/worker/dependency_resolver.h
@@ -289,7 +291,12 @@ class CoreWorker {
   void DeleteCopies(const ObjectId& id, std::vector<std::string> node_addresses);
   void SendToNode(std::function<void(proto::Envelope::Builder)> fill);
   void OnNodeLost(const absl::Status& why);
-  internal::ObjectBytes ReadyBytes(const ObjectId& id);
+  // The bytes of a ready object (pinned when stored), pulling a copy from
+  // another node if needed; waits (until `deadline`, else GetTimeoutError)
+  // while it is being rebuilt from lineage. Throws its failure.
+  internal::ObjectBytes ReadyBytes(
+      const ObjectId& id,
+      std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
   internal::ObjectBytes PinnedBytes(const ObjectId& id, uint64_t offset, uint64_t size);
   [[noreturn]] void ThrowFailure(const Failure& failure);
   void NotifyBlocked(bool blocked);
@@ -412,6 +419,9 @@ class CoreWorker {
   std::unique_ptr<actors::ActorOwner> actor_owner_;
   // How submitted tasks end: complete, fail, retry budget, history (io thread).
   std::unique_ptr<TaskManager> tasks_;
+  // The lineage of stored task results, and their rebuild when every copy
+  // is lost (io thread).
+  std::unique_ptr<ObjectRecovery> recovery_;
   // Holds submitted tasks until their arguments are ready (io thread).
   std::unique_ptr<DependencyResolver> resolver_;
   // Normal tasks whose arguments are ready: queues per shape, leases,

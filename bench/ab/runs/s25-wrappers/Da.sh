@@ -1,0 +1,3 @@
+#!/bin/bash
+export LUMEN_BENCH_ONLY='^(actors_created_per_second|init_seconds|multi_driver_tasks_async)$'
+exec /work/ab-bin/D/lumen "$@"

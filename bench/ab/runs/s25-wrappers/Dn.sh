@@ -1,0 +1,4 @@
+#!/bin/bash
+export LUMEN_BENCH_ONLY='^(actors_created_per_second|init_seconds|multi_driver_tasks_async)$'
+export LUMEN_HEAD_PERSISTENCE=none
+exec /work/ab-bin/D/lumen "$@"
