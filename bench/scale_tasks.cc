@@ -22,6 +22,44 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// CPU seconds (user + system) spent so far by the driver, the head, the node
+// daemons and their workers (the daemons' children). On a loaded machine the rate of
+// a CPU-bound run follows its CPU per task, so comparing CPU per task of the
+// drain and of the batched run says which one does more work per task,
+// whatever else runs meanwhile. A worker that exited in between takes its CPU
+// time with it (none does during these runs).
+struct ClusterCpu {
+  double driver = 0;
+  double head = 0;
+  double daemons = 0;
+  double workers = 0;
+
+  static ClusterCpu Now(const BenchCluster& cluster) {
+    ClusterCpu cpu;
+    cpu.driver = CpuSeconds();
+    cpu.head = CpuSeconds(cluster.head_pid());
+    for (pid_t daemon : cluster.node_pids()) {
+      cpu.daemons += CpuSeconds(daemon);
+      for (pid_t worker : ChildrenOf(daemon)) cpu.workers += CpuSeconds(worker);
+    }
+    return cpu;
+  }
+  ClusterCpu operator-(const ClusterCpu& before) const {
+    return {driver - before.driver, head - before.head, daemons - before.daemons,
+            workers - before.workers};
+  }
+  double total() const { return driver + head + daemons + workers; }
+  // "CPU T us/task: driver D head H daemons N workers W" for `tasks` tasks.
+  std::string PerTask(long tasks) const {
+    char text[160];
+    const double us = 1e6 / static_cast<double>(tasks);
+    std::snprintf(text, sizeof(text),
+                  "CPU %.1f us/task: driver %.1f head %.1f daemons %.1f workers %.1f",
+                  total() * us, driver * us, head * us, daemons * us, workers * us);
+    return text;
+  }
+};
+
 std::vector<long> DrainSizes(const ScaleOptions& options) {
   std::vector<long> sizes;
   for (long n : {10000L, 30000L, 100000L, 300000L, 1000000L}) {
@@ -31,8 +69,8 @@ std::vector<long> DrainSizes(const ScaleOptions& options) {
 }
 
 // Tasks per second in batches of 1,000 (single_client_tasks_async) over
-// about `seconds`.
-double BatchedRate(double seconds) {
+// about `seconds`; `done` (when given) receives the number of tasks run.
+double BatchedRate(double seconds, long* done_out = nullptr) {
   constexpr int kBatch = 1000;
   long done = 0;
   auto start = std::chrono::steady_clock::now();
@@ -41,15 +79,34 @@ double BatchedRate(double seconds) {
     Check(ok == kBatch, std::to_string(kBatch - ok) + " tasks of a batch returned wrong");
     done += kBatch;
   }
+  if (done_out != nullptr) *done_out = done;
   return static_cast<double>(done) / SecondsSince(start);
 }
 
+// How long to measure the batched rate just before and just after a drain of
+// `n` tasks: a quarter of the drain's expected time at `batched` tasks/s, 1 to
+// 15 s. The load of this shared machine changes by 2x within a minute, so a
+// drain is compared with what the same machine did around it, not with a rate
+// measured minutes earlier (the 0.48 of an earlier full run was measured that
+// way).
+double BracketSeconds(long n, double batched, bool quick) {
+  const double expected = batched > 0 ? static_cast<double>(n) / batched : 1.0;
+  return std::clamp(expected / 4, quick ? 0.5 : 1.0, quick ? 5.0 : 15.0);
+}
+
 // Submits `n` tasks (spread over the nodes when `spread`) and Gets them all;
-// the row's memory is each process's peak over its `baseline`.
-ScaleRow Drain(const char* experiment, long n, bool spread, const std::vector<pid_t>& daemons,
-               long driver_baseline, const std::vector<long>& daemon_baselines) {
+// the row's memory is each process's peak over its resident memory just
+// before.
+ScaleRow Drain(const char* experiment, long n, bool spread, const BenchCluster& cluster) {
+  const std::vector<pid_t>& daemons = cluster.node_pids();
+  // Baselines just before the drain (after the batched run before it).
+  ::malloc_trim(0);
+  const long driver_baseline = RssKiB();
+  std::vector<long> daemon_baselines;
+  for (pid_t pid : daemons) daemon_baselines.push_back(RssKiB(pid));
   ResetPeakRss();
   for (pid_t pid : daemons) ResetPeakRss(pid);
+  const ClusterCpu cpu_before = ClusterCpu::Now(cluster);
   auto start = std::chrono::steady_clock::now();
   double submit_seconds = 0;
   {
@@ -64,6 +121,7 @@ ScaleRow Drain(const char* experiment, long n, bool spread, const std::vector<pi
     Check(ok == n, std::to_string(n - ok) + " of " + std::to_string(n) + " tasks returned wrong");
   }
   ScaleRow row{.experiment = experiment, .n = n, .seconds = SecondsSince(start)};
+  const ClusterCpu cpu = ClusterCpu::Now(cluster) - cpu_before;
   row.rate = static_cast<double>(n) / row.seconds;
   row.driver_kib = static_cast<double>(std::max(0L, PeakRssKiB() - driver_baseline));
   for (size_t i = 0; i < daemons.size(); ++i) {
@@ -71,18 +129,22 @@ ScaleRow Drain(const char* experiment, long n, bool spread, const std::vector<pi
                               static_cast<double>(PeakRssKiB(daemons[i]) - daemon_baselines[i]));
   }
   char note[64];
-  std::snprintf(note, sizeof(note), "submitted in %.2f s", submit_seconds);
-  row.note = note;
+  std::snprintf(note, sizeof(note), "submitted in %.2f s; ", submit_seconds);
+  row.note = note + cpu.PerTask(n);
   ::malloc_trim(0);  // what the drain freed goes back before the next size
   return row;
 }
 
-void PrintRow(Reporter& out, const ScaleRow& row, double batched_rate) {
-  char text[256];
+// `batched_rate`: the rate measured once before the drains; `around`: the
+// mean of the batched rates just before and just after this drain.
+void PrintRow(Reporter& out, const ScaleRow& row, double batched_rate, double around) {
+  char text[512];
   std::snprintf(text, sizeof(text),
-                "%s N=%ld: %.2f s, %.0f tasks/s (%.2f x batched), driver %.0f B/task, "
+                "%s N=%ld: %.2f s, %.0f tasks/s (%.2f x batched around it: %.0f tasks/s; "
+                "%.2f x the first batched), driver %.0f B/task, "
                 "daemon %.0f B/task peak over baseline (%s)",
                 row.experiment.c_str(), row.n, row.seconds, row.rate,
+                around > 0 ? row.rate / around : 0, around,
                 batched_rate > 0 ? row.rate / batched_rate : 0, row.driver_kib * 1024 / row.n,
                 row.daemon_kib * 1024 / row.n, row.note.c_str());
   out.Note(text);
@@ -102,19 +164,36 @@ void DrainOn(ScaleContext& context, const char* experiment, int nodes, bool spre
   double batched = 0;
   context.out.Value(std::string(experiment) + "_batched_rate", "tasks/s", [&] {
     BatchedRate(0.5);  // warm-up: workers started, leases granted
-    batched = BatchedRate(context.options.quick ? 1.0 : 3.0);
+    if (spread) {
+      // The drains' own shape (SPREAD) leases apart: start its workers now,
+      // not in the first drain.
+      std::vector<ObjectRef<int>> refs;
+      for (int i = 0; i < 2000; ++i) {
+        refs.push_back(Task(SmallValue).SetSchedulingStrategy(Spread()).Remote());
+      }
+      Check(CountEqual(Get(refs), 1) == 2000, "a SPREAD warm-up task returned wrong");
+    }
+    const ClusterCpu before = ClusterCpu::Now(*cluster);
+    long done = 0;
+    batched = BatchedRate(context.options.quick ? 1.0 : 3.0, &done);
+    const ClusterCpu cpu = ClusterCpu::Now(*cluster) - before;
+    context.out.Note(std::string(experiment) + " batched: " + cpu.PerTask(done));
     return batched;
   });
-  ::malloc_trim(0);
-  const long driver_baseline = RssKiB();
-  std::vector<long> daemon_baselines;
-  for (pid_t pid : cluster->node_pids()) daemon_baselines.push_back(RssKiB(pid));
+  double largest_vs_around = 0;
   for (long n : sizes) {
     bool ok = context.out.Value(std::string(experiment) + "_" + std::to_string(n) + "_seconds",
                                 "s", [&] {
-      ScaleRow row = Drain(experiment, n, spread, cluster->node_pids(), driver_baseline,
-                           daemon_baselines);
-      PrintRow(context.out, row, batched);
+      const double bracket = BracketSeconds(n, batched, context.options.quick);
+      const double before = BatchedRate(bracket);
+      ScaleRow row = Drain(experiment, n, spread, *cluster);
+      const double after = BatchedRate(bracket);
+      const double around = (before + after) / 2;
+      char note[96];
+      std::snprintf(note, sizeof(note), "; batched before %.0f after %.0f tasks/s", before, after);
+      row.note += note;
+      PrintRow(context.out, row, batched, around);
+      largest_vs_around = around > 0 ? row.rate / around : 0;
       context.table.Add(row);
       return row.seconds;
     });
@@ -125,8 +204,9 @@ void DrainOn(ScaleContext& context, const char* experiment, int nodes, bool spre
     if (row.experiment == experiment) largest = &row;
   }
   if (largest != nullptr) {
+    // Against the batched rate measured around the largest drain.
     context.out.Value(std::string(experiment) + "_rate_vs_batched", "x",
-                      [&] { return batched > 0 ? largest->rate / batched : 0; });
+                      [&] { return largest_vs_around; });
     context.out.Value(std::string(experiment) + "_driver_bytes_per_queued_task", "B",
                       [&] { return largest->driver_kib * 1024 / largest->n; });
     context.out.Value(std::string(experiment) + "_daemon_bytes_per_queued_task", "B",

@@ -29,6 +29,7 @@ struct LeaseRequest {
   std::string group;  // placement group (binary id), or ""
   int bundle_index = -1;
   bool grant_or_reject = false;
+  bool actor = false;     // for an actor: its worker is never reused after the lease
   bool detached = false;  // a detached actor: outlives its holder and job
   // Its work may be retried elsewhere (the memory monitor kills such leases'
   // workers first).

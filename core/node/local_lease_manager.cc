@@ -232,12 +232,23 @@ void LocalLeaseManager::DispatchPass() {
     uint64_t lease_id = next_lease_id_++;
     Worker* w = pool.TakeIdle(request.job, lease_id);
     AddLease(lease_id, Lease{w->id, request.resources, request.client, false, false,
-                             request.detached, *gpu_ids, bundle, request.retriable});
+                             request.detached, *gpu_ids, bundle, request.retriable,
+                             request.actor});
+    if (request.actor) RefillLater(request.job);
     options_.clients->Grant(request.client, request.request_id,
                             LeaseGrant{lease_id, w->id, w->address, w->pid, *gpu_ids});
     TaskEvents().Record(TaskEventKind::kLeaseGranted, TaskId::Nil(), 0, request.name, {.worker = w->id, .worker_pid = w->pid});
     Untrack(request.client);
     return Verdict::kTake;
+  });
+}
+
+void LocalLeaseManager::RefillLater(const JobId& job) {
+  // Outside the dispatch pass, so the grant goes out before the fork.
+  options_.post([this, job] {
+    std::string why;
+    options_.pool->Refill(job, &why);
+    if (!why.empty() && options_.pool->FindJob(job) != nullptr) FailJobRequests(job, why);
   });
 }
 
@@ -303,7 +314,12 @@ void LocalLeaseManager::EndLease(uint64_t lease_id, bool kill_worker, const char
   Lease lease = TakeLease(it);
   FreeLeaseResources(lease);
   options_.pool->ReturnToIdle(lease.worker);
-  // The holder may still have work on it: it must not be reused.
+  // The holder may still have work on it: it must not be reused. Nor is an
+  // actor's worker (its process holds the actor's state), whatever the holder asked.
+  if (lease.actor && !kill_worker) {
+    kill_worker = true;
+    reason = "its actor's lease ended";
+  }
   if (kill_worker) options_.pool->Kill(lease.worker, reason);
 }
 

@@ -15,7 +15,9 @@
 // Lease lifecycle: requested -> (parked <->) queued -> granted (held by a
 // client; its CPU lent back while blocked) -> returned / killed / holder gone.
 // Every queued or parked request counts against its client's cap
-// (max_queued_per_client) until it leaves the queues.
+// (max_queued_per_client) until it leaves the queues. An actor's lease takes a
+// prestarted worker for good (it is killed when the lease ends, never handed to
+// later work), so the pool is refilled in the background after each such take.
 //
 // Only on the node daemon's io thread (checked in debug builds).
 #pragma once
@@ -151,6 +153,7 @@ class LocalLeaseManager {
     std::vector<int> gpu_ids;
     std::string bundle;  // "group/index" it runs in, or ""
     bool retriable = false;  // LeaseRequest::retriable
+    bool actor = false;      // LeaseRequest::actor: its worker exits with the lease
   };
   struct Parked {
     LeaseRequest request;
@@ -168,6 +171,8 @@ class LocalLeaseManager {
   void RemoveBundle(const std::string& key);
   void DispatchPass();
   void AddLease(uint64_t lease_id, Lease lease);
+  // Posts WorkerPool::Refill for `job` (an actor's lease took a worker).
+  void RefillLater(const JobId& job);
   // Removes a lease from the table and its holder's index; returns it.
   Lease TakeLease(absl::flat_hash_map<uint64_t, Lease>::iterator it);
   void EndLease(uint64_t lease_id, bool kill_worker, const char* reason);

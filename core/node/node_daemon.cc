@@ -475,6 +475,7 @@ void NodeDaemon::OnLeaseRequest(Connection& conn, proto::Envelope::Reader msg) {
   request.group = StringOf(req.getPlacementGroup());
   request.bundle_index = req.getBundleIndex();
   request.grant_or_reject = req.getGrantOrReject();
+  request.actor = req.getActor();
   request.detached = req.getDetached();
   request.retriable = req.getRetriable();
   request.name = req.getName().cStr();

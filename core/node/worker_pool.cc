@@ -8,7 +8,9 @@
 
 namespace lumen::node {
 
-WorkerPool::WorkerPool(WorkerPoolOptions options) : options_(std::move(options)) {}
+WorkerPool::WorkerPool(WorkerPoolOptions options) : options_(std::move(options)) {
+  options_.pool_size = std::clamp(options_.pool_size, 0, kMaxPoolSize);
+}
 
 Job* WorkerPool::FindJob(const JobId& job) {
   io_thread_.Check("WorkerPool");
@@ -37,6 +39,7 @@ bool WorkerPool::StartWorker(const JobId& job_id, std::string* why) {
     }
     return true;
   }
+  ++num_launched_;
   Worker& w = workers_[id];
   w.id = id;
   w.pid = *pid;
@@ -92,6 +95,21 @@ Worker* WorkerPool::TakeIdle(const JobId& job_id, uint64_t lease_id) {
   w.state = WorkerState::kLeased;
   w.lease_id = lease_id;
   return &w;
+}
+
+int WorkerPool::Refill(const JobId& job_id, std::string* why) {
+  io_thread_.Check("WorkerPool");
+  Job* job = FindJob(job_id);
+  if (job == nullptr || job->remote || job->exe_path.empty()) return 0;
+  HasIdle(job_id);  // forgets idle entries whose process is gone
+  int started = 0;
+  while (static_cast<int>(job->idle.size()) + job->starting < options_.pool_size) {
+    const int starting = job->starting;
+    if (!StartWorker(job_id, why)) return started;
+    if (job->starting == starting) break;  // this launch failed; retried on the next take
+    ++started;
+  }
+  return started;
 }
 
 void WorkerPool::ReturnToIdle(const WorkerId& id) {

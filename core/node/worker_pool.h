@@ -8,6 +8,7 @@
 //   pool.StartWorker(job);                       // kStarting
 //   pool.OnWorkerHello(worker_id, conn, addr);   // kIdle, in the job's idle list
 //   Worker* w = pool.TakeIdle(job);              // the lease manager leases it
+//   pool.Refill(job, &why);                      // an actor took it: prestart another
 //
 // Worker lifecycle: kStarting (spawned, not yet connected) -> kIdle (in its
 // job's idle list) <-> kLeased (granted to a lease holder) -> gone (its process
@@ -66,7 +67,10 @@ struct Job {
 
 struct WorkerPoolOptions {
   ProcessLauncher* launcher = nullptr;  // borrowed; outlives the pool
-  int pool_size = 0;                    // idle workers each job keeps past the idle timeout
+  // Prestarted workers each local job keeps ready (idle or starting): started
+  // when its driver connects, topped up by Refill after an actor took one, and
+  // kept past the idle timeout. Capped at WorkerPool::kMaxPoolSize.
+  int pool_size = 0;
   std::chrono::milliseconds idle_timeout{10000};
   // The clock for idle times (a manual one in tests).
   std::function<std::chrono::steady_clock::time_point()> now = [] {
@@ -79,6 +83,8 @@ class WorkerPool {
   // Workers of a job that failed this many times in a row to start make the
   // job's lease requests fail (its binary probably does not call lumen::Init).
   static constexpr int kMaxFailedStarts = 5;
+  // The largest pool_size honoured (LUMEN_PRESTART_WORKERS beyond it is capped).
+  static constexpr int kMaxPoolSize = 64;
 
   explicit WorkerPool(WorkerPoolOptions options);
 
@@ -102,6 +108,11 @@ class WorkerPool {
   bool HasIdle(const JobId& job);
   // An idle worker of `job`, now kLeased under `lease_id`, or nullptr.
   Worker* TakeIdle(const JobId& job, uint64_t lease_id);
+  // Tops the job's prestarted workers (idle + starting) up to pool_size, after
+  // an actor's lease took one for good (an actor's worker is never reused).
+  // Nothing for a job with a remote driver or no binary. Returns how many it
+  // started; `*why` as for StartWorker when a launch failed for good.
+  int Refill(const JobId& job, std::string* why);
   // Takes the worker out of its job's idle list (its connection closed).
   void DropFromIdle(const WorkerId& id);
   // A leased worker whose lease ended goes back to its job's idle list.
@@ -129,6 +140,9 @@ class WorkerPool {
 
   int pool_size() const { return options_.pool_size; }
   size_t num_workers() const { return workers_.size(); }
+  // Worker processes launched since the pool was created (tests and stats:
+  // an actor that took a prestarted worker launched none).
+  uint64_t num_launched() const { return num_launched_; }
   size_t num_idle() const;
   const absl::flat_hash_map<WorkerId, Worker>& workers() const { return workers_; }
 
@@ -140,6 +154,7 @@ class WorkerPool {
   absl::flat_hash_map<WorkerId, Worker> workers_;
   absl::flat_hash_map<pid_t, WorkerId> worker_pids_;
   absl::flat_hash_map<JobId, Job> jobs_;
+  uint64_t num_launched_ = 0;
 };
 
 }  // namespace lumen::node

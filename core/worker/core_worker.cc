@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <typeinfo>
 
 #include "absl/strings/str_cat.h"
@@ -21,6 +23,7 @@
 #include "core/worker/normal_task_submitter.h"
 #include "core/worker/object_recovery.h"
 #include "core/worker/output_tagger.h"
+#include "core/worker/submission_queue.h"
 #include "core/worker/task_event_flusher.h"
 #include "core/worker/task_manager.h"
 #include "core/worker/worker_log_printer.h"
@@ -43,6 +46,19 @@ namespace {
 // destructor) keeps it alive while Shutdown stops and drops it.
 std::atomic<std::shared_ptr<CoreWorker>> current_core_worker;
 
+// LUMEN_SUBMIT_CHUNK (default SubmissionQueue::kDefaultChunk; 0: no bound):
+// the most submitted tasks the io thread takes in one turn. Read once per
+// process.
+size_t SubmissionChunk() {
+  static const size_t chunk = [] {
+    const char* v = std::getenv("LUMEN_SUBMIT_CHUNK");
+    if (v == nullptr) return SubmissionQueue::kDefaultChunk;
+    const long n = std::atol(v);
+    return n <= 0 ? std::numeric_limits<size_t>::max() : static_cast<size_t>(n);
+  }();
+  return chunk;
+}
+
 }  // namespace
 
 std::shared_ptr<CoreWorker> CurrentCoreWorker() {
@@ -59,6 +75,7 @@ CoreWorker::CoreWorker(CoreWorkerOptions options)
           io_, HeadRequester::Options{options_.head_address, options_.timeouts.head_call_timeout})) {
   releaser_->core = this;
   receiver_ = std::make_unique<TaskReceiver>();
+  submissions_ = std::make_unique<SubmissionQueue>(SubmissionChunk());
   CreateObjectTracking();
   borrowers_ = std::make_unique<BorrowerRegistry>();
   lease_transport_ = std::make_unique<NodeLeaseTransport>(*this);
@@ -428,10 +445,7 @@ void CoreWorker::Stop() {
   // Drop queued work (its refs) while the maps are still consistent.
   submitter_->Clear();
   recovery_->Clear();
-  {
-    absl::MutexLock lock(&submit_mu_);
-    submissions_.clear();
-  }
+  submissions_->TakeAll();
 }
 
 bool CoreWorker::PostToIo(const char* name, std::function<void()> fn) {

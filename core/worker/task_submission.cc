@@ -15,6 +15,7 @@
 #include "absl/synchronization/notification.h"
 #include "core/worker/dependency_resolver.h"
 #include "core/worker/normal_task_submitter.h"
+#include "core/worker/submission_queue.h"
 #include "core/worker/task_manager.h"
 #include "core/worker/worker_state.h"
 #include "lumen/common/codec.h"
@@ -71,34 +72,26 @@ void CoreWorker::Enqueue(std::unique_ptr<PendingTask> task) {
   TaskEvents().Record(TaskEventKind::kSubmitted, task->task_id, task->attempt, task->kind == proto::TaskKind::NORMAL ? task->name() : task->function, {.actor_call = task->kind != proto::TaskKind::NORMAL});
   // Large values travel through the store, not inside the task's frame.
   MoveLargeArgumentsToStore(task->args);
-  bool was_empty;
-  {
-    absl::MutexLock lock(&submit_mu_);
-    was_empty = submissions_.empty();
-    submissions_.push_back(std::move(task));
-  }
-  // One wake-up of the io thread per batch of submissions.
-  if (was_empty && !PostToIo("worker.drain_submissions", [this] { DrainSubmissions(); })) {
-    // Stopping: nothing will run it; its result fails instead of hanging.
-    std::vector<std::unique_ptr<PendingTask>> dropped;
-    {
-      absl::MutexLock lock(&submit_mu_);
-      dropped.swap(submissions_);
-    }
-    for (auto& t : dropped) {
-      memory_store_->SetFailed(t->return_id, Failure{proto::FailureKind::OTHER, "",
-                                            "the runtime is shutting down", ""});
-    }
+  // One wake-up of the io thread per burst of submissions.
+  if (submissions_->Push(std::move(task))) PostDrainSubmissions();
+}
+
+void CoreWorker::PostDrainSubmissions() {
+  if (PostToIo("worker.drain_submissions", [this] { DrainSubmissions(); })) return;
+  // Stopping: nothing will run it; the results fail instead of hanging.
+  for (auto& t : submissions_->TakeAll()) {
+    memory_store_->SetFailed(t->return_id, Failure{proto::FailureKind::OTHER, "",
+                                                   "the runtime is shutting down", ""});
   }
 }
 
 void CoreWorker::DrainSubmissions() {
   io_checker_.Check("CoreWorker::DrainSubmissions");
-  std::vector<std::unique_ptr<PendingTask>> batch;
-  {
-    absl::MutexLock lock(&submit_mu_);
-    batch.swap(submissions_);
-  }
+  bool more = false;
+  std::vector<std::unique_ptr<PendingTask>> batch = submissions_->TakeChunk(&more);
+  // The rest waits behind what is queued on the io loop now (task replies,
+  // pushes), so a burst of submissions never holds the loop for long.
+  if (more) PostDrainSubmissions();
   for (auto& task : batch) {
     if (task->kind == proto::TaskKind::ACTOR_CREATION) {
       actor_owner_->Add(std::move(task->actor_record));

@@ -84,6 +84,7 @@ class OutputTagger;       // core/worker/output_tagger.h
 class DependencyResolver; // core/worker/dependency_resolver.h
 class NormalTaskSubmitter; // core/worker/normal_task_submitter.h
 class TaskReceiver;        // core/worker/task_receiver.h
+class SubmissionQueue;     // core/worker/submission_queue.h
 class TaskExecutor;        // core/worker/task_executor.h
 struct TaskToRun;          // core/worker/task_receiver.h
 struct PendingTask;       // core/worker/pending_task.h
@@ -194,7 +195,12 @@ class CoreWorker {
   void SendBorrowerChange(const ObjectId& id, const std::string& owner, bool add);
   // Tells `owner` a borrowed ref of `id` was passed on (any thread; posted).
   void SendEscapeRef(const ObjectId& id, const std::string& owner);
+  // io thread: takes the next chunk of submitted tasks and hands each on;
+  // posts itself again while more wait (SubmissionQueue).
   void DrainSubmissions();
+  // Schedules DrainSubmissions; when the runtime stops (nothing would run
+  // it), fails every queued submission's result instead. Any thread.
+  void PostDrainSubmissions();
   // Every argument of `task` is ready: an actor call goes in its actor's
   // order, a creation starts its actor, a task joins its shape's queue (or
   // fails with a failed argument's error). Takes ownership of a normal task.
@@ -444,8 +450,9 @@ class CoreWorker {
   std::string actor_name_;  // io thread
   std::weak_ptr<Connection> actor_owner_conn_;  // io thread
 
-  absl::Mutex submit_mu_;
-  std::vector<std::unique_ptr<PendingTask>> submissions_ ABSL_GUARDED_BY(submit_mu_);
+  // Submitted tasks on their way to the io thread, which takes them in
+  // bounded chunks (thread-safe).
+  std::unique_ptr<SubmissionQueue> submissions_;
 
   // worker mode: tasks waiting for the executor threads, handed back while
   // the running task blocks (thread-safe; io thread and executor threads)
