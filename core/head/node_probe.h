@@ -3,9 +3,11 @@
 // grace (doc/reliability.md, item 8); a daemon that died (SIGKILL, a crash)
 // closes its connection too, and waiting out the grace for it would delay its
 // tasks' and objects' recovery. So the head tries to connect to the node's
-// advertised TCP address once: a refusal (nothing listens there any more) is
-// a death, declared at once; an accepted connection (closed straight away),
-// a timeout or any other error says nothing, and the grace runs on.
+// advertised TCP address once: a refusal (nothing listens there any more), or
+// an accepted connection reset before `timeout` (the listening socket of a
+// dying process closed with it in its backlog), is a death, declared at once;
+// a connection still open at the timeout, an orderly close, or any other
+// error says nothing, and the grace runs on.
 //
 //   NodeProbe probe(io, std::chrono::milliseconds(500));
 //   probe.Probe(id, "10.0.0.2:41000;/tmp/...sock", [&](const NodeId& id) { /* gone */ });
@@ -34,7 +36,8 @@ class NodeProbe {
   NodeProbe& operator=(const NodeProbe&) = delete;
 
   // Connects to the TCP part of `address` ("host:port[;unix path]");
-  // `on_gone(id)` when the connection is refused. Nothing without a TCP part.
+  // `on_gone(id)` when the connection is refused or reset (above). Nothing
+  // without a TCP part.
   void Probe(const NodeId& id, const std::string& address,
              std::function<void(const NodeId&)> on_gone);
 

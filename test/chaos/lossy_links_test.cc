@@ -187,3 +187,34 @@ TEST_CASE("lossy links: 500 tasks are correct and one actor's calls stay in orde
   ::unsetenv("LUMEN_HEALTH_CHECK_FAILURE_THRESHOLD");
   CHECK(leaks.Leaks("") == "");
 }
+
+TEST_CASE("lossy links: a killed node daemon is declared dead at once, not after the grace",
+          "[chaos]") {
+  // Invariant (reliability item 8): the grace a node gets after its head
+  // link closes is for a link that reset, not for a daemon that died: when
+  // the daemon is SIGKILLed the head finds nothing listening at its address
+  // and declares it dead at once (NodeProbe), even with a grace of 100 s
+  // (100 ms x 1000); the other node stays alive; nothing is left behind.
+  lumen::test::chaos::LeakCheck leaks;
+  {
+    lumen::test::MultiNodeCluster cluster({{{{"CPU", 1}}}, {{{"CPU", 1}}}},
+                                          {{"LUMEN_HEALTH_CHECK_FAILURE_THRESHOLD", "1000"}});
+    const std::string victim = cluster.node_id(1);
+    auto alive = [](const std::string& id) {
+      for (const auto& n : lumen::Nodes()) {
+        if (n.id == id) return n.alive;
+      }
+      return false;
+    };
+    REQUIRE(alive(victim));
+    const auto killed = std::chrono::steady_clock::now();
+    cluster.KillNode(1);
+    REQUIRE(WaitUntil([&] { return !alive(victim); }, std::chrono::seconds(10)));
+    const auto took = std::chrono::steady_clock::now() - killed;
+    INFO("declared dead after "
+         << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms");
+    CHECK(took < std::chrono::seconds(3));
+    CHECK(alive(cluster.node_id(0)));
+  }
+  CHECK(leaks.Leaks("") == "");
+}
