@@ -25,16 +25,42 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-long WorkersPss(pid_t daemon) {
+long WorkersPss(const std::vector<pid_t>& daemons) {
   long kib = 0;
-  for (pid_t child : ChildrenOf(daemon)) kib += PssKiB(child);
+  for (pid_t daemon : daemons) {
+    for (pid_t child : ChildrenOf(daemon)) kib += PssKiB(child);
+  }
   return kib;
 }
 
-// Waits (polling /proc, up to `timeout`) until `daemon` has at most `count` children.
-bool WaitForChildren(pid_t daemon, size_t count, std::chrono::milliseconds timeout) {
+size_t ChildrenOfAll(const std::vector<pid_t>& daemons) {
+  size_t n = 0;
+  for (pid_t daemon : daemons) n += ChildrenOf(daemon).size();
+  return n;
+}
+
+long RssKiBOfAll(const std::vector<pid_t>& daemons) {
+  long kib = 0;
+  for (pid_t daemon : daemons) kib += RssKiB(daemon);
+  return kib;
+}
+
+// Waits (polling /proc, up to `timeout`) until the daemons have at least `count` children.
+bool WaitForAtLeastChildren(const std::vector<pid_t>& daemons, size_t count,
+                            std::chrono::milliseconds timeout) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (ChildrenOf(daemon).size() > count) {
+  while (ChildrenOfAll(daemons) < count) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return true;
+}
+
+// Waits (polling /proc, up to `timeout`) until the daemons have at most `count` children.
+bool WaitForChildren(const std::vector<pid_t>& daemons, size_t count,
+                     std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (ChildrenOfAll(daemons) > count) {
     if (std::chrono::steady_clock::now() > deadline) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -54,31 +80,48 @@ void RunActorScale(ScaleContext& context) {
   Reporter& out = context.out;
   const long wanted = context.options.quick ? 1000 : 10000;
   constexpr long kProbe = 20;
+  // A node daemon holds three descriptors per worker (its connection and the
+  // stdout/stderr pipes), so `wanted` actors are spread over as many nodes as
+  // the file limit needs (one where it allows, as Ray's many_actors on one node).
+  const long per_node_by_files = std::max(1L, (OpenFileLimit() - 1000) / 3);
+  const int nodes = static_cast<int>(std::clamp((wanted + per_node_by_files - 1) / per_node_by_files, 1L, 4L));
   std::unique_ptr<BenchCluster> cluster;
   if (!out.Step("actors", [&] {
-        cluster = StartAndConnect(
-            {.nodes = 1, .resources = {{"CPU", 2.0}}, .join_timeout = context.wait_timeout});
+        cluster = StartAndConnect({.nodes = nodes,
+                                   .resources = {{"CPU", 2.0}},
+                                   .join_timeout = context.wait_timeout});
       })) {
     return;
   }
-  const pid_t daemon = cluster->node_pids().at(0);
+  const std::vector<pid_t> daemons = cluster->node_pids();
   out.Value("actors_seconds_per_actor", "s", [&] {
-    const size_t children_before = ChildrenOf(daemon).size();
-    const long pss_before = WorkersPss(daemon), driver_before = RssKiB(),
-               daemon_before = RssKiB(daemon);
+    // Each node keeps a pool of prestarted workers for this driver's job
+    // (LUMEN_PRESTART_WORKERS, default its CPUs: 2 here) and refills it after
+    // an actor takes one: let it fill first, so that the count once the actors
+    // are gone compares with a full pool.
+    long pool = 2;
+    if (const char* v = std::getenv("LUMEN_PRESTART_WORKERS"); v != nullptr && *v != '\0') {
+      pool = std::max(0L, std::atol(v));
+    }
+    WaitForAtLeastChildren(daemons, static_cast<size_t>(pool) * daemons.size(),
+                           context.wait_timeout);
+    const size_t children_before = ChildrenOfAll(daemons);
+    const long pss_before = WorkersPss(daemons), driver_before = RssKiB(),
+               daemon_before = RssKiBOfAll(daemons);
     std::vector<ActorHandle<Server>> actors;
     std::vector<ObjectRef<int>> pings;
     auto start = std::chrono::steady_clock::now();
     auto create = [&](long count) {
       for (long i = 0; i < count; ++i) {
-        actors.push_back(Actor(Server::Create).Remote());
+        actors.push_back(nodes > 1 ? Actor(Server::Create).SetSchedulingStrategy(Spread()).Remote()
+                                   : Actor(Server::Create).Remote());
         pings.push_back(actors.back().Task(&Server::SmallValue).Remote());
       }
     };
     // A few first, to learn what one costs, then as many as the machine holds.
     create(kProbe);
     Check(CountEqual(Get(pings), 1) == kProbe, "an actor answered wrong");
-    const double probe_kib = static_cast<double>(WorkersPss(daemon) - pss_before) / kProbe;
+    const double probe_kib = static_cast<double>(WorkersPss(daemons) - pss_before) / kProbe;
     // The machine is shared: at most a share (LUMEN_SCALE_ACTORS_SHARE, default
     // a third) of its free memory and of its process ids (one per thread), and
     // the driver's file descriptors.
@@ -89,9 +132,10 @@ void RunActorScale(ScaleContext& context) {
     const long by_memory =
         static_cast<long>(AvailableMemoryKiB() * share / std::max(1.0, probe_kib));
     long threads = 0;
-    for (pid_t child : ChildrenOf(daemon)) threads = std::max(threads, ThreadsOf(child));
+    for (pid_t child : ChildrenOf(daemons.front())) threads = std::max(threads, ThreadsOf(child));
     const long by_pids = static_cast<long>(PidLimit() * share) / std::max(1L, threads);
-    const long by_files = (OpenFileLimit() - 1000) / 3;  // driver, daemon: a few per actor
+    // The driver holds one connection per actor; each daemon three per worker.
+    const long by_files = std::min(OpenFileLimit() - 1000, per_node_by_files * nodes);
     const long count = std::max(kProbe, std::min({wanted, by_memory, by_pids, by_files}));
     if (count < wanted) {
       Note(out,
@@ -104,14 +148,15 @@ void RunActorScale(ScaleContext& context) {
     create(count - kProbe);
     Check(CountEqual(Get(pings), 1) == count, "an actor answered wrong");
     const double seconds = SecondsSince(start);
-    const double worker_kib = static_cast<double>(WorkersPss(daemon) - pss_before);
+    const double worker_kib = static_cast<double>(WorkersPss(daemons) - pss_before);
     const double driver_kib = static_cast<double>(RssKiB() - driver_before);
-    const double daemon_kib = static_cast<double>(RssKiB(daemon) - daemon_before);
+    const double daemon_kib = static_cast<double>(RssKiBOfAll(daemons) - daemon_before);
     Note(out,
          "actors: %.0f created and called once in %.1f s; per actor: %.0f KiB in its worker "
          "(PSS), %.1f KiB in the driver",
          static_cast<double>(count), seconds, worker_kib / count, driver_kib / count);
-    Note(out, "actors: per actor %.1f KiB in the node daemon", daemon_kib / count);
+    Note(out, "actors: per actor %.1f KiB in the node daemons (%.0f nodes)", daemon_kib / count,
+         static_cast<double>(nodes));
     context.table.Add({.experiment = "actors",
                        .n = count,
                        .seconds = seconds,
@@ -122,7 +167,7 @@ void RunActorScale(ScaleContext& context) {
                                " KiB"});
     actors.clear();
     pings.clear();
-    Check(WaitForChildren(daemon, children_before, context.wait_timeout),
+    Check(WaitForChildren(daemons, children_before, context.wait_timeout),
           "the actors' workers did not exit once their handles were gone");
     return seconds / count;
   });
