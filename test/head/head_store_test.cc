@@ -224,14 +224,15 @@ TEST_CASE("a restored node is alive without a connection until its grace ends, o
   CHECK(nodes.Find(back)->alive);
   CHECK(nodes.Find(back)->total.at("CPU") == 4);
   CHECK(nodes.ExpireSilent(now + grace).empty());
-  // `back` registers again on connection 7.
+  // `back` registers again on connection 7: the same node, back on a new
+  // connection (as after a reset of its link, item 8).
   {
     std::string frame = frame_of(back);
     capnp::FlatArrayMessageReader reader(
         kj::arrayPtr(reinterpret_cast<const capnp::word*>(frame.data() + lumen::kFrameHeaderBytes),
                      (frame.size() - lumen::kFrameHeaderBytes) / sizeof(capnp::word)));
     CHECK(nodes.Report(7, reader.getRoot<lumen::proto::NodeStats>(), now + grace) ==
-          lumen::head::NodeTable::ReportOutcome::kJoined);
+          lumen::head::NodeTable::ReportOutcome::kRejoined);
   }
   // `gone` is silent past its grace (its silence counted from grace minus the
   // limit), `back` reported at the grace's end.
