@@ -15,6 +15,7 @@
 
 #include "core/node/cluster_state.h"
 #include "core/node/process_launcher.h"
+#include "test/node/fake_process_launcher.h"
 #include "core/node/worker_pool.h"
 #include "lumen/common/proto_util.h"
 
@@ -29,25 +30,7 @@ ResourceSet Make(const std::map<std::string, double>& m) {
   return *set;
 }
 
-// Starts nothing: records launches and kills; exits are scripted by the test.
-class FakeLauncher : public ProcessLauncher {
- public:
-  absl::StatusOr<pid_t> Launch(const WorkerLaunch& launch) override {
-    if (fail) return absl::InternalError("exec failed");
-    launched.push_back(launch);
-    return next_pid++;
-  }
-  void Kill(pid_t pid) override { killed.insert(pid); }
-  bool IsExiting(pid_t) override { return false; }
-  bool IsAlive(pid_t pid) override { return !killed.contains(pid); }
-  std::vector<ProcessExit> Reap() override { return std::exchange(exits, {}); }
-
-  bool fail = false;
-  pid_t next_pid = 1000;
-  std::vector<WorkerLaunch> launched;
-  std::set<pid_t> killed;
-  std::vector<ProcessExit> exits;
-};
+using testing::FakeLauncher;  // test/node/fake_process_launcher.h
 
 // Records what the lease manager answers, per client.
 class FakeClients : public LeaseClients {

@@ -14,6 +14,7 @@
 #include "core/node/cluster_state.h"
 #include "core/node/local_lease_manager.h"
 #include "core/node/process_launcher.h"
+#include "test/node/fake_process_launcher.h"
 #include "core/node/worker_pool.h"
 
 namespace lumen::node {
@@ -27,24 +28,7 @@ ResourceSet Cpus(double cpus) {
   return *set;
 }
 
-// Starts nothing: records launches and kills.
-class FakeLauncher : public ProcessLauncher {
- public:
-  absl::StatusOr<pid_t> Launch(const WorkerLaunch& launch) override {
-    if (fail) return absl::InternalError("exec failed");
-    launched.push_back(launch);
-    return next_pid++;
-  }
-  void Kill(pid_t pid) override { killed.insert(pid); }
-  bool IsExiting(pid_t) override { return false; }
-  bool IsAlive(pid_t pid) override { return !killed.contains(pid); }
-  std::vector<ProcessExit> Reap() override { return {}; }
-
-  bool fail = false;
-  pid_t next_pid = 1000;
-  std::vector<WorkerLaunch> launched;
-  std::set<pid_t> killed;
-};
+using testing::FakeLauncher;  // test/node/fake_process_launcher.h
 
 // Records grants; everything else only counts.
 class FakeClients : public LeaseClients {
