@@ -35,7 +35,7 @@ std::vector<ObjectId> ObjectRecords::OwnedBy(uint64_t owner) const {
   if (owned == by_owner_.end()) return {};
   visited_ += owned->second.ids.size();
   if (owned->second.stale > 0) Compact(owner, owned->second);
-  return owned->second.ids;
+  return std::vector<ObjectId>(owned->second.ids.begin(), owned->second.ids.end());
 }
 
 void ObjectRecords::Forgotten(uint64_t owner) {

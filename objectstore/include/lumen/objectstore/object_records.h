@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -55,12 +56,14 @@ class ObjectRecords {
   // An owner's objects, appended as they are recorded. Erase leaves its id
   // here (stale) and counts it, so the index costs one 20-byte id per object
   // (a hash set would cost twice that at its usual load, and the store's
-  // target is <= 256 B per small object, doc/runtime.md); the list is
+  // target is <= 256 B per small object, doc/runtime.md). A deque, whose
+  // fixed blocks never move: a vector's doubling leaves the heap holding
+  // its earlier buffers (as much again as the last one). The list is
   // compacted once stale ids could outnumber live ones, so it holds at most
   // about twice its owner's objects. An id erased and recorded again for the
   // same owner may appear twice until then.
   struct Owned {
-    std::vector<ObjectId> ids;
+    std::deque<ObjectId> ids;
     size_t stale = 0;  // ids erased (or moved to another owner) since the last compaction
   };
   // Keeps only the ids of `owned` whose record names `owner`, once each.
