@@ -100,6 +100,8 @@ class NodeDaemon {
   void OnWorkerLogs(Connection& conn, proto::Envelope::Reader msg);
   // `lumen timeline`: every task event kept here, this daemon's own included.
   void SendTaskEvents(Connection& conn, uint64_t request_id);
+  // Moves this daemon's own recorded events into task_events_.
+  void DrainOwnTaskEvents();
   void OnClusterView(proto::ClusterView::Reader view);
   [[nodiscard]] absl::Status OnBundles(proto::Envelope::Reader msg);
   void ReapChildren();
@@ -415,9 +417,10 @@ void NodeDaemon::OnFrame(Connection& conn, proto::Envelope::Reader msg) {
       return;
     case proto::Envelope::TASK_EVENTS:
       if (client.local()) {
-        std::vector<TaskEvent> events = TaskEventsFromProto(msg.getTaskEvents());
-        failures_.OnTaskEvents(events);
-        task_events_.Add(std::move(events), msg.getTaskEvents().getDropped());
+        std::vector<TaskEvent> failed;
+        absl::Status added = task_events_.AddBatch(msg.getTaskEvents(), &failed);
+        if (!added.ok()) LUMEN_LOG(WARNING) << "task events of a " << (client.role == proto::Role::WORKER ? "worker" : "driver") << " refused: " << added;
+        failures_.OnTaskEvents(failed);
         // A worker answering a driver's flush (WorkerEventFlush).
         if (client.role == proto::Role::WORKER && msg.getRequestId() != 0) {
           event_flush_->OnAnswer(msg.getRequestId());
@@ -685,21 +688,25 @@ void NodeDaemon::ReapIdleWorkersLater() {
   });
 }
 
+void NodeDaemon::DrainOwnTaskEvents() {
+  std::string records;  // ours: lease grants, pulls
+  TaskEvents().DrainPacked(&records);
+  (void)task_events_.AddPacked(std::move(records), 0);  // well formed: just packed
+}
+
 void NodeDaemon::SendTaskEvents(Connection& conn, uint64_t request_id) {
-  task_events_.Add(TaskEvents().Drain(), 0);
-  const auto& kept = task_events_.events();
+  DrainOwnTaskEvents();
   OutMessage out;
   auto env = out.Init();
   env.setRequestId(request_id);
   auto batch = env.initTaskEvents();
   batch.setNodeId(DataOf(node_id_));
-  batch.setDropped(task_events_.totals().dropped);
-  TaskEventsToProto(std::vector<TaskEvent>(kept.begin(), kept.end()), batch);
+  task_events_.FillBatch(batch);
   conn.Send(out.builder());
 }
 
 void NodeDaemon::FillStats(proto::NodeStats::Builder stats) {
-  task_events_.Add(TaskEvents().Drain(), 0);  // ours: lease grants, pulls
+  DrainOwnTaskEvents();
   FillTaskTotals(task_events_.totals(), stats.initTaskTotals());
   stats.setNodeId(DataOf(node_id_));
   stats.setAddress(address_);
