@@ -34,6 +34,11 @@
 // Not thread-safe: the node daemon's io thread only. Fork blocks that thread
 // for one round trip with the template (two forks in it, under 1 ms idle;
 // at most reply_timeout).
+//
+// Known edge: a template that dies or times out after it took a request may
+// still have forked that worker; the caller then execs one with the same
+// worker id, the node accepts whichever says hello first and refuses the
+// other, and at worst that start fails like any worker that died starting.
 #pragma once
 
 #include <sys/types.h>

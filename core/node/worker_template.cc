@@ -119,6 +119,10 @@ void BecomeWorker(int server_fd, pid_t daemon, pid_t middle, const char* name,
   }
   for (const auto& [key, value] : request.env) ::setenv(key.c_str(), value.c_str(), 1);
   ::unsetenv(kForkServerFdEnv);
+  if (std::getenv(kTemplateBindNowEnv) != nullptr) {
+    ::unsetenv("LD_BIND_NOW");
+    ::unsetenv(kTemplateBindNowEnv);
+  }
   std::string oom = std::to_string(request.oom_score_adj);
   int fd = ::open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
   if (fd >= 0) {

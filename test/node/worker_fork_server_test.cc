@@ -103,7 +103,7 @@ std::string Comm(pid_t pid) {
 TEST_CASE("a worker forked from a template gets the request's environment and is our child",
           "[fork_server]") {
   // Invariant: a forked worker has the environment the request names (its
-  // role, worker id; the template's socket variable gone), the request's
+  // role, worker id; the template's socket variable and LD_BIND_NOW gone), the request's
   // oom_score_adj, the binary's own process name, this process as its parent
   // (so waitpid reports its exit code), and ids different from its
   // sibling's even though the template drew ids before forking; one template
@@ -116,6 +116,7 @@ TEST_CASE("a worker forked from a template gets the request's environment and is
   CHECK(first.report["role"] == "worker");
   CHECK(first.report["worker"] == first_id.Hex());
   CHECK(first.report["fd"] == "unset");
+  CHECK(first.report["bindnow"] == "unset");  // the template's LD_BIND_NOW is not the worker's
   CHECK(first.report["ppid"] == std::to_string(::getpid()));
   CHECK(first.report["oom"] == "321");
   CHECK(first.report["name"] == "worker_template");  // the probe's name, 15 bytes of it

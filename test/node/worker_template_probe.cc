@@ -42,9 +42,10 @@ int main() {
   std::ifstream("/proc/self/oom_score_adj") >> oom;
   char name[16] = {0};
   ::prctl(PR_GET_NAME, name);
-  std::printf("role=%s\nworker=%s\nfd=%s\nppid=%d\noom=%s\nname=%s\nid=%s\n",
+  std::printf("role=%s\nworker=%s\nfd=%s\nbindnow=%s\nppid=%d\noom=%s\nname=%s\nid=%s\n",
               EnvOr("LUMEN_ROLE", "").c_str(), EnvOr("LUMEN_WORKER_ID", "").c_str(),
-              EnvOr("LUMEN_FORK_SERVER_FD", "unset").c_str(), static_cast<int>(::getppid()),
+              EnvOr("LUMEN_FORK_SERVER_FD", "unset").c_str(), EnvOr("LD_BIND_NOW", "unset").c_str(),
+              static_cast<int>(::getppid()),
               oom.c_str(), name, lumen::WorkerId::Random().Hex().c_str());
   std::fflush(stdout);
   return std::atoi(EnvOr("PROBE_EXIT", "0").c_str());

@@ -21,6 +21,9 @@
 namespace lumen::node {
 
 inline constexpr const char* kWorkerTemplateRole = "worker-template";
+// Set (with LD_BIND_NOW=1) when the daemon asked the dynamic loader to bind
+// every symbol at the template's start; its workers unset both.
+inline constexpr const char* kTemplateBindNowEnv = "LUMEN_TEMPLATE_BIND_NOW";
 // A template's process name (comm) while it serves; its workers take the
 // binary's name back.
 inline constexpr const char* kWorkerTemplateProcessName = "lumen-template";
