@@ -134,16 +134,15 @@ void RunActorScale(ScaleContext& context) {
     long threads = 0;
     for (pid_t child : ChildrenOf(daemons.front())) threads = std::max(threads, ThreadsOf(child));
     const long by_pids = static_cast<long>(PidLimit() * share) / std::max(1L, threads);
-    // The driver holds two connections per actor (the link that created it
-    // and watches its process, and the channel its calls go over); each
-    // daemon three descriptors per worker. At the limit a connection fails
-    // (EMFILE) and the calls waiting for it fail.
-    const long by_files = std::min((OpenFileLimit() - 1000) / 2, per_node_by_files * nodes);
+    // The driver holds one connection per actor (the link that created it
+    // carries its calls too); each daemon three descriptors per worker. At
+    // the limit a connection fails (EMFILE) and the calls waiting for it fail.
+    const long by_files = std::min(OpenFileLimit() - 1000, per_node_by_files * nodes);
     const long count = std::max(kProbe, std::min({wanted, by_memory, by_pids, by_files}));
     if (count < wanted) {
       Note(out,
            "actors: %.0f instead of %.0f: each takes %.0f KiB (PSS), %.0f process ids "
-           "(threads) and 2 of the driver's %.0f file descriptors; this run uses at most "
+           "(threads) and 1 of the driver's %.0f file descriptors; this run uses at most "
            "%.0f %% of the free memory and of the pids (LUMEN_SCALE_ACTORS_SHARE)",
            static_cast<double>(count), static_cast<double>(wanted), probe_kib,
            static_cast<double>(threads), static_cast<double>(OpenFileLimit()), share * 100);

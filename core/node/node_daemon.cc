@@ -131,6 +131,7 @@ class NodeDaemon {
   WorkerExitLog exits_;
   std::unique_ptr<WorkerLogRouter> worker_logs_;
   std::unique_ptr<WorkerEventFlush> event_flush_;
+  std::unique_ptr<WorkerForkServer> fork_server_;  // null: LUMEN_WORKER_FORK_SERVER=0
   std::unique_ptr<PosixProcessLauncher> launcher_;
   std::unique_ptr<WorkerPool> pool_;
   std::unique_ptr<LeaseReplies> lease_replies_;
@@ -187,11 +188,17 @@ absl::Status NodeDaemon::Setup() {
                                                     options_.timeouts.exit_flush_timeout / 2);
   worker_logs_ = std::make_unique<WorkerLogRouter>(
       io_, clients_, node_id_, WorkerLogRouterOptions{.log_dir = options_.session_dir + "/logs"});
-  launcher_ = std::make_unique<PosixProcessLauncher>(PosixLauncherOptions{
+  PosixLauncherOptions launcher_options{
       socket_path_, options_.host, options_.session_dir, options_.head_address,
       [this](pid_t pid, const JobId& job, int out, int err) {
         worker_logs_->AddWorker(pid, job, out, err);
-      }});
+      }};
+  if (WorkerForkServer::EnabledByEnv()) {
+    fork_server_ = std::make_unique<WorkerForkServer>(
+        WorkerForkServerOptions{.template_env = WorkerEnvironment(launcher_options, {})});
+    launcher_options.forker = fork_server_.get();
+  }
+  launcher_ = std::make_unique<PosixProcessLauncher>(std::move(launcher_options));
   int pool_size = options_.prestart_workers >= 0 ? options_.prestart_workers
                                                  : static_cast<int>(total->Get(scheduler::kCPU));
   pool_ = std::make_unique<WorkerPool>(WorkerPoolOptions{
@@ -767,6 +774,7 @@ void NodeDaemon::Shutdown(const std::string& why) {
     WaitForChildExit(w.pid, static_cast<int>(std::max<int64_t>(0, left.count())));
     if (!w.address.empty()) ::unlink(ParseAddress(w.address).unix_path.c_str());
   }
+  if (fork_server_) fork_server_->Stop();
   worker_logs_->Stop();
   boost::system::error_code ignored;
   acceptor_.close(ignored);

@@ -166,6 +166,42 @@ TEST_CASE("an idle actor's worker sleeps instead of waking on timers") {
   REQUIRE(*lumen::Get(counter.Task(&Counter::Add).Remote(2)) == 2);  // it still answers
 }
 
+// The sockets this process has open now.
+static int OpenSockets() {
+  int n = 0;
+  for (const auto& fd : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    auto target = std::filesystem::read_symlink(fd.path(), ec);
+    if (!ec && target.string().rfind("socket:", 0) == 0) ++n;
+  }
+  return n;
+}
+
+TEST_CASE("an owner calls its actors over the connection that created them") {
+  // Invariant: the owner of N actors holds about N connections to them, not
+  // 2N: calls go over the link that pushed the creation. With two each, an
+  // owner of 10,000 actors needed 20,000 descriptors, the machine's limit.
+  constexpr int kActors = 20;
+  ScopedCluster cluster;
+  // The cluster's own connections first (node, store, peers).
+  REQUIRE(*lumen::Get(lumen::Actor(Counter::Create).Remote(0).Task(&Counter::Get).Remote()) == 0);
+  const int before = OpenSockets();
+  std::vector<lumen::ActorHandle<Counter>> actors;
+  std::vector<lumen::ObjectRef<int>> calls;
+  for (int i = 0; i < kActors; ++i) {
+    actors.push_back(lumen::Actor(Counter::Create).Remote(i));
+    calls.push_back(actors.back().Task(&Counter::Add).Remote(1));
+  }
+  for (int i = 0; i < kActors; ++i) REQUIRE(*lumen::Get(calls[i]) == i + 1);
+  const int opened = OpenSockets() - before;
+  INFO("sockets opened for " << kActors << " actors: " << opened);
+  CHECK(opened >= kActors - 4);  // one each (give or take the cluster's own)
+  CHECK(opened <= kActors + 4);
+  // A second round of calls goes over the same connections.
+  for (int i = 0; i < kActors; ++i) REQUIRE(*lumen::Get(actors[i].Task(&Counter::Get).Remote()) == i + 1);
+  CHECK(OpenSockets() - before <= kActors + 4);
+}
+
 TEST_CASE("10000 calls from one caller run in submission order") {
   ScopedCluster cluster;
   auto counter = lumen::Actor(Counter::Create).Remote(0);
