@@ -143,8 +143,8 @@ void CoreWorker::CreateObjectTracking() {
       ObjectRecovery::Callbacks{
           .resubmit =
               [this](std::unique_ptr<PendingTask> task) {
-                TaskEvents().Record(TaskEventKind::kSubmitted, task->task_id, task->attempt,
-                                    task->name(), {});
+                task->submitted_tick = TaskEvents().Record(TaskEventKind::kSubmitted, task->task_id,
+                                                           task->attempt, task->name(), {});
                 // Owned by the resolver's callbacks until its arguments are ready.
                 resolver_->Resolve(task.release());
               },
