@@ -315,8 +315,9 @@ absl::Status CoreWorker::Connect() {
 
 // The accept loops: each accepted socket goes to OnPeerAccepted and the next
 // accept starts; an accept error (EMFILE, ECONNABORTED, ...) retries after a
-// short delay (AcceptRetry); only a closed acceptor (Stop) ends the loop. The handlers hold
-// only `this` (the io context and its handlers go before the CoreWorker).
+// short delay (AcceptRetry); only a closed acceptor (Stop) ends the loop. The
+// handlers hold only `this` (the io context and its handlers go before the
+// CoreWorker).
 void CoreWorker::AcceptUnix() {
   acceptor_->async_accept(
       [this](const boost::system::error_code& ec, boost::asio::local::stream_protocol::socket s) {
