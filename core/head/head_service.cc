@@ -35,6 +35,7 @@
 #include "core/head/node_table.h"
 #include "core/head/placement_group_service.h"
 #include "core/head/request_deduplicator.h"
+#include "lumen/common/accept_retry.h"
 #include "lumen/common/address.h"
 #include "lumen/common/connection.h"
 #include "lumen/common/ids.h"
@@ -139,6 +140,8 @@ class HeadService {
   HeadOptions options_;
   asio::io_context io_;
   asio::ip::tcp::acceptor acceptor_;
+  // Keeps the accept loop alive through EMFILE and the like (io thread only).
+  AcceptRetry accept_retry_{io_, "head listener"};
   asio::signal_set signals_;
   std::optional<asio::posix::stream_descriptor> parent_watch_;
   std::string address_;
@@ -281,13 +284,14 @@ void HeadService::TellStarter(const std::string& line) {
 void HeadService::Stop() {
   boost::system::error_code ignored;
   acceptor_.close(ignored);
+  accept_retry_.Stop();
   if (http_) http_->Stop();
   io_.stop();
 }
 
 void HeadService::AcceptNext() {
   acceptor_.async_accept([this](const boost::system::error_code& ec, asio::ip::tcp::socket s) {
-    if (ec) return;
+    if (!accept_retry_.Accepted(ec, acceptor_.is_open(), [this] { AcceptNext(); })) return;
     Serve(AdoptTcp(io_, std::move(s)));
     AcceptNext();
   });

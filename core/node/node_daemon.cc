@@ -40,6 +40,7 @@
 #include "core/node/worker_exit_log.h"
 #include "core/node/worker_log_router.h"
 #include "core/node/worker_pool.h"
+#include "lumen/common/accept_retry.h"
 #include "lumen/common/address.h"
 #include "lumen/common/connection.h"
 #include "lumen/common/head_client.h"
@@ -119,6 +120,9 @@ class NodeDaemon {
   ClusterState cluster_;
   asio::local::stream_protocol::acceptor acceptor_;
   std::unique_ptr<asio::ip::tcp::acceptor> tcp_acceptor_;
+  // Keep the accept loops alive through EMFILE and the like (io thread only).
+  AcceptRetry local_accept_retry_{io_, "node daemon unix listener"};
+  AcceptRetry tcp_accept_retry_{io_, "node daemon tcp listener"};
   std::string address_;  // "host:port;/unix/path"
   asio::signal_set signals_;
   asio::signal_set child_signal_;
@@ -363,7 +367,7 @@ void NodeDaemon::WatchChildren() {
 void NodeDaemon::AcceptLocal() {
   acceptor_.async_accept([this](const boost::system::error_code& ec,
                                 asio::local::stream_protocol::socket socket) {
-    if (ec) return;
+    if (!local_accept_retry_.Accepted(ec, acceptor_.is_open(), [this] { AcceptLocal(); })) return;
     int fd = socket.release();
     StartClient(Socket(io_, asio::generic::stream_protocol(AF_UNIX, 0), fd));
     AcceptLocal();
@@ -373,7 +377,7 @@ void NodeDaemon::AcceptLocal() {
 void NodeDaemon::AcceptTcp() {
   tcp_acceptor_->async_accept([this](const boost::system::error_code& ec,
                                      asio::ip::tcp::socket socket) {
-    if (ec) return;
+    if (!tcp_accept_retry_.Accepted(ec, tcp_acceptor_->is_open(), [this] { AcceptTcp(); })) return;
     StartClient(AdoptTcp(io_, std::move(socket)));
     AcceptTcp();
   });
@@ -779,6 +783,8 @@ void NodeDaemon::Shutdown(const std::string& why) {
   boost::system::error_code ignored;
   acceptor_.close(ignored);
   if (tcp_acceptor_) tcp_acceptor_->close(ignored);
+  local_accept_retry_.Stop();
+  tcp_accept_retry_.Stop();
   pulls_->Stop();
   store_->Stop();  // spill files go
   transfer_client_.reset();

@@ -314,12 +314,16 @@ absl::Status CoreWorker::Connect() {
 }
 
 // The accept loops: each accepted socket goes to OnPeerAccepted and the next
-// accept starts; a closed acceptor (Stop) ends the loop. The handlers hold
-// only `this` (the io context and its handlers go before the CoreWorker).
+// accept starts; an accept error (EMFILE, ECONNABORTED, ...) retries after a
+// short delay (AcceptRetry); only a closed acceptor (Stop) ends the loop. The
+// handlers hold only `this` (the io context and its handlers go before the
+// CoreWorker).
 void CoreWorker::AcceptUnix() {
   acceptor_->async_accept(
       [this](const boost::system::error_code& ec, boost::asio::local::stream_protocol::socket s) {
-        if (ec) return;  // acceptor closed
+        if (!unix_accept_retry_.Accepted(ec, acceptor_->is_open(), [this] { AcceptUnix(); })) {
+          return;
+        }
         int raw_fd = s.release();
         OnPeerAccepted(Socket(io_, boost::asio::generic::stream_protocol(AF_UNIX, 0), raw_fd));
         AcceptUnix();
@@ -329,7 +333,9 @@ void CoreWorker::AcceptUnix() {
 void CoreWorker::AcceptTcp() {
   tcp_acceptor_->async_accept(
       [this](const boost::system::error_code& ec, boost::asio::ip::tcp::socket s) {
-        if (ec) return;  // acceptor closed
+        if (!tcp_accept_retry_.Accepted(ec, tcp_acceptor_->is_open(), [this] { AcceptTcp(); })) {
+          return;
+        }
         OnPeerAccepted(AdoptTcp(io_, std::move(s)));
         AcceptTcp();
       });
@@ -399,6 +405,8 @@ void CoreWorker::Stop() {
     boost::system::error_code ignored;
     if (acceptor_) acceptor_->close(ignored);
     if (tcp_acceptor_) tcp_acceptor_->close(ignored);
+    unix_accept_retry_.Stop();
+    tcp_accept_retry_.Stop();
     auto remotes = remote_nodes_;  // closing erases from remote_nodes_
     for (auto& [address, conn] : remotes) conn->Close(absl::CancelledError("shutdown"));
     if (event_flusher_) event_flusher_->FlushBeforeClose();

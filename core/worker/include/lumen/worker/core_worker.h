@@ -59,6 +59,7 @@
 #include "lumen/actors/actor_lifecycle.h"
 #include "lumen/actors/actor_owner.h"
 #include "lumen/actors/actor_task_submitter.h"
+#include "lumen/common/accept_retry.h"
 #include "lumen/common/address.h"
 #include "lumen/common/connection.h"
 #include "lumen/common/ids.h"
@@ -351,6 +352,9 @@ class CoreWorker {
   std::thread io_thread_;
   std::unique_ptr<boost::asio::local::stream_protocol::acceptor> acceptor_;
   std::unique_ptr<boost::asio::ip::tcp::acceptor> tcp_acceptor_;
+  // Keep the accept loops alive through EMFILE and the like (io thread only).
+  AcceptRetry unix_accept_retry_{io_, "driver/worker unix listener"};
+  AcceptRetry tcp_accept_retry_{io_, "driver/worker tcp listener"};
   std::string unix_path_;     // the Unix half of listen_address_
   std::string node_address_;  // our node daemon's address (TCP and Unix)
   std::shared_ptr<Connection> node_conn_;
