@@ -115,6 +115,26 @@ void ActorTaskSubmitter::OnChannelOpened(const ObjectId& actor, const std::strin
   if (it == actors_.end()) return;
   PerActor& a = *it->second;
   a.opening = false;
+  if (!channel.ok() && channel.status().code() == absl::StatusCode::kResourceExhausted) {
+    // This process cannot open a connection (out of file descriptors): the
+    // actor is not the one gone, and asking where it moved would wait for
+    // ever. The calls that could go now fail with why; a later call tries
+    // to open the channel again.
+    TaskFailure failure{proto::FailureKind::OTHER, "lumen::Error",
+                        absl::StrCat("cannot open a channel to the actor ",
+                                     actor.Hex().substr(0, 12), ": ", channel.status().message()),
+                        ""};
+    for (auto qit = a.queue.begin(); qit != a.queue.end();) {
+      if (!(*qit)->resolved) {
+        ++qit;
+        continue;
+      }
+      std::unique_ptr<ActorCall> call = std::move(*qit);
+      qit = a.queue.erase(qit);
+      transport_.Fail(std::move(call), failure);
+    }
+    return;
+  }
   if (!channel.ok()) {
     // Gone already: ask again, for an address other than this one.
     a.failed_address = address;

@@ -68,9 +68,9 @@ bool WaitForChildren(const std::vector<pid_t>& daemons, size_t count,
 }
 
 void Note(Reporter& out, const char* format, double a, double b = 0, double c = 0,
-          double d = 0, double e = 0) {
+          double d = 0, double e = 0, double f = 0) {
   char text[320];
-  std::snprintf(text, sizeof(text), format, a, b, c, d, e);
+  std::snprintf(text, sizeof(text), format, a, b, c, d, e, f);
   out.Note(text);
 }
 
@@ -134,16 +134,18 @@ void RunActorScale(ScaleContext& context) {
     long threads = 0;
     for (pid_t child : ChildrenOf(daemons.front())) threads = std::max(threads, ThreadsOf(child));
     const long by_pids = static_cast<long>(PidLimit() * share) / std::max(1L, threads);
-    // The driver holds one connection per actor; each daemon three per worker.
+    // The driver holds one connection per actor (the link that created it
+    // carries its calls too); each daemon three descriptors per worker. At
+    // the limit a connection fails (EMFILE) and the calls waiting for it fail.
     const long by_files = std::min(OpenFileLimit() - 1000, per_node_by_files * nodes);
     const long count = std::max(kProbe, std::min({wanted, by_memory, by_pids, by_files}));
     if (count < wanted) {
       Note(out,
-           "actors: %.0f instead of %.0f: each takes %.0f KiB (PSS) and %.0f process ids "
-           "(threads); this run uses at most %.0f %% of the free memory and of the pids "
-           "(LUMEN_SCALE_ACTORS_SHARE)",
+           "actors: %.0f instead of %.0f: each takes %.0f KiB (PSS), %.0f process ids "
+           "(threads) and 1 of the driver's %.0f file descriptors; this run uses at most "
+           "%.0f %% of the free memory and of the pids (LUMEN_SCALE_ACTORS_SHARE)",
            static_cast<double>(count), static_cast<double>(wanted), probe_kib,
-           static_cast<double>(threads), share * 100);
+           static_cast<double>(threads), static_cast<double>(OpenFileLimit()), share * 100);
     }
     create(count - kProbe);
     Check(CountEqual(Get(pings), 1) == count, "an actor answered wrong");

@@ -32,18 +32,25 @@ void ActorBatch(ActorHandle<Server>& actor, int n) {
   Check(ok == n, std::to_string(n - ok) + " of " + std::to_string(n) + " calls returned wrong");
 }
 
-// User plus system CPU seconds of this process and of every descendant alive
-// now (the embedded cluster's daemons and their workers).
-double TreeCpuSeconds() {
-  double total = 0;
-  std::vector<pid_t> stack{::getpid()};
+// User plus system CPU seconds of this process (the driver), of its children
+// (the embedded cluster's head and node daemon) and of theirs (the workers),
+// alive now.
+struct TreeCpu {
+  double driver = 0, daemons = 0, workers = 0;
+  double total() const { return driver + daemons + workers; }
+};
+
+TreeCpu TreeCpuSeconds() {
+  TreeCpu cpu;
+  std::vector<std::pair<pid_t, int>> stack{{::getpid(), 0}};
   while (!stack.empty()) {
-    pid_t pid = stack.back();
+    auto [pid, depth] = stack.back();
     stack.pop_back();
-    total += CpuSeconds(pid);
-    for (pid_t child : ChildrenOf(pid)) stack.push_back(child);
+    double s = CpuSeconds(pid);
+    (depth == 0 ? cpu.driver : depth == 1 ? cpu.daemons : cpu.workers) += s;
+    for (pid_t child : ChildrenOf(pid)) stack.emplace_back(child, depth + 1);
   }
-  return total;
+  return cpu;
 }
 
 // The mean of `on` over the mean of `off`; 0 when either is missing.
@@ -70,23 +77,41 @@ void RunTaskEventsOverhead(Reporter& out, bool quick) {
                      const std::string& cpu_unit, const std::function<void()>& call) {
     std::string suffix = events ? "_events_on" : "_events_off";
     long calls = 0;
-    double cpu_before = TreeCpuSeconds();
+    TreeCpu cpu_before = TreeCpuSeconds();
     auto start = std::chrono::steady_clock::now();
     bool measured = out.Rate(metric + suffix, unit, batch, [&] {
       call();
       ++calls;
     });
-    double cpu_seconds = TreeCpuSeconds() - cpu_before;
+    TreeCpu cpu_after = TreeCpuSeconds();
+    double cpu_seconds = cpu_after.total() - cpu_before.total();
     double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!measured || calls == 0) return;
-    double us_per_unit = cpu_seconds * 1e6 / static_cast<double>(calls * batch);
+    const double units = static_cast<double>(calls * batch);
+    double us_per_unit = cpu_seconds * 1e6 / units;
     out.Value(metric + "_cpu" + suffix, cpu_unit, [&] { return us_per_unit; });
+    // Where it went: workers include the time they spin waiting for the next
+    // task (the executor's idle spin), which grows with any slowdown of the
+    // submitter, not only with work.
+    char parts[200];
+    std::snprintf(parts, sizeof(parts), "%s%s CPU per unit (us): driver %.2f, head+node daemon %.2f, workers %.2f",
+                  metric.c_str(), suffix.c_str(), (cpu_after.driver - cpu_before.driver) * 1e6 / units,
+                  (cpu_after.daemons - cpu_before.daemons) * 1e6 / units,
+                  (cpu_after.workers - cpu_before.workers) * 1e6 / units);
+    out.Note(parts);
     // The rate over the warm-up and every trial: each round's one number.
     rates[metric][events].push_back(static_cast<double>(calls * batch) / wall);
     cpu[metric][events].push_back(us_per_unit);
   };
-  for (int round = 0; round < 2; ++round) {
-    for (bool events : {true, false}) {
+  // LUMEN_TASK_EVENTS_ROUNDS: alternations of on and off (2 unless set).
+  int rounds = 2;
+  if (const char* r = std::getenv("LUMEN_TASK_EVENTS_ROUNDS"); r != nullptr && std::atoi(r) > 0) {
+    rounds = std::atoi(r);
+  }
+  for (int round = 0; round < rounds; ++round) {
+    // On first in even rounds, off first in odd ones: neither setting always
+    // runs on the machine state the other left.
+    for (bool events : {round % 2 == 0, round % 2 != 0}) {
       std::string suffix = events ? "_events_on" : "_events_off";
       // Daemons and workers read it at start; the driver's recorder is switched here.
       ::setenv("LUMEN_TASK_EVENTS", events ? "1" : "0", 1);

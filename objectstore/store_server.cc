@@ -158,7 +158,7 @@ absl::Status StoreServer::Handle(const StoreCaller& caller, proto::Envelope::Rea
                       std::chrono::steady_clock::now() + options_.full_grace,
                       [this, id, job, owner = caller.owner, size,
                        reply = std::move(reply)](absl::StatusOr<uint64_t> at) {
-                        if (at.ok()) object_jobs_[id] = ObjectRecord{job, owner};
+                        if (at.ok()) records_.Set(id, {.job = job, .owner = owner});
                         reply(StoreReply{at.status(), at.ok() ? *at : 0, size});
                       }});
       return absl::OkStatus();
@@ -170,7 +170,7 @@ absl::Status StoreServer::Handle(const StoreCaller& caller, proto::Envelope::Rea
     case proto::Envelope::STORE_ABORT: {
       ObjectId id = id_of(msg.getStoreAbort());
       absl::Status status = table_.Abort(caller.client, id);
-      if (status.ok()) object_jobs_.erase(id);
+      if (status.ok()) records_.Erase(id);
       reply(StoreReply{status});
       ServeParked();
       return absl::OkStatus();
@@ -194,9 +194,8 @@ absl::Status StoreServer::Handle(const StoreCaller& caller, proto::Envelope::Rea
     case proto::Envelope::STORE_DELETE: {
       // Only the job that created an object frees it.
       ObjectId id = id_of(msg.getStoreDelete());
-      auto jit = object_jobs_.find(id);
-      if (jit == object_jobs_.end() ||
-          (!jit->second.job.IsNil() && jit->second.job != caller.job)) {
+      const ObjectRecords::Record* record = records_.Find(id);
+      if (record == nullptr || (!record->job.IsNil() && record->job != caller.job)) {
         return absl::OkStatus();
       }
       Forget(id);
@@ -217,7 +216,7 @@ absl::Status StoreServer::Handle(const StoreCaller& caller, proto::Envelope::Rea
 }
 
 void StoreServer::Forget(const ObjectId& id) {
-  object_jobs_.erase(id);
+  records_.Erase(id);
   table_.Delete(id);
   index_.Remove(id);
 }
@@ -237,9 +236,9 @@ void StoreServer::DisconnectClient(ClientId client) {
 void StoreServer::EndJob(const JobId& job) {
   io_thread_.Check("StoreServer");
   std::vector<ObjectId> ids;
-  for (const auto& [id, record] : object_jobs_) {
+  records_.ForEach([&](const ObjectId& id, const ObjectRecords::Record& record) {
     if (record.job == job) ids.push_back(id);
-  }
+  });
   for (const ObjectId& id : ids) Forget(id);
   ServeParked();
 }
@@ -247,10 +246,8 @@ void StoreServer::EndJob(const JobId& job) {
 void StoreServer::OwnerGone(ClientId owner) {
   io_thread_.Check("StoreServer");
   if (owner == 0) return;
-  std::vector<ObjectId> ids;
-  for (const auto& [id, record] : object_jobs_) {
-    if (record.owner == owner) ids.push_back(id);
-  }
+  // O(that owner's objects): the index lists them (a copy, as Forget erases).
+  std::vector<ObjectId> ids = records_.OwnedBy(owner);
   for (const ObjectId& id : ids) Forget(id);
   if (!ids.empty()) ServeParked();
 }
@@ -290,7 +287,7 @@ void StoreServer::BeginPullIn(const ObjectId& id, uint64_t size, const JobId& jo
                       done(at.status());
                       return;
                     }
-                    object_jobs_[id] = ObjectRecord{job, 0};
+                    records_.Set(id, {.job = job, .owner = 0});
                     done(segment_->writable_base() + *at);
                   }});
 }
@@ -308,7 +305,7 @@ void StoreServer::AbortPulledIn(const ObjectId& id) {
   if (absl::Status s = table_.Abort(kPullClient, id); !s.ok()) {
     LUMEN_LOG(DEBUG) << "abort of pulled object " << id.Hex() << ": " << s;
   } else {
-    object_jobs_.erase(id);
+    records_.Erase(id);
   }
   ServeParked();
 }
@@ -342,8 +339,7 @@ std::vector<StoreObjectInfo> StoreServer::LargestObjects(size_t n) const {
       std::pop_heap(top.begin(), top.end(), larger);
       top.pop_back();
     }
-    auto jit = object_jobs_.find(info.id);
-    if (jit != object_jobs_.end()) info.job = jit->second.job;
+    if (const ObjectRecords::Record* record = records_.Find(info.id)) info.job = record->job;
     top.push_back(std::move(info));
     std::push_heap(top.begin(), top.end(), larger);
   };
@@ -423,7 +419,7 @@ void StoreServer::ServeParked() {
       if (!cheap || table_.Evict(c.id) == 0) continue;
       evicted = true;
       if (c.secondary) {
-        object_jobs_.erase(c.id);
+        records_.Erase(c.id);
         ++stats_.evicted_secondary;
       }
     }

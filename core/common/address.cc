@@ -164,6 +164,22 @@ struct PendingConnect {
 
 }  // namespace
 
+namespace {
+// Why a connect failed: ResourceExhausted when this process is out of file
+// descriptors (the peer is fine; retrying elsewhere will not help),
+// Unavailable otherwise.
+absl::Status ConnectFailure(const std::string& target, const boost::system::error_code& ec) {
+  if (ec == boost::system::errc::too_many_files_open ||
+      ec == boost::system::errc::too_many_files_open_in_system) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot reach ", target, ": ", ec.message(),
+        " (this process is out of file descriptors: raise `ulimit -n`, or hold fewer "
+        "connections, e.g. fewer actor handles: each costs its owner two)"));
+  }
+  return absl::UnavailableError(absl::StrCat("cannot reach ", target, ": ", ec.message()));
+}
+}  // namespace
+
 void AsyncConnectToAddress(asio::io_context& io, const std::string& address,
                            const std::string& local_session_dir, std::chrono::milliseconds timeout,
                            ConnectCallback done) {
@@ -198,7 +214,7 @@ void AsyncConnectToAddress(asio::io_context& io, const std::string& address,
         [pending](const boost::system::error_code& ec) {
           if (!pending->done) return;
           if (ec) {
-            pending->Finish(absl::UnavailableError(absl::StrCat("cannot reach ", pending->target, ": ", ec.message())));
+            pending->Finish(ConnectFailure(pending->target, ec));
             return;
           }
           int fd = pending->unix_socket.release();
@@ -211,15 +227,14 @@ void AsyncConnectToAddress(asio::io_context& io, const std::string& address,
       [pending](const boost::system::error_code& ec, asio::ip::tcp::resolver::results_type results) {
         if (!pending->done) return;
         if (ec) {
-          pending->Finish(absl::UnavailableError(absl::StrCat("cannot reach ", pending->target, ": ", ec.message())));
+          pending->Finish(ConnectFailure(pending->target, ec));
           return;
         }
         asio::async_connect(pending->tcp_socket, results,
                             [pending](const boost::system::error_code& ec, const asio::ip::tcp::endpoint&) {
                               if (!pending->done) return;
                               if (ec) {
-                                pending->Finish(absl::UnavailableError(
-                                    absl::StrCat("cannot reach ", pending->target, ": ", ec.message())));
+                                pending->Finish(ConnectFailure(pending->target, ec));
                                 return;
                               }
                               pending->Finish(AdoptTcp(pending->io, std::move(pending->tcp_socket)));

@@ -394,7 +394,9 @@ absl::StatusOr<NodeTaskEvents> QueryTaskEvents(const std::string& node_address) 
     auto batch = env.getTaskEvents();
     out.node = IdFrom<NodeId>(batch.getNodeId());
     out.dropped = batch.getDropped();
-    out.events = TaskEventsFromProto(batch);
+    auto events = TaskEventsFromProto(batch);
+    if (!events.ok()) return events.status();
+    out.events = *std::move(events);
     return absl::OkStatus();
   });
   if (!read.ok()) return read;

@@ -1,51 +1,66 @@
 #include "lumen/common/task_event_wire.h"
 
+#include <cstring>
+
 #include "lumen/common/proto_util.h"
+#include "lumen/common/task_event_packed.h"
 
 namespace lumen {
+namespace {
 
-void TaskEventsToProto(const std::vector<TaskEvent>& events, proto::TaskEventBatch::Builder out) {
-  auto list = out.initEvents(static_cast<unsigned>(events.size()));
-  for (size_t i = 0; i < events.size(); ++i) {
-    const TaskEvent& e = events[i];
-    auto r = list[static_cast<unsigned>(i)];
-    r.setKind(static_cast<uint8_t>(e.kind));
-    r.setActorCall(e.actor_call);
-    r.setAttempt(e.attempt);
-    r.setPid(e.pid);
-    r.setTimeUs(e.time_us);
-    if (!e.task_id.IsNil()) r.setTaskId(DataOf(e.task_id));
-    if (!e.name.empty()) r.setName(e.name);
-    if (!e.node.IsNil()) r.setNodeId(DataOf(e.node));
-    if (!e.worker.IsNil()) r.setWorkerId(DataOf(e.worker));
-    r.setWorkerPid(e.worker_pid);
-    r.setBytes(e.bytes);
-    r.setDurationUs(e.duration_us);
-  }
+// One record of the old per-event list, packed.
+void AppendOldRecord(proto::TaskEventRecord::Reader r, std::string* out) {
+  if (r.getKind() >= kNumTaskEventKinds) return;  // the old reader skipped them too
+  TaskId task = IdFrom<TaskId>(r.getTaskId());
+  NodeId node = IdFrom<NodeId>(r.getNodeId());
+  WorkerId worker = IdFrom<WorkerId>(r.getWorkerId());
+  auto name = r.getName();
+  packed_events::Append(packed_events::Fields{.kind = static_cast<TaskEventKind>(r.getKind()),
+                                              .actor_call = r.getActorCall(),
+                                              .attempt = r.getAttempt(),
+                                              .pid = r.getPid(),
+                                              .time_us = r.getTimeUs(),
+                                              .task = &task,
+                                              .node = &node,
+                                              .worker = &worker,
+                                              .worker_pid = r.getWorkerPid(),
+                                              .bytes = r.getBytes(),
+                                              .duration_us = r.getDurationUs(),
+                                              .name = std::string_view(name.cStr(), name.size())},
+                        out);
 }
 
-std::vector<TaskEvent> TaskEventsFromProto(proto::TaskEventBatch::Reader batch) {
-  std::vector<TaskEvent> out;
-  auto list = batch.getEvents();
-  out.reserve(list.size());
-  for (auto r : list) {
-    if (r.getKind() >= kNumTaskEventKinds) continue;
-    TaskEvent e;
-    e.kind = static_cast<TaskEventKind>(r.getKind());
-    e.actor_call = r.getActorCall();
-    e.attempt = r.getAttempt();
-    e.pid = r.getPid();
-    e.time_us = r.getTimeUs();
-    e.task_id = IdFrom<TaskId>(r.getTaskId());
-    e.name = r.getName().cStr();
-    e.node = IdFrom<NodeId>(r.getNodeId());
-    e.worker = IdFrom<WorkerId>(r.getWorkerId());
-    e.worker_pid = r.getWorkerPid();
-    e.bytes = r.getBytes();
-    e.duration_us = r.getDurationUs();
-    out.push_back(std::move(e));
+}  // namespace
+
+void SetPackedEvents(std::string_view records, proto::TaskEventBatch::Builder out) {
+  auto data = out.initPacked(static_cast<unsigned>(records.size() + 1));
+  data[0] = packed_events::kVersion;
+  if (!records.empty()) std::memcpy(data.begin() + 1, records.data(), records.size());
+}
+
+void TaskEventsToProto(const std::vector<TaskEvent>& events, proto::TaskEventBatch::Builder out) {
+  std::string records;
+  for (const TaskEvent& e : events) packed_events::Append(e, &records);
+  SetPackedEvents(records, out);
+}
+
+absl::StatusOr<std::string> PackedEventsOf(proto::TaskEventBatch::Reader batch) {
+  std::string records;
+  if (batch.hasPacked()) {
+    auto data = batch.getPacked();
+    auto view = packed_events::RecordsOfBlob(
+        std::string_view(reinterpret_cast<const char*>(data.begin()), data.size()));
+    if (!view.ok()) return view.status();
+    records.assign(view->data(), view->size());
   }
-  return out;
+  for (auto r : batch.getEvents()) AppendOldRecord(r, &records);
+  return records;
+}
+
+absl::StatusOr<std::vector<TaskEvent>> TaskEventsFromProto(proto::TaskEventBatch::Reader batch) {
+  auto records = PackedEventsOf(batch);
+  if (!records.ok()) return records.status();
+  return packed_events::Decode(*records);
 }
 
 }  // namespace lumen

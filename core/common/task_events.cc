@@ -2,11 +2,13 @@
 
 #include <unistd.h>
 
-#include <chrono>
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <utility>
+
+#include "lumen/common/task_event_packed.h"
 
 namespace lumen {
 
@@ -26,10 +28,40 @@ const char* TaskEventKindName(TaskEventKind kind) {
   return "UNKNOWN";
 }
 
+// One event as a ring keeps it: fixed size (two cache lines), so recording is
+// a copy into a slot that was allocated at an earlier event or drain.
+struct TaskEventRecorder::Slot {
+  enum Flags : uint8_t {
+    kActorCall = 1 << 0,
+    kTimeIsMicros = 1 << 1,  // `tick` is system-clock microseconds (RecordEvent with a time)
+    kSinceTick = 1 << 2,     // `since` is SUBMITTED's tick (else: duration_us)
+    kLongName = 1 << 3,      // the name is long_names[name_len]
+  };
+  uint64_t tick;
+  uint64_t since;
+  TaskId task;
+  NodeId node;
+  WorkerId worker;
+  uint64_t bytes;
+  uint32_t attempt;
+  int32_t pid;
+  int32_t worker_pid;
+  uint8_t kind;
+  uint8_t flags;
+  uint16_t name_len;
+  char name[kInlineName];
+};
+
 // One recording thread's ring. `locked` guards every other member: the owner
-// thread takes it for each event, Drain for an O(1) swap, so it is contended
-// only when a Drain meets a Record of that thread.
+// thread takes it for each event, a drain for an O(1) swap, so it is contended
+// only when a drain meets a Record of that thread.
 struct TaskEventRecorder::ThreadRing {
+  // What a drain swaps out: the slots, and the names too long for a slot.
+  struct Events {
+    std::vector<Slot> slots;
+    std::vector<std::string> long_names;
+  };
+
   explicit ThreadRing(size_t capacity) : capacity(capacity), owner(std::this_thread::get_id()) {}
 
   void Lock() {
@@ -50,9 +82,10 @@ struct TaskEventRecorder::ThreadRing {
 
   // The slot for a new event: the next free one, or the oldest (counted as
   // dropped) when the ring is full. head moves only once the ring is at
-  // capacity, so below it the events are ring[0, size) and a full ring grows
-  // at its end (without reallocating once `ring` had that capacity before).
-  TaskEvent& NextSlot() {
+  // capacity, so below it the events are slots[0, size) and a full ring grows
+  // at its end (without reallocating once `slots` had that capacity before).
+  Slot& NextSlot() {
+    std::vector<Slot>& ring = events.slots;
     if (size == ring.size() && ring.size() < capacity) {
       ++size;
       return ring.emplace_back();
@@ -67,16 +100,34 @@ struct TaskEventRecorder::ThreadRing {
     return ring[slot];
   }
 
+  void SetName(Slot& slot, std::string_view name) {
+    if (name.size() <= kInlineName) {
+      slot.flags &= static_cast<uint8_t>(~Slot::kLongName);
+      slot.name_len = static_cast<uint16_t>(name.size());
+      std::memcpy(slot.name, name.data(), name.size());
+      return;
+    }
+    // Bounded: past `capacity` long names since the last drain (a ring that
+    // wraps with no drain), a name is cut to the slot.
+    if (events.long_names.size() >= capacity || events.long_names.size() >= 0xFFFF) {
+      SetName(slot, name.substr(0, kInlineName));
+      return;
+    }
+    slot.flags |= Slot::kLongName;
+    slot.name_len = static_cast<uint16_t>(events.long_names.size());
+    events.long_names.emplace_back(name);
+  }
+
   const size_t capacity;
   const std::thread::id owner;
   std::atomic<bool> locked{false};
-  std::vector<TaskEvent> ring;
+  Events events;
   size_t head = 0;  // index of the oldest event
   size_t size = 0;
   std::atomic<uint64_t> dropped{0};  // written under `locked`; read by dropped() without it
-  // A drained ring (cleared, its capacity kept) that replaces `ring` at the
-  // next Drain, so that a busy thread does not regrow its ring every period.
-  std::vector<TaskEvent> spare;
+  // Drained events (cleared, their capacity kept) that replace `events` at
+  // the next drain, so that a busy thread does not regrow its ring every period.
+  Events spare;
 };
 
 namespace {
@@ -97,9 +148,7 @@ TaskEventRecorder::TaskEventRecorder(size_t capacity, bool enabled)
 TaskEventRecorder::~TaskEventRecorder() = default;
 
 int64_t TaskEventRecorder::NowMicros() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return static_cast<int64_t>(TaskEventClock::SystemMicros());
 }
 
 TaskEventRecorder::ThreadRing& TaskEventRecorder::RingOfThisThread() {
@@ -138,47 +187,63 @@ TaskEventRecorder::ThreadRing& TaskEventRecorder::RingOfThisThread() {
   return *cached.ring;
 }
 
-void TaskEventRecorder::Record(TaskEventKind kind, const TaskId& task, uint32_t attempt,
-                               std::string_view name, const TaskEventDetail& detail) {
-  if (!enabled()) return;
-  int64_t now = NowMicros();
+uint64_t TaskEventRecorder::Record(TaskEventKind kind, const TaskId& task, uint32_t attempt,
+                                   std::string_view name, const TaskEventDetail& detail) {
+  static_assert(sizeof(Slot) <= 128, "a slot is two cache lines at most");
+  if (!enabled()) return 0;
+  const uint64_t now = TaskEventClock::Now();
   ThreadRing& ring = RingOfThisThread();
   ring.Lock();
-  TaskEvent& e = ring.NextSlot();
-  e.kind = kind;
-  e.actor_call = detail.actor_call;
-  e.attempt = attempt;
-  e.pid = pid_;
-  e.time_us = now;
-  e.task_id = task;
-  e.name.assign(name.data(), name.size());  // reuses the slot's buffer
+  Slot& e = ring.NextSlot();
+  e.tick = now;
+  e.flags = static_cast<uint8_t>((detail.actor_call ? Slot::kActorCall : 0) |
+                                 (detail.since_tick != 0 ? Slot::kSinceTick : 0));
+  e.since = detail.since_tick != 0 ? detail.since_tick : static_cast<uint64_t>(detail.duration_us);
+  e.task = task;
   e.node = detail.node;
   e.worker = detail.worker;
-  e.worker_pid = detail.worker_pid;
   e.bytes = detail.bytes;
-  e.duration_us = detail.duration_us;
+  e.attempt = attempt;
+  e.pid = pid_;
+  e.worker_pid = detail.worker_pid;
+  e.kind = static_cast<uint8_t>(kind);
+  ring.SetName(e, name);
   ring.Unlock();
+  return now;
 }
 
-void TaskEventRecorder::RecordEvent(TaskEvent event) {
+void TaskEventRecorder::RecordEvent(const TaskEvent& event) {
   if (!enabled()) return;
-  if (event.time_us == 0) event.time_us = NowMicros();
-  if (event.pid == 0) event.pid = pid_;
+  const uint64_t now = event.time_us == 0 ? TaskEventClock::Now() : 0;
   ThreadRing& ring = RingOfThisThread();
   ring.Lock();
-  ring.NextSlot() = std::move(event);
+  Slot& e = ring.NextSlot();
+  e.tick = event.time_us == 0 ? now : static_cast<uint64_t>(event.time_us);
+  e.flags = static_cast<uint8_t>((event.actor_call ? Slot::kActorCall : 0) |
+                                 (event.time_us != 0 ? Slot::kTimeIsMicros : 0));
+  e.since = static_cast<uint64_t>(event.duration_us);
+  e.task = event.task_id;
+  e.node = event.node;
+  e.worker = event.worker;
+  e.bytes = event.bytes;
+  e.attempt = event.attempt;
+  e.pid = event.pid == 0 ? pid_ : event.pid;
+  e.worker_pid = event.worker_pid;
+  e.kind = static_cast<uint8_t>(event.kind);
+  ring.SetName(e, event.name);
   ring.Unlock();
 }
 
-std::vector<TaskEvent> TaskEventRecorder::Drain() {
+size_t TaskEventRecorder::DrainPacked(std::string* records) {
   // Each ring with events, swapped out whole (its thread records on into its spare).
   struct Taken {
     ThreadRing* from;
-    std::vector<TaskEvent> ring;
+    ThreadRing::Events events;
     size_t head = 0;
     size_t size = 0;
-    size_t next = 0;  // merged so far
-    TaskEvent& at(size_t i) { return ring[(head + i) % ring.size()]; }
+    size_t next = 0;             // merged so far
+    std::vector<int64_t> times;  // of each event in ring order, microseconds
+    const Slot& at(size_t i) const { return events.slots[(head + i) % events.slots.size()]; }
   };
   absl::MutexLock lock(&mu_);
   std::vector<Taken> taken;
@@ -187,8 +252,8 @@ std::vector<TaskEvent> TaskEventRecorder::Drain() {
     Taken t{.from = r.get()};
     r->Lock();
     if (r->size > 0) {
-      t.ring.swap(r->ring);
-      r->ring.swap(r->spare);
+      std::swap(t.events, r->events);
+      std::swap(r->events, r->spare);
       t.head = std::exchange(r->head, 0);
       t.size = std::exchange(r->size, 0);
     }
@@ -198,36 +263,64 @@ std::vector<TaskEvent> TaskEventRecorder::Drain() {
       taken.push_back(std::move(t));
     }
   }
+  // After the swaps: every tick taken is (about) before the anchor.
+  const TaskEventClock::Scale scale = clock_.Anchor();
+  for (Taken& t : taken) {
+    t.times.resize(t.size);
+    for (size_t i = 0; i < t.size; ++i) {
+      const Slot& s = t.at(i);
+      t.times[i] = (s.flags & Slot::kTimeIsMicros) ? static_cast<int64_t>(s.tick) : scale.ToMicros(s.tick);
+    }
+  }
   // Merged by time: a task's events may come from several threads (submitted
-  // on one, finished on the io thread), and readers (the node's latency
-  // histogram, the timeline) want them in order.
-  // At most `capacity_` events leave the process per Drain, the newest, as
-  // with one ring for all threads: what the flush, the wire and the node
-  // daemon handle per period stays bounded however many threads record.
+  // on one, finished on the io thread), and readers (the timeline) want them
+  // in order. At most `capacity_` events leave the process per drain, the
+  // newest, as with one ring for all threads: what the flush, the wire and the
+  // node daemon handle per period stays bounded however many threads record.
   size_t skip = total > capacity_ ? total - capacity_ : 0;
   drained_dropped_ += skip;
-  std::vector<TaskEvent> out;
-  out.reserve(total - skip);
+  records->reserve(records->size() + (total - skip) * 48);
+  size_t written = 0;
   for (;;) {
     Taken* earliest = nullptr;
     for (Taken& t : taken) {
-      if (t.next < t.size && (earliest == nullptr ||
-                              t.at(t.next).time_us < earliest->at(earliest->next).time_us)) {
+      if (t.next < t.size && (earliest == nullptr || t.times[t.next] < earliest->times[earliest->next])) {
         earliest = &t;
       }
     }
     if (earliest == nullptr) break;
+    const size_t i = earliest->next++;
     if (skip > 0) {
       --skip;
-      ++earliest->next;
       continue;
     }
-    out.push_back(std::move(earliest->at(earliest->next++)));
+    const Slot& s = earliest->at(i);
+    int64_t duration_us = static_cast<int64_t>(s.since);
+    if (s.flags & Slot::kSinceTick) duration_us = std::max<int64_t>(1, scale.SpanMicros(s.since, s.tick));
+    packed_events::Append(
+        packed_events::Fields{
+            .kind = static_cast<TaskEventKind>(s.kind),
+            .actor_call = (s.flags & Slot::kActorCall) != 0,
+            .attempt = s.attempt,
+            .pid = s.pid,
+            .time_us = earliest->times[i],
+            .task = &s.task,
+            .node = &s.node,
+            .worker = &s.worker,
+            .worker_pid = s.worker_pid,
+            .bytes = s.bytes,
+            .duration_us = duration_us,
+            .name = (s.flags & Slot::kLongName)
+                        ? std::string_view(earliest->events.long_names[s.name_len])
+                        : std::string_view(s.name, s.name_len)},
+        records);
+    ++written;
   }
   for (Taken& t : taken) {
-    t.ring.clear();  // keeps its capacity: the ring's next spare
+    t.events.slots.clear();  // keeps its capacity: the ring's next spare
+    t.events.long_names.clear();
     t.from->Lock();
-    if (t.from->spare.capacity() < t.ring.capacity()) t.from->spare.swap(t.ring);
+    if (t.from->spare.slots.capacity() < t.events.slots.capacity()) std::swap(t.from->spare, t.events);
     t.from->Unlock();
   }
   // Retire the empty rings of threads that ended.
@@ -241,7 +334,14 @@ std::vector<TaskEvent> TaskEventRecorder::Drain() {
       ++i;
     }
   }
-  return out;
+  return written;
+}
+
+std::vector<TaskEvent> TaskEventRecorder::Drain() {
+  std::string records;
+  DrainPacked(&records);
+  auto events = packed_events::Decode(records);
+  return events.ok() ? *std::move(events) : std::vector<TaskEvent>{};  // ours: always well formed
 }
 
 uint64_t TaskEventRecorder::dropped() const {

@@ -181,6 +181,8 @@ void LocalLeaseManager::DispatchPass() {
   using Verdict = LeaseQueue::Verdict;
   WorkerPool& pool = *options_.pool;
   absl::flat_hash_set<ClientId> asked_for;
+  size_t starts_this_pass = 0;
+  bool more_to_start = false;
   auto ask_holders = [&](ClientId requester) {
     if (asked_for.insert(requester).second) AskHoldersForIdleLeases(requester);
   };
@@ -209,9 +211,18 @@ void LocalLeaseManager::DispatchPass() {
     }
     if (!pool.HasIdle(request.job)) {
       // Start enough workers for the requests of this job that fit right now
-      // (every request of the class fits as its front does), at most 64 at once.
+      // (every request of the class fits as its front does), at most 64
+      // starting at once, and at most kMaxStartsPerPass in this pass: each
+      // start forks the daemon on its loop, which costs more the more workers
+      // it has (their descriptors and its memory are copied), so the rest
+      // start in later handlers with other events served in between.
       const int cap = static_cast<int>(std::min<size_t>(queue_.queued_of_job(request.job), 64));
-      const size_t to_start = std::min<size_t>(cls.size(), std::max(0, cap - job->starting));
+      size_t to_start = std::min<size_t>(cls.size(), std::max(0, cap - job->starting));
+      if (to_start > kMaxStartsPerPass - starts_this_pass) {
+        to_start = kMaxStartsPerPass - starts_this_pass;
+        more_to_start = true;
+      }
+      starts_this_pass += to_start;
       for (size_t i = 0; i < to_start; ++i) {
         std::string why;
         if (!pool.StartWorker(request.job, &why)) {
@@ -241,6 +252,14 @@ void LocalLeaseManager::DispatchPass() {
     Untrack(request.client);
     return Verdict::kTake;
   });
+  if (more_to_start && !starts_posted_) {
+    // The workers this pass did not start: a later handler's pass starts them.
+    starts_posted_ = true;
+    options_.post([this] {
+      starts_posted_ = false;
+      Dispatch();
+    });
+  }
 }
 
 void LocalLeaseManager::RefillLater(const JobId& job) {
@@ -253,9 +272,28 @@ void LocalLeaseManager::RefillLater(const JobId& job) {
 }
 
 void LocalLeaseManager::AddLease(uint64_t lease_id, Lease lease) {
-  leases_by_holder_[lease.holder].insert(lease_id);
-  unasked_by_holder_[lease.holder].push_back(lease_id);
+  auto& held = leases_by_holder_[lease.holder];
+  held.insert(lease_id);
+  // An actor's lease is never idle (it lasts as long as the actor): asking
+  // its holder for it back would be pointless.
+  if (!lease.actor) {
+    std::vector<uint64_t>& unasked = unasked_by_holder_[lease.holder];
+    // Only another requester's wait clears a holder's list: a lone client
+    // taking and returning leases would grow it by one id per lease ever
+    // granted. Drop the ended ones once it is twice what the holder holds:
+    // O(1) amortised per lease, at most 2 x (held + 1) ids per holder.
+    if (unasked.size() >= 2 * held.size()) {
+      std::erase_if(unasked, [&](uint64_t id) { return !held.contains(id); });
+    }
+    unasked.push_back(lease_id);
+  }
   leases_[lease_id] = std::move(lease);
+}
+
+size_t LocalLeaseManager::TEST_unasked_entries() const {
+  size_t n = 0;
+  for (const auto& [holder, ids] : unasked_by_holder_) n += ids.size();
+  return n;
 }
 
 LocalLeaseManager::Lease LocalLeaseManager::TakeLease(

@@ -87,6 +87,10 @@ struct LocalLeaseManagerOptions {
 
 class LocalLeaseManager {
  public:
+  // Worker processes one dispatch pass starts at most (each is a fork of the
+  // daemon on its loop); a pass that wanted more posts another.
+  static constexpr size_t kMaxStartsPerPass = 8;
+
   explicit LocalLeaseManager(LocalLeaseManagerOptions options);
 
   // Routes and queues a request; every outcome is answered through LeaseClients.
@@ -126,6 +130,9 @@ class LocalLeaseManager {
   size_t num_queued() const { return queue_.size() + parked_.size(); }
   // Queued requests looked at by dispatch passes so far (tests count work).
   uint64_t TEST_dispatch_visits() const { return queue_.TEST_visits(); }
+  // Lease ids kept for asking holders to give idle leases back (bounded by
+  // twice the leases held, plus one per holder).
+  size_t TEST_unasked_entries() const;
   size_t num_leases() const { return leases_.size(); }
   size_t queued_of(ClientId client) const;
   struct Demand {
@@ -191,7 +198,8 @@ class LocalLeaseManager {
   absl::flat_hash_map<std::string, scheduler::ReservedBundle> bundles_;  // "group/index"
   absl::flat_hash_map<uint64_t, Lease> leases_;
   // lease ids by holder (0: orphaned detached leases), and the leases each
-  // holder has not been asked to give back yet (may name ended leases).
+  // holder has not been asked to give back yet (may name ended leases; never
+  // actors' leases; compacted in AddLease).
   absl::flat_hash_map<ClientId, absl::flat_hash_set<uint64_t>> leases_by_holder_;
   absl::flat_hash_map<ClientId, std::vector<uint64_t>> unasked_by_holder_;
   LeaseQueue queue_;
@@ -203,6 +211,7 @@ class LocalLeaseManager {
   bool dispatch_again_ = false;
   bool draining_ = false;
   bool grants_paused_ = false;
+  bool starts_posted_ = false;  // a Dispatch to start more workers is posted
 };
 
 }  // namespace lumen::node

@@ -100,6 +100,8 @@ class NodeDaemon {
   void OnWorkerLogs(Connection& conn, proto::Envelope::Reader msg);
   // `lumen timeline`: every task event kept here, this daemon's own included.
   void SendTaskEvents(Connection& conn, uint64_t request_id);
+  // Moves this daemon's own recorded events into task_events_.
+  void DrainOwnTaskEvents();
   void OnClusterView(proto::ClusterView::Reader view);
   [[nodiscard]] absl::Status OnBundles(proto::Envelope::Reader msg);
   void ReapChildren();
@@ -129,6 +131,7 @@ class NodeDaemon {
   WorkerExitLog exits_;
   std::unique_ptr<WorkerLogRouter> worker_logs_;
   std::unique_ptr<WorkerEventFlush> event_flush_;
+  std::unique_ptr<WorkerForkServer> fork_server_;  // null: LUMEN_WORKER_FORK_SERVER=0
   std::unique_ptr<PosixProcessLauncher> launcher_;
   std::unique_ptr<WorkerPool> pool_;
   std::unique_ptr<LeaseReplies> lease_replies_;
@@ -195,11 +198,17 @@ absl::Status NodeDaemon::Setup() {
                                                     options_.timeouts.exit_flush_timeout / 2);
   worker_logs_ = std::make_unique<WorkerLogRouter>(
       io_, clients_, node_id_, WorkerLogRouterOptions{.log_dir = options_.session_dir + "/logs"});
-  launcher_ = std::make_unique<PosixProcessLauncher>(PosixLauncherOptions{
+  PosixLauncherOptions launcher_options{
       socket_path_, options_.host, options_.session_dir, options_.head_address,
       [this](pid_t pid, const JobId& job, int out, int err) {
         worker_logs_->AddWorker(pid, job, out, err);
-      }});
+      }};
+  if (WorkerForkServer::EnabledByEnv()) {
+    fork_server_ = std::make_unique<WorkerForkServer>(
+        WorkerForkServerOptions{.template_env = WorkerEnvironment(launcher_options, {})});
+    launcher_options.forker = fork_server_.get();
+  }
+  launcher_ = std::make_unique<PosixProcessLauncher>(std::move(launcher_options));
   int pool_size = options_.prestart_workers >= 0 ? options_.prestart_workers
                                                  : static_cast<int>(total->Get(scheduler::kCPU));
   pool_ = std::make_unique<WorkerPool>(WorkerPoolOptions{
@@ -431,9 +440,10 @@ void NodeDaemon::OnFrame(Connection& conn, proto::Envelope::Reader msg) {
       return;
     case proto::Envelope::TASK_EVENTS:
       if (client.local()) {
-        std::vector<TaskEvent> events = TaskEventsFromProto(msg.getTaskEvents());
-        failures_.OnTaskEvents(events);
-        task_events_.Add(std::move(events), msg.getTaskEvents().getDropped());
+        std::vector<TaskEvent> failed;
+        absl::Status added = task_events_.AddBatch(msg.getTaskEvents(), &failed);
+        if (!added.ok()) LUMEN_LOG(WARNING) << "task events of a " << (client.role == proto::Role::WORKER ? "worker" : "driver") << " refused: " << added;
+        failures_.OnTaskEvents(failed);
         // A worker answering a driver's flush (WorkerEventFlush).
         if (client.role == proto::Role::WORKER && msg.getRequestId() != 0) {
           event_flush_->OnAnswer(msg.getRequestId());
@@ -703,21 +713,25 @@ void NodeDaemon::ReapIdleWorkersLater() {
   });
 }
 
+void NodeDaemon::DrainOwnTaskEvents() {
+  std::string records;  // ours: lease grants, pulls
+  TaskEvents().DrainPacked(&records);
+  (void)task_events_.AddPacked(std::move(records), 0);  // well formed: just packed
+}
+
 void NodeDaemon::SendTaskEvents(Connection& conn, uint64_t request_id) {
-  task_events_.Add(TaskEvents().Drain(), 0);
-  const auto& kept = task_events_.events();
+  DrainOwnTaskEvents();
   OutMessage out;
   auto env = out.Init();
   env.setRequestId(request_id);
   auto batch = env.initTaskEvents();
   batch.setNodeId(DataOf(node_id_));
-  batch.setDropped(task_events_.totals().dropped);
-  TaskEventsToProto(std::vector<TaskEvent>(kept.begin(), kept.end()), batch);
+  task_events_.FillBatch(batch);
   conn.Send(out.builder());
 }
 
 void NodeDaemon::FillStats(proto::NodeStats::Builder stats) {
-  task_events_.Add(TaskEvents().Drain(), 0);  // ours: lease grants, pulls
+  DrainOwnTaskEvents();
   FillTaskTotals(task_events_.totals(), stats.initTaskTotals());
   stats.setNodeId(DataOf(node_id_));
   stats.setAddress(address_);
@@ -778,6 +792,7 @@ void NodeDaemon::Shutdown(const std::string& why) {
     WaitForChildExit(w.pid, static_cast<int>(std::max<int64_t>(0, left.count())));
     if (!w.address.empty()) ::unlink(ParseAddress(w.address).unix_path.c_str());
   }
+  if (fork_server_) fork_server_->Stop();
   worker_logs_->Stop();
   boost::system::error_code ignored;
   acceptor_.close(ignored);

@@ -16,34 +16,57 @@
 
 namespace lumen::node {
 
+std::vector<std::pair<std::string, std::string>> WorkerEnvironment(const PosixLauncherOptions& options,
+                                                                   const WorkerLaunch& launch) {
+  std::vector<std::pair<std::string, std::string>> env = {
+      {"LUMEN_ROLE", "worker"},
+      {"LUMEN_NODE_SOCKET", options.socket_path},
+      {"LUMEN_NODE_HOST", options.host},
+      {"LUMEN_SESSION_DIR", options.session_dir},
+      {"LUMEN_WORKER_ID", launch.worker.IsNil() ? "" : launch.worker.Hex()},
+      {"LUMEN_JOB_ID", launch.job.IsNil() ? "" : launch.job.Hex()},
+      {"LUMEN_PARENT_FD", ""},
+      {"LUMEN_READY_FD", ""},
+      {"LUMEN_ADDRESS", ""},
+      {"LUMEN_HEAD_ADDRESS", options.head_address},
+      {"LUMEN_TOKEN", runtime::HeadToken()}};
+  if (options.on_output) env.emplace_back(kLogMarkersEnv, "1");
+  return env;
+}
+
 absl::StatusOr<pid_t> PosixProcessLauncher::Launch(const WorkerLaunch& launch) {
   SpawnOptions spawn;
   spawn.executable = launch.executable;
-  spawn.env = {{"LUMEN_ROLE", "worker"},
-               {"LUMEN_NODE_SOCKET", options_.socket_path},
-               {"LUMEN_NODE_HOST", options_.host},
-               {"LUMEN_SESSION_DIR", options_.session_dir},
-               {"LUMEN_WORKER_ID", launch.worker.Hex()},
-               {"LUMEN_JOB_ID", launch.job.Hex()},
-               {"LUMEN_PARENT_FD", ""},
-               {"LUMEN_READY_FD", ""},
-               {"LUMEN_ADDRESS", ""},
-               {"LUMEN_HEAD_ADDRESS", options_.head_address},
-               {"LUMEN_TOKEN", runtime::HeadToken()}};
+  spawn.env = WorkerEnvironment(options_, launch);
   spawn.die_with_parent = true;
   spawn.oom_score_adj = 500;  // workers go before daemons under memory pressure
-  if (!options_.on_output) return SpawnProcess(spawn);
-  int out[2], err[2];
-  if (auto s = MakePipe(out); !s.ok()) return s;
-  if (auto s = MakePipe(err); !s.ok()) {
-    ::close(out[0]);
-    ::close(out[1]);
-    return s;
+  int out[2] = {-1, -1}, err[2] = {-1, -1};
+  if (options_.on_output) {
+    if (auto s = MakePipe(out); !s.ok()) return s;
+    if (auto s = MakePipe(err); !s.ok()) {
+      ::close(out[0]);
+      ::close(out[1]);
+      return s;
+    }
+    spawn.stdout_fd = out[1];
+    spawn.stderr_fd = err[1];
   }
-  spawn.stdout_fd = out[1];
-  spawn.stderr_fd = err[1];
-  spawn.env.emplace_back(kLogMarkersEnv, "1");
-  absl::StatusOr<pid_t> pid = SpawnProcess(spawn);
+  absl::StatusOr<pid_t> pid = absl::UnavailableError("no fork server");
+  if (options_.forker != nullptr) {
+    // The fork server's template of this binary, when it has one ready; an
+    // exec otherwise (the same environment either way).
+    pid = options_.forker->Fork({.executable = spawn.executable,
+                                 .env = spawn.env,
+                                 .stdout_fd = spawn.stdout_fd,
+                                 .stderr_fd = spawn.stderr_fd,
+                                 .oom_score_adj = *spawn.oom_score_adj});
+  }
+  if (pid.ok()) {
+    ++num_forked_;
+  } else {
+    pid = SpawnProcess(spawn);
+  }
+  if (!options_.on_output) return pid;
   ::close(out[1]);
   ::close(err[1]);
   if (!pid.ok()) {

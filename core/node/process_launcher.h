@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "lumen/common/ids.h"
+#include "core/node/worker_fork_server.h"
 
 namespace lumen::node {
 
@@ -60,7 +61,14 @@ struct PosixLauncherOptions {
   // handed here (the callee owns them), right after the spawn; the worker is
   // told to mark its output (lumen/common/log_markers.h). Unset: inherited.
   std::function<void(pid_t pid, const JobId& job, int stdout_fd, int stderr_fd)> on_output;
+  // When set, workers are forked from its template of their binary when it
+  // has one ready, and exec'd otherwise (borrowed; outlives the launcher).
+  WorkerForker* forker = nullptr;
 };
+
+// The environment overrides a worker starts with (a nil worker or job id: "").
+std::vector<std::pair<std::string, std::string>> WorkerEnvironment(const PosixLauncherOptions& options,
+                                                                   const WorkerLaunch& launch);
 
 class PosixProcessLauncher : public ProcessLauncher {
  public:
@@ -70,9 +78,12 @@ class PosixProcessLauncher : public ProcessLauncher {
   bool IsExiting(pid_t pid) override;
   bool IsAlive(pid_t pid) override;
   std::vector<ProcessExit> Reap() override;
+  // Workers started through the fork server (the rest were exec'd).
+  uint64_t num_forked() const { return num_forked_; }
 
  private:
   PosixLauncherOptions options_;
+  uint64_t num_forked_ = 0;
 };
 
 // How a child process ended, in words: "killed by signal 11 (SIGSEGV)",

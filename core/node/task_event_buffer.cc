@@ -1,7 +1,11 @@
 #include "core/node/task_event_buffer.h"
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
+
+#include "lumen/common/task_event_packed.h"
+#include "lumen/common/task_event_wire.h"
 
 namespace lumen::node {
 
@@ -15,57 +19,101 @@ void FillTaskTotals(const TaskEventTotals& totals, proto::TaskTotals::Builder ou
   out.setDroppedEvents(totals.dropped);
 }
 
-void TaskEventBuffer::Add(std::vector<TaskEvent> events, uint64_t dropped_upstream) {
-  io_thread_.Check("TaskEventBuffer::Add");
-  totals_.dropped += dropped_upstream;
-  if (ring_.capacity() == 0) ring_.reserve(std::min(capacity_, std::max<size_t>(events.size(), 1024)));
-  for (auto& e : events) {
-    Count(e);
-    if (ring_.size() < capacity_) {
-      ring_.push_back(std::move(e));
-    } else {
-      ring_[head_] = std::move(e);
-      head_ = (head_ + 1) % ring_.size();
-      ++totals_.dropped;
-    }
+absl::Status TaskEventBuffer::AddPacked(std::string records, uint64_t dropped_upstream,
+                                        std::vector<TaskEvent>* failed) {
+  io_thread_.Check("TaskEventBuffer::AddPacked");
+  // Counted into a copy first: a malformed blob changes nothing.
+  TaskEventTotals totals = totals_;
+  totals.dropped += dropped_upstream;
+  size_t first_failed = failed != nullptr ? failed->size() : 0;
+  size_t count = 0;
+  absl::Status status = packed_events::ForEach(
+      records,
+      [&](const packed_events::View& e) {
+        ++totals.by_kind[static_cast<size_t>(e.kind)];
+        switch (e.kind) {
+          case TaskEventKind::kFailed:
+            if (failed != nullptr) failed->push_back(e.ToEvent());
+            [[fallthrough]];
+          case TaskEventKind::kFinished: {
+            if (e.duration_us <= 0) break;  // the owner did not know its submission
+            double seconds = static_cast<double>(e.duration_us) / 1e6;
+            size_t bucket = 0;
+            while (bucket < kTaskLatencyBuckets.size() && seconds > kTaskLatencyBuckets[bucket]) ++bucket;
+            ++totals.latency_buckets[bucket];
+            totals.latency_sum_seconds += seconds;
+            break;
+          }
+          case TaskEventKind::kPull:
+            totals.pulled_bytes += e.bytes;
+            break;
+          default:
+            break;
+        }
+      },
+      &count);
+  if (!status.ok()) {
+    if (failed != nullptr) failed->resize(first_failed);
+    return status;
   }
+  totals_ = totals;
+  if (count == 0) return absl::OkStatus();
+  kept_ += count;
+  chunks_.push_back(Chunk{.records = std::move(records), .count = count});
+  // The oldest go: whole chunks, then the front of the oldest one left.
+  while (kept_ > capacity_) {
+    Chunk& oldest = chunks_.front();
+    size_t over = kept_ - capacity_;
+    if (oldest.count <= over) {
+      kept_ -= oldest.count;
+      totals_.dropped += oldest.count;
+      chunks_.pop_front();
+      continue;
+    }
+    oldest.offset += packed_events::PrefixBytes(oldest.kept(), over);
+    oldest.count -= over;
+    kept_ -= over;
+    totals_.dropped += over;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TaskEventBuffer::AddBatch(proto::TaskEventBatch::Reader batch,
+                                       std::vector<TaskEvent>* failed) {
+  auto records = PackedEventsOf(batch);
+  if (!records.ok()) return records.status();
+  return AddPacked(*std::move(records), batch.getDropped(), failed);
+}
+
+void TaskEventBuffer::Add(const std::vector<TaskEvent>& events, uint64_t dropped_upstream) {
+  std::string records;
+  for (const TaskEvent& e : events) packed_events::Append(e, &records);
+  (void)AddPacked(std::move(records), dropped_upstream);  // well formed: just packed
 }
 
 std::vector<TaskEvent> TaskEventBuffer::events() const {
   io_thread_.Check("TaskEventBuffer::events");
   std::vector<TaskEvent> out;
-  out.reserve(ring_.size());
-  for (size_t i = 0; i < ring_.size(); ++i) out.push_back(ring_[(head_ + i) % ring_.size()]);
+  out.reserve(kept_);
+  for (const Chunk& c : chunks_) {
+    (void)packed_events::ForEach(c.kept(), [&](const packed_events::View& e) { out.push_back(e.ToEvent()); });
+  }
   return out;
 }
 
-void TaskEventBuffer::Count(const TaskEvent& e) {
-  ++totals_.by_kind[static_cast<size_t>(e.kind)];
-  switch (e.kind) {
-    case TaskEventKind::kSubmitted:
-      // A bounded memory: under a flood of tasks that never end, start over.
-      if (submitted_at_.size() >= kMaxOpenTasks) submitted_at_.clear();
-      submitted_at_[e.task_id] = e.time_us;
-      break;
-    case TaskEventKind::kFinished:
-    case TaskEventKind::kFailed: {
-      auto it = submitted_at_.find(e.task_id);
-      if (it == submitted_at_.end()) break;
-      double seconds = static_cast<double>(e.time_us - it->second) / 1e6;
-      submitted_at_.erase(it);
-      if (seconds < 0) seconds = 0;
-      size_t bucket = 0;
-      while (bucket < kTaskLatencyBuckets.size() && seconds > kTaskLatencyBuckets[bucket]) ++bucket;
-      ++totals_.latency_buckets[bucket];
-      totals_.latency_sum_seconds += seconds;
-      break;
-    }
-    case TaskEventKind::kPull:
-      totals_.pulled_bytes += e.bytes;
-      break;
-    default:
-      break;
+void TaskEventBuffer::FillBatch(proto::TaskEventBatch::Builder out) const {
+  io_thread_.Check("TaskEventBuffer::FillBatch");
+  size_t bytes = 0;
+  for (const Chunk& c : chunks_) bytes += c.kept().size();
+  auto data = out.initPacked(static_cast<unsigned>(bytes + 1));
+  data[0] = packed_events::kVersion;
+  size_t at = 1;
+  for (const Chunk& c : chunks_) {
+    std::string_view kept = c.kept();
+    std::memcpy(data.begin() + at, kept.data(), kept.size());
+    at += kept.size();
   }
+  out.setDropped(totals_.dropped);
 }
 
 }  // namespace lumen::node

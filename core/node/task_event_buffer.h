@@ -4,9 +4,13 @@
 // for the metrics (tasks by state, task latency, transfer bytes).
 //
 //   TaskEventBuffer buffer;
-//   buffer.Add(TaskEventsFromProto(msg.getTaskEvents()), batch.getDropped());
-//   for (const TaskEvent& e : buffer.events()) ...;   // a copy, oldest first
+//   absl::Status s = buffer.AddBatch(msg.getTaskEvents(), &failed);  // a process's flush
+//   buffer.FillBatch(reply.initTaskEvents());                       // for `lumen timeline`
 //   TaskEventTotals totals = buffer.totals();
+//
+// The events stay packed as they came (task_event_packed.h): one blob per
+// flush, walked once for the totals (a few nanoseconds per event) and decoded
+// only when asked for (`events()`, the cli).
 //
 // Only on the node daemon's io thread (checked in debug builds).
 #pragma once
@@ -14,9 +18,12 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
+#include <string>
+#include <string_view>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
 #include "lumen/common/task_events.h"
 #include "lumen/common/thread_checker.h"
 #include "lumen/proto/lumen.capnp.h"
@@ -40,33 +47,45 @@ void FillTaskTotals(const TaskEventTotals& totals, proto::TaskTotals::Builder ou
 class TaskEventBuffer {
  public:
   static constexpr size_t kDefaultCapacity = 200000;
-  // Open submissions remembered for the latency histogram.
-  static constexpr size_t kMaxOpenTasks = 100000;
 
   explicit TaskEventBuffer(size_t capacity = kDefaultCapacity) : capacity_(capacity) {}
 
-  // Appends `events` (a process's flush, in order); `dropped_upstream`: events
-  // that process lost. The oldest events go when the buffer is full.
-  void Add(std::vector<TaskEvent> events, uint64_t dropped_upstream);
+  // Appends `records` (a process's flush, packed, in order) as they are;
+  // `dropped_upstream`: events that process lost. The oldest events go when
+  // the buffer is full. FAILED events are also appended to `failed` (when not
+  // null), decoded. A malformed blob is refused whole (an error, nothing kept
+  // or counted).
+  absl::Status AddPacked(std::string records, uint64_t dropped_upstream,
+                         std::vector<TaskEvent>* failed = nullptr);
+  // The same for a taskEvents frame (packed, or the old per-event list).
+  absl::Status AddBatch(proto::TaskEventBatch::Reader batch, std::vector<TaskEvent>* failed = nullptr);
+  // The same for decoded events (tests).
+  void Add(const std::vector<TaskEvent>& events, uint64_t dropped_upstream);
 
-  // A copy of the events kept, oldest first (as added). O(events kept): for
-  // `lumen timeline` and tests, not for every report.
+  // A copy of the events kept, oldest first (as added), decoded. O(events
+  // kept): for tests, not for every report.
   std::vector<TaskEvent> events() const;
+  // Sets `out`'s packed events to those kept, oldest first, and its dropped
+  // count to the total.
+  void FillBatch(proto::TaskEventBatch::Builder out) const;
+  size_t size() const { return kept_; }
   const TaskEventTotals& totals() const { return totals_; }
 
  private:
-  void Count(const TaskEvent& event);
+  // One flush's records, as they came; `offset`: the bytes of its oldest
+  // records already dropped.
+  struct Chunk {
+    std::string records;
+    size_t offset = 0;
+    size_t count = 0;  // records kept (after `offset`)
+    std::string_view kept() const { return std::string_view(records).substr(offset); }
+  };
 
   ThreadChecker io_thread_;
   const size_t capacity_;
-  // A ring of the newest events: ring_[head_] is the oldest once it is full;
-  // until then it grows at its end. A new event is moved into the slot of the
-  // one it replaces (no allocation per event once the ring is full).
-  std::vector<TaskEvent> ring_;
-  size_t head_ = 0;
+  std::deque<Chunk> chunks_;  // oldest first
+  size_t kept_ = 0;           // records in chunks_
   TaskEventTotals totals_;
-  // SUBMITTED time of each task not finished yet (by this node's owners).
-  absl::flat_hash_map<TaskId, int64_t> submitted_at_;
 };
 
 }  // namespace lumen::node

@@ -21,6 +21,7 @@
 #include "lumen/common/proto_util.h"
 #include "lumen/common/address.h"
 #include "lumen/lumen.h"
+#include "lumen/node/worker_template.h"
 
 namespace lumen {
 namespace internal {
@@ -177,6 +178,8 @@ void ExitActorAfterCall() { Core()->ExitActorAfterCall(); }
 
 void InitRuntime(const Config& config, int argc, char** argv) {
   runtime::MaybeRunClusterProcess();
+  // A worker template serves forks here; each forked worker goes on as a worker.
+  node::MaybeServeWorkerForks();
   if (Env("LUMEN_ROLE") == "worker") RunWorker();
 
   std::lock_guard<std::mutex> lock(StateMutex());

@@ -28,7 +28,22 @@ void CoreWorker::ActorCaller::DropChannel(uint64_t channel) {
   channels_.erase(it);
 }
 
+bool CoreWorker::ActorCaller::ShareLink(const ObjectId& actor, const std::string& address) {
+  auto it = links_.find(actor);
+  if (it == links_.end()) return false;
+  std::shared_ptr<SharedLink> link = it->second.lock();
+  if (!link || !link->conn || link->conn->closed() || link->address != address) return false;
+  // The link's handlers pass call replies to OnActorTaskReply and report
+  // its loss as this channel's too (actor_owner.cc).
+  link->channel = link->conn->id();
+  channels_[link->channel] = link->conn;
+  // Answered from inside, as the submitter allows (nothing follows its call).
+  core_.actor_submitter_->OnChannelOpened(actor, address, link->channel);
+  return true;
+}
+
 void CoreWorker::ActorCaller::OpenChannel(const ObjectId& actor, const std::string& address) {
+  if (ShareLink(actor, address)) return;
   CoreWorker* core = &core_;
   AsyncConnectToAddress(
       core_.io_, address, core_.options_.session_dir, core_.options_.timeouts.connect_timeout,

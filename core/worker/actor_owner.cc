@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
+#include "core/worker/actor_caller.h"
 #include "core/worker/actor_host.h"
 #include "core/worker/actor_names.h"
 #include "core/worker/head_requester.h"
@@ -200,6 +201,8 @@ class CoreWorker::ActorHost::ProcessLink final : public actors::ActorProcess {
     std::shared_ptr<Connection> conn;         // null while connecting
     std::optional<absl::Status> close_early;  // Close() while connecting
     bool dropped = false;
+    // The connection as the actor's call channel may share it (actor_caller.h).
+    std::shared_ptr<ActorCaller::SharedLink> shared = std::make_shared<ActorCaller::SharedLink>();
   };
 
   ProcessLink(CoreWorker& core, std::shared_ptr<State> state)
@@ -208,6 +211,8 @@ class CoreWorker::ActorHost::ProcessLink final : public actors::ActorProcess {
     state_->dropped = true;
     // Possibly from inside its own handler: freed once that returned.
     if (state_->conn) core_.ReleaseLater(std::move(state_->conn));
+    // Not shared as a call channel from now on (one already open keeps it).
+    state_->shared->conn.reset();
   }
   void Close(const absl::Status& why) override {
     if (state_->conn) {
@@ -280,10 +285,12 @@ std::unique_ptr<actors::ActorProcess> CoreWorker::ActorHost::StartProcess(
   auto state = std::make_shared<ProcessLink::State>();
   CoreWorker* core = &core_;
   ObjectId id = actor.id;
+  const TaskId creation_id = creation.task_id;
   AsyncConnectToAddress(
       core_.io_, where.address, core_.options_.session_dir,
       core_.options_.timeouts.connect_timeout,
-      [core, state, id, generation, frames = std::move(frames)](absl::StatusOr<Socket> socket) {
+      [core, state, id, generation, creation_id, address = where.address,
+       frames = std::move(frames)](absl::StatusOr<Socket> socket) {
         if (state->dropped || core->stopped_) return;  // the socket closes with it
         if (!socket.ok()) {
           core->actor_owner_->OnProcessLost(id, generation, socket.status());
@@ -295,7 +302,13 @@ std::unique_ptr<actors::ActorProcess> CoreWorker::ActorHost::StartProcess(
         }
         state->conn = Connection::Create(std::move(*socket), RuntimePeerConnectionOptions());
         state->conn->Start(
-            [core, state, id, generation](Connection&, proto::Envelope::Reader msg) {
+            [core, state, id, generation, creation_id](Connection&,
+                                                       proto::Envelope::Reader msg) {
+              if (msg.isTaskReply() && IdFrom<TaskId>(msg.getTaskReply().getTaskId()) != creation_id) {
+                // A call's reply: this connection is also the actor's call channel.
+                if (!core->stopped_) core->OnActorTaskReply(id, msg.getTaskReply());
+                return;
+              }
               if (state->dropped) return;
               if (msg.isTaskReply()) {
                 auto result = msg.getTaskReply().getResult();
@@ -307,9 +320,17 @@ std::unique_ptr<actors::ActorProcess> CoreWorker::ActorHost::StartProcess(
               }
             },
             [core, state, id, generation](Connection&, const absl::Status& why) {
-              if (state->dropped || core->stopped_) return;
+              if (core->stopped_) return;
+              core->actor_caller_->ForgetLink(id, state->shared.get());
+              // Lost as a call channel too (before the process, as two
+              // connections closing would have been reported).
+              if (state->shared->channel != 0) core->OnActorChannelLost(id, state->shared->channel);
+              if (state->dropped) return;
               core->actor_owner_->OnProcessLost(id, generation, why);
             });
+        state->shared->conn = state->conn;
+        state->shared->address = address;
+        core->actor_caller_->AddLink(id, state->shared);
         SendPeerHello(*state->conn);
         state->conn->SendFramed(frames);
       });

@@ -143,8 +143,8 @@ void CoreWorker::CreateObjectTracking() {
       ObjectRecovery::Callbacks{
           .resubmit =
               [this](std::unique_ptr<PendingTask> task) {
-                TaskEvents().Record(TaskEventKind::kSubmitted, task->task_id, task->attempt,
-                                    task->name(), {});
+                task->submitted_tick = TaskEvents().Record(TaskEventKind::kSubmitted, task->task_id,
+                                                           task->attempt, task->name(), {});
                 // Owned by the resolver's callbacks until its arguments are ready.
                 resolver_->Resolve(task.release());
               },
@@ -350,7 +350,7 @@ void CoreWorker::OnNodeLost(const absl::Status& why) {
     memory_store_->SetFailed(id, Failure{proto::FailureKind::OBJECT_LOST, "",
                                 "lost the connection to the node daemon", ""});
   }
-  receiver_->Wake();  // executor threads see node_lost_
+  receiver_->Stop();  // executor threads blocked in Take return and see node_lost_
 }
 
 void CoreWorker::FailNodeRequests(std::optional<uint64_t> conn_id) {
@@ -383,6 +383,7 @@ void CoreWorker::Stop() {
   if (stopped_.load()) return;
   if (!options_.is_worker) FlushToNodes();
   if (stopped_.exchange(true)) return;
+  receiver_->Stop();  // executor threads blocked in Take return and see stopped_
   {
     absl::MutexLock lock(&releaser_->mu);
     releaser_->core = nullptr;

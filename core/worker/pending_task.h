@@ -63,6 +63,9 @@ struct PendingTask : actors::ActorCall {
   bool cancelled = false;
   int unresolved = 0;
   proto::TaskKind kind = proto::TaskKind::NORMAL;
+  // The tick of this attempt's SUBMITTED task event (0: not recorded), so
+  // that FINISHED/FAILED carry the latency (TaskEventDetail::since_tick).
+  uint64_t submitted_tick = 0;
   // Actor calls: the actor (its handle keeps it alive while calls are pending).
   std::shared_ptr<internal::RefHandle> actor;
   std::unique_ptr<ActorRecord> actor_record;  // actor creation: handed to the actor owner

@@ -29,14 +29,15 @@ void TaskEventFlusher::Arm() {
 }
 
 std::string TaskEventFlusher::TakeFrame(uint64_t request_id) {
-  std::vector<TaskEvent> events = recorder_.Drain();
+  records_.clear();  // keeps its capacity from the last flush
+  size_t count = recorder_.DrainPacked(&records_);
   uint64_t dropped = recorder_.dropped();
-  if (events.empty() && dropped == reported_dropped_ && request_id == 0) return {};
+  if (count == 0 && dropped == reported_dropped_ && request_id == 0) return {};
   OutMessage out;
   auto env = out.Init();
   env.setRequestId(request_id);
   auto batch = env.initTaskEvents();
-  TaskEventsToProto(events, batch);
+  SetPackedEvents(records_, batch);
   batch.setDropped(dropped - reported_dropped_);
   reported_dropped_ = dropped;
   std::string frame;

@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <memory>
+#include <string>
 
 #include <boost/asio.hpp>
 
@@ -54,6 +55,7 @@ class TaskEventFlusher {
   std::weak_ptr<Connection> node_;
   boost::asio::steady_timer timer_;
   uint64_t reported_dropped_ = 0;
+  std::string records_;  // the packed events of a flush; reused so its memory is too
   bool stopped_ = false;
 };
 

@@ -41,7 +41,9 @@ class TaskExecutorHost {
  public:
   virtual ~TaskExecutorHost() = default;
   // True once the executor threads should end (the node daemon is gone, or
-  // the runtime stops). Any thread; cheap (polled while spinning).
+  // the runtime stops). Any thread; cheap (polled while spinning). Whoever
+  // makes it true also calls the receiver's Stop, so that a thread blocked in
+  // TaskReceiver::Take (untimed) returns and sees it.
   virtual bool ShouldStop() = 0;
   // Pins the stored argument `arg` in this node's store (first copying it from
   // the node that has it when it is not here) and returns its bytes, pinned

@@ -21,11 +21,13 @@ void TaskManager::Complete(PendingTask& task, proto::Value::Reader result) {
   RecordFinished(task, result.isError() ? "FAILED" : "FINISHED");
   if (result.isError()) {
     TaskEvents().Record(TaskEventKind::kFailed, task.task_id, task.attempt,
-                        std::string(result.getError().getMessage().cStr()).substr(0, 200),
-                        {.actor_call = task.kind != proto::TaskKind::NORMAL});
+                        std::string_view(result.getError().getMessage().cStr()).substr(0, 200),
+                        {.actor_call = task.kind != proto::TaskKind::NORMAL,
+                         .since_tick = task.submitted_tick});
   } else {
     TaskEvents().Record(TaskEventKind::kFinished, task.task_id, task.attempt, {},
-                        {.actor_call = task.kind != proto::TaskKind::NORMAL});
+                        {.actor_call = task.kind != proto::TaskKind::NORMAL,
+                         .since_tick = task.submitted_tick});
   }
   // Only a stored result is listed by `lumen memory`: an inline one costs no interning.
   const std::string* site =
@@ -37,7 +39,8 @@ void TaskManager::Fail(std::unique_ptr<PendingTask> task, Failure failure) {
   RecordFinished(*task, "FAILED");
   TaskEvents().Record(TaskEventKind::kFailed, task->task_id, task->attempt,
                       std::string_view(failure.message).substr(0, 200),
-                      {.actor_call = task->kind != proto::TaskKind::NORMAL});
+                      {.actor_call = task->kind != proto::TaskKind::NORMAL,
+                       .since_tick = task->submitted_tick});
   store_.SetFailed(task->return_id, failure);
 }
 
@@ -52,7 +55,8 @@ void TaskManager::Cancel(PendingTask& task, const std::string& how) {
   RecordFinished(task, "FAILED");
   TaskEvents().Record(TaskEventKind::kFailed, task.task_id, task.attempt,
                       std::string_view(failure.message).substr(0, 200),
-                      {.actor_call = task.kind != proto::TaskKind::NORMAL});
+                      {.actor_call = task.kind != proto::TaskKind::NORMAL,
+                       .since_tick = task.submitted_tick});
   store_.SetFailed(task.return_id, failure);
 }
 

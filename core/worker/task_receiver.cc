@@ -13,23 +13,40 @@ std::unique_ptr<TaskToRun> TaskReceiver::Receive(std::unique_ptr<TaskToRun> task
   return nullptr;
 }
 
-std::unique_ptr<TaskToRun> TaskReceiver::Take(absl::Duration timeout,
-                                              const std::function<bool()>& give_up) {
-  absl::MutexLock lock(&mu_);
-  auto have_work = [this, &give_up] {
-    return queued_.load(std::memory_order_acquire) > 0 || give_up();
-  };
-  mu_.AwaitWithTimeout(absl::Condition(&have_work), timeout);
-  if (queue_.empty() || exiting()) return nullptr;
+std::unique_ptr<TaskToRun> TaskReceiver::PopLocked() {
   auto task = std::move(queue_.front());
   queue_.pop_front();
   queued_.fetch_sub(1, std::memory_order_release);
   return task;
 }
 
-void TaskReceiver::Wake() {
-  // Releasing the lock re-evaluates the conditions Take waits on.
+std::unique_ptr<TaskToRun> TaskReceiver::Take() {
   absl::MutexLock lock(&mu_);
+  // Re-evaluated by the Mutex whenever another thread releases mu_ (Receive,
+  // Stop), never on a timer. An exiting actor takes nothing: its threads
+  // sleep until the process ends rather than spin on what it still queues.
+  auto have_work = [this] {
+    wait_checks_.fetch_add(1, std::memory_order_relaxed);
+    return stopped() || (!queue_.empty() && !exiting());
+  };
+  waiting_.fetch_add(1, std::memory_order_acq_rel);
+  mu_.Await(absl::Condition(&have_work));
+  waiting_.fetch_sub(1, std::memory_order_acq_rel);
+  // StopAfterCurrent does not take mu_: look again.
+  if (stopped() || exiting()) return nullptr;
+  return PopLocked();
+}
+
+std::unique_ptr<TaskToRun> TaskReceiver::TryTake() {
+  absl::MutexLock lock(&mu_);
+  if (queue_.empty() || exiting() || stopped()) return nullptr;
+  return PopLocked();
+}
+
+void TaskReceiver::Stop() {
+  absl::MutexLock lock(&mu_);
+  // Set under the lock: the unlock re-evaluates the waiters' conditions.
+  stopped_.store(true, std::memory_order_release);
 }
 
 std::vector<std::unique_ptr<TaskToRun>> TaskReceiver::SetBlocked(bool blocked) {

@@ -69,7 +69,7 @@ void CoreWorker::MoveLargeArgumentsToStore(std::vector<internal::TaskArgument>& 
 }
 
 void CoreWorker::Enqueue(std::unique_ptr<PendingTask> task) {
-  TaskEvents().Record(TaskEventKind::kSubmitted, task->task_id, task->attempt, task->kind == proto::TaskKind::NORMAL ? task->name() : task->function, {.actor_call = task->kind != proto::TaskKind::NORMAL});
+  task->submitted_tick = TaskEvents().Record(TaskEventKind::kSubmitted, task->task_id, task->attempt, task->kind == proto::TaskKind::NORMAL ? task->name() : task->function, {.actor_call = task->kind != proto::TaskKind::NORMAL});
   // Large values travel through the store, not inside the task's frame.
   MoveLargeArgumentsToStore(task->args);
   // One wake-up of the io thread per burst of submissions.

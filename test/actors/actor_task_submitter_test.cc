@@ -42,6 +42,9 @@ class FakeTransport : public ActorCallTransport {
       opens.erase(opens.begin());
       if (reachable.contains(address)) {
         s.OnChannelOpened(actor, address, next_channel++);
+      } else if (out_of_fds) {
+        s.OnChannelOpened(actor, address,
+                          absl::ResourceExhaustedError("Too many open files (out of file descriptors)"));
       } else {
         s.OnChannelOpened(actor, address, absl::UnavailableError("connection refused"));
       }
@@ -59,6 +62,7 @@ class FakeTransport : public ActorCallTransport {
   }
 
   std::set<std::string> reachable;
+  bool out_of_fds = false;  // an unreachable address fails as EMFILE would
   uint64_t next_channel = 1;
   std::vector<LocateRequest> locates;
   std::vector<std::pair<ObjectId, std::string>> opens;  // held channel requests
@@ -182,6 +186,32 @@ TEST_CASE("an unreachable address is skipped when locating again", "[actors]") {
   REQUIRE(t.pushed.empty());
   Located(t, s, {.alive = true, .address = "a2"});
   REQUIRE(t.pushed.size() == 1);
+}
+
+TEST_CASE("a channel this process cannot open for want of descriptors fails the calls", "[actors]") {
+  // Invariant: when opening the channel fails because the caller is out of
+  // file descriptors (not because the actor moved), the waiting calls fail
+  // with that cause instead of waiting for a new address for ever (the
+  // 10,000-actor run hung so at its 20,000-descriptor limit); a later call
+  // opens the channel again.
+  FakeTransport t;
+  ActorTaskSubmitter s(t);
+  t.out_of_fds = true;
+  s.Submit(kActor, kOwner, Call(1));
+  s.OnCallResolved(kActor);
+  Located(t, s, {.alive = true, .address = "a1"});
+  REQUIRE(t.locates.size() == 1);  // not asked where it moved
+  REQUIRE(t.failed.size() == 1);
+  CHECK(t.failed.begin()->second.find("file descriptors") != std::string::npos);
+  CHECK(t.pushed.empty());
+  t.reachable = {"a1"};
+  s.Submit(kActor, kOwner, Call(2));
+  s.OnCallResolved(kActor);
+  REQUIRE(t.locates.size() == 2);
+  CHECK(t.locates.back().failed_address.empty());
+  Located(t, s, {.alive = true, .address = "a1"});
+  CHECK(t.pushed.size() == 1);
+  CHECK(t.failed.size() == 1);
 }
 
 TEST_CASE("calls wait in order while the channel is being opened", "[actors]") {

@@ -1,12 +1,15 @@
 // TaskEventRecorder (the per-process ring) and the wire form of its events.
 #include "lumen/common/task_events.h"
 
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <map>
 #include <thread>
 #include <vector>
 
 #include "lumen/common/connection.h"
+#include "lumen/common/task_event_packed.h"
 #include "lumen/common/task_event_wire.h"
 
 namespace lumen {
@@ -156,7 +159,9 @@ TEST_CASE("task events survive the wire unchanged") {
   OutMessage out;
   auto batch = out.Init().initTaskEvents();
   TaskEventsToProto({pull, lease}, batch);
-  auto back = TaskEventsFromProto(batch.asReader());
+  auto decoded = TaskEventsFromProto(batch.asReader());
+  REQUIRE(decoded.ok());
+  auto& back = *decoded;
   REQUIRE(back.size() == 2);
   CHECK(back[0].kind == TaskEventKind::kPull);
   CHECK(back[0].name == "obj");
@@ -171,6 +176,127 @@ TEST_CASE("task events survive the wire unchanged") {
   CHECK(back[1].worker_pid == 99);
   CHECK(back[1].pid == 43);
   CHECK(back[1].time_us == 2000);
+}
+
+// Invariant: an event's time is the system clock when it was recorded (the
+// TSC ticks converted at the drain land between system-clock readings taken
+// around the Record, to the microsecond), also for a ring drained much later.
+TEST_CASE("task event times are the system clock, whichever clock stamps them") {
+  INFO("TSC clock: " << TaskEventClock::UsesTsc());
+  TaskEventRecorder recorder(16);
+  std::vector<std::pair<int64_t, int64_t>> windows;
+  for (int i = 0; i < 5; ++i) {
+    int64_t before = TaskEventRecorder::NowMicros();
+    recorder.Record(TaskEventKind::kStarted, TaskId::Random(), static_cast<uint32_t>(i));
+    int64_t after = TaskEventRecorder::NowMicros();
+    windows.emplace_back(before, after);
+    // Spread the events over ~5 ms so that a wrong rate would show.
+    while (TaskEventRecorder::NowMicros() < after + 1000) {
+    }
+  }
+  auto events = recorder.Drain();
+  REQUIRE(events.size() == 5);
+  for (size_t i = 0; i < events.size(); ++i) {
+    INFO("event " << i << " at " << events[i].time_us << ", window " << windows[i].first << ".."
+                  << windows[i].second);
+    CHECK(events[i].time_us >= windows[i].first - 1);
+    CHECK(events[i].time_us <= windows[i].second + 1);
+  }
+}
+
+// Invariant: a FINISHED given the tick its SUBMITTED returned carries the
+// latency between them in microseconds; one without carries none.
+TEST_CASE("a finished task event carries its latency from the submitted tick") {
+  TaskEventRecorder recorder(16);
+  TaskId t = TaskId::Random();
+  uint64_t submitted = recorder.Record(TaskEventKind::kSubmitted, t, 0, "f");
+  REQUIRE(submitted != 0);
+  int64_t start = TaskEventRecorder::NowMicros();
+  while (TaskEventRecorder::NowMicros() < start + 3000) {
+  }
+  recorder.Record(TaskEventKind::kFinished, t, 0, {}, {.since_tick = submitted});
+  recorder.Record(TaskEventKind::kFinished, TaskId::Random(), 0);
+  auto events = recorder.Drain();
+  REQUIRE(events.size() == 3);
+  CHECK(events[1].duration_us == events[1].time_us - events[0].time_us);
+  CHECK(events[1].duration_us >= 3000);
+  CHECK(events[2].duration_us == 0);
+  TaskEventRecorder off(16, /*enabled=*/false);
+  CHECK(off.Record(TaskEventKind::kSubmitted, t, 0) == 0);
+}
+
+// Invariant: the packed form keeps every field of every kind, names longer
+// than a slot's inline bytes included (recorded, drained, decoded).
+TEST_CASE("packed task events keep every field, long names included") {
+  TaskEventRecorder recorder(16);
+  std::string long_error(200, 'e');
+  long_error[199] = '!';
+  TaskId t = TaskId::Random();
+  NodeId node = NodeId::Random();
+  WorkerId worker = WorkerId::Random();
+  recorder.Record(TaskEventKind::kFailed, t, 2, long_error, {.actor_call = true});
+  recorder.Record(TaskEventKind::kLeaseGranted, t, 2, {}, {.node = node, .worker = worker, .worker_pid = 77});
+  recorder.RecordEvent(TaskEvent{.kind = TaskEventKind::kPull, .time_us = 12345, .name = std::string(64, 'a'),
+                                 .node = node, .bytes = 99, .duration_us = 5});
+  std::string records;
+  REQUIRE(recorder.DrainPacked(&records) == 3);
+  auto back = packed_events::Decode(records);
+  REQUIRE(back.ok());
+  REQUIRE(back->size() == 3);
+  // One thread's events come in the order it recorded them.
+  const TaskEvent& pull = (*back)[2];
+  CHECK(pull.kind == TaskEventKind::kPull);
+  CHECK(pull.time_us == 12345);
+  CHECK(pull.name == std::string(64, 'a'));
+  CHECK(pull.bytes == 99);
+  CHECK(pull.duration_us == 5);
+  CHECK(pull.node == node);
+  CHECK(pull.task_id.IsNil());
+  CHECK(pull.pid == static_cast<int32_t>(::getpid()));
+  const TaskEvent& failed = (*back)[0];
+  CHECK(failed.kind == TaskEventKind::kFailed);
+  CHECK(failed.name == long_error);
+  CHECK(failed.actor_call);
+  CHECK(failed.attempt == 2);
+  CHECK(failed.task_id == t);
+  const TaskEvent& lease = (*back)[1];
+  CHECK(lease.node == node);
+  CHECK(lease.worker == worker);
+  CHECK(lease.worker_pid == 77);
+  CHECK_FALSE(lease.actor_call);
+  CHECK(lease.name.empty());
+}
+
+// Invariant: a reader refuses what it cannot read instead of guessing: a
+// record cut short, an unknown kind, a blob of another packed version (with
+// an error naming both versions).
+TEST_CASE("packed task events refuse cut records and unknown versions") {
+  std::string records;
+  TaskId t = TaskId::Random();
+  packed_events::Append(TaskEvent{.kind = TaskEventKind::kStarted, .time_us = 5, .task_id = t, .name = "fn"},
+                        &records);
+  size_t count = 0;
+  CHECK(packed_events::ForEach(records, [](const packed_events::View&) {}, &count).ok());
+  CHECK(count == 1);
+  for (size_t cut = 1; cut < records.size(); ++cut) {
+    INFO("cut to " << cut);
+    CHECK_FALSE(packed_events::Decode(std::string_view(records).substr(0, cut)).ok());
+  }
+  std::string bad_kind = records;
+  bad_kind[0] = static_cast<char>(kNumTaskEventKinds);
+  CHECK_FALSE(packed_events::Decode(bad_kind).ok());
+
+  OutMessage out;
+  auto batch = out.Init().initTaskEvents();
+  SetPackedEvents(records, batch);
+  auto ok = TaskEventsFromProto(batch.asReader());
+  REQUIRE(ok.ok());
+  REQUIRE(ok->size() == 1);
+  CHECK((*ok)[0].name == "fn");
+  batch.getPacked()[0] = packed_events::kVersion + 1;
+  auto refused = TaskEventsFromProto(batch.asReader());
+  REQUIRE_FALSE(refused.ok());
+  CHECK_THAT(std::string(refused.status().message()), Catch::Contains("version 2"));
 }
 
 }  // namespace

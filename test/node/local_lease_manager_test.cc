@@ -540,5 +540,57 @@ TEST_CASE("the cluster state reports a node's death once and bounds what it reme
   CHECK(recent.Contains(2));
 }
 
+TEST_CASE("one dispatch pass starts a bounded number of workers and posts the rest") {
+  // Invariant: with many requests waiting for workers, a dispatch pass starts
+  // at most kMaxStartsPerPass worker processes (each is a fork of the daemon
+  // on its loop, dearer the more workers it has) and posts one dispatch that
+  // starts more; over the posted passes the job still gets its 64 starting
+  // workers, and every request is granted once they connect. Counted, not timed.
+  constexpr size_t kPerPass = LocalLeaseManager::kMaxStartsPerPass;
+  Node node(100, /*max_queued=*/1000);
+  node.leases.set_grants_paused(true);  // 100 requests queue before any pass
+  for (int i = 1; i <= 100; ++i) node.Submit(1, static_cast<uint64_t>(i), 1);
+  CHECK(node.launcher.launched.empty());
+  node.leases.set_grants_paused(false);
+  node.leases.Dispatch();
+  CHECK(node.launcher.launched.size() == kPerPass);
+  REQUIRE(node.posted.size() == 1);  // one continuation, not one per pass
+  node.leases.Dispatch();
+  CHECK(node.launcher.launched.size() == 2 * kPerPass);
+  CHECK(node.posted.size() == 1);
+  for (int handler = 0; handler < 20 && !node.posted.empty(); ++handler) {
+    const size_t before = node.launcher.launched.size();
+    node.RunPosted();
+    CHECK(node.launcher.launched.size() - before <= kPerPass);
+  }
+  CHECK(node.posted.empty());
+  CHECK(node.launcher.launched.size() == 64);  // the cap on workers starting at once
+  for (int round = 0; round < 10 && node.clients.Grants(1).size() < 100; ++round) {
+    node.WorkersConnect();
+    for (int handler = 0; handler < 20 && !node.posted.empty(); ++handler) node.RunPosted();
+  }
+  CHECK(node.clients.Grants(1).size() == 100);
+  CHECK(node.leases.num_queued() == 0);
+}
+
+TEST_CASE("a lone holder's list of leases to reclaim stays bounded") {
+  // Invariant: the ids of leases a holder may be asked to give back are
+  // cleared only when another client waits; a single client taking and
+  // returning leases (one driver's long run) keeps at most about twice the
+  // leases it holds, not one id per lease ever granted.
+  Node node(2, /*max_queued=*/100);
+  node.Submit(1, 0, 1);
+  node.WorkersConnect();
+  for (uint64_t i = 1; i <= 5000; ++i) {
+    const auto& last = node.clients.answers[1].back();
+    REQUIRE(last.kind == "grant");
+    REQUIRE(last.request_id == i - 1);
+    node.leases.ReturnLease(1, last.grant.lease_id, false);
+    node.Submit(1, i, 1);
+  }
+  CHECK(node.leases.num_leases() == 1);
+  CHECK(node.leases.TEST_unasked_entries() <= 3);
+}
+
 }  // namespace
 }  // namespace lumen::node

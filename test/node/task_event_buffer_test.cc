@@ -2,6 +2,11 @@
 #include "core/node/task_event_buffer.h"
 
 #include <catch2/catch.hpp>
+#include <string>
+
+#include "lumen/common/connection.h"
+#include "lumen/common/task_event_packed.h"
+#include "lumen/common/task_event_wire.h"
 
 namespace lumen::node {
 namespace {
@@ -26,19 +31,21 @@ TEST_CASE("the node's task event buffer is bounded and counts what it dropped") 
   CHECK(buffer.totals().by_kind[static_cast<int>(TaskEventKind::kStarted)] == 6);
 }
 
-// Invariant: each task that ends adds its submission-to-end time to exactly
+// Invariant: each task that ends with a known latency (the owner's
+// submission-to-end time, carried in its FINISHED/FAILED) adds it to exactly
 // one latency bucket (the first bound it does not exceed), and its seconds to
-// the sum; pulls add their bytes.
+// the sum; an end without one counts in no bucket; pulls add their bytes.
 TEST_CASE("the node's task event totals give latency buckets and pulled bytes") {
   TaskEventBuffer buffer;
   TaskId fast = TaskId::Random(), slow = TaskId::Random(), unknown = TaskId::Random();
   buffer.Add({At(TaskEventKind::kSubmitted, fast, 1'000'000),
               At(TaskEventKind::kSubmitted, slow, 1'000'000)},
              0);
-  buffer.Add({At(TaskEventKind::kFinished, fast, 1'000'800),      // 0.8 ms
-              At(TaskEventKind::kFailed, slow, 3'000'000),        // 2 s
-              At(TaskEventKind::kFinished, unknown, 3'000'000)},  // never seen submitted
-             0);
+  TaskEvent fast_end = At(TaskEventKind::kFinished, fast, 1'000'800);
+  fast_end.duration_us = 800;        // 0.8 ms
+  TaskEvent slow_end = At(TaskEventKind::kFailed, slow, 3'000'000);
+  slow_end.duration_us = 2'000'000;  // 2 s
+  buffer.Add({fast_end, slow_end, At(TaskEventKind::kFinished, unknown, 3'000'000)}, 0);
   TaskEvent pull{.kind = TaskEventKind::kPull, .bytes = 4096};
   buffer.Add({pull, pull}, 0);
   const auto& totals = buffer.totals();
@@ -51,6 +58,52 @@ TEST_CASE("the node's task event totals give latency buckets and pulled bytes") 
   CHECK(totals.pulled_bytes == 8192);
   CHECK(totals.by_kind[static_cast<int>(TaskEventKind::kFinished)] == 2);
   CHECK(totals.by_kind[static_cast<int>(TaskEventKind::kFailed)] == 1);
+}
+
+// Invariant: a flush's blob is kept as it came and the buffer stays bounded
+// across blobs: the oldest go (whole blobs, then the front of one), the rest
+// come back in order through the wire form `lumen timeline` reads; FAILED
+// events are handed out for the recent failures; a malformed blob is refused
+// whole and changes nothing.
+TEST_CASE("the node keeps packed flushes as they came, bounded across them") {
+  TaskEventBuffer buffer(/*capacity=*/5);
+  TaskId t = TaskId::Random();
+  auto blob = [&](int from, int n) {
+    std::string records;
+    for (int i = from; i < from + n; ++i) {
+      TaskEvent e = At(i % 2 ? TaskEventKind::kFailed : TaskEventKind::kStarted, t, i);
+      e.name = "n" + std::to_string(i);
+      packed_events::Append(e, &records);
+    }
+    return records;
+  };
+  std::vector<TaskEvent> failed;
+  REQUIRE(buffer.AddPacked(blob(0, 3), 0, &failed).ok());
+  REQUIRE(buffer.AddPacked(blob(3, 4), 1, &failed).ok());  // 7 > 5: 0 and 1 go
+  CHECK(failed.size() == 3);  // 1, 3, 5
+  CHECK(buffer.size() == 5);
+  CHECK(buffer.totals().dropped == 3);
+  std::string bad = blob(7, 2);
+  bad.resize(bad.size() - 1);
+  CHECK_FALSE(buffer.AddPacked(bad, 0, &failed).ok());
+  CHECK(failed.size() == 3);
+  CHECK(buffer.size() == 5);
+  CHECK(buffer.totals().by_kind[static_cast<int>(TaskEventKind::kStarted)] == 4);
+
+  OutMessage out;
+  auto batch = out.Init().initTaskEvents();
+  buffer.FillBatch(batch);
+  auto back = TaskEventsFromProto(batch.asReader());
+  REQUIRE(back.ok());
+  REQUIRE(back->size() == 5);
+  for (int i = 0; i < 5; ++i) {
+    CHECK((*back)[i].time_us == i + 2);
+    CHECK((*back)[i].name == "n" + std::to_string(i + 2));
+  }
+  CHECK(batch.asReader().getDropped() == 3);
+  REQUIRE(buffer.AddPacked(blob(7, 5), 0).ok());  // replaces all five
+  CHECK(buffer.events().front().time_us == 7);
+  CHECK(buffer.events().size() == 5);
 }
 
 }  // namespace

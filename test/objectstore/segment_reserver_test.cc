@@ -3,6 +3,7 @@
 // the machine's memory runs short.
 #include "lumen/objectstore/segment_reserver.h"
 
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -37,21 +38,26 @@ uint64_t BackedBytes(const ShmSegment& seg) {
 TEST_CASE("SegmentReserver backs every page of the segment", "[segment_reserver][chaos]") {
   // Invariant: once done with an OK status, the memfd's allocated blocks cover
   // the whole segment (a later write cannot SIGBUS), reserved_bytes == size;
-  // the reserving thread ran at niceness kNiceness, the caller's unchanged.
+  // the reserving thread ran under SCHED_IDLE at niceness kNiceness, the
+  // caller's thread unchanged.
   auto seg = ShmSegment::Create("lumen-test", 40 * kMiB + 4096);
   REQUIRE(seg.ok());
   REQUIRE(BackedBytes(**seg) == 0);
   // available_memory runs on the reserving thread: it records that thread's niceness.
   const int caller_niceness = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()));
   std::atomic<int> niceness{-100};
+  std::atomic<int> policy{-1};
   SegmentReserver reserver(seg->get(), {.chunk = 8 * kMiB, .available_memory = [&] {
                                           niceness = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()));
+                                          policy = ::sched_getscheduler(0);
                                           return 0ull;
                                         }});
   REQUIRE(WaitFor([&] { return reserver.done(); }));
   CHECK(reserver.status().ok());
   // It reserved at the lowest CPU priority, and only its own thread did.
   CHECK(niceness.load() == SegmentReserver::kNiceness);
+  CHECK(policy.load() == SCHED_IDLE);
+  CHECK(::sched_getscheduler(0) != SCHED_IDLE);
   CHECK(::getpriority(PRIO_PROCESS, static_cast<id_t>(::gettid())) == caller_niceness);
   CHECK(reserver.reserved_bytes() == (*seg)->size());
   CHECK(BackedBytes(**seg) >= (*seg)->size());

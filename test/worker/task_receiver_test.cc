@@ -1,10 +1,13 @@
 // Deterministic tests of the TaskReceiver's queue and hand-back logic: tasks
-// made by the test, one thread, no processes, no sockets (Take is called with
-// a zero timeout, so it never waits).
+// made by the test, no processes, no sockets. Most cases use one thread and
+// TryTake (never waits); the blocking Take is tested with a second thread.
 #include "core/worker/task_receiver.h"
 
 #include <catch2/catch.hpp>
+#include <chrono>
+#include <future>
 #include <memory>
+#include <thread>
 #include <vector>
 
 namespace lumen::runtime {
@@ -17,7 +20,7 @@ std::unique_ptr<TaskToRun> NewTask(const TaskId& id) {
 }
 
 std::unique_ptr<TaskToRun> TakeNow(TaskReceiver& receiver) {
-  return receiver.Take(absl::ZeroDuration(), [] { return false; });
+  return receiver.TryTake();
 }
 
 TEST_CASE("received tasks run in arrival order", "[worker][receiver]") {
@@ -85,12 +88,79 @@ TEST_CASE("an actor keeps its calls while it blocks, once exiting it starts none
   CHECK_FALSE(receiver.HasQueued());
 }
 
-TEST_CASE("Take gives up when its condition holds", "[worker][receiver]") {
-  // Invariant: an executor waiting for work returns (with nothing) once the
-  // give-up condition holds, e.g. the node daemon is gone.
+// Waits up to `limit` for `done`; whether it held.
+template <typename Pred>
+bool WaitUntil(Pred done, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+TEST_CASE("an idle Take sleeps untimed until a task arrives", "[worker][receiver]") {
+  // Invariant: a Take with nothing queued blocks without a timeout and
+  // without waking: over 500 ms idle it neither returns nor re-checks its
+  // condition (the old 200 ms timed wait returned and woke 2-3 times). A task
+  // pushed from another thread (the io thread's Receive) is returned by it.
   TaskReceiver receiver;
-  bool node_lost = true;
-  CHECK(receiver.Take(absl::Hours(1), [&] { return node_lost; }) == nullptr);
+  auto taken = std::async(std::launch::async, [&] { return receiver.Take(); });
+  REQUIRE(WaitUntil(
+      [&] { return receiver.TEST_waiting() == 1 && receiver.TEST_wait_checks() >= 1; }));
+  // Entering the wait evaluates the condition once or twice; then none.
+  CHECK(taken.wait_for(std::chrono::milliseconds(300)) == std::future_status::timeout);
+  const uint64_t checks = receiver.TEST_wait_checks();
+  CHECK(checks <= 2);
+  CHECK(taken.wait_for(std::chrono::milliseconds(500)) == std::future_status::timeout);
+  CHECK(receiver.TEST_wait_checks() == checks);
+  TaskId id = TaskId::Random();
+  REQUIRE(receiver.Receive(NewTask(id)) == nullptr);
+  REQUIRE(taken.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  auto task = taken.get();
+  REQUIRE(task != nullptr);
+  CHECK(task->task_id == id);
+  CHECK(receiver.TEST_waiting() == 0);
+}
+
+TEST_CASE("Stop returns every blocked Take and each later one", "[worker][receiver]") {
+  // Invariant: Stop from another thread wakes all threads blocked in Take
+  // (a concurrent actor has several) and they return null; a Take after Stop
+  // returns null at once, even with tasks queued (the worker is ending).
+  TaskReceiver receiver;
+  receiver.BecomeActor();
+  auto first = std::async(std::launch::async, [&] { return receiver.Take(); });
+  auto second = std::async(std::launch::async, [&] { return receiver.Take(); });
+  REQUIRE(WaitUntil([&] { return receiver.TEST_waiting() == 2; }));
+  std::thread stopper([&] { receiver.Stop(); });
+  stopper.join();
+  REQUIRE(first.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  REQUIRE(second.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  CHECK(first.get() == nullptr);
+  CHECK(second.get() == nullptr);
+  REQUIRE(receiver.Receive(NewTask(TaskId::Random())) == nullptr);
+  CHECK(receiver.Take() == nullptr);
+  CHECK(receiver.TryTake() == nullptr);
+}
+
+TEST_CASE("an exiting actor's blocked threads take nothing more", "[worker][receiver]") {
+  // Invariant: once the actor exits after its current call, a call arriving
+  // or still queued does not wake a blocked Take into running it; the
+  // thread sleeps until Stop (no spinning on the queued call).
+  TaskReceiver receiver;
+  receiver.BecomeActor();
+  REQUIRE(receiver.Receive(NewTask(TaskId::Random())) == nullptr);
+  receiver.StopAfterCurrent();
+  auto taken = std::async(std::launch::async, [&] { return receiver.Take(); });
+  REQUIRE(WaitUntil(
+      [&] { return receiver.TEST_waiting() == 1 && receiver.TEST_wait_checks() >= 1; }));
+  CHECK(taken.wait_for(std::chrono::milliseconds(200)) == std::future_status::timeout);
+  const uint64_t checks = receiver.TEST_wait_checks();
+  CHECK(taken.wait_for(std::chrono::milliseconds(300)) == std::future_status::timeout);
+  CHECK(receiver.TEST_wait_checks() == checks);
+  receiver.Stop();
+  REQUIRE(taken.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  CHECK(taken.get() == nullptr);
 }
 
 }  // namespace

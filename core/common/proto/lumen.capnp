@@ -5,7 +5,9 @@
 using Cxx = import "/capnp/c++.capnp";
 $Cxx.namespace("lumen::proto");
 
-const protocolVersion :UInt32 = 1;
+# 2: task events travel packed (TaskEventBatch.packed), which a version-1
+# process would drop without a word; the Hello check refuses the mix instead.
+const protocolVersion :UInt32 = 2;
 
 enum Role {
   driver @0;
@@ -465,8 +467,12 @@ struct TaskEventRecord {
 
 struct TaskEventBatch {
   nodeId @0 :Data;           # node -> cli: the answering node
-  events @1 :List(TaskEventRecord);
+  events @1 :List(TaskEventRecord);  # the old form: read, no longer sent (`packed` is)
   dropped @2 :UInt64;        # events lost to full buffers (process rings, node buffer)
+  # The events in the packed binary form (lumen/common/task_event_packed.h): a
+  # version byte, then one compact record per event. A reader refuses a
+  # version it does not know, with an error naming both.
+  packed @3 :Data;
 }
 
 # A lease holder lost its connection to a worker: it asks the worker's node

@@ -14,8 +14,10 @@
 // are reserved per object at create (ObjectTable::Create), which fails with
 // ResourceExhausted (ObjectStoreFullError) instead of SIGBUS.
 //
-// Its thread runs at niceness kNiceness (the lowest priority), so the seconds
-// of CPU the reservation costs go to it only when the machine has them to spare.
+// Its thread runs under SCHED_IDLE (niceness kNiceness where that is refused),
+// so the seconds of CPU the reservation costs go to it only when no other
+// thread wants the core. Chunks are small (4 MiB, a few ms) because a create
+// whose range is not reserved yet waits for the inode lock the chunk holds.
 //
 // Thread-safe: the accessors may be called from any thread.
 #pragma once
@@ -38,7 +40,7 @@ class SegmentReserver {
   static constexpr int kNiceness = 19;
 
   struct Options {
-    uint64_t chunk = 16ull << 20;  // bytes per fallocate call (the inode lock is held that long)
+    uint64_t chunk = 4ull << 20;   // bytes per fallocate call (the inode lock is held that long)
     // Bytes of memory the machine can still give (0: unknown, do not check).
     // Default: MemAvailable from /proc/meminfo.
     std::function<uint64_t()> available_memory;

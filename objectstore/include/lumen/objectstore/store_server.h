@@ -46,6 +46,7 @@
 #include "absl/status/statusor.h"
 #include "lumen/common/ids.h"
 #include "lumen/common/thread_checker.h"
+#include "lumen/objectstore/object_records.h"
 #include "lumen/objectstore/object_table.h"
 #include "lumen/objectstore/segment_reserver.h"
 #include "lumen/objectstore/shm_segment.h"
@@ -168,7 +169,7 @@ class StoreServer {
   void EndJob(const JobId& job);
   // The owner whose connection is `owner` is gone (it died, or ended): every
   // primary copy it owns is deleted (disk copies too); one a reader still
-  // pins goes when the last pin is released. O(objects in the store).
+  // pins goes when the last pin is released. O(that owner's objects).
   void OwnerGone(ClientId owner);
 
   // For the transfer server: pins a sealed object (kTransferClient) and returns
@@ -205,6 +206,8 @@ class StoreServer {
   const std::string& spill_path() const { return spill_path_; }
   // For tests: the table's invariants (ObjectTable::CheckInvariants).
   absl::Status TEST_CheckInvariants() const { return table_.CheckInvariants(); }
+  // For tests: the objects' records (job, owner) and the owner index.
+  const ObjectRecords& TEST_records() const { return records_; }
 
  private:
   // A request waiting for memory: a create, a restore or a pull-in.
@@ -255,12 +258,9 @@ class StoreServer {
   std::unique_ptr<SegmentReserver> reserver_;
   ObjectTable table_;
   // Which job created each object (Nil: a detached actor's, freed by whoever
-  // owns it), and whose connection owns it (0: unknown; secondary copies).
-  struct ObjectRecord {
-    JobId job;
-    ClientId owner = 0;
-  };
-  absl::flat_hash_map<ObjectId, ObjectRecord> object_jobs_;
+  // owns it), and whose connection owns it (0: unknown; secondary copies),
+  // indexed by owner for OwnerGone.
+  ObjectRecords records_;
   std::deque<Parked> parked_;
   boost::asio::steady_timer timer_;
   SpillIndex index_;

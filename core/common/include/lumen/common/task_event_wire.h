@@ -1,24 +1,36 @@
-// Task events on the wire: a batch of lumen::TaskEvent to and from a
-// proto::TaskEventBatch (lumen.capnp), for the flush from a process to its node
+// Task events on the wire: a proto::TaskEventBatch carries them packed
+// (TaskEventBatch.packed: a version byte, then the records of
+// lumen/common/task_event_packed.h), for the flush from a process to its node
 // and the node's answer to `lumen timeline`.
 //
-//   TaskEventsToProto(events, env.initTaskEvents());
-//   std::vector<TaskEvent> back = TaskEventsFromProto(msg.getTaskEvents());
+//   SetPackedEvents(records, env.initTaskEvents());        // records from DrainPacked
+//   auto records = PackedEventsOf(msg.getTaskEvents());     // the node: kept as they came
+//   auto back = TaskEventsFromProto(msg.getTaskEvents());   // decoded (the cli, tests)
 //
-// Pure functions, thread-safe. Reading never throws beyond what Cap'n Proto's
-// readers throw for a malformed message; an unknown kind is skipped.
+// Pure functions, thread-safe. Readers return an error for a packed version
+// they do not know or a malformed record, never throw for them; the old
+// per-event list (`events`) is still read.
 #pragma once
 
+#include <string>
+#include <string_view>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "lumen/common/task_events.h"
 #include "lumen/proto/lumen.capnp.h"
 
 namespace lumen {
 
-// Fills `out` (its events list) from `events`.
+// Sets `out`'s packed events to `records` (packed records, no version byte).
+void SetPackedEvents(std::string_view records, proto::TaskEventBatch::Builder out);
+// Packs `events` into `out`.
 void TaskEventsToProto(const std::vector<TaskEvent>& events, proto::TaskEventBatch::Builder out);
+
+// The packed records of `batch` (a copy: the node keeps it as it is), the old list packed when it
+// has one; an error for an unknown version.
+absl::StatusOr<std::string> PackedEventsOf(proto::TaskEventBatch::Reader batch);
 // The events of `batch`, in order.
-std::vector<TaskEvent> TaskEventsFromProto(proto::TaskEventBatch::Reader batch);
+absl::StatusOr<std::vector<TaskEvent>> TaskEventsFromProto(proto::TaskEventBatch::Reader batch);
 
 }  // namespace lumen

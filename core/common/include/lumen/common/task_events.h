@@ -1,10 +1,12 @@
 // Task events: what happened to each task and actor call, and when, recorded
-// cheaply in a bounded ring per process for `lumen timeline`, the head's
-// metrics and debugging (doc/observability.md).
+// cheaply in a bounded ring per recording thread for `lumen timeline`, the
+// head's metrics and debugging (doc/observability.md).
 //
-//   TaskEvents().Record(TaskEventKind::kSubmitted, task_id, attempt, name);
+//   uint64_t t = TaskEvents().Record(TaskEventKind::kSubmitted, task_id, attempt, name);
 //   ...
-//   std::vector<TaskEvent> batch = TaskEvents().Drain();   // the flusher, periodically
+//   TaskEvents().Record(TaskEventKind::kFinished, task_id, attempt, {}, {.since_tick = t});
+//   std::string records;
+//   TaskEvents().DrainPacked(&records);   // the flusher, periodically (task_event_packed.h)
 //
 // A task's life, as the owner (the submitter) and the executor record it:
 //
@@ -15,20 +17,24 @@
 // DEPENDENCIES_READY), lease wait (-> LEASE_GRANTED), argument fetch (STARTED ->
 // ARGS_FETCHED), execution (-> EXECUTED), result store (-> RESULT_STORED). An
 // actor call has no lease: its LEASE_GRANTED is when it was sent to the actor.
-// The node daemon also records the leases it grants (LEASE_GRANTED with no task)
-// and the objects it pulls (PULL, with bytes and duration).
+// FINISHED and FAILED carry the task's latency (submission to end, as the
+// owner saw it) when the owner passes SUBMITTED's tick. The node daemon also
+// records the leases it grants (LEASE_GRANTED with no task) and the objects it
+// pulls (PULL, with bytes and duration).
 //
 // Times are the system clock in microseconds since the epoch, so the events of
 // the processes of one machine line up (across machines, as well as their
-// clocks agree).
+// clocks agree). They are taken as TaskEventClock ticks (one `rdtsc` where the
+// TSC is invariant) and converted when drained.
 //
 // Thread-safe. Each recording thread has its own ring (created at its first
 // event), so recording takes no lock that another recording thread could hold:
-// a Record is one clock read and a copy into a preallocated slot (no
-// allocation for names of up to 15 characters), under a per-thread spin flag
-// that only Drain also takes, for an O(1) swap. When a thread's ring is full
-// its oldest event is dropped and counted. Drain merges the threads' rings by
-// time. Disabled (LUMEN_TASK_EVENTS=0) a Record is one relaxed atomic load.
+// a Record is one clock read and a copy into a preallocated fixed-size slot
+// (no allocation for names of up to kInlineName bytes), under a per-thread
+// spin flag that only a drain also takes, for an O(1) swap. When a thread's
+// ring is full its oldest event is dropped and counted. A drain merges the
+// threads' rings by time. Disabled (LUMEN_TASK_EVENTS=0) a Record is one
+// relaxed atomic load.
 #pragma once
 
 #include <array>
@@ -43,6 +49,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "lumen/common/ids.h"
+#include "lumen/common/task_event_clock.h"
 
 namespace lumen {
 
@@ -84,7 +91,9 @@ struct TaskEvent {
   WorkerId worker;          // LEASE_GRANTED, STARTED: the worker that runs it
   int32_t worker_pid = 0;   // LEASE_GRANTED: the worker's pid
   uint64_t bytes = 0;       // PULL
-  int64_t duration_us = 0;  // PULL: how long the transfer took
+  // PULL: how long the transfer took; FINISHED/FAILED: the task's latency,
+  // submission to end as the owner saw it (0: not known).
+  int64_t duration_us = 0;
 };
 
 // Extra fields for Record: what a few kinds carry besides the task.
@@ -95,11 +104,17 @@ struct TaskEventDetail {
   uint64_t bytes = 0;
   int64_t duration_us = 0;
   bool actor_call = false;
+  // FINISHED/FAILED: the tick Record returned for the attempt's SUBMITTED
+  // (0: none); the event then carries the latency in duration_us.
+  uint64_t since_tick = 0;
 };
 
 class TaskEventRecorder {
  public:
   static constexpr size_t kDefaultCapacity = 1 << 16;
+  // Name bytes a slot holds without an allocation (function names; longer
+  // ones, such as error messages, go to a side list).
+  static constexpr size_t kInlineName = 40;
 
   // `capacity`: events each recording thread keeps until the next Drain, and
   // the most a Drain returns (the newest of all threads; older ones are
@@ -115,13 +130,19 @@ class TaskEventRecorder {
   void SetEnabled(bool enabled) { enabled_.store(enabled, std::memory_order_relaxed); }
 
   // Records `kind` for attempt `attempt` of `task` now; `name` is copied.
-  void Record(TaskEventKind kind, const TaskId& task, uint32_t attempt,
-              std::string_view name = {}, const TaskEventDetail& detail = {});
+  // Returns the event's tick (TaskEventClock), 0 when disabled: a later
+  // FINISHED/FAILED passes it as `since_tick`.
+  uint64_t Record(TaskEventKind kind, const TaskId& task, uint32_t attempt,
+                  std::string_view name = {}, const TaskEventDetail& detail = {});
   // Records an event built by the caller (its time and pid are kept if set).
-  void RecordEvent(TaskEvent event);
+  void RecordEvent(const TaskEvent& event);
 
-  // Takes the events recorded since the last Drain (the newest `capacity`
-  // of them), by time; one thread's in the order it recorded them.
+  // Takes the events recorded since the last drain (the newest `capacity`
+  // of them), by time (one thread's in the order it recorded them), and
+  // appends them to `records` in the packed form (task_event_packed.h, no
+  // version byte). Returns how many.
+  size_t DrainPacked(std::string* records);
+  // The same, decoded (tests, and where a vector is handier than speed).
   std::vector<TaskEvent> Drain();
   // Events dropped because a ring was full, since the start.
   uint64_t dropped() const;
@@ -130,6 +151,7 @@ class TaskEventRecorder {
   static int64_t NowMicros();
 
  private:
+  struct Slot;        // one event in a ring (task_events.cc)
   struct ThreadRing;  // one recording thread's ring (task_events.cc)
 
   // This thread's ring, created at its first event.
@@ -139,8 +161,9 @@ class TaskEventRecorder {
   const int32_t pid_;
   const size_t capacity_;  // most events kept per thread
   const uint64_t id_;      // unique per recorder: the key of the threads' cached ring
-  mutable absl::Mutex mu_;  // registration and Drain; never taken by a Record that has its ring
+  mutable absl::Mutex mu_;  // registration and drains; never taken by a Record that has its ring
   std::vector<std::shared_ptr<ThreadRing>> rings_ ABSL_GUARDED_BY(mu_);
+  TaskEventClock clock_ ABSL_GUARDED_BY(mu_);  // Anchor() at each drain
   uint64_t retired_dropped_ ABSL_GUARDED_BY(mu_) = 0;  // of rings whose thread ended
   uint64_t drained_dropped_ ABSL_GUARDED_BY(mu_) = 0;  // the oldest beyond capacity_ at a Drain
 };
