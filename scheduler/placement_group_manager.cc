@@ -214,11 +214,37 @@ void PlacementGroupManager::FailTicketsOf(const std::string& node_id, const std:
 void PlacementGroupManager::OnNodeReconnected(const std::string& node_id) {
   thread_.Check("PlacementGroupManager");
   FailTicketsOf(node_id, "lost its connection to the head");
+  auto it = pending_cancels_.find(node_id);
+  if (it == pending_cancels_.end()) return;
+  auto waiting = std::move(it->second);
+  pending_cancels_.erase(it);
+  for (auto& [group_id, bundles] : waiting) {
+    LUMEN_LOG(INFO) << "placement group " << group_id.substr(0, 12) << ": node "
+                    << ShortId(node_id) << " is back; releasing its " << bundles.size()
+                    << " bundle(s) now";
+    BundleRequest request;
+    request.ticket = 0;
+    request.phase = BundlePhase::kCancel;
+    request.group_id = group_id;
+    request.node_id = node_id;
+    request.bundles = std::move(bundles);
+    absl::Status sent = options_.transport->Send(request);
+    if (sent.code() == absl::StatusCode::kUnavailable) {
+      pending_cancels_[node_id][group_id] = std::move(request.bundles);  // gone again
+    }
+  }
+}
+
+size_t PlacementGroupManager::pending_cancels() const {
+  size_t n = 0;
+  for (const auto& [node, groups] : pending_cancels_) n += groups.size();
+  return n;
 }
 
 void PlacementGroupManager::OnNodeDead(const std::string& node_id) {
   thread_.Check("PlacementGroupManager");
   FailTicketsOf(node_id, "died");
+  pending_cancels_.erase(node_id);  // its bundles went with it
   std::vector<std::string> hit;
   for (const auto& [id, g] : groups_) {
     if (g.state == GroupState::kCreated &&
@@ -255,10 +281,17 @@ bool PlacementGroupManager::SendPhase(PlacementGroup& g, BundlePhase phase) {
     request.bundles = std::move(bundles);
     absl::Status sent = options_.transport->Send(request);
     if (!sent.ok()) {
-      // A cancel to a dead node has nothing left to release.
       LUMEN_LOG(DEBUG) << "placement group " << g.name << ": " << BundlePhaseName(phase)
                        << " not sent to node " << ShortId(node) << ": " << sent.message();
-      if (phase == BundlePhase::kCancel) continue;
+      if (phase == BundlePhase::kCancel) {
+        // A dead node has nothing left to release; a disconnected one still
+        // holds the bundles: the cancel goes when it registers again.
+        if (sent.code() == absl::StatusCode::kUnavailable) {
+          auto& waiting = pending_cancels_[node][g.id];
+          waiting.insert(waiting.end(), request.bundles.begin(), request.bundles.end());
+        }
+        continue;
+      }
       reached_all = false;
       break;
     }

@@ -42,6 +42,7 @@ Timeouts Timeouts::FromEnv() {
   Override("LUMEN_HEAD_RESTORED_NODE_GRACE_MS", &t.restored_node_grace);
   Override("LUMEN_LIST_STATE_TIMEOUT_MS", &t.list_state_timeout);
   Override("LUMEN_MAX_WORKER_EXIT_WAIT_MS", &t.max_worker_exit_wait);
+  Override("LUMEN_OWNER_PROBE_PERIOD_MS", &t.owner_probe_period);
   Override("LUMEN_WORKER_KILL_WAIT_MS", &t.worker_kill_wait);
   Override("LUMEN_LEASE_IDLE_TIMEOUT_MS", &t.lease_idle_timeout);
   Override("LUMEN_WORKER_EXIT_CAUSE_TIMEOUT_MS", &t.worker_exit_cause_timeout);

@@ -390,8 +390,10 @@ bool HeadService::RefuseStaleNodeFrame(Connection& conn, proto::Envelope::Reader
                          << ") from a node declared dead, at " << conn.peer() << " ("
                          << suppressed << " more suppressed)";
     }
-    if (msg.isRegisterNode() || msg.isReportNode()) {
-      auto stats = msg.isRegisterNode() ? msg.getRegisterNode() : msg.getReportNode();
+    if (msg.isRegisterNode() || msg.isReportNode() || msg.isRejoinNode()) {
+      auto stats = msg.isRegisterNode()  ? msg.getRegisterNode()
+                   : msg.isRejoinNode() ? msg.getRejoinNode()
+                                        : msg.getReportNode();
       NodeId id = IdFrom<NodeId>(stats.getNodeId());
       SendReply(conn, 0, [&](proto::Envelope::Builder env) { env.setMarkNodeDead(DataOf(id)); });
     }
@@ -405,6 +407,21 @@ bool HeadService::HandleNodeFrame(Connection& conn, proto::Envelope::Reader msg)
     case proto::Envelope::REGISTER_NODE:
       OnReport(conn, msg.getRegisterNode(), /*registering=*/true);
       return true;
+    case proto::Envelope::REJOIN_NODE: {
+      // A node of a head without persistence whose link closed: it may come
+      // back only as a node this head knows (doc/reliability.md, item 8);
+      // otherwise (this head restarted) it is told to stop.
+      NodeId id = IdFrom<NodeId>(msg.getRejoinNode().getNodeId());
+      const NodeTable::Node* known = nodes_.Find(id);
+      if (known == nullptr || !known->alive) {
+        LUMEN_LOG(WARNING) << "head: node " << id.Hex().substr(0, 12)
+                           << " asked to rejoin, but this head does not know it alive; told to stop";
+        SendReply(conn, 0, [&](proto::Envelope::Builder env) { env.setMarkNodeDead(DataOf(id)); });
+        return true;
+      }
+      OnReport(conn, msg.getRejoinNode(), /*registering=*/true);
+      return true;
+    }
     case proto::Envelope::REPORT_NODE:
       OnReport(conn, msg.getReportNode(), /*registering=*/false);
       return true;

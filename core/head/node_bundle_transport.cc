@@ -7,8 +7,10 @@ namespace lumen::head {
 
 absl::Status NodeBundleTransport::Send(const scheduler::BundleRequest& request) {
   const NodeTable::Node* node = nodes_->Find(NodeId::FromBinary(request.node_id));
-  Connection* conn = node != nullptr && node->alive ? find_connection_(node->conn_id) : nullptr;
-  if (conn == nullptr) return absl::UnavailableError("a chosen node is gone");
+  if (node == nullptr || !node->alive) return absl::NotFoundError("a chosen node is gone");
+  Connection* conn = find_connection_(node->conn_id);
+  // Alive without a connection: disconnected within its grace (item 8).
+  if (conn == nullptr) return absl::UnavailableError("a chosen node is disconnected");
   SendReply(*conn, request.ticket, [&](proto::Envelope::Builder env) {
     proto::BundleBatch::Builder batch = request.phase == scheduler::BundlePhase::kPrepare
                                             ? env.initPrepareBundles()

@@ -24,7 +24,8 @@ class NodeBundleTransport : public scheduler::BundleTransport {
   NodeBundleTransport(const NodeTable* nodes, std::function<Connection*(uint64_t)> find_connection)
       : nodes_(nodes), find_connection_(std::move(find_connection)) {}
 
-  // Errors: Unavailable when the node is unknown, dead or its connection closed.
+  // Errors: NotFound when the node is unknown or dead; Unavailable when it is
+  // alive but disconnected (its link reset; it may register again).
   [[nodiscard]] absl::Status Send(const scheduler::BundleRequest& request) override;
 
  private:

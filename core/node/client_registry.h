@@ -35,6 +35,10 @@ struct Client {
   JobId job;
   WorkerId worker;
   bool is_driver = false;  // a remote owner that is the job's driver
+  // The key the store records the objects it owns under (StoreServer's owner):
+  // a local client's connection id; a remote owner's from RemoteOwners (the
+  // same across its reconnections). 0 before the hello.
+  uint64_t owner_key = 0;
   // A driver or worker of this node (uses the store, leases, pulls).
   bool local() const { return role == proto::Role::DRIVER || role == proto::Role::WORKER; }
   // May lease workers (with a live job).

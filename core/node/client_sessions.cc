@@ -51,6 +51,12 @@ void ClientSessions::OnHello(Connection& conn, proto::Hello::Reader hello) {
     if (inserted) job.remote = true;
     if (job.exe_path.empty()) job.exe_path = hello.getExePath().cStr();
     if (client.is_driver) o_.worker_logs->SetDriver(client.job, conn.id(), hello.getLogToDriver());
+    // Its objects here are recorded under a key that outlives this connection.
+    client.owner_key = o_.remote_owners->OnHello(client.worker, client.job,
+                                                 hello.getListenAddress().cStr(), client.is_driver,
+                                                 conn.id());
+  } else {
+    client.owner_key = conn.id();
   }
   if (client.role == proto::Role::WORKER) {
     if (auto s = o_.pool->OnWorkerHello(client.worker, conn.id(), hello.getListenAddress().cStr());
@@ -117,11 +123,14 @@ void ClientSessions::OnClose(Connection& conn, const absl::Status& why) {
     LogRejectedConnection("node daemon", conn.peer(), why);
   }
   o_.store->DisconnectClient(id);
-  // An owner that closed its connection died or ended: its objects go
-  // (O(objects in the store), so only for clients that can own objects).
-  if (client.role == proto::Role::DRIVER || client.role == proto::Role::WORKER ||
-      client.role == proto::Role::REMOTE_OWNER) {
-    o_.store->OwnerGone(id);
+  // A local owner that closed its connection died or ended: its objects go
+  // (O(objects in the store), so only for clients that can own objects). A
+  // remote owner's link may only have failed: its objects stay until it is
+  // known dead (RemoteOwners, then OnRemoteOwnerGone).
+  if (client.role == proto::Role::DRIVER || client.role == proto::Role::WORKER) {
+    o_.store->OwnerGone(client.owner_key);
+  } else if (client.role == proto::Role::REMOTE_OWNER && client.hello_done) {
+    o_.remote_owners->OnClosed(id);
   }
   o_.worker_logs->OnConnectionClosed(id);
   o_.clients->Remove(id);
@@ -131,8 +140,6 @@ void ClientSessions::OnClose(Connection& conn, const absl::Status& why) {
     // The job is over, here and (through the head) on every node.
     EndJob(client.job);
     if (o_.head != nullptr) o_.head->SendJobEnded(client.job);
-  } else if (client.role == proto::Role::REMOTE_OWNER && client.is_driver) {
-    EndJob(client.job);
   } else if (client.role == proto::Role::WORKER) {
     o_.pool->DropFromIdle(client.worker);
     Worker* w = o_.pool->Find(client.worker);
@@ -143,8 +150,17 @@ void ClientSessions::OnClose(Connection& conn, const absl::Status& why) {
   o_.leases->Dispatch();
 }
 
+void ClientSessions::OnRemoteOwnerGone(const RemoteOwners::Gone& gone) {
+  o_.store->OwnerGone(gone.key);
+  if (gone.is_driver) {
+    EndJob(gone.job);
+    o_.leases->Dispatch();
+  }
+}
+
 void ClientSessions::EndJob(const JobId& job_id) {
   o_.cluster->MarkJobEnded(job_id);
+  o_.remote_owners->EndJob(job_id);
   if (o_.pool->FindJob(job_id) == nullptr) return;
   // Its workers and its objects go with it, except detached actors, which keep
   // the job's entry (its binary) for their own work.

@@ -26,6 +26,7 @@
 #include "core/node/head_link.h"
 #include "core/node/local_lease_manager.h"
 #include "core/node/process_launcher.h"
+#include "core/node/remote_owners.h"
 #include "core/node/worker_log_router.h"
 #include "core/node/worker_pool.h"
 #include "lumen/common/connection.h"
@@ -44,6 +45,7 @@ struct ClientSessionsOptions {
   WorkerLogRouter* worker_logs = nullptr;
   objectstore::StoreServer* store = nullptr;
   HeadLink* head = nullptr;  // nullptr: a node without a head
+  RemoteOwners* remote_owners = nullptr;
   // What the hello reply tells the client.
   NodeId node_id;
   std::string session_dir;
@@ -65,6 +67,9 @@ class ClientSessions {
   // The job ended (its driver left, here or elsewhere): its workers are killed
   // and its objects go, except what detached actors keep.
   void EndJob(const JobId& job_id);
+  // A remote owner is known dead (RemoteOwners): its objects here go; the
+  // job's driver ends its job here.
+  void OnRemoteOwnerGone(const RemoteOwners::Gone& gone);
 
  private:
   void OnHello(Connection& conn, proto::Hello::Reader hello);

@@ -89,13 +89,18 @@ void HeadLink::OnLost(const absl::Status& why) {
   report_timer_.cancel();
   if (stopped_) return;
   if (was_registered && !head_persistent_) {
-    stopped_ = true;
-    if (callbacks_.on_head_lost) {
-      callbacks_.on_head_lost(absl::UnavailableError(absl::StrCat(
-          "the head at ", options_.head_address,
-          " was lost and its persistence is off (--head-persistence none), so its tables "
-          "cannot come back: this node stops (", why.ToString(), ")")));
-    }
+    // A reset link looks the same as a lost head: try to come back as this
+    // node for as long as the head keeps a disconnected node (its grace).
+    const auto grace = options_.timeouts.health_check_period *
+                       std::max(1, options_.timeouts.health_check_failure_threshold);
+    rejoin_deadline_ = std::chrono::steady_clock::now() + grace;
+    backoff_.Start(std::chrono::steady_clock::now());
+    LUMEN_LOG(WARNING) << "lost the head at " << options_.head_address << " (" << why.ToString()
+                       << "); its persistence is off (--head-persistence none): reconnecting for "
+                       << grace.count()
+                       << " ms (its health-check grace); this node stops unless that head "
+                          "still knows it";
+    RetryLater(absl::StrCat("lost the head: ", why.ToString()));
     return;
   }
   if (ever_registered_) {
@@ -112,6 +117,17 @@ void HeadLink::RetryLater(const std::string& why) {
   FirstAttemptDone();
   if (stopped_) return;
   std::chrono::milliseconds delay = options_.timeouts.head_retry_period;
+  if (rejoin_deadline_ && std::chrono::steady_clock::now() >= *rejoin_deadline_) {
+    stopped_ = true;
+    if (callbacks_.on_head_lost) {
+      callbacks_.on_head_lost(absl::UnavailableError(absl::StrCat(
+          "the head at ", options_.head_address,
+          " was lost and did not answer within its health-check grace; its persistence is off "
+          "(--head-persistence none), so its tables cannot come back: this node stops (last: ",
+          why, ")")));
+    }
+    return;
+  }
   if (backoff_.started()) {
     const auto now = std::chrono::steady_clock::now();
     if (backoff_.Expired(now)) {
@@ -222,7 +238,9 @@ void HeadLink::OnConnected(Socket socket) {
     conn_->Send(out.builder());
   }
   OutMessage out;
-  callbacks_.fill_stats(out.Init().initRegisterNode());
+  // Persistence off and lost: only as a node this head knows (rejoinNode).
+  callbacks_.fill_stats(rejoin_deadline_ ? out.Init().initRejoinNode()
+                                         : out.Init().initRegisterNode());
   conn_->Send(out.builder());
   ReportLater();
   // Ready once the head answers the registration with its first view (which
@@ -252,6 +270,11 @@ void HeadLink::OnFrame(proto::Envelope::Reader msg) {
                              << backoff_.Elapsed(std::chrono::steady_clock::now()).count()
                              << " ms without it";
         }
+        if (rejoin_deadline_) {
+          LUMEN_LOG(WARNING) << "the head at " << options_.head_address
+                             << " took this node back (its link was reset, not the head lost)";
+          rejoin_deadline_.reset();
+        }
         backoff_.Reset();
         registered_ = true;
         ever_registered_ = true;
@@ -276,6 +299,18 @@ void HeadLink::OnFrame(proto::Envelope::Reader msg) {
       return;
     }
     case proto::Envelope::MARK_NODE_DEAD:
+      if (rejoin_deadline_ && !registered_) {
+        // Persistence off: the head that answers does not know us (it
+        // restarted without its tables, or declared us dead meanwhile).
+        stopped_ = true;
+        if (callbacks_.on_head_lost) {
+          callbacks_.on_head_lost(absl::UnavailableError(absl::StrCat(
+              "the head at ", options_.head_address,
+              " does not know this node any more (it restarted, and its persistence is off: "
+              "--head-persistence none, or it declared this node dead): this node stops")));
+        }
+        return;
+      }
       LUMEN_LOG(ERROR) << "the head declared this node dead (it missed its health checks); "
                           "stopping";
       callbacks_.on_marked_dead();

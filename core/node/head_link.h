@@ -12,9 +12,14 @@
 // under its own id with its resources; the work running on the node goes on
 // meanwhile. The same reconnect heals a link reset while the head lives: the
 // head keeps a node whose connection closed for its health-check grace
-// (doc/reliability.md, item 8). When that time passes, or at once
-// when the head said it persists nothing (ClusterView.headPersistent false),
-// on_head_lost tells the daemon to stop, with an error naming the head.
+// (doc/reliability.md, item 8). When that time passes, on_head_lost tells
+// the daemon to stop, with an error naming the head. When the head said it
+// persists nothing (ClusterView.headPersistent false) a restarted head would
+// not know the node, so the node retries only for the head's health-check
+// grace (period x threshold: a reset link heals within it) and asks to come
+// back as itself (rejoinNode): a head that knows it takes it back; one that
+// does not (it restarted) answers markNodeDead, and the node stops with an
+// error saying so, as it does when no head answers within the grace.
 //
 //   HeadLink head(io, {.head_address = "10.0.0.1:6379", .timeouts = t},
 //                 {.fill_stats = ..., .on_cluster_view = ..., .on_bundles = ...,
@@ -26,8 +31,10 @@
 // on it too.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <boost/asio.hpp>
@@ -118,6 +125,9 @@ class HeadLink {
   bool ever_registered_ = false;  // ... on any connection
   bool head_persistent_ = false;  // the last view's headPersistent
   Backoff backoff_;               // started when a registered connection is lost
+  // Persistence off: registered before and lost; the node stops unless the
+  // head takes it back (rejoinNode) by then (the head's health-check grace).
+  std::optional<std::chrono::steady_clock::time_point> rejoin_deadline_;
 };
 
 }  // namespace lumen::node

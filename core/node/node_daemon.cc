@@ -147,6 +147,7 @@ class NodeDaemon {
   std::unique_ptr<objectstore::TransferClient> transfer_client_;
   std::unique_ptr<objectstore::PullManager> pulls_;
   std::unique_ptr<HeadLink> head_;
+  std::unique_ptr<RemoteOwners> remote_owners_;  // tells sessions_ of dead remote owners
   std::unique_ptr<ClientSessions> sessions_;  // uses the parts above
   StateLister lister_;
   TaskEventBuffer task_events_;
@@ -182,11 +183,20 @@ absl::Status NodeDaemon::Setup() {
   if (!ec) acceptor_.bind(asio::local::stream_protocol::endpoint(socket_path_), ec);
   if (!ec) acceptor_.listen(512, ec);
   if (ec) return absl::UnavailableError(absl::StrCat("cannot listen on ", socket_path_, ": ", ec.message()));
-  auto tcp = ListenTcp(io_, options_.host, 0);
+  // LUMEN_NODE_PORT: a fixed TCP port (default: any free one);
+  // LUMEN_NODE_ADVERTISE_ADDRESS: the host:port others reach us at instead
+  // (a forwarder in front of us; then over TCP only), as Ray's
+  // --node-ip-address. Tests put a fault proxy there.
+  const char* port = std::getenv("LUMEN_NODE_PORT");
+  auto tcp = ListenTcp(io_, options_.host, port != nullptr ? std::atoi(port) : 0);
   if (!tcp.ok()) return tcp.status();
   tcp_acceptor_ = std::move(*tcp);
   address_ = FormatAddress(
       {absl::StrCat(options_.host, ":", tcp_acceptor_->local_endpoint().port()), socket_path_});
+  if (const char* advertised = std::getenv("LUMEN_NODE_ADVERTISE_ADDRESS");
+      advertised != nullptr && *advertised != 0) {
+    address_ = advertised;
+  }
 
   event_flush_ = std::make_unique<WorkerEventFlush>(io_, clients_,
                                                     options_.timeouts.exit_flush_timeout / 2);
@@ -295,10 +305,16 @@ absl::Status NodeDaemon::Setup() {
                 },
             .after_first_attempt = [this] { ReportReady(); }});
   }
+  remote_owners_ = std::make_unique<RemoteOwners>(RemoteOwners::Options{
+      .io = &io_, .session_dir = options_.session_dir,
+      .probe_period = options_.timeouts.owner_probe_period,
+      .connect_timeout = options_.timeouts.connect_timeout,
+      .gone = [this](const RemoteOwners::Gone& gone) { sessions_->OnRemoteOwnerGone(gone); }});
   sessions_ = std::make_unique<ClientSessions>(ClientSessionsOptions{
       .io = &io_, .clients = &clients_, .cluster = &cluster_, .pool = pool_.get(),
       .launcher = launcher_.get(), .leases = leases_.get(), .worker_logs = worker_logs_.get(),
-      .store = store_.get(), .head = head_.get(), .node_id = node_id_,
+      .store = store_.get(), .head = head_.get(), .remote_owners = remote_owners_.get(),
+      .node_id = node_id_,
       .session_dir = options_.session_dir, .host = options_.host, .address = address_});
   return absl::OkStatus();
 }
@@ -514,9 +530,11 @@ void NodeDaemon::OnStoreRequest(Connection& conn, proto::Envelope::Reader msg) {
     uint32_t index;  // ObjectId::ForTaskReturn's: 0 for a Put
     std::memcpy(&index, id.data() + TaskId::kSize, sizeof(index));
     if (index == 0) {
-      caller.owner = conn.id();
+      caller.owner = client.owner_key;
     } else if (client.role == proto::Role::WORKER) {
-      caller.owner = leases_->TaskLeaseHolder(client.worker);
+      // The holder's key (a remote owner's outlives its connection).
+      Connection* holder = clients_.Find(leases_->TaskLeaseHolder(client.worker));
+      if (holder != nullptr) caller.owner = ClientRegistry::Info(*holder).owner_key;
     }
   }
   // A create waiting for room, or a get of a spilled object, answers later.

@@ -46,8 +46,42 @@ int DeferRepliesAtQueued() {
 absl::StatusOr<internal::ObjectBytes> CoreWorker::ExecutorHost::FetchArgument(
     const TaskToRun::Arg& arg) {
   StoreResult got = core_.GetOrPull(arg.stored, arg.size, arg.node, arg.node_address, arg.owner);
-  if (!got.status.ok()) return got.status;
-  return core_.PinnedBytes(arg.stored, got.offset, got.size);
+  if (got.status.ok()) return core_.PinnedBytes(arg.stored, got.offset, got.size);
+  // The copy we were sent to could not be read (its node died, or the copy
+  // went): as Ray's worker does, ask the owner, which forgets that copy and
+  // rebuilds the object from its lineage when none is left, and wait for
+  // where it is now. The wait ends when the rebuild does (bounded by its
+  // task's retries), the object fails, or the owner dies. A few rounds: a
+  // copy that vanishes again is asked about again.
+  NodeId node = arg.node;
+  std::string node_address = arg.node_address;
+  uint64_t size = arg.size;
+  for (int round = 0; round < 3; ++round) {
+    const absl::StatusCode code = got.status.code();
+    if (arg.owner.empty() || code == absl::StatusCode::kResourceExhausted ||
+        code == absl::StatusCode::kPermissionDenied || core_.stopped_ || core_.node_lost_) {
+      break;
+    }
+    const std::string why(got.status.message());
+    // While it waits its CPU goes back to the node (the rebuild may need it).
+    core_.NotifyBlocked(true);
+    auto copy = core_.RecoverFromOwner(arg.stored, arg.owner, node, why);
+    core_.NotifyBlocked(false);
+    if (!copy.ok()) {
+      return absl::Status(copy.status().code(),
+                          absl::StrCat(why, "; then ", copy.status().message()));
+    }
+    if (copy->inline_value) {
+      return internal::ObjectBytes{*copy->inline_value, copy->inline_value};
+    }
+    if (copy->node == node && copy->node_address == node_address) break;  // nothing new
+    node = copy->node;
+    node_address = copy->node_address;
+    size = copy->size;
+    got = core_.GetOrPull(arg.stored, size, node, node_address, arg.owner);
+    if (got.status.ok()) return core_.PinnedBytes(arg.stored, got.offset, got.size);
+  }
+  return got.status;
 }
 
 absl::StatusOr<uint8_t*> CoreWorker::ExecutorHost::CreateInStore(const ObjectId& id,

@@ -158,6 +158,33 @@ internal::ObjectBytes CoreWorker::ReadyBytes(
     }
     last_error = std::string(got.status.message());
     if (attempt >= 3) throw ObjectLostError(absl::StrCat("object ", id.Hex(), " is lost: ", last_error));
+    const absl::StatusCode code = got.status.code();
+    if (owner.empty() || code == absl::StatusCode::kResourceExhausted ||
+        code == absl::StatusCode::kPermissionDenied) {
+      continue;
+    }
+    // That copy could not be read: the owner (maybe us) forgets it, rebuilds
+    // the object from its lineage when no copy is left, and says where it is
+    // now (lost_copies.cc).
+    auto copy = RecoverFromOwner(id, owner, location.first, last_error);
+    if (!copy.ok()) {
+      if (copy.status().code() == absl::StatusCode::kUnavailable) {
+        throw OwnerDiedError(absl::StrCat("object ", id.Hex(), " is lost: ", last_error, "; ",
+                                          copy.status().message()));
+      }
+      throw ObjectLostError(absl::StrCat("object ", id.Hex(), " is lost: ",
+                                         copy.status().message()));
+    }
+    if (copy->inline_value) return internal::ObjectBytes{*copy->inline_value, copy->inline_value};
+    if (owner != listen_address_) {
+      // A borrowed entry: read the new copy next (the owner's entry is its own).
+      ObjectTable::Locked objects(*object_table_);
+      auto it = objects->find(id);
+      if (it != objects->end() && it->second.kind == ObjectEntry::Kind::kStored) {
+        it->second.locations = {{copy->node, copy->node_address}};
+        it->second.stored_size = copy->size;
+      }
+    }
   }
 }
 

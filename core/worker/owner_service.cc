@@ -88,9 +88,17 @@ std::shared_ptr<Connection> CoreWorker::AdoptPeer(const std::string& address, So
   conn->Start([this](Connection& c, proto::Envelope::Reader m) { OnPeerFrame(c, m); },
               [this, address](Connection& c, const absl::Status& why) {
                 peers_.erase(address);
-                // Nothing will answer the requests sent on it.
-                absl::erase_if(peer_requests_,
-                               [&](const auto& entry) { return entry.second.conn_id == c.id(); });
+                // Nothing will answer the requests sent on it: each callback
+                // gets an empty envelope (read as "no answer").
+                std::vector<std::function<void(proto::Envelope::Reader)>> unanswered;
+                absl::erase_if(peer_requests_, [&](auto& entry) {
+                  if (entry.second.conn_id != c.id()) return false;
+                  unanswered.push_back(std::move(entry.second.callback));
+                  return true;
+                });
+                capnp::MallocMessageBuilder empty;
+                auto nothing = empty.initRoot<proto::Envelope>().asReader();
+                for (auto& callback : unanswered) callback(nothing);
                 if (stopped_) return;
                 // The owner is gone: what we were waiting for from it is lost.
                 std::vector<ObjectId> lost;
@@ -227,45 +235,16 @@ void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
     }
     case proto::Envelope::WAIT_OBJECT: {
       auto data = msg.getWaitObject();
-      ObjectId id = IdFrom<ObjectId>(data);
-      uint64_t request_id = msg.getRequestId();
-      bool ready = true;
-      bool too_many = false;
-      {
-        ObjectTable::Locked objects(*object_table_);
-        auto it = objects->find(id);
-        if (it != objects->end() && !it->second.ready) {
-          ready = false;
-          // Each parked wait counts against its connection until it runs or
-          // its object goes (the slot is released with the callback).
-          auto& count = parked_waits_[conn.id()];
-          if (!count) count = std::make_shared<std::atomic<size_t>>(0);
-          if (count->load() >= kMaxParkedWaitsPerPeer ||
-              parked_waits_total_->load() >= kMaxParkedWaits) {
-            too_many = true;
-          } else {
-            // Counted per peer and in all (the callbacks of a peer that left
-            // stay until their object is ready or freed).
-            ++*count;
-            ++*parked_waits_total_;
-            std::shared_ptr<void> slot(nullptr, [count, total = parked_waits_total_](void*) {
-              --*count;
-              --*total;
-            });
-            std::weak_ptr<Connection> weak = conn.shared_from_this();
-            it->second.on_ready.push_back([this, weak, request_id, id, slot] {
-              if (auto c = weak.lock()) SendObjectStatus(*c, request_id, id);
-            });
-          }
-        }
-      }
-      if (too_many) {
-        conn.Close(absl::ResourceExhaustedError(absl::StrCat(
-            "too many parked waits for objects (", kMaxParkedWaitsPerPeer, " per peer, ",
-            kMaxParkedWaits, " in all)")));
-        return;
-      }
-      if (ready) SendObjectStatus(conn, request_id, id);
+      AnswerWhenReady(conn, msg.getRequestId(), IdFrom<ObjectId>(data));
+      return;
+    }
+    case proto::Envelope::RECOVER_OBJECT: {
+      // A reader could not read our object there: forget that copy (rebuild
+      // it when none is left), then answer as a wait.
+      auto req = msg.getRecoverObject();
+      ObjectId id = IdFrom<ObjectId>(req.getObjectId());
+      OnCopyUnreadable(id, IdFrom<NodeId>(req.getNodeId()), req.getError().cStr());
+      AnswerWhenReady(conn, msg.getRequestId(), id);
       return;
     }
     case proto::Envelope::WAIT_ACTOR: {

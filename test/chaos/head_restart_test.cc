@@ -19,6 +19,7 @@
 #include "lumen/common/head_client.h"
 #include "lumen/lumen.h"
 #include "test/chaos/chaos_support.h"
+#include "test/chaos/fault_proxy.h"
 #include "test/core/test_support.h"
 
 namespace {
@@ -173,6 +174,49 @@ TEST_CASE("head lost with persistence off: nodes stop and head calls fail with a
     CHECK(std::chrono::steady_clock::now() - killed < std::chrono::seconds(10));
     INFO(error);
     CHECK(error.find("persistence is off") != std::string::npos);
+  }
+  CHECK(leaks.Leaks("") == "");
+}
+
+TEST_CASE("persistence off: a node whose head link resets comes back as itself; a restarted head "
+          "that does not know it stops it",
+          "[chaos]") {
+  // Invariant (items 6 and 8): with --head-persistence none, a reset of a
+  // node's head link (through a FaultProxy) does not stop the node: it
+  // reconnects within the head's health-check grace and goes on under its id
+  // (its daemon runs, the head lists it alive, a task pinned to it runs).
+  // When the head is then replaced by a new one at the same address (no
+  // tables), the node asks to rejoin, is not known, and exits; nothing hangs.
+  lumen::test::chaos::LeakCheck leaks;
+  {
+    MultiNodeCluster cluster({Cpus(2)}, {{"LUMEN_HEAD_PERSISTENCE", "none"},
+                                         {"LUMEN_HEAD_RETRY_PERIOD_MS", "100"},
+                                         {"LUMEN_HEAD_RECONNECT_TIMEOUT_MS", "30000"}});
+    lumen::test::chaos::FaultProxy proxy({.target = cluster.head_address(),
+                                          .max_delay = std::chrono::milliseconds(0),
+                                          .reset_probability = 0,
+                                          .split_writes = false});
+    MultiNodeCluster::NodeSpec spec = Cpus(2);
+    spec.head_address = proxy.address();
+    const size_t n = cluster.AddNode(spec);
+    const std::string id = cluster.node_id(n);
+    const pid_t daemon = cluster.daemon_pid(n);
+    const auto on_it = lumen::NodeAffinity(id, /*soft=*/false);
+    REQUIRE(*lumen::Get(lumen::Task(SlowSquare).SetSchedulingStrategy(on_it).Remote(3),
+                        std::chrono::seconds(20)) == 9);
+    const uint64_t before = proxy.connections();
+    proxy.ResetAll();
+    REQUIRE(proxy.resets() >= 1);
+    REQUIRE(WaitUntil([&] { return proxy.connections() > before; }, std::chrono::seconds(10)));
+    REQUIRE(WaitUntil([&] { return AliveNodes(cluster.head_address()).contains(id); }));
+    CHECK_FALSE(lumen::test::chaos::ProcessGone(daemon));
+    CHECK(*lumen::Get(lumen::Task(SlowSquare).SetSchedulingStrategy(on_it).Remote(4),
+                      std::chrono::seconds(20)) == 16);
+    CHECK_FALSE(lumen::test::chaos::ProcessGone(daemon));
+
+    cluster.RestartHead(/*from_state=*/false);
+    CHECK(WaitUntil([&] { return lumen::test::chaos::ProcessGone(daemon); },
+                    std::chrono::seconds(10)));
   }
   CHECK(leaks.Leaks("") == "");
 }

@@ -112,6 +112,17 @@ class Lender {
   }
 };
 
+// An actor whose calls run one at a time, in order: a call queued behind
+// Block is already at its worker (pushed, its arguments named) while Block runs.
+class Holder {
+ public:
+  static Holder* Create() { return new Holder(); }
+  std::string Block(std::string dir, std::string gate) { return AnnounceThenAwait(dir, gate); }
+  int64_t Sum(std::string dir, std::string tag, std::vector<uint8_t> in) {
+    return MarkedConsume(dir, tag, std::move(in));
+  }
+};
+
 // Leaves a file "<start ns>-<pid>" per attempt in `dir`, takes `mib` MiB of
 // memory (touched, so resident), holds the memory until `gate`
 // exists, and returns a sum over it.
@@ -157,7 +168,7 @@ int OomScoreAdj(pid_t pid) {
 
 LUMEN_REMOTE(HereNode, AnnounceThenAwait, Produce, Consume, Lender::Create, &Lender::Pid,
              &Lender::Lend, &Lender::LendPending, &Lender::LendFrom, Hog, MarkedProduce, MarkedStep,
-             MarkedConsume);
+             MarkedConsume, Holder::Create, &Holder::Block, &Holder::Sum);
 
 // The head's view of `node`: 1 alive, 0 declared dead, -1 not listed (or the
 // head did not answer).
@@ -274,6 +285,43 @@ TEST_CASE("a chain's objects lost with their node are rebuilt from lineage, each
     CHECK(std::count(nodes.begin(), nodes.end(), victim) == 1);
   }
   CHECK(RunsOf(runs.dir, "c").size() == 1);
+}
+
+TEST_CASE("a task already at its worker when its argument's only node dies finishes with the "
+          "rebuilt value") {
+  // Invariant (reliability item 4; Ray's worker asks the owner and waits for
+  // the reconstruction): a call already pushed to its worker, whose stored
+  // argument's only copy is on a node that is then SIGKILLed, does not fail
+  // from its argument fetch: the worker tells the owner, which rebuilds the
+  // argument from its lineage, and the call returns the value computed from
+  // the rebuilt argument. The argument's task ran twice (once on the dead
+  // node), the call once.
+  MultiNodeCluster cluster({Cpus(2), Cpus(2), Cpus(2)});
+  Scratch runs("running-arg");
+  Scratch blocker("running-arg-block");
+  const std::string victim = cluster.node_id(1);
+  auto holder = lumen::Actor(Holder::Create)
+                    .SetSchedulingStrategy(lumen::NodeAffinity(cluster.node_id(2), false))
+                    .Remote();
+  auto a = lumen::Task(MarkedProduce)
+               .SetSchedulingStrategy(lumen::NodeAffinity(victim, /*soft=*/true))
+               .Remote(runs.dir, "a", 6);
+  REQUIRE(lumen::Wait(std::vector{a}, 1, std::chrono::seconds(30)).ready.size() == 1);
+  REQUIRE(RunsOf(runs.dir, "a") == std::vector<std::string>{victim});
+  auto blocked = holder.Task(&Holder::Block).Remote(blocker.dir, blocker.gate);
+  REQUIRE(WaitUntil([&] { return FilesIn(blocker.dir) == 1; }));  // Block runs
+  // Pushed at once (its argument is ready) and queued behind Block, naming
+  // the copy on the victim.
+  auto sum = holder.Task(&Holder::Sum).Remote(runs.dir, "sum", a);
+  cluster.KillNode(1);
+  REQUIRE(WaitUntil([&] { return Liveness(cluster.head_address(), victim) == 0; }));
+  std::ofstream(blocker.gate).flush();
+  REQUIRE(*lumen::Get(blocked, std::chrono::seconds(30)) == cluster.node_id(2));
+  REQUIRE(*lumen::Get(sum, std::chrono::seconds(60)) == Consume(Produce(6)));
+  auto nodes = RunsOf(runs.dir, "a");
+  REQUIRE(nodes.size() == 2);
+  CHECK(std::count(nodes.begin(), nodes.end(), victim) == 1);
+  CHECK(RunsOf(runs.dir, "sum").size() == 1);
 }
 
 TEST_CASE("objects whose only copy was on a dead node and that cannot be rebuilt are lost, and "

@@ -276,6 +276,54 @@ TEST_CASE("A node that cannot be reached at prepare time rolls the attempt back 
   CHECK(f.State("g") == GroupState::kPreparing);
 }
 
+TEST_CASE("A cancel a disconnected node misses is sent when it registers again, dropped when it "
+          "dies") {
+  // Invariant (reliability item 8): removing a group while a node holding one
+  // of its bundles is disconnected (alive, its link reset: the transport says
+  // Unavailable) leaves nothing of it reserved once that node registers
+  // again: the cancel waits for it and goes then, once; a node declared dead
+  // instead gets none (its bundles went with it). Other groups keep theirs.
+  Fixture f;
+  f.Create("g", Cpus(2));
+  f.Create("h", Cpus(2));
+  for (int i = 0; i < 2; ++i) {
+    f.manager.Schedule(Nodes({"a", "b"}));
+    f.nodes.Deliver(f.manager, BundlePhase::kPrepare);
+    f.nodes.Deliver(f.manager, BundlePhase::kCommit);
+  }
+  REQUIRE(f.State("g") == GroupState::kCreated);
+  REQUIRE(f.State("h") == GroupState::kCreated);
+  REQUIRE(f.nodes.reserved["b"].size() == 2);
+
+  f.nodes.unreachable.insert("b");  // disconnected, not dead
+  CHECK(f.manager.Remove("g"));
+  auto only_h = [&](const std::string& node) {
+    const auto& held = f.nodes.reserved[node];
+    return held.size() == 1 && held.begin()->rfind("h/", 0) == 0;
+  };
+  CHECK(only_h("a"));
+  CHECK(f.nodes.reserved["b"].size() == 2);  // g's bundle there is still held
+  CHECK(f.manager.pending_cancels() == 1);
+  f.manager.OnNodeReconnected("b");          // still unreachable: it keeps waiting
+  CHECK(f.manager.pending_cancels() == 1);
+
+  f.nodes.unreachable.clear();
+  const size_t cancels = f.nodes.Count(BundlePhase::kCancel);
+  f.manager.OnNodeReconnected("b");
+  CHECK(f.manager.pending_cancels() == 0);
+  CHECK(f.nodes.Count(BundlePhase::kCancel) == cancels + 1);
+  CHECK(only_h("b"));
+  f.manager.OnNodeReconnected("b");  // nothing more to send
+  CHECK(f.nodes.Count(BundlePhase::kCancel) == cancels + 1);
+
+  f.nodes.unreachable.insert("a");
+  CHECK(f.manager.Remove("h"));
+  CHECK(f.manager.pending_cancels() == 1);
+  f.manager.OnNodeDead("a");
+  CHECK(f.manager.pending_cancels() == 0);
+  CHECK(f.nodes.reserved["b"].empty());
+}
+
 TEST_CASE("Create checks its limits, is idempotent, and removed groups are remembered up to a bound") {
   // Invariant: the manager holds at most max_groups live groups and at most
   // removed_groups_kept removed ones; a retried create changes nothing.

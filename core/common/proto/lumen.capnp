@@ -330,6 +330,16 @@ struct ObjectStatusReply {
   value @0 :Value;
 }
 
+# A reader whose pull of `objectId` from `nodeId` failed tells the owner: the
+# owner forgets that copy, rebuilds the object from its lineage when no copy
+# is left (doc/reliability.md, item 4), and answers with objectStatus once the
+# object is ready again (a new location) or failed.
+struct RecoverObject {
+  objectId @0 :Data;
+  nodeId @1 :Data;          # the copy that could not be read
+  error @2 :Text;           # why (for the owner's log and the error it may raise)
+}
+
 struct Envelope {
   requestId @0 :UInt64;
   union {
@@ -400,6 +410,8 @@ struct Envelope {
     taskEvents @65 :TaskEventBatch;      # driver/worker -> its node (periodic flush); node -> cli
     getTaskEvents @66 :Void;             # cli -> node: its recent task events
     workerLogs @67 :WorkerLogBatch;      # node -> driver: worker output; driver -> node: flush; cli -> node -> cli: `lumen logs`
+    recoverObject @68 :RecoverObject;    # reader -> owner: no copy could be read there; answered with objectStatus
+    rejoinNode @69 :NodeStats;           # node -> head: register again as a node the head knows (persistence off); else markNodeDead
   }
 }
 

@@ -146,8 +146,12 @@ class PlacementGroupManager {
   // The node registered again on a new connection (its link to the head was
   // reset): replies to what was sent on the old one are lost, so its
   // outstanding tickets fail (rolling their group back; the cancels reach it
-  // on the new connection). Its created groups keep their bundles.
+  // on the new connection), and the cancels that could not be sent to it
+  // while it was disconnected go now. Its created groups keep their bundles.
   void OnNodeReconnected(const std::string& node_id);
+
+  // Cancels waiting for a disconnected node to come back (for tests and logs).
+  size_t pending_cancels() const;
 
   // The group, or nullptr when unknown (or forgotten after removal).
   const PlacementGroup* Find(const std::string& id) const;
@@ -191,6 +195,10 @@ class PlacementGroupManager {
   // The attempt under way: its group, and replies still awaited.
   std::string in_flight_;
   absl::flat_hash_map<uint64_t, Ticket> tickets_;
+  // Cancels a disconnected node (alive, its link reset: the transport's
+  // Unavailable) could not be sent: node -> group -> bundles. Sent when it
+  // registers again, dropped when it dies (its bundles went with it).
+  std::map<std::string, std::map<std::string, std::vector<IndexedBundle>>> pending_cancels_;
   uint64_t next_ticket_ = 1;
   uint64_t rollbacks_ = 0;
   uint64_t version_ = 0;

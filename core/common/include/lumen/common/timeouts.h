@@ -48,6 +48,10 @@ struct Timeouts {
   ms list_state_timeout{2000};      // LUMEN_LIST_STATE_TIMEOUT_MS: `lumen list` waits for local processes
   ms max_worker_exit_wait{10000};   // LUMEN_MAX_WORKER_EXIT_WAIT_MS: cap on a getWorkerExit wait
   ms worker_kill_wait{2000};        // LUMEN_WORKER_KILL_WAIT_MS: at shutdown, for the killed workers to exit
+  // LUMEN_OWNER_PROBE_PERIOD_MS: how often a node checks whether a remote
+  // owner whose connection closed still lives (its objects stay until it is
+  // found dead; doc/reliability.md, item 4).
+  ms owner_probe_period{500};
 
   // --- driver / worker ---
   ms lease_idle_timeout{200};       // LUMEN_LEASE_IDLE_TIMEOUT_MS: an idle lease is kept this long

@@ -308,6 +308,34 @@ class CoreWorker {
   [[noreturn]] void ThrowFailure(const Failure& failure);
   void NotifyBlocked(bool blocked);
 
+  // Lost copies (lost_copies.cc, doc/reliability.md item 4): a reader that
+  // could not read a stored object where its owner said it was tells the
+  // owner, which forgets that copy and, when none is left, rebuilds the
+  // object from its lineage; the reader waits for the answer.
+  //
+  // Where the object is now: a stored copy (node, its address, size) or its
+  // inline bytes.
+  struct RecoveredCopy {
+    NodeId node;
+    std::string node_address;
+    uint64_t size = 0;
+    std::shared_ptr<const std::string> inline_value;  // set: not stored
+  };
+  // Owner side, io thread: our object `id` could not be read at `node`
+  // (`why`): that copy is forgotten; with none left, the object is rebuilt
+  // (or fails: ObjectRecovery::OnLost).
+  void OnCopyUnreadable(const ObjectId& id, const NodeId& node, const std::string& why);
+  // Owner service, io thread: answers `request_id` on `conn` with the
+  // object's status once it is ready or failed (parked until then).
+  void AnswerWhenReady(Connection& conn, uint64_t request_id, const ObjectId& id);
+  // Reader side, blocking (not on the io thread): tells `owner` (our own
+  // listen address: this process) that `id` could not be read at `node` and
+  // waits until it is ready again. Errors: the object failed (its failure's
+  // message; DataLoss), the owner is unreachable or died (Unavailable), the
+  // runtime stops (Cancelled).
+  absl::StatusOr<RecoveredCopy> RecoverFromOwner(const ObjectId& id, const std::string& owner,
+                                                 const NodeId& node, const std::string& why);
+
   // worker mode (executor_host.cc): the executor's host; the end of an
   // actor that exits on purpose (io thread).
   class ExecutorHost;  // executor_host.h

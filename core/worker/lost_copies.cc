@@ -1,0 +1,191 @@
+// CoreWorker: lost copies (doc/reliability.md, item 4). A reader (an executor
+// fetching a task's argument, or a Get) that cannot read a stored object where
+// its owner said it was tells the owner (recoverObject) and waits for the
+// answer, as Ray's worker asks the owner and waits for a reconstruction: the
+// owner forgets that copy and, when none is left, rebuilds the object from its
+// lineage (ObjectRecovery) before it answers with the new location.
+#include <chrono>
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "core/worker/object_recovery.h"
+#include "core/worker/worker_state.h"
+#include "lumen/common/logging.h"
+#include "lumen/common/proto_util.h"
+#include "lumen/worker/core_worker.h"
+
+namespace lumen::runtime {
+
+void CoreWorker::OnCopyUnreadable(const ObjectId& id, const NodeId& node, const std::string& why) {
+  io_checker_.Check("CoreWorker::OnCopyUnreadable");
+  bool lost = false;
+  {
+    ObjectTable::Locked objects(*object_table_);
+    auto it = objects->find(id);
+    // Pending (being rebuilt already), failed, inline or freed: nothing to do.
+    if (it == objects->end() || !it->second.owned || !it->second.ready ||
+        it->second.kind != ObjectEntry::Kind::kStored) {
+      return;
+    }
+    auto& copies = it->second.locations;
+    const size_t before = copies.size();
+    std::erase_if(copies, [&](const auto& copy) { return copy.first == node; });
+    lost = copies.empty() && before > 0;
+  }
+  if (!lost) return;
+  LUMEN_LOG(INFO) << "object " << id.Hex().substr(0, 12) << ": its last copy, on node "
+                  << node.Hex().substr(0, 12) << ", could not be read (" << why
+                  << "); rebuilding it from its lineage";
+  recovery_->OnLost({id},
+                    absl::StrCat("its only copy, on node ", node.Hex(),
+                                 ", could not be read (", why, ")"),
+                    node);
+}
+
+void CoreWorker::AnswerWhenReady(Connection& conn, uint64_t request_id, const ObjectId& id) {
+  bool ready = true;
+  bool too_many = false;
+  {
+    ObjectTable::Locked objects(*object_table_);
+    auto it = objects->find(id);
+    if (it != objects->end() && !it->second.ready) {
+      ready = false;
+      // Each parked wait counts against its connection until it runs or
+      // its object goes (the slot is released with the callback).
+      auto& count = parked_waits_[conn.id()];
+      if (!count) count = std::make_shared<std::atomic<size_t>>(0);
+      if (count->load() >= kMaxParkedWaitsPerPeer ||
+          parked_waits_total_->load() >= kMaxParkedWaits) {
+        too_many = true;
+      } else {
+        // Counted per peer and in all (the callbacks of a peer that left
+        // stay until their object is ready or freed).
+        ++*count;
+        ++*parked_waits_total_;
+        std::shared_ptr<void> slot(nullptr, [count, total = parked_waits_total_](void*) {
+          --*count;
+          --*total;
+        });
+        std::weak_ptr<Connection> weak = conn.shared_from_this();
+        it->second.on_ready.push_back([this, weak, request_id, id, slot] {
+          if (auto c = weak.lock()) SendObjectStatus(*c, request_id, id);
+        });
+      }
+    }
+  }
+  if (too_many) {
+    conn.Close(absl::ResourceExhaustedError(absl::StrCat(
+        "too many parked waits for objects (", kMaxParkedWaitsPerPeer, " per peer, ",
+        kMaxParkedWaits, " in all)")));
+    return;
+  }
+  if (ready) SendObjectStatus(conn, request_id, id);
+}
+
+absl::StatusOr<CoreWorker::RecoveredCopy> CoreWorker::RecoverFromOwner(const ObjectId& id,
+                                                                      const std::string& owner,
+                                                                      const NodeId& node,
+                                                                      const std::string& why) {
+  // Where an owner's objectStatus says the object is; DataLoss with its
+  // failure's message when it failed.
+  auto copy_from = [](proto::Value::Reader value) -> absl::StatusOr<RecoveredCopy> {
+    RecoveredCopy copy;
+    switch (value.which()) {
+      case proto::Value::INLINE: {
+        auto data = value.getInline();
+        copy.inline_value = std::make_shared<const std::string>(
+            reinterpret_cast<const char*>(data.begin()), data.size());
+        return copy;
+      }
+      case proto::Value::STORED: {
+        auto stored = value.getStored();
+        copy.node = IdFrom<NodeId>(stored.getNodeId());
+        copy.node_address = stored.getNodeAddress().cStr();
+        copy.size = stored.getSize();
+        return copy;
+      }
+      case proto::Value::ERROR:
+        break;
+    }
+    return absl::DataLossError(value.getError().getMessage().cStr());
+  };
+  // The answer, filled once on the io thread; shared so that a reader that
+  // gives up (the runtime stops) leaves nothing dangling.
+  struct Answer {
+    absl::Notification done;
+    absl::StatusOr<RecoveredCopy> copy = absl::UnavailableError("no answer");
+  };
+  auto answer = std::make_shared<Answer>();
+  auto finish = [answer](absl::StatusOr<RecoveredCopy> copy) {
+    if (answer->done.HasBeenNotified()) return;
+    answer->copy = std::move(copy);
+    answer->done.Notify();
+  };
+  bool posted = PostToIo("worker.recover_lost_copy", [this, id, owner, node, why, finish, copy_from] {
+    if (owner == listen_address_) {
+      // Ours: forget the copy (maybe rebuild), then answer once it is ready.
+      OnCopyUnreadable(id, node, why);
+      auto answer_now = [this, id, finish, copy_from] {
+        capnp::MallocMessageBuilder message;
+        auto value = message.initRoot<proto::Value>();
+        {
+          ObjectTable::Locked objects(*object_table_);
+          auto it = objects->find(id);
+          if (it == objects->end()) {
+            finish(absl::DataLossError(absl::StrCat("object ", id.Hex(), " was freed")));
+            return;
+          }
+          FillValue(value, it->second);
+        }
+        finish(copy_from(value.asReader()));
+      };
+      bool ready = true;
+      {
+        ObjectTable::Locked objects(*object_table_);
+        auto it = objects->find(id);
+        if (it != objects->end() && !it->second.ready) {
+          ready = false;
+          it->second.on_ready.push_back(answer_now);
+        }
+      }
+      if (ready) answer_now();
+      return;
+    }
+    WithPeer(owner, [this, id, node, why, finish, copy_from](absl::StatusOr<std::shared_ptr<Connection>> conn) {
+      if (!conn.ok()) {
+        finish(absl::UnavailableError(absl::StrCat("its owner is unreachable (it died): ",
+                                                   conn.status().message())));
+        return;
+      }
+      uint64_t request_id = next_request_id_++;
+      peer_requests_[request_id] =
+          PeerRequest{(*conn)->id(), [finish, copy_from](proto::Envelope::Reader msg) {
+                        if (!msg.isObjectStatus()) {
+                          finish(absl::UnavailableError("its owner died before it answered"));
+                          return;
+                        }
+                        finish(copy_from(msg.getObjectStatus().getValue()));
+                      }};
+      OutMessage out;
+      auto env = out.Init();
+      env.setRequestId(request_id);
+      auto req = env.initRecoverObject();
+      req.setObjectId(DataOf(id));
+      req.setNodeId(DataOf(node));
+      req.setError(why);
+      (*conn)->Send(out.builder());
+    });
+  });
+  if (!posted) return absl::CancelledError("the runtime is shutting down");
+  // The owner answers once the object is rebuilt (bounded by its task's
+  // retries) or failed, or its connection closes; we stop waiting when the
+  // runtime stops.
+  while (!answer->done.WaitForNotificationWithTimeout(absl::Milliseconds(200))) {
+    if (stopped_ || node_lost_) return absl::CancelledError("the runtime is shutting down");
+  }
+  return answer->copy;
+}
+
+}  // namespace lumen::runtime

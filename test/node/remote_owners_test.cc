@@ -1,0 +1,82 @@
+// RemoteOwners (core/node/remote_owners.h): a remote owner whose connection
+// closes is freed only once its owner service refuses a connection. Real
+// loopback sockets on one io_context, no processes.
+#include "core/node/remote_owners.h"
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/asio.hpp>
+
+namespace {
+
+using lumen::JobId;
+using lumen::WorkerId;
+using lumen::node::RemoteOwners;
+namespace asio = boost::asio;
+
+// Runs `io` until `done` or `limit` passes; true when done.
+template <class F>
+bool RunUntil(asio::io_context& io, F done, std::chrono::milliseconds limit) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (!done() && std::chrono::steady_clock::now() < end) {
+    io.restart();
+    io.run_for(std::chrono::milliseconds(10));
+  }
+  return done();
+}
+
+}  // namespace
+
+TEST_CASE("a remote owner whose link closed keeps its key while its address answers, and is gone "
+          "once it refuses") {
+  // Invariant (reliability item 4): a closed remote-owner connection alone
+  // frees nothing: while the owner's address accepts connections it is not
+  // reported gone (several probe periods), and a new connection from the
+  // same worker gets the same key back; once nothing listens there, it is
+  // reported gone once, with its key, job and driver flag. An owner whose job
+  // ended is forgotten without a report.
+  asio::io_context io;
+  std::optional<asio::ip::tcp::acceptor> owner_service;
+  owner_service.emplace(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  const std::string address =
+      "127.0.0.1:" + std::to_string(owner_service->local_endpoint().port());
+  std::vector<RemoteOwners::Gone> gone;
+  RemoteOwners owners({.io = &io,
+                       .session_dir = "/nonexistent-session",
+                       .probe_period = std::chrono::milliseconds(20),
+                       .connect_timeout = std::chrono::milliseconds(500),
+                       .gone = [&](const RemoteOwners::Gone& g) { gone.push_back(g); }});
+  const WorkerId worker = WorkerId::Random();
+  const JobId job = JobId::Random();
+
+  const uint64_t key = owners.OnHello(worker, job, address, /*is_driver=*/true, /*conn=*/11);
+  CHECK(key == 11);
+  owners.OnClosed(11);
+  CHECK(owners.disconnected() == 1);
+  // Accepted probes (the owner lives): nothing is gone over 10 probe periods.
+  CHECK_FALSE(RunUntil(io, [&] { return !gone.empty(); }, std::chrono::milliseconds(200)));
+  CHECK(owners.OnHello(worker, job, address, true, /*conn=*/12) == key);  // back: same key
+  CHECK(owners.disconnected() == 0);
+
+  owners.OnClosed(12);
+  owner_service.reset();  // the process is gone: its port refuses
+  REQUIRE(RunUntil(io, [&] { return !gone.empty(); }, std::chrono::seconds(5)));
+  REQUIRE(gone.size() == 1);
+  CHECK(gone[0].key == key);
+  CHECK(gone[0].job == job);
+  CHECK(gone[0].is_driver);
+  CHECK(owners.known() == 0);
+  CHECK_FALSE(RunUntil(io, [&] { return gone.size() > 1; }, std::chrono::milliseconds(100)));
+
+  // A job's end forgets its owners, connected or not, without a report.
+  const WorkerId other = WorkerId::Random();
+  owners.OnHello(other, job, "127.0.0.1:1", false, 13);
+  owners.OnClosed(13);
+  owners.EndJob(job);
+  CHECK(owners.known() == 0);
+  CHECK_FALSE(RunUntil(io, [&] { return gone.size() > 1; }, std::chrono::milliseconds(100)));
+}
