@@ -178,7 +178,7 @@ TEST_CASE("head lost with persistence off: nodes stop and head calls fail with a
   CHECK(leaks.Leaks("") == "");
 }
 
-TEST_CASE("persistence off: a node whose head link resets comes back as itself; a restarted head "
+TEST_CASE("persistence off: a node whose head link resets comes back as itself, and a restarted head "
           "that does not know it stops it",
           "[chaos]") {
   // Invariant (items 6 and 8): with --head-persistence none, a reset of a

@@ -56,7 +56,7 @@ int FreePort() {
 
 }  // namespace
 
-TEST_CASE("a remote owner's link reset keeps its objects on that node; its death frees them "
+TEST_CASE("a remote owner's link reset keeps its objects on that node, and its death frees them "
           "within 2 s") {
   // Invariant (reliability item 4): a node frees the primary copies a
   // remote owner (a process of another node) owns there only once that
