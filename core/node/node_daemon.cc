@@ -101,8 +101,6 @@ class NodeDaemon {
   void OnWorkerLogs(Connection& conn, proto::Envelope::Reader msg);
   // `lumen timeline`: every task event kept here, this daemon's own included.
   void SendTaskEvents(Connection& conn, uint64_t request_id);
-  // Moves this daemon's own recorded events into task_events_.
-  void DrainOwnTaskEvents();
   void OnClusterView(proto::ClusterView::Reader view);
   [[nodiscard]] absl::Status OnBundles(proto::Envelope::Reader msg);
   void ReapChildren();
@@ -580,16 +578,7 @@ void NodeDaemon::OnGetWorkerExit(Connection& conn, proto::Envelope::Reader msg) 
     OutMessage out;
     auto env = out.Init();
     env.setRequestId(request_id);
-    auto info = env.initWorkerExit();
-    info.setNodeId(DataOf(node_id_));
-    info.setKnown(exit != nullptr);
-    info.setExitCode(-1);
-    if (exit != nullptr) {
-      info.setPid(exit->pid);
-      info.setCause(exit->cause);
-      info.setSignal(exit->signal);
-      info.setExitCode(exit->exit_code);
-    }
+    FillWorkerExitInfo(node_id_, exit, env.initWorkerExit());
     c->Send(out.builder());
   };
   if (!client.may_lease()) {
@@ -630,22 +619,7 @@ void NodeDaemon::OnWorkerLogs(Connection& conn, proto::Envelope::Reader msg) {
     return;
   }
   if (client.role != proto::Role::CLI) return;
-  uint64_t max_bytes = query.getMaxBytes() > 0 ? query.getMaxBytes() : uint64_t{1} << 20;
-  std::vector<WorkerLogLine> lines = worker_logs_->ReadFiles(
-      query.getWorkerPid(), query.getActorName().cStr(), std::min<uint64_t>(max_bytes, 16u << 20));
-  // One reply frame: keep the newest lines that fit well under the frame limit.
-  size_t total = 0, first = lines.size();
-  while (first > 0 && total + lines[first - 1].text.size() + 64 < (48u << 20)) {
-    total += lines[--first].text.size() + 64;
-  }
-  auto list = batch.initLines(static_cast<unsigned>(lines.size() - first));
-  for (size_t i = first; i < lines.size(); ++i) {
-    auto l = list[static_cast<unsigned>(i - first)];
-    l.setPid(lines[i].pid);
-    l.setStderr(lines[i].is_stderr);
-    l.setText(lines[i].text);
-    l.setName(lines[i].name);
-  }
+  worker_logs_->AnswerQuery(query, batch);
   conn.Send(out.builder());
 }
 
@@ -717,14 +691,8 @@ void NodeDaemon::ReapIdleWorkersLater() {
   });
 }
 
-void NodeDaemon::DrainOwnTaskEvents() {
-  std::string records;  // ours: lease grants, pulls
-  TaskEvents().DrainPacked(&records);
-  (void)task_events_.AddPacked(std::move(records), 0);  // well formed: just packed
-}
-
 void NodeDaemon::SendTaskEvents(Connection& conn, uint64_t request_id) {
-  DrainOwnTaskEvents();
+  task_events_.AddOwnEvents();
   OutMessage out;
   auto env = out.Init();
   env.setRequestId(request_id);
@@ -735,7 +703,7 @@ void NodeDaemon::SendTaskEvents(Connection& conn, uint64_t request_id) {
 }
 
 void NodeDaemon::FillStats(proto::NodeStats::Builder stats) {
-  DrainOwnTaskEvents();
+  task_events_.AddOwnEvents();
   FillTaskTotals(task_events_.totals(), stats.initTaskTotals());
   stats.setNodeId(DataOf(node_id_));
   stats.setAddress(address_);

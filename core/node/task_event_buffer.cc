@@ -116,4 +116,10 @@ void TaskEventBuffer::FillBatch(proto::TaskEventBatch::Builder out) const {
   out.setDropped(totals_.dropped);
 }
 
+void TaskEventBuffer::AddOwnEvents() {
+  std::string records;
+  TaskEvents().DrainPacked(&records);
+  (void)AddPacked(std::move(records), 0);  // well formed: just packed
+}
+
 }  // namespace lumen::node

@@ -57,6 +57,9 @@ class TaskEventBuffer {
   // or counted).
   absl::Status AddPacked(std::string records, uint64_t dropped_upstream,
                          std::vector<TaskEvent>* failed = nullptr);
+  // Moves this process's own recorded events (TaskEvents(): the daemon's
+  // lease grants and pulls) in.
+  void AddOwnEvents();
   // The same for a taskEvents frame (packed, or the old per-event list).
   absl::Status AddBatch(proto::TaskEventBatch::Reader batch, std::vector<TaskEvent>* failed = nullptr);
   // The same for decoded events (tests).

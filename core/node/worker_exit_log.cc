@@ -1,5 +1,7 @@
 #include "core/node/worker_exit_log.h"
 
+#include "lumen/common/proto_util.h"
+
 namespace lumen::node {
 
 void WorkerExitLog::Forget(uint64_t client) {
@@ -61,6 +63,19 @@ void WorkerExitLog::Ask(const WorkerId& id, const JobId& job, uint64_t client, b
       return;
     }
   });
+}
+
+void FillWorkerExitInfo(const NodeId& node, const WorkerExit* exit,
+                        proto::WorkerExitInfo::Builder info) {
+  info.setNodeId(DataOf(node));
+  info.setKnown(exit != nullptr);
+  info.setExitCode(-1);
+  if (exit != nullptr) {
+    info.setPid(exit->pid);
+    info.setCause(exit->cause);
+    info.setSignal(exit->signal);
+    info.setExitCode(exit->exit_code);
+  }
 }
 
 }  // namespace lumen::node

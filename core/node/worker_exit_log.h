@@ -22,6 +22,7 @@
 #include "lumen/common/ids.h"
 #include "lumen/common/thread_checker.h"
 #include "core/node/worker_pool.h"
+#include "lumen/proto/lumen.capnp.h"
 
 namespace lumen::node {
 
@@ -62,5 +63,10 @@ class WorkerExitLog {
   absl::flat_hash_map<uint64_t, size_t> waiters_per_client_;
   uint64_t next_serial_ = 1;
 };
+
+// The answer to a getWorkerExit query: `exit`, or unknown (exit code -1)
+// when null.
+void FillWorkerExitInfo(const NodeId& node, const WorkerExit* exit,
+                        proto::WorkerExitInfo::Builder info);
 
 }  // namespace lumen::node

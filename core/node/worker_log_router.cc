@@ -306,4 +306,24 @@ void WorkerLogRouter::Stop() {
   }
 }
 
+void WorkerLogRouter::AnswerQuery(proto::WorkerLogQuery::Reader query,
+                                  proto::WorkerLogBatch::Builder batch) const {
+  uint64_t max_bytes = query.getMaxBytes() > 0 ? query.getMaxBytes() : uint64_t{1} << 20;
+  std::vector<WorkerLogLine> lines = ReadFiles(query.getWorkerPid(), query.getActorName().cStr(),
+                                               std::min<uint64_t>(max_bytes, 16u << 20));
+  // One reply frame: keep the newest lines that fit well under the frame limit.
+  size_t total = 0, first = lines.size();
+  while (first > 0 && total + lines[first - 1].text.size() + 64 < (48u << 20)) {
+    total += lines[--first].text.size() + 64;
+  }
+  auto list = batch.initLines(static_cast<unsigned>(lines.size() - first));
+  for (size_t i = first; i < lines.size(); ++i) {
+    auto l = list[static_cast<unsigned>(i - first)];
+    l.setPid(lines[i].pid);
+    l.setStderr(lines[i].is_stderr);
+    l.setText(lines[i].text);
+    l.setName(lines[i].name);
+  }
+}
+
 }  // namespace lumen::node

@@ -37,6 +37,7 @@
 #include "core/node/rotating_log_file.h"
 #include "lumen/common/ids.h"
 #include "lumen/common/thread_checker.h"
+#include "lumen/proto/lumen.capnp.h"
 
 namespace lumen::node {
 
@@ -82,6 +83,9 @@ class WorkerLogRouter {
   // workers, of one worker (`pid` != 0) or of one actor (`actor` not empty).
   std::vector<WorkerLogLine> ReadFiles(pid_t pid, const std::string& actor,
                                        uint64_t max_bytes) const;
+  // `lumen logs`: the query's lines (ReadFiles, at most 16 MiB read), the
+  // newest that fit one reply frame, into `batch`.
+  void AnswerQuery(proto::WorkerLogQuery::Reader query, proto::WorkerLogBatch::Builder batch) const;
   // Stops reading (the daemon is exiting); the files stay.
   void Stop();
 
