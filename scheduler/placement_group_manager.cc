@@ -70,6 +70,7 @@ absl::StatusOr<const PlacementGroup*> PlacementGroupManager::Create(
   order_[sequence] = id;
   sequence_of_[id] = sequence;
   ++live_groups_;
+  waiting_[sequence] = &g;  // kPending
   return &g;
 }
 
@@ -81,13 +82,16 @@ absl::Status PlacementGroupManager::Restore(PlacementGroup g) {
   if (g.state == GroupState::kCreated && g.nodes.size() != g.bundles.size()) {
     return absl::InvalidArgumentError("a created placement group needs a node per bundle");
   }
-  if (g.state != GroupState::kCreated) g.state = GroupState::kPending;
+  const GroupState state = g.state == GroupState::kCreated ? GroupState::kCreated
+                                                           : GroupState::kPending;
+  g.state = GroupState::kRemoved;  // not indexed yet: SetState indexes it
   std::string id = g.id;
-  groups_[id] = std::move(g);
+  PlacementGroup& restored = groups_[id] = std::move(g);
   uint64_t sequence = next_sequence_++;
   order_[sequence] = id;
   sequence_of_[id] = sequence;
   ++live_groups_;
+  SetState(restored, state);
   ++version_;
   return absl::OkStatus();
 }
@@ -126,7 +130,7 @@ bool PlacementGroupManager::Remove(const std::string& id) {
     DropTickets(id);
     in_flight_.clear();
   }
-  g.state = GroupState::kRemoved;
+  SetState(g, GroupState::kRemoved);
   --live_groups_;
   removed_order_.push_back(id);
   Emit(g, GroupEvent::kRemoved);
@@ -137,9 +141,9 @@ bool PlacementGroupManager::Remove(const std::string& id) {
 void PlacementGroupManager::Schedule(const ClusterResourceView& view) {
   thread_.Check("PlacementGroupManager");
   if (AttemptUnderWay()) return;  // one at a time
-  for (const auto& [sequence, id] : order_) {
-    PlacementGroup& g = groups_.at(id);
-    if (g.state != GroupState::kPending && g.state != GroupState::kInfeasible) continue;
+  // Only the waiting groups, oldest first (not every group the head keeps).
+  for (auto wit = waiting_.begin(); wit != waiting_.end();) {
+    PlacementGroup& g = *(wit++)->second;
     std::vector<ResourceSet> bundles;
     bool valid = true;
     for (const auto& b : g.bundles) {
@@ -158,13 +162,13 @@ void PlacementGroupManager::Schedule(const ClusterResourceView& view) {
         LUMEN_LOG(INFO) << "placement group " << g.name << " waits: " << placed.status().message();
       }
       g.error = std::string(placed.status().message());
-      g.state = placed.status().code() == absl::StatusCode::kFailedPrecondition
-                    ? GroupState::kInfeasible
-                    : GroupState::kPending;
+      SetState(g, placed.status().code() == absl::StatusCode::kFailedPrecondition
+                      ? GroupState::kInfeasible
+                      : GroupState::kPending);
       continue;
     }
     g.nodes = *std::move(placed);
-    g.state = GroupState::kPreparing;
+    SetState(g, GroupState::kPreparing);
     g.error.clear();
     in_flight_ = g.id;
     if (!SendPhase(g, BundlePhase::kPrepare)) RollBack(g, "a chosen node is gone");
@@ -190,11 +194,11 @@ void PlacementGroupManager::OnBundleReply(uint64_t ticket, const absl::Status& s
   }
   if (!tickets_.empty()) return;  // other nodes of this phase still to answer
   if (g.state == GroupState::kPreparing) {
-    g.state = GroupState::kCommitting;
+    SetState(g, GroupState::kCommitting);
     if (!SendPhase(g, BundlePhase::kCommit)) RollBack(g, "a chosen node is gone");
     return;
   }
-  g.state = GroupState::kCreated;
+  SetState(g, GroupState::kCreated);
   in_flight_.clear();
   Emit(g, GroupEvent::kCreated);
 }
@@ -246,9 +250,8 @@ void PlacementGroupManager::OnNodeDead(const std::string& node_id) {
   FailTicketsOf(node_id, "died");
   pending_cancels_.erase(node_id);  // its bundles went with it
   std::vector<std::string> hit;
-  for (const auto& [id, g] : groups_) {
-    if (g.state == GroupState::kCreated &&
-        std::find(g.nodes.begin(), g.nodes.end(), node_id) != g.nodes.end()) {
+  for (const auto& [id, g] : created_) {
+    if (std::find(g->nodes.begin(), g->nodes.end(), node_id) != g->nodes.end()) {
       hit.push_back(id);
     }
   }
@@ -300,11 +303,28 @@ bool PlacementGroupManager::SendPhase(PlacementGroup& g, BundlePhase phase) {
   return reached_all;
 }
 
+void PlacementGroupManager::SetState(PlacementGroup& g, GroupState state) {
+  const uint64_t sequence = sequence_of_.at(g.id);
+  const bool was_waiting = g.state == GroupState::kPending || g.state == GroupState::kInfeasible;
+  const bool waits = state == GroupState::kPending || state == GroupState::kInfeasible;
+  if (was_waiting && !waits) waiting_.erase(sequence);
+  if (!was_waiting && waits) waiting_[sequence] = &g;
+  if (g.state == GroupState::kCreated && state != GroupState::kCreated) {
+    created_.erase(g.id);
+    created_bundles_ -= g.bundles.size();
+  }
+  if (g.state != GroupState::kCreated && state == GroupState::kCreated) {
+    created_[g.id] = &g;
+    created_bundles_ += g.bundles.size();
+  }
+  g.state = state;
+}
+
 void PlacementGroupManager::RollBack(PlacementGroup& g, const std::string& why) {
   SendPhase(g, BundlePhase::kCancel);
   DropTickets(g.id);
   if (in_flight_ == g.id) in_flight_.clear();
-  g.state = GroupState::kPending;
+  SetState(g, GroupState::kPending);
   g.error = why;
   ++rollbacks_;
   Emit(g, GroupEvent::kRolledBack);

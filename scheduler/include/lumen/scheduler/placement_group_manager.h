@@ -155,8 +155,12 @@ class PlacementGroupManager {
 
   // The group, or nullptr when unknown (or forgotten after removal).
   const PlacementGroup* Find(const std::string& id) const;
-  // Every known group, by id.
+  // Every known group, by id (removed ones included, up to removed_groups_kept).
   const std::map<std::string, PlacementGroup>& groups() const { return groups_; }
+  // The created groups, by id, and their bundles in all: what the nodes'
+  // views list, without walking the removed groups kept.
+  const std::map<std::string, const PlacementGroup*>& created() const { return created_; }
+  size_t created_bundles() const { return created_bundles_; }
   size_t live_groups() const { return live_groups_; }
   // Attempts undone so far (for tests and logs).
   uint64_t rollbacks() const { return rollbacks_; }
@@ -180,6 +184,9 @@ class PlacementGroupManager {
   // Undoes the attempt or the reservation of `g`: cancels everywhere, drops its
   // tickets, back to kPending with `why`.
   void RollBack(PlacementGroup& g, const std::string& why);
+  // Moves `g` to `state`, keeping waiting_ and created_ in step (every state
+  // change goes through here).
+  void SetState(PlacementGroup& g, GroupState state);
   void DropTickets(const std::string& group_id);
   void Emit(const PlacementGroup& g, GroupEvent event);
   void ForgetOldRemovedGroups();
@@ -191,6 +198,12 @@ class PlacementGroupManager {
   absl::flat_hash_map<std::string, uint64_t> sequence_of_;  // id -> creation sequence
   uint64_t next_sequence_ = 1;
   std::deque<std::string> removed_order_;  // removed ids, oldest first
+  // Indices into groups_ (std::map nodes do not move): the groups Schedule
+  // tries (kPending, kInfeasible) by creation sequence, and the kCreated ones
+  // by id. A Schedule or a view then costs O(those), not O(groups kept).
+  std::map<uint64_t, PlacementGroup*> waiting_;
+  std::map<std::string, const PlacementGroup*> created_;
+  size_t created_bundles_ = 0;
   size_t live_groups_ = 0;
   // The attempt under way: its group, and replies still awaited.
   std::string in_flight_;
