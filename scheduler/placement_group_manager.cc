@@ -1,6 +1,7 @@
 #include "lumen/scheduler/placement_group_manager.h"
 
 #include <algorithm>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -126,10 +127,7 @@ bool PlacementGroupManager::Remove(const std::string& id) {
   bool reserved = g.state == GroupState::kPreparing || g.state == GroupState::kCommitting ||
                   g.state == GroupState::kCreated;
   if (reserved) SendPhase(g, BundlePhase::kCancel);
-  if (in_flight_ == id) {
-    DropTickets(id);
-    in_flight_.clear();
-  }
+  if (in_flight_.erase(id) > 0) DropTickets(id);
   SetState(g, GroupState::kRemoved);
   --live_groups_;
   removed_order_.push_back(id);
@@ -138,25 +136,48 @@ bool PlacementGroupManager::Remove(const std::string& id) {
   return true;
 }
 
+namespace {
+
+// The group's bundles as resource sets; false (and `error` says why) when one
+// is not a valid resource set.
+bool BundleSets(const PlacementGroup& g, std::vector<ResourceSet>* sets, std::string* error) {
+  for (const auto& b : g.bundles) {
+    auto set = ResourceSet::FromMap(b);
+    if (!set.ok()) {
+      *error = std::string(set.status().message());
+      return false;
+    }
+    sets->push_back(*std::move(set));
+  }
+  return true;
+}
+
+}  // namespace
+
 void PlacementGroupManager::Schedule(const ClusterResourceView& view) {
   thread_.Check("PlacementGroupManager");
-  if (AttemptUnderWay()) return;  // one at a time
+  const size_t max_in_flight = std::max<size_t>(1, options_.limits.max_attempts_in_flight);
+  if (waiting_.empty() || in_flight_.size() >= max_in_flight) return;
+  // What is left once the attempts under way (and those this pass starts)
+  // took their bundles: the nodes' reports may not show them yet. (A report
+  // that does show one makes this conservative: a group that then does not
+  // fit waits for the next Schedule, after that attempt ends.)
+  ClusterResourceView room = view;
+  auto take = [&room](const PlacementGroup& g, const std::vector<ResourceSet>& sets) {
+    for (size_t i = 0; i < sets.size() && i < g.nodes.size(); ++i) room.Subtract(g.nodes[i], sets[i]);
+  };
+  for (const auto& [id, unused] : in_flight_) {
+    const PlacementGroup& g = groups_.at(id);
+    std::vector<ResourceSet> sets;
+    std::string ignored;
+    if (BundleSets(g, &sets, &ignored)) take(g, sets);
+  }
   // Only the waiting groups, oldest first (not every group the head keeps).
-  for (auto wit = waiting_.begin(); wit != waiting_.end();) {
+  for (auto wit = waiting_.begin(); wit != waiting_.end() && in_flight_.size() < max_in_flight;) {
     PlacementGroup& g = *(wit++)->second;
     std::vector<ResourceSet> bundles;
-    bool valid = true;
-    for (const auto& b : g.bundles) {
-      auto set = ResourceSet::FromMap(b);
-      if (!set.ok()) {
-        valid = false;
-        g.error = std::string(set.status().message());
-        break;
-      }
-      bundles.push_back(*std::move(set));
-    }
-    if (!valid) continue;
-    auto placed = view.PlaceBundles(bundles, g.strategy);
+    if (!BundleSets(g, &bundles, &g.error)) continue;
+    auto placed = room.PlaceBundles(bundles, g.strategy);
     if (!placed.ok()) {
       if (g.error != placed.status().message()) {
         LUMEN_LOG(INFO) << "placement group " << g.name << " waits: " << placed.status().message();
@@ -170,9 +191,12 @@ void PlacementGroupManager::Schedule(const ClusterResourceView& view) {
     g.nodes = *std::move(placed);
     SetState(g, GroupState::kPreparing);
     g.error.clear();
-    in_flight_ = g.id;
-    if (!SendPhase(g, BundlePhase::kPrepare)) RollBack(g, "a chosen node is gone");
-    return;
+    in_flight_[g.id] = 0;
+    if (!SendPhase(g, BundlePhase::kPrepare)) {
+      RollBack(g, "a chosen node is gone");
+      continue;
+    }
+    take(g, bundles);
   }
 }
 
@@ -182,6 +206,9 @@ void PlacementGroupManager::OnBundleReply(uint64_t ticket, const absl::Status& s
   if (it == tickets_.end()) return;  // an abandoned attempt's reply
   std::string group_id = std::move(it->second.group_id);
   tickets_.erase(it);
+  auto fit = in_flight_.find(group_id);
+  if (fit == in_flight_.end()) return;  // not possible: its tickets go with it
+  --fit->second;
   auto git = groups_.find(group_id);
   if (git == groups_.end()) return;
   PlacementGroup& g = git->second;
@@ -192,27 +219,30 @@ void PlacementGroupManager::OnBundleReply(uint64_t ticket, const absl::Status& s
     RollBack(g, std::string(status.message()));
     return;
   }
-  if (!tickets_.empty()) return;  // other nodes of this phase still to answer
+  if (fit->second > 0) return;  // other nodes of this phase still to answer
   if (g.state == GroupState::kPreparing) {
     SetState(g, GroupState::kCommitting);
     if (!SendPhase(g, BundlePhase::kCommit)) RollBack(g, "a chosen node is gone");
     return;
   }
   SetState(g, GroupState::kCreated);
-  in_flight_.clear();
+  in_flight_.erase(fit);
   Emit(g, GroupEvent::kCreated);
 }
 
 void PlacementGroupManager::FailTicketsOf(const std::string& node_id, const std::string& why) {
-  bool lost_reply = std::any_of(tickets_.begin(), tickets_.end(),
-                                [&](const auto& t) { return t.second.node_id == node_id; });
-  if (!lost_reply) return;
-  auto git = groups_.find(in_flight_);
-  if (git == groups_.end()) return;
-  LUMEN_LOG(INFO) << "placement group " << git->second.name << ": node " << ShortId(node_id)
-                  << " " << why << " during " << GroupStateName(git->second.state)
-                  << "; rolling back";
-  RollBack(git->second, "the node " + why);
+  std::set<std::string> lost;  // the attempts waiting on a reply of that node
+  for (const auto& [ticket, t] : tickets_) {
+    if (t.node_id == node_id) lost.insert(t.group_id);
+  }
+  for (const std::string& id : lost) {
+    auto git = groups_.find(id);
+    if (git == groups_.end() || !in_flight_.contains(id)) continue;
+    LUMEN_LOG(INFO) << "placement group " << git->second.name << ": node " << ShortId(node_id)
+                    << " " << why << " during " << GroupStateName(git->second.state)
+                    << "; rolling back";
+    RollBack(git->second, "the node " + why);
+  }
 }
 
 void PlacementGroupManager::OnNodeReconnected(const std::string& node_id) {
@@ -298,7 +328,10 @@ bool PlacementGroupManager::SendPhase(PlacementGroup& g, BundlePhase phase) {
       reached_all = false;
       break;
     }
-    if (request.ticket != 0) tickets_[request.ticket] = Ticket{g.id, node};
+    if (request.ticket != 0) {
+      tickets_[request.ticket] = Ticket{g.id, node};
+      ++in_flight_[g.id];
+    }
   }
   return reached_all;
 }
@@ -323,7 +356,7 @@ void PlacementGroupManager::SetState(PlacementGroup& g, GroupState state) {
 void PlacementGroupManager::RollBack(PlacementGroup& g, const std::string& why) {
   SendPhase(g, BundlePhase::kCancel);
   DropTickets(g.id);
-  if (in_flight_ == g.id) in_flight_.clear();
+  in_flight_.erase(g.id);
   SetState(g, GroupState::kPending);
   g.error = why;
   ++rollbacks_;
