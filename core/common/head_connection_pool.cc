@@ -1,7 +1,10 @@
 #include "lumen/common/head_connection_pool.h"
 
 #include <poll.h>
+#include <pthread.h>
 #include <unistd.h>
+
+#include <atomic>
 
 namespace lumen::runtime {
 namespace {
@@ -14,15 +17,25 @@ bool StillOpen(int fd) {
   return ::poll(&p, 1, 0) == 0;
 }
 
+// This process's id without a system call per Take and Give (glibc no longer
+// caches getpid): set when the pool is made and again in a forked child.
+std::atomic<pid_t> self_pid{0};
+
+pid_t Self() { return self_pid.load(std::memory_order_relaxed); }
+
 }  // namespace
 
 HeadConnectionPool& HeadConnectionPool::Instance() {
-  static auto* pool = new HeadConnectionPool();  // never destroyed (used until exit)
+  static auto* pool = [] {
+    self_pid.store(::getpid());
+    ::pthread_atfork(nullptr, nullptr, [] { self_pid.store(::getpid()); });
+    return new HeadConnectionPool();  // never destroyed (used until exit)
+  }();
   return *pool;
 }
 
 int HeadConnectionPool::Take(const std::string& address) {
-  const pid_t self = ::getpid();
+  const pid_t self = Self();
   std::vector<int> stale;
   int fd = -1;
   {
@@ -51,7 +64,7 @@ void HeadConnectionPool::Give(const std::string& address, int fd) {
     absl::MutexLock lock(&mu_);
     auto& idle = idle_[address];
     if (idle.size() < kIdlePerAddress) {
-      idle.push_back({fd, ::getpid()});
+      idle.push_back({fd, Self()});
       return;
     }
   }
@@ -59,7 +72,7 @@ void HeadConnectionPool::Give(const std::string& address, int fd) {
 }
 
 void HeadConnectionPool::Clear() {
-  const pid_t self = ::getpid();
+  const pid_t self = Self();
   std::vector<int> fds;
   {
     absl::MutexLock lock(&mu_);

@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -127,4 +128,27 @@ TEST_CASE("The pool keeps a bounded number of idle connections per head") {
   CHECK(pool.IdleCount(address) == HeadConnectionPool::kIdlePerAddress);
   CHECK(pool.Take(address) == -1);  // every one is closed at the other end
   CHECK(pool.IdleCount(address) == 0);
+}
+
+TEST_CASE("A forked child never takes a connection its parent pooled") {
+  // Invariant: two processes never share one pooled connection (their
+  // requests and replies would interleave): a child's Take skips what the
+  // parent gave, and the parent still has it.
+  HeadConnectionPool& pool = HeadConnectionPool::Instance();
+  pool.Clear();
+  const std::string address = "127.0.0.1:2";
+  int fds[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds) == 0);
+  pool.Give(address, fds[0]);  // its peer stays open: a usable connection
+  pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) _exit(pool.Take(address) == -1 ? 0 : 1);
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(pool.IdleCount(address) == 1);
+  CHECK(pool.Take(address) == fds[0]);
+  ::close(fds[0]);
+  ::close(fds[1]);
 }
