@@ -249,8 +249,9 @@ void PlacementGroupManager::FailTicketsOf(const std::string& node_id, const std:
 
 void PlacementGroupManager::OnNodeReconnected(const std::string& node_id) {
   thread_.Check("PlacementGroupManager");
-  // First what it may have missed, then the rollbacks' cancels (FailTicketsOf
-  // sent them on the new connection already: order among cancels is moot).
+  // First the cancels it may have missed (oldest first), then the rollbacks
+  // of the attempts whose replies were lost, whose cancels follow them on
+  // the new connection.
   cancels_.OnNodeReconnected(node_id);
   FailTicketsOf(node_id, "lost its connection to the head");
 }
