@@ -1,6 +1,7 @@
 #include "lumen/scheduler/placement_group_manager.h"
 
 #include <algorithm>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -70,6 +71,7 @@ absl::StatusOr<const PlacementGroup*> PlacementGroupManager::Create(
   order_[sequence] = id;
   sequence_of_[id] = sequence;
   ++live_groups_;
+  waiting_[sequence] = &g;  // kPending
   return &g;
 }
 
@@ -81,13 +83,16 @@ absl::Status PlacementGroupManager::Restore(PlacementGroup g) {
   if (g.state == GroupState::kCreated && g.nodes.size() != g.bundles.size()) {
     return absl::InvalidArgumentError("a created placement group needs a node per bundle");
   }
-  if (g.state != GroupState::kCreated) g.state = GroupState::kPending;
+  const GroupState state = g.state == GroupState::kCreated ? GroupState::kCreated
+                                                           : GroupState::kPending;
+  g.state = GroupState::kRemoved;  // not indexed yet: SetState indexes it
   std::string id = g.id;
-  groups_[id] = std::move(g);
+  PlacementGroup& restored = groups_[id] = std::move(g);
   uint64_t sequence = next_sequence_++;
   order_[sequence] = id;
   sequence_of_[id] = sequence;
   ++live_groups_;
+  SetState(restored, state);
   ++version_;
   return absl::OkStatus();
 }
@@ -122,11 +127,8 @@ bool PlacementGroupManager::Remove(const std::string& id) {
   bool reserved = g.state == GroupState::kPreparing || g.state == GroupState::kCommitting ||
                   g.state == GroupState::kCreated;
   if (reserved) SendPhase(g, BundlePhase::kCancel);
-  if (in_flight_ == id) {
-    DropTickets(id);
-    in_flight_.clear();
-  }
-  g.state = GroupState::kRemoved;
+  if (in_flight_.erase(id) > 0) DropTickets(id);
+  SetState(g, GroupState::kRemoved);
   --live_groups_;
   removed_order_.push_back(id);
   Emit(g, GroupEvent::kRemoved);
@@ -134,41 +136,67 @@ bool PlacementGroupManager::Remove(const std::string& id) {
   return true;
 }
 
+namespace {
+
+// The group's bundles as resource sets; false (and `error` says why) when one
+// is not a valid resource set.
+bool BundleSets(const PlacementGroup& g, std::vector<ResourceSet>* sets, std::string* error) {
+  for (const auto& b : g.bundles) {
+    auto set = ResourceSet::FromMap(b);
+    if (!set.ok()) {
+      *error = std::string(set.status().message());
+      return false;
+    }
+    sets->push_back(*std::move(set));
+  }
+  return true;
+}
+
+}  // namespace
+
 void PlacementGroupManager::Schedule(const ClusterResourceView& view) {
   thread_.Check("PlacementGroupManager");
-  if (AttemptUnderWay()) return;  // one at a time
-  for (const auto& [sequence, id] : order_) {
-    PlacementGroup& g = groups_.at(id);
-    if (g.state != GroupState::kPending && g.state != GroupState::kInfeasible) continue;
+  const size_t max_in_flight = std::max<size_t>(1, options_.limits.max_attempts_in_flight);
+  if (waiting_.empty() || in_flight_.size() >= max_in_flight) return;
+  // What is left once the attempts under way (and those this pass starts)
+  // took their bundles: the nodes' reports may not show them yet. (A report
+  // that does show one makes this conservative: a group that then does not
+  // fit waits for the next Schedule, after that attempt ends.)
+  ClusterResourceView room = view;
+  auto take = [&room](const PlacementGroup& g, const std::vector<ResourceSet>& sets) {
+    for (size_t i = 0; i < sets.size() && i < g.nodes.size(); ++i) room.Subtract(g.nodes[i], sets[i]);
+  };
+  for (const auto& [id, unused] : in_flight_) {
+    const PlacementGroup& g = groups_.at(id);
+    std::vector<ResourceSet> sets;
+    std::string ignored;
+    if (BundleSets(g, &sets, &ignored)) take(g, sets);
+  }
+  // Only the waiting groups, oldest first (not every group the head keeps).
+  for (auto wit = waiting_.begin(); wit != waiting_.end() && in_flight_.size() < max_in_flight;) {
+    PlacementGroup& g = *(wit++)->second;
     std::vector<ResourceSet> bundles;
-    bool valid = true;
-    for (const auto& b : g.bundles) {
-      auto set = ResourceSet::FromMap(b);
-      if (!set.ok()) {
-        valid = false;
-        g.error = std::string(set.status().message());
-        break;
-      }
-      bundles.push_back(*std::move(set));
-    }
-    if (!valid) continue;
-    auto placed = view.PlaceBundles(bundles, g.strategy);
+    if (!BundleSets(g, &bundles, &g.error)) continue;
+    auto placed = room.PlaceBundles(bundles, g.strategy);
     if (!placed.ok()) {
       if (g.error != placed.status().message()) {
         LUMEN_LOG(INFO) << "placement group " << g.name << " waits: " << placed.status().message();
       }
       g.error = std::string(placed.status().message());
-      g.state = placed.status().code() == absl::StatusCode::kFailedPrecondition
-                    ? GroupState::kInfeasible
-                    : GroupState::kPending;
+      SetState(g, placed.status().code() == absl::StatusCode::kFailedPrecondition
+                      ? GroupState::kInfeasible
+                      : GroupState::kPending);
       continue;
     }
     g.nodes = *std::move(placed);
-    g.state = GroupState::kPreparing;
+    SetState(g, GroupState::kPreparing);
     g.error.clear();
-    in_flight_ = g.id;
-    if (!SendPhase(g, BundlePhase::kPrepare)) RollBack(g, "a chosen node is gone");
-    return;
+    in_flight_[g.id] = 0;
+    if (!SendPhase(g, BundlePhase::kPrepare)) {
+      RollBack(g, "a chosen node is gone");
+      continue;
+    }
+    take(g, bundles);
   }
 }
 
@@ -178,6 +206,9 @@ void PlacementGroupManager::OnBundleReply(uint64_t ticket, const absl::Status& s
   if (it == tickets_.end()) return;  // an abandoned attempt's reply
   std::string group_id = std::move(it->second.group_id);
   tickets_.erase(it);
+  auto fit = in_flight_.find(group_id);
+  if (fit == in_flight_.end()) return;  // not possible: its tickets go with it
+  --fit->second;
   auto git = groups_.find(group_id);
   if (git == groups_.end()) return;
   PlacementGroup& g = git->second;
@@ -188,27 +219,30 @@ void PlacementGroupManager::OnBundleReply(uint64_t ticket, const absl::Status& s
     RollBack(g, std::string(status.message()));
     return;
   }
-  if (!tickets_.empty()) return;  // other nodes of this phase still to answer
+  if (fit->second > 0) return;  // other nodes of this phase still to answer
   if (g.state == GroupState::kPreparing) {
-    g.state = GroupState::kCommitting;
+    SetState(g, GroupState::kCommitting);
     if (!SendPhase(g, BundlePhase::kCommit)) RollBack(g, "a chosen node is gone");
     return;
   }
-  g.state = GroupState::kCreated;
-  in_flight_.clear();
+  SetState(g, GroupState::kCreated);
+  in_flight_.erase(fit);
   Emit(g, GroupEvent::kCreated);
 }
 
 void PlacementGroupManager::FailTicketsOf(const std::string& node_id, const std::string& why) {
-  bool lost_reply = std::any_of(tickets_.begin(), tickets_.end(),
-                                [&](const auto& t) { return t.second.node_id == node_id; });
-  if (!lost_reply) return;
-  auto git = groups_.find(in_flight_);
-  if (git == groups_.end()) return;
-  LUMEN_LOG(INFO) << "placement group " << git->second.name << ": node " << ShortId(node_id)
-                  << " " << why << " during " << GroupStateName(git->second.state)
-                  << "; rolling back";
-  RollBack(git->second, "the node " + why);
+  std::set<std::string> lost;  // the attempts waiting on a reply of that node
+  for (const auto& [ticket, t] : tickets_) {
+    if (t.node_id == node_id) lost.insert(t.group_id);
+  }
+  for (const std::string& id : lost) {
+    auto git = groups_.find(id);
+    if (git == groups_.end() || !in_flight_.contains(id)) continue;
+    LUMEN_LOG(INFO) << "placement group " << git->second.name << ": node " << ShortId(node_id)
+                    << " " << why << " during " << GroupStateName(git->second.state)
+                    << "; rolling back";
+    RollBack(git->second, "the node " + why);
+  }
 }
 
 void PlacementGroupManager::OnNodeReconnected(const std::string& node_id) {
@@ -246,9 +280,8 @@ void PlacementGroupManager::OnNodeDead(const std::string& node_id) {
   FailTicketsOf(node_id, "died");
   pending_cancels_.erase(node_id);  // its bundles went with it
   std::vector<std::string> hit;
-  for (const auto& [id, g] : groups_) {
-    if (g.state == GroupState::kCreated &&
-        std::find(g.nodes.begin(), g.nodes.end(), node_id) != g.nodes.end()) {
+  for (const auto& [id, g] : created_) {
+    if (std::find(g->nodes.begin(), g->nodes.end(), node_id) != g->nodes.end()) {
       hit.push_back(id);
     }
   }
@@ -295,16 +328,36 @@ bool PlacementGroupManager::SendPhase(PlacementGroup& g, BundlePhase phase) {
       reached_all = false;
       break;
     }
-    if (request.ticket != 0) tickets_[request.ticket] = Ticket{g.id, node};
+    if (request.ticket != 0) {
+      tickets_[request.ticket] = Ticket{g.id, node};
+      ++in_flight_[g.id];
+    }
   }
   return reached_all;
+}
+
+void PlacementGroupManager::SetState(PlacementGroup& g, GroupState state) {
+  const uint64_t sequence = sequence_of_.at(g.id);
+  const bool was_waiting = g.state == GroupState::kPending || g.state == GroupState::kInfeasible;
+  const bool waits = state == GroupState::kPending || state == GroupState::kInfeasible;
+  if (was_waiting && !waits) waiting_.erase(sequence);
+  if (!was_waiting && waits) waiting_[sequence] = &g;
+  if (g.state == GroupState::kCreated && state != GroupState::kCreated) {
+    created_.erase(g.id);
+    created_bundles_ -= g.bundles.size();
+  }
+  if (g.state != GroupState::kCreated && state == GroupState::kCreated) {
+    created_[g.id] = &g;
+    created_bundles_ += g.bundles.size();
+  }
+  g.state = state;
 }
 
 void PlacementGroupManager::RollBack(PlacementGroup& g, const std::string& why) {
   SendPhase(g, BundlePhase::kCancel);
   DropTickets(g.id);
-  if (in_flight_ == g.id) in_flight_.clear();
-  g.state = GroupState::kPending;
+  in_flight_.erase(g.id);
+  SetState(g, GroupState::kPending);
   g.error = why;
   ++rollbacks_;
   Emit(g, GroupEvent::kRolledBack);

@@ -14,6 +14,7 @@
 #include "lumen/common/connection.h"
 #include "lumen/common/control_retry.h"
 #include "lumen/common/fault_injector.h"
+#include "lumen/common/head_connection_pool.h"
 #include "lumen/common/process.h"
 #include "lumen/common/proto_util.h"
 #include "lumen/common/task_event_wire.h"
@@ -89,16 +90,9 @@ proto::Hello::Builder InitHello(proto::Envelope::Builder env, proto::Role role) 
 
 namespace {
 
-// One attempt of CallHead: connect, hello, `request`, read the reply. `*sent`
-// says whether the request was written (then the head may have acted).
-absl::StatusOr<std::vector<capnp::word>> CallHeadOnce(const std::string& head_address,
-                                                      capnp::MessageBuilder& request,
-                                                      std::chrono::milliseconds reply_timeout,
-                                                      InjectedFault fault, bool* sent) {
-  *sent = false;
-  if (fault == InjectedFault::kFailBeforeSend) {
-    return absl::UnavailableError("injected fault: the request failed before it was sent");
-  }
+// A new connection to the head, hello sent: a blocking descriptor (close on
+// exec) that the caller owns.
+absl::StatusOr<int> ConnectToHead(const std::string& head_address) {
   auto colon = head_address.rfind(':');
   boost::asio::io_context io;
   boost::asio::ip::tcp::resolver resolver(io);
@@ -107,28 +101,61 @@ absl::StatusOr<std::vector<capnp::word>> CallHeadOnce(const std::string& head_ad
   boost::asio::ip::tcp::socket socket(io);
   if (!ec) boost::asio::connect(socket, endpoints, ec);
   if (ec) return absl::UnavailableError(absl::StrCat("cannot reach the head at ", head_address, ": ", ec.message()));
-  int fd = socket.native_handle();
+  int fd = socket.release(ec);
+  if (ec) return absl::UnavailableError(absl::StrCat("cannot reach the head at ", head_address, ": ", ec.message()));
+  SetCloseOnExec(fd);
   // A head that stops answering must not freeze the caller.
   timeval limit{5, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));
+  OutMessage out;
+  InitHello(out.Init(), proto::Role::CLI);
+  if (auto s = WriteFrameBlocking(fd, out.builder()); !s.ok()) {
+    ::close(fd);
+    return s;
+  }
+  return fd;
+}
+
+// One attempt of CallHead: an idle connection of HeadConnectionPool (or a new
+// one), `request`, read the reply; the connection goes back to the pool once
+// the reply was read whole. `*sent` says whether the request was written
+// (then the head may have acted).
+absl::StatusOr<std::vector<capnp::word>> CallHeadOnce(const std::string& head_address,
+                                                      capnp::MessageBuilder& request,
+                                                      std::chrono::milliseconds reply_timeout,
+                                                      InjectedFault fault, bool* sent) {
+  *sent = false;
+  if (fault == InjectedFault::kFailBeforeSend) {
+    return absl::UnavailableError("injected fault: the request failed before it was sent");
+  }
+  HeadConnectionPool& pool = HeadConnectionPool::Instance();
+  int fd = pool.Take(head_address);
+  if (fd < 0) {
+    auto connected = ConnectToHead(head_address);
+    if (!connected.ok()) return connected.status();
+    fd = *connected;
+  }
   int64_t reply_ms = std::max<int64_t>(1, reply_timeout.count());
   timeval reply_limit{static_cast<time_t>(reply_ms / 1000),
                       static_cast<suseconds_t>((reply_ms % 1000) * 1000)};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &reply_limit, sizeof(reply_limit));
-  {
-    OutMessage out;
-    InitHello(out.Init(), proto::Role::CLI);
-    if (auto s = WriteFrameBlocking(fd, out.builder()); !s.ok()) return s;
+  if (auto s = WriteFrameBlocking(fd, request); !s.ok()) {
+    ::close(fd);
+    return s;
   }
-  if (auto s = WriteFrameBlocking(fd, request); !s.ok()) return s;
   *sent = true;
   if (fault == InjectedFault::kFailInFlight) {
+    ::close(fd);
     return absl::UnavailableError("injected fault: the connection failed after the request was sent");
   }
   std::vector<capnp::word> words;
   // Closed before the reply: the head restarted, or it refused our token
   // (CallHead tells them apart by repetition).
-  if (auto s = ReadFrameBlocking(fd, 64 << 20, &words); !s.ok()) return s;
+  if (auto s = ReadFrameBlocking(fd, 64 << 20, &words); !s.ok()) {
+    ::close(fd);
+    return s;
+  }
+  pool.Give(head_address, fd);  // read whole: nothing in flight on it
   if (fault == InjectedFault::kDropReply) {
     return absl::UnavailableError("injected fault: the head's reply was dropped");
   }

@@ -54,14 +54,10 @@ ClusterViewPublisher::Cursor ClusterViewPublisher::Fill(proto::ClusterView::Buil
     view.setBundlesUnchanged(true);
     return next;
   }
-  size_t bundles = 0;
-  for (const auto& [gid, g] : sources_.groups->groups()) {
-    if (g.state == scheduler::GroupState::kCreated) bundles += g.bundles.size();
-  }
-  auto blist = view.initBundles(bundles);
+  auto blist = view.initBundles(sources_.groups->created_bundles());
   size_t b = 0;
-  for (const auto& [gid, g] : sources_.groups->groups()) {
-    if (g.state != scheduler::GroupState::kCreated) continue;
+  for (const auto& [gid, group] : sources_.groups->created()) {
+    const scheduler::PlacementGroup& g = *group;
     for (size_t k = 0; k < g.bundles.size(); ++k, ++b) {
       blist[b].setGroupId(BytesOf(gid));
       blist[b].setIndex(static_cast<int32_t>(k));

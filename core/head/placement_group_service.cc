@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <cstring>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/head/head_replies.h"
+#include "lumen/common/post.h"
 #include "lumen/common/proto_util.h"
 
 namespace lumen::head {
@@ -41,7 +43,8 @@ PlacementGroupService::PlacementGroupService(Options options)
                 .transport = &transport_,
                 .on_event = [this](const PlacementGroup& g,
                                    scheduler::GroupEvent event) { OnEvent(g, event); }}),
-      removed_(kRemovedGroupsLogged) {}
+      removed_(kRemovedGroupsLogged),
+      view_timer_(*options_.io) {}
 
 bool PlacementGroupService::Handle(Connection& conn, proto::Envelope::Reader msg) {
   thread_.Check("PlacementGroupService");
@@ -172,19 +175,40 @@ void PlacementGroupService::OnEvent(const PlacementGroup& g, scheduler::GroupEve
   switch (event) {
     case scheduler::GroupEvent::kCreated:
       AnswerWaits(g);
-      if (options_.on_view_changed) options_.on_view_changed();
-      Schedule();  // the next group may go now
+      AtTurnEnd(/*schedule=*/true);  // the view changed; the next groups may go now
       return;
     case scheduler::GroupEvent::kRemoved:
       removed_.Append(g.id);
       AnswerWaits(g);
-      if (options_.on_view_changed) options_.on_view_changed();
+      AtTurnEnd(/*schedule=*/false);
       return;
     case scheduler::GroupEvent::kRolledBack:
       // Tried again at the next report; a node death that caused it
       // broadcasts the view itself.
       return;
   }
+}
+
+void PlacementGroupService::AtTurnEnd(bool schedule) {
+  if (options_.on_view_changed && !view_due_) {
+    // One view per node for the groups created or removed within the
+    // window, not one per group: each view lists every committed bundle.
+    // A lease for a group a node does not know yet waits for it (parks).
+    view_due_ = true;
+    view_timer_.expires_after(options_.view_coalesce);
+    view_timer_.async_wait([this](const boost::system::error_code& ec) {
+      if (ec) return;  // the service is going away
+      view_due_ = false;
+      options_.on_view_changed();
+    });
+  }
+  if (!schedule || schedule_posted_) return;
+  schedule_posted_ = true;
+  // The groups the replies of one read created free one Schedule, not one each.
+  lumen::Post(*options_.io, "head.placement_groups_schedule", [this] {
+    schedule_posted_ = false;
+    Schedule();
+  });
 }
 
 void PlacementGroupService::Record(const PlacementGroup& g) {

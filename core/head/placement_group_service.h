@@ -48,8 +48,10 @@ class PlacementGroupService {
     std::chrono::milliseconds max_wait{24ll * 3600 * 1000};
     // The open connection with that id, or nullptr.
     std::function<Connection*(uint64_t)> find_connection;
-    // A group was created or removed: the nodes need a new view.
+    // A group was created or removed: the nodes need a new view. Called at
+    // most once per `view_coalesce` for all the changes within it.
     std::function<void()> on_view_changed;
+    std::chrono::microseconds view_coalesce{1000};
     // Borrowed; told each group's creation, placement and removal
     // (persistence). nullptr: none.
     HeadStateRecorder* recorder = nullptr;
@@ -97,6 +99,11 @@ class PlacementGroupService {
   void OnRemove(Connection& conn, proto::Envelope::Reader msg);
   void OnList(Connection& conn, uint64_t request_id);
   void OnEvent(const scheduler::PlacementGroup& g, scheduler::GroupEvent event);
+  // Groups were created or removed: the nodes get a new view within
+  // view_coalesce (one for all the changes in that window), and, when
+  // `schedule`, waiting groups are placed once this event-loop turn's events
+  // are all in (one posted handler).
+  void AtTurnEnd(bool schedule);
   // Tells the recorder `g` as it is now (deleted once removed).
   void Record(const scheduler::PlacementGroup& g);
   // Answers every wait parked on `g` with its state now.
@@ -115,6 +122,9 @@ class PlacementGroupService {
   std::map<WaitKey, ParkedWait> parked_;
   std::map<std::string, std::set<WaitKey>> waits_by_group_;
   absl::flat_hash_map<uint64_t, size_t> parked_per_connection_;
+  boost::asio::steady_timer view_timer_;  // AtTurnEnd's view broadcast
+  bool view_due_ = false;                 // view_timer_ is armed
+  bool schedule_posted_ = false;          // AtTurnEnd's Schedule is queued
   ThreadChecker thread_;
 };
 

@@ -16,6 +16,7 @@
 #include "core/runtime/cluster.h"
 #include "core/runtime/progress_bar.h"
 #include "lumen/worker/core_worker.h"
+#include "lumen/common/head_connection_pool.h"
 #include "lumen/common/head_client.h"
 #include "lumen/common/logging.h"
 #include "lumen/common/proto_util.h"
@@ -247,6 +248,7 @@ void ShutdownRuntime() {
   if (state.cluster) runtime::StopCluster(*state.cluster);
   state.cluster.reset();
   state.head_address.clear();
+  runtime::HeadConnectionPool::Instance().Clear();  // no idle link to a head we left
 }
 
 bool RuntimeInitialized() { return runtime::CurrentCoreWorker() != nullptr; }

@@ -91,14 +91,18 @@ ClusterResourceView Nodes(std::vector<std::string> alive, double cpus = 4,
 }
 
 struct Fixture {
+  // `in_flight`: max_attempts_in_flight (1: one group's two phases at a time,
+  // as the protocol tests below step through).
+  explicit Fixture(size_t in_flight = 1)
+      : manager{{.limits = {.max_groups = 10, .max_bundles_per_group = 8, .max_name_bytes = 16,
+                            .removed_groups_kept = 2, .max_attempts_in_flight = in_flight},
+                 .transport = &nodes,
+                 .on_event = [this](const PlacementGroup& g, GroupEvent e) {
+                   events.emplace_back(g.id, e);
+                 }}} {}
   FakeNodes nodes;
   std::vector<std::pair<std::string, GroupEvent>> events;
-  PlacementGroupManager manager{{.limits = {.max_groups = 10, .max_bundles_per_group = 8,
-                                            .max_name_bytes = 16, .removed_groups_kept = 2},
-                                 .transport = &nodes,
-                                 .on_event = [this](const PlacementGroup& g, GroupEvent e) {
-                                   events.emplace_back(g.id, e);
-                                 }}};
+  PlacementGroupManager manager;
 
   const PlacementGroup& Create(const std::string& id, Bundles bundles,
                                PlacementStrategy strategy = PlacementStrategy::kStrictSpread) {
@@ -348,6 +352,86 @@ TEST_CASE("Create checks its limits, is idempotent, and removed groups are remem
   CHECK(f.manager.Find("g2") != nullptr);
   CHECK(f.manager.Find("g3") != nullptr);
   CHECK(f.manager.live_groups() == 7);
+}
+
+TEST_CASE("Concurrent attempts: one Schedule starts every group that fits, each all or nothing") {
+  // Invariant: with several attempts in flight, each group commits only after
+  // all of its own nodes prepared; a refusal rolls back that group alone
+  // (its other bundles released), and the others are created.
+  Fixture f(/*in_flight=*/8);
+  f.Create("g1", Cpus(2));  // STRICT_SPREAD: one bundle on each of a and b
+  f.Create("g2", Cpus(2));
+  f.Create("g3", Cpus(1));
+  f.manager.Schedule(Nodes({"a", "b"}));
+  CHECK(f.State("g1") == GroupState::kPreparing);
+  CHECK(f.State("g2") == GroupState::kPreparing);
+  CHECK(f.State("g3") == GroupState::kPreparing);
+  CHECK(f.nodes.Count(BundlePhase::kPrepare) == 5);  // 2 + 2 + 1 node shares
+
+  // Only a's prepares answered: g1 and g2 wait for b; g3 (one bundle) goes
+  // to its commit once its one node prepared.
+  const bool g3_on_a = f.manager.Find("g3")->nodes[0] == "a";
+  f.nodes.Deliver(f.manager, BundlePhase::kPrepare, "a");
+  CHECK(f.nodes.Count(BundlePhase::kCommit) == (g3_on_a ? 1u : 0u));
+  CHECK(f.State("g1") == GroupState::kPreparing);
+  CHECK(f.State("g3") == (g3_on_a ? GroupState::kCommitting : GroupState::kPreparing));
+
+  // b refuses g2's share only: make b refuse, then deliver b's prepares.
+  for (auto& r : f.nodes.replies) {
+    if (r.node == "b" && r.phase == BundlePhase::kPrepare) {
+      for (const auto& sent : f.nodes.sent) {
+        if (sent.ticket == r.ticket && sent.group_id == "g2") r.status = absl::UnavailableError("no");
+      }
+    }
+  }
+  f.nodes.Deliver(f.manager, BundlePhase::kPrepare, "b");
+  CHECK(f.State("g2") == GroupState::kPending);  // rolled back alone
+  CHECK(f.State("g1") == GroupState::kCommitting);
+  CHECK(f.State("g3") == GroupState::kCommitting);
+  f.nodes.Deliver(f.manager, BundlePhase::kCommit);
+  CHECK(f.State("g1") == GroupState::kCreated);
+  CHECK(f.State("g3") == GroupState::kCreated);
+  // Nothing of g2 stays reserved: only g1's two bundles and g3's one.
+  CHECK(f.nodes.ReservedBundles() == 3);
+  CHECK(f.manager.rollbacks() == 1);
+}
+
+TEST_CASE("Concurrent attempts do not count the same free resources twice") {
+  // Invariant: a Schedule places a group only where the resources are free
+  // once the attempts under way took theirs, even before any report shows
+  // them taken: two 3-CPU groups on one 4-CPU node go one after the other.
+  Fixture f(/*in_flight=*/8);
+  f.Create("x", Cpus(1, 3), PlacementStrategy::kPack);
+  f.Create("y", Cpus(1, 3), PlacementStrategy::kPack);
+  f.manager.Schedule(Nodes({"a"}));
+  CHECK(f.State("x") == GroupState::kPreparing);
+  CHECK(f.State("y") == GroupState::kPending);
+  f.manager.Schedule(Nodes({"a"}));  // the same report again: x still holds its share
+  CHECK(f.State("y") == GroupState::kPending);
+  CHECK(f.nodes.Count(BundlePhase::kPrepare) == 1);
+}
+
+TEST_CASE("Concurrent attempts: a node that dies during prepare rolls back every attempt on it") {
+  // Invariant: every attempt waiting on a reply of a dead node is rolled back
+  // and releases its bundles on the other nodes; attempts not on it go on.
+  Fixture f(/*in_flight=*/8);
+  f.Create("p", Cpus(2));                                // a and b
+  f.Create("q", Cpus(2));                                // a and b
+  f.Create("r", Cpus(1, 1), PlacementStrategy::kPack);  // one node
+  f.manager.Schedule(Nodes({"a", "b"}));
+  const std::string r_node = f.manager.Find("r")->nodes[0];
+  const std::string dead = r_node == "a" ? "b" : "a";
+  f.nodes.Deliver(f.manager, BundlePhase::kPrepare, r_node);
+  f.manager.OnNodeDead(dead);
+  f.nodes.Drop(dead);
+  f.nodes.reserved.erase(dead);  // its bundles went with it
+  CHECK(f.State("p") == GroupState::kPending);
+  CHECK(f.State("q") == GroupState::kPending);
+  CHECK(f.State("r") == GroupState::kCommitting);
+  f.nodes.Deliver(f.manager, BundlePhase::kCommit);
+  CHECK(f.State("r") == GroupState::kCreated);
+  CHECK(f.nodes.ReservedBundles() == 1);  // r's; p's and q's shares on the live node released
+  CHECK(f.manager.rollbacks() == 2);
 }
 
 }  // namespace

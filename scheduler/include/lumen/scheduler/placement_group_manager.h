@@ -22,13 +22,16 @@
 //   kPending --Schedule: it can never fit the alive nodes' totals--> kInfeasible (and back)
 //   any --Remove--> kRemoved (cancel sent when bundles were reserved; final)
 //
-// Invariants: at most one group is in kPreparing/kCommitting at a time (groups
-// are placed in creation order, so a big group is not starved by later small
-// ones); a reply whose ticket belongs to an abandoned attempt is ignored (the
-// cancel already sent to its node follows the prepare or commit on the same
-// ordered channel, so nothing stays reserved). A reply that never comes is
-// bounded by the head's health check: a silent node is declared dead, which
-// fails its outstanding tickets.
+// Invariants: each group is all or nothing on its own (its attempt commits
+// only after every node of it prepared, and any refusal, unreachable node or
+// death rolls back that group alone); up to `max_attempts_in_flight` groups
+// are in kPreparing/kCommitting at once, placed in creation order against the
+// nodes' resources less what the attempts under way take (so concurrent
+// attempts do not count the same free resources twice); a reply whose ticket
+// belongs to an abandoned attempt is ignored (the cancel already sent to its
+// node follows the prepare or commit on the same ordered channel, so nothing
+// stays reserved). A reply that never comes is bounded by the head's health
+// check: a silent node is declared dead, which fails its outstanding tickets.
 //
 // Removed groups are remembered (for late waits and lists) up to
 // `removed_groups_kept`, oldest forgotten first.
@@ -74,6 +77,11 @@ struct PlacementGroupLimits {
   size_t max_bundles_per_group = 10000;  // LUMEN_MAX_BUNDLES_PER_GROUP
   size_t max_name_bytes = 1024;
   size_t removed_groups_kept = 1000;
+  // Groups in kPreparing/kCommitting at once. Their prepares and commits made
+  // in one event-loop turn go to a node in one write (Connection's
+  // WriteBatch), so a burst of groups costs a few round trips to each node,
+  // not two per group.
+  size_t max_attempts_in_flight = 64;
 };
 
 struct PlacementGroup {
@@ -131,8 +139,9 @@ class PlacementGroupManager {
   // unknown or already removed. Reports kRemoved.
   bool Remove(const std::string& id);
 
-  // Places the oldest waiting group that fits `view` (alive nodes' available
-  // resources) and starts its prepare phase, unless an attempt is under way.
+  // Places the waiting groups that fit `view` (alive nodes' available
+  // resources, less what the attempts under way take), oldest first, and
+  // starts their prepare phase, up to max_attempts_in_flight attempts at once.
   // Groups that do not fit get `error` (and kInfeasible when they never can).
   void Schedule(const ClusterResourceView& view);
 
@@ -155,8 +164,12 @@ class PlacementGroupManager {
 
   // The group, or nullptr when unknown (or forgotten after removal).
   const PlacementGroup* Find(const std::string& id) const;
-  // Every known group, by id.
+  // Every known group, by id (removed ones included, up to removed_groups_kept).
   const std::map<std::string, PlacementGroup>& groups() const { return groups_; }
+  // The created groups, by id, and their bundles in all: what the nodes'
+  // views list, without walking the removed groups kept.
+  const std::map<std::string, const PlacementGroup*>& created() const { return created_; }
+  size_t created_bundles() const { return created_bundles_; }
   size_t live_groups() const { return live_groups_; }
   // Attempts undone so far (for tests and logs).
   uint64_t rollbacks() const { return rollbacks_; }
@@ -180,10 +193,12 @@ class PlacementGroupManager {
   // Undoes the attempt or the reservation of `g`: cancels everywhere, drops its
   // tickets, back to kPending with `why`.
   void RollBack(PlacementGroup& g, const std::string& why);
+  // Moves `g` to `state`, keeping waiting_ and created_ in step (every state
+  // change goes through here).
+  void SetState(PlacementGroup& g, GroupState state);
   void DropTickets(const std::string& group_id);
   void Emit(const PlacementGroup& g, GroupEvent event);
   void ForgetOldRemovedGroups();
-  bool AttemptUnderWay() const { return !in_flight_.empty(); }
 
   Options options_;
   std::map<std::string, PlacementGroup> groups_;
@@ -191,9 +206,15 @@ class PlacementGroupManager {
   absl::flat_hash_map<std::string, uint64_t> sequence_of_;  // id -> creation sequence
   uint64_t next_sequence_ = 1;
   std::deque<std::string> removed_order_;  // removed ids, oldest first
+  // Indices into groups_ (std::map nodes do not move): the groups Schedule
+  // tries (kPending, kInfeasible) by creation sequence, and the kCreated ones
+  // by id. A Schedule or a view then costs O(those), not O(groups kept).
+  std::map<uint64_t, PlacementGroup*> waiting_;
+  std::map<std::string, const PlacementGroup*> created_;
+  size_t created_bundles_ = 0;
   size_t live_groups_ = 0;
-  // The attempt under way: its group, and replies still awaited.
-  std::string in_flight_;
+  // The attempts under way: group -> replies still awaited for its phase.
+  std::map<std::string, size_t> in_flight_;
   absl::flat_hash_map<uint64_t, Ticket> tickets_;
   // Cancels a disconnected node (alive, its link reset: the transport's
   // Unavailable) could not be sent: node -> group -> bundles. Sent when it

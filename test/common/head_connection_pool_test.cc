@@ -1,0 +1,154 @@
+// HeadConnectionPool and CallHead over it: a control call reuses the
+// connection the previous one left idle (no connect, hello or accept per
+// call), and a connection the head closed meanwhile is noticed and replaced
+// before a request is written to it. The head here is a fake on a loopback
+// listener served by one thread; it acks every request and counts the
+// connections it accepted.
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+
+#include "lumen/common/connection.h"
+#include "lumen/common/head_client.h"
+#include "lumen/common/head_connection_pool.h"
+
+#include <catch2/catch.hpp>
+
+namespace {
+
+using lumen::OutMessage;
+using lumen::runtime::HeadConnectionPool;
+
+// Serves one connection at a time: hello, then acks each request; closes a
+// connection after `close_after` requests (0: never).
+class FakeHead {
+ public:
+  explicit FakeHead(int close_after) : close_after_(close_after) {
+    listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+    REQUIRE(::listen(listen_fd_, 8) == 0);
+    socklen_t len = sizeof(addr);
+    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    address_ = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+    thread_ = std::thread([this] { Serve(); });
+  }
+  ~FakeHead() {
+    ::shutdown(listen_fd_, SHUT_RDWR);  // wakes the blocked accept
+    thread_.join();
+    ::close(listen_fd_);
+  }
+  const std::string& address() const { return address_; }
+  int accepted() const { return accepted_.load(); }
+  int served() const { return served_.load(); }
+
+ private:
+  void Serve() {
+    for (;;) {
+      int fd = ::accept(listen_fd_, nullptr, nullptr);
+      if (fd < 0) return;
+      ++accepted_;
+      std::vector<capnp::word> words;
+      bool hello = lumen::ReadFrameBlocking(fd, 1 << 20, &words).ok();
+      for (int n = 0; hello && (close_after_ == 0 || n < close_after_); ++n) {
+        if (!lumen::ReadFrameBlocking(fd, 1 << 20, &words).ok()) break;
+        OutMessage out;
+        out.Init().setAck();
+        if (!lumen::WriteFrameBlocking(fd, out.builder()).ok()) break;
+        ++served_;
+      }
+      ::close(fd);
+    }
+  }
+
+  int close_after_;
+  int listen_fd_ = -1;
+  std::string address_;
+  std::atomic<int> accepted_{0};
+  std::atomic<int> served_{0};
+  std::thread thread_;
+};
+
+void Call(const std::string& address) {
+  auto reply = lumen::runtime::CallHead(address, [](lumen::proto::Envelope::Builder env) {
+    env.setGetNodes();
+  });
+  REQUIRE(reply.ok());
+}
+
+}  // namespace
+
+TEST_CASE("CallHead reuses the connection its previous call left idle") {
+  HeadConnectionPool::Instance().Clear();
+  FakeHead head(/*close_after=*/0);
+  for (int i = 0; i < 20; ++i) Call(head.address());
+  CHECK(head.served() == 20);
+  CHECK(head.accepted() == 1);
+  CHECK(HeadConnectionPool::Instance().IdleCount(head.address()) == 1);
+  HeadConnectionPool::Instance().Clear();
+  CHECK(HeadConnectionPool::Instance().IdleCount(head.address()) == 0);
+}
+
+TEST_CASE("A pooled connection the head closed is replaced before a request is written to it") {
+  HeadConnectionPool::Instance().Clear();
+  FakeHead head(/*close_after=*/1);  // like a head that restarted after each call
+  for (int i = 0; i < 5; ++i) {
+    Call(head.address());
+    // The head closed it after its reply: wait until that is visible here,
+    // so the next call must notice it (it is the only idle one).
+    int fd = HeadConnectionPool::Instance().Take(head.address());
+    if (fd >= 0) {
+      pollfd p{.fd = fd, .events = POLLRDHUP, .revents = 0};
+      REQUIRE(::poll(&p, 1, 5000) == 1);
+      HeadConnectionPool::Instance().Give(head.address(), fd);
+    }
+  }
+  CHECK(head.served() == 5);
+  CHECK(head.accepted() == 5);
+  HeadConnectionPool::Instance().Clear();
+}
+
+TEST_CASE("The pool keeps a bounded number of idle connections per head") {
+  HeadConnectionPool& pool = HeadConnectionPool::Instance();
+  pool.Clear();
+  const std::string address = "127.0.0.1:1";  // never connected: the pool only holds descriptors
+  for (size_t i = 0; i < HeadConnectionPool::kIdlePerAddress + 3; ++i) {
+    int fds[2];
+    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds) == 0);
+    ::close(fds[1]);  // the peer: gone, so a Take must drop it
+    pool.Give(address, fds[0]);
+  }
+  CHECK(pool.IdleCount(address) == HeadConnectionPool::kIdlePerAddress);
+  CHECK(pool.Take(address) == -1);  // every one is closed at the other end
+  CHECK(pool.IdleCount(address) == 0);
+}
+
+TEST_CASE("A forked child never takes a connection its parent pooled") {
+  // Invariant: two processes never share one pooled connection (their
+  // requests and replies would interleave): a child's Take skips what the
+  // parent gave, and the parent still has it.
+  HeadConnectionPool& pool = HeadConnectionPool::Instance();
+  pool.Clear();
+  const std::string address = "127.0.0.1:2";
+  int fds[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds) == 0);
+  pool.Give(address, fds[0]);  // its peer stays open: a usable connection
+  pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) _exit(pool.Take(address) == -1 ? 0 : 1);
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(pool.IdleCount(address) == 1);
+  CHECK(pool.Take(address) == fds[0]);
+  ::close(fds[0]);
+  ::close(fds[1]);
+}
