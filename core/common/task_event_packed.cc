@@ -43,6 +43,8 @@ void Append(const Fields& f, std::string* out) {
   const bool node = f.node != nullptr && Present(f.node->data());
   const bool worker = f.worker != nullptr && Present(f.worker->data());
   const bool extra = f.worker_pid != 0 || f.bytes != 0 || f.duration_us != 0;
+  const bool folded = f.folded_us[0] != 0 || f.folded_us[1] != 0;
+  if (folded) flags |= kHasFolded;
   if (task) flags |= kHasTask;
   if (node) flags |= kHasNode;
   if (worker) flags |= kHasWorker;
@@ -61,6 +63,10 @@ void Append(const Fields& f, std::string* out) {
     p = Put(p, f.worker_pid);
     p = Put(p, f.bytes);
     p = Put(p, f.duration_us);
+  }
+  if (folded) {
+    p = Put(p, f.folded_us[0]);
+    p = Put(p, f.folded_us[1]);
   }
   out->append(buf, static_cast<size_t>(p - buf));
   out->append(f.name.data(), name_len);
@@ -99,65 +105,109 @@ TaskEvent View::ToEvent() const {
   return e;
 }
 
+namespace {
+
+// Reads the record at `p` (before `end`) into `v` and its folded times into
+// `folded`; returns its end, or null with `status` set.
+const char* ReadRecord(const char* p, const char* end, View* v, uint8_t* flags_out,
+                       std::array<int64_t, 2>* folded, absl::Status* status) {
+  if (static_cast<size_t>(end - p) < kHeaderSize) {
+    *status = absl::DataLossError("a packed task event record is cut short");
+    return nullptr;
+  }
+  uint8_t kind, flags;
+  uint16_t name_len;
+  p = Get(p, &kind);
+  p = Get(p, &flags);
+  p = Get(p, &name_len);
+  p = Get(p, &v->attempt);
+  p = Get(p, &v->pid);
+  p = Get(p, &v->time_us);
+  size_t rest = name_len + ((flags & kHasTask) ? kIdSize : 0) + ((flags & kHasNode) ? kIdSize : 0) +
+                ((flags & kHasWorker) ? kIdSize : 0) + ((flags & kHasExtra) ? kExtraSize : 0) +
+                ((flags & kHasFolded) ? kFoldedSize : 0);
+  if (kind >= kNumTaskEventKinds) {
+    *status = absl::DataLossError(absl::StrCat("a packed task event has the unknown kind ", kind));
+    return nullptr;
+  }
+  if (static_cast<size_t>(end - p) < rest) {
+    *status = absl::DataLossError("a packed task event record is cut short");
+    return nullptr;
+  }
+  v->kind = static_cast<TaskEventKind>(kind);
+  v->actor_call = (flags & kActorCall) != 0;
+  if (flags & kHasTask) v->task_id = std::string_view(p, kIdSize), p += kIdSize;
+  if (flags & kHasNode) v->node = std::string_view(p, kIdSize), p += kIdSize;
+  if (flags & kHasWorker) v->worker = std::string_view(p, kIdSize), p += kIdSize;
+  if (flags & kHasExtra) {
+    p = Get(p, &v->worker_pid);
+    p = Get(p, &v->bytes);
+    p = Get(p, &v->duration_us);
+  }
+  if (flags & kHasFolded) {
+    p = Get(p, &(*folded)[0]);
+    p = Get(p, &(*folded)[1]);
+  }
+  v->name = std::string_view(p, name_len);
+  *flags_out = flags;
+  return p + name_len;
+}
+
+}  // namespace
+
 absl::Status ForEach(std::string_view records, absl::FunctionRef<void(const View&)> f,
-                     size_t* count) {
-  size_t n = 0;
+                     size_t* count, size_t* record_count) {
+  size_t n = 0, r = 0;
   const char* p = records.data();
   const char* end = p + records.size();
   absl::Status status;
   while (p < end) {
-    if (static_cast<size_t>(end - p) < kHeaderSize) {
-      status = absl::DataLossError("a packed task event record is cut short");
-      break;
-    }
     View v;
-    uint8_t kind, flags;
-    uint16_t name_len;
-    p = Get(p, &kind);
-    p = Get(p, &flags);
-    p = Get(p, &name_len);
-    p = Get(p, &v.attempt);
-    p = Get(p, &v.pid);
-    p = Get(p, &v.time_us);
-    size_t rest = name_len + ((flags & kHasTask) ? kIdSize : 0) + ((flags & kHasNode) ? kIdSize : 0) +
-                  ((flags & kHasWorker) ? kIdSize : 0) + ((flags & kHasExtra) ? kExtraSize : 0);
-    if (kind >= kNumTaskEventKinds) {
-      status = absl::DataLossError(absl::StrCat("a packed task event has the unknown kind ", kind));
-      break;
+    uint8_t flags = 0;
+    std::array<int64_t, 2> folded{};
+    p = ReadRecord(p, end, &v, &flags, &folded, &status);
+    if (p == nullptr) break;
+    ++r;
+    std::array<TaskEventKind, 2> kinds;
+    if ((flags & kHasFolded) && FoldedKinds(v.kind, &kinds)) {
+      for (int k = 0; k < 2; ++k) {
+        if (folded[k] == 0) continue;
+        View e{.kind = kinds[k], .actor_call = v.actor_call, .attempt = v.attempt, .pid = v.pid,
+               .time_us = folded[k], .task_id = v.task_id};
+        if (kinds[k] == TaskEventKind::kLeaseGranted) {
+          e.node = v.node;
+          e.worker = v.worker;
+          e.worker_pid = v.worker_pid;
+        }
+        f(e);
+        ++n;
+      }
+      if (kinds[1] == TaskEventKind::kLeaseGranted) {  // those were the folded lease's
+        v.node = v.worker = {};
+        v.worker_pid = 0;
+      }
     }
-    if (static_cast<size_t>(end - p) < rest) {
-      status = absl::DataLossError("a packed task event record is cut short");
-      break;
-    }
-    v.kind = static_cast<TaskEventKind>(kind);
-    v.actor_call = (flags & kActorCall) != 0;
-    if (flags & kHasTask) v.task_id = std::string_view(p, kIdSize), p += kIdSize;
-    if (flags & kHasNode) v.node = std::string_view(p, kIdSize), p += kIdSize;
-    if (flags & kHasWorker) v.worker = std::string_view(p, kIdSize), p += kIdSize;
-    if (flags & kHasExtra) {
-      p = Get(p, &v.worker_pid);
-      p = Get(p, &v.bytes);
-      p = Get(p, &v.duration_us);
-    }
-    v.name = std::string_view(p, name_len);
-    p += name_len;
     f(v);
     ++n;
   }
   if (count != nullptr) *count = n;
+  if (record_count != nullptr) *record_count = r;
   return status;
 }
 
 size_t PrefixBytes(std::string_view records, size_t n) {
-  size_t bytes = 0;
-  size_t seen = 0;
-  const char* base = records.data();
-  // The end of each record is where the next view's header starts; the walk
-  // stops once `n` were seen (ForEach cannot stop early, so count offsets).
-  (void)ForEach(records, [&](const View& v) {
-    if (seen++ < n) bytes = static_cast<size_t>(v.name.data() + v.name.size() - base);
-  });
-  return bytes;
+  const char* p = records.data();
+  const char* end = p + records.size();
+  for (size_t seen = 0; seen < n && p < end; ++seen) {
+    View v;
+    uint8_t flags = 0;
+    std::array<int64_t, 2> folded{};
+    absl::Status status;
+    const char* next = ReadRecord(p, end, &v, &flags, &folded, &status);
+    if (next == nullptr) break;
+    p = next;
+  }
+  return static_cast<size_t>(p - records.data());
 }
 
 absl::StatusOr<std::vector<TaskEvent>> Decode(std::string_view records) {

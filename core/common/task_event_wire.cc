@@ -1,6 +1,9 @@
 #include "lumen/common/task_event_wire.h"
 
+#include <algorithm>
 #include <cstring>
+
+#include <capnp/orphan.h>
 
 #include "lumen/common/proto_util.h"
 #include "lumen/common/task_event_packed.h"
@@ -36,6 +39,17 @@ void SetPackedEvents(std::string_view records, proto::TaskEventBatch::Builder ou
   auto data = out.initPacked(static_cast<unsigned>(records.size() + 1));
   data[0] = packed_events::kVersion;
   if (!records.empty()) std::memcpy(data.begin() + 1, records.data(), records.size());
+}
+
+void ReferencePackedBlob(std::string* blob, proto::TaskEventBatch::Builder out) {
+  const size_t size = blob->size();
+  // Heap memory (malloc's alignment): an inline short string may not be word-aligned.
+  blob->reserve(std::max<size_t>(size + 8, 32));
+  blob->append(8, '\0');
+  blob->resize(size);
+  auto orphan = capnp::Orphanage::getForMessageContaining(out).referenceExternalData(
+      capnp::Data::Reader(reinterpret_cast<const kj::byte*>(blob->data()), size));
+  out.adoptPacked(kj::mv(orphan));
 }
 
 void TaskEventsToProto(const std::vector<TaskEvent>& events, proto::TaskEventBatch::Builder out) {

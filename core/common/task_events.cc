@@ -28,6 +28,20 @@ const char* TaskEventKindName(TaskEventKind kind) {
   return "UNKNOWN";
 }
 
+bool FoldedKinds(TaskEventKind kind, std::array<TaskEventKind, 2>* kinds) {
+  switch (kind) {
+    case TaskEventKind::kFinished:
+    case TaskEventKind::kFailed:
+      *kinds = {TaskEventKind::kDependenciesReady, TaskEventKind::kLeaseGranted};
+      return true;
+    case TaskEventKind::kResultStored:
+      *kinds = {TaskEventKind::kArgsFetched, TaskEventKind::kExecuted};
+      return true;
+    default:
+      return false;
+  }
+}
+
 // One event as a ring keeps it: fixed size (two cache lines), so recording is
 // a copy into a slot that was allocated at an earlier event or drain.
 struct TaskEventRecorder::Slot {
@@ -42,7 +56,9 @@ struct TaskEventRecorder::Slot {
   TaskId task;
   NodeId node;
   WorkerId worker;
-  uint64_t bytes;
+  // PULL: aux[0] is the bytes; FINISHED/FAILED, RESULT_STORED: the ticks of
+  // the events folded into this one (TaskEventDetail::earlier_ticks).
+  uint64_t aux[2];
   uint32_t attempt;
   int32_t pid;
   int32_t worker_pid;
@@ -202,7 +218,13 @@ uint64_t TaskEventRecorder::Record(TaskEventKind kind, const TaskId& task, uint3
   e.task = task;
   e.node = detail.node;
   e.worker = detail.worker;
-  e.bytes = detail.bytes;
+  if (detail.bytes != 0) {
+    e.aux[0] = detail.bytes;
+    e.aux[1] = 0;
+  } else {
+    e.aux[0] = detail.earlier_ticks[0];
+    e.aux[1] = detail.earlier_ticks[1];
+  }
   e.attempt = attempt;
   e.pid = pid_;
   e.worker_pid = detail.worker_pid;
@@ -225,7 +247,8 @@ void TaskEventRecorder::RecordEvent(const TaskEvent& event) {
   e.task = event.task_id;
   e.node = event.node;
   e.worker = event.worker;
-  e.bytes = event.bytes;
+  e.aux[0] = event.bytes;
+  e.aux[1] = 0;
   e.attempt = event.attempt;
   e.pid = event.pid == 0 ? pid_ : event.pid;
   e.worker_pid = event.worker_pid;
@@ -296,10 +319,22 @@ size_t TaskEventRecorder::DrainPacked(std::string* records) {
     }
     const Slot& s = earliest->at(i);
     int64_t duration_us = static_cast<int64_t>(s.since);
-    if (s.flags & Slot::kSinceTick) duration_us = std::max<int64_t>(1, scale.SpanMicros(s.since, s.tick));
+    // From the two times as converted (not the span rounded on its own), so
+    // that it equals the difference of the events' times exactly.
+    if (s.flags & Slot::kSinceTick) duration_us = std::max<int64_t>(1, earliest->times[i] - scale.ToMicros(s.since));
+    const auto kind = static_cast<TaskEventKind>(s.kind);
+    std::array<TaskEventKind, 2> folded_kinds;
+    std::array<int64_t, 2> folded{};
+    uint64_t bytes = s.aux[0];
+    if (FoldedKinds(kind, &folded_kinds)) {
+      bytes = 0;
+      for (int k = 0; k < 2; ++k) {
+        if (s.aux[k] != 0) folded[k] = (s.flags & Slot::kTimeIsMicros) ? static_cast<int64_t>(s.aux[k]) : scale.ToMicros(s.aux[k]);
+      }
+    }
     packed_events::Append(
         packed_events::Fields{
-            .kind = static_cast<TaskEventKind>(s.kind),
+            .kind = kind,
             .actor_call = (s.flags & Slot::kActorCall) != 0,
             .attempt = s.attempt,
             .pid = s.pid,
@@ -308,8 +343,9 @@ size_t TaskEventRecorder::DrainPacked(std::string* records) {
             .node = &s.node,
             .worker = &s.worker,
             .worker_pid = s.worker_pid,
-            .bytes = s.bytes,
+            .bytes = bytes,
             .duration_us = duration_us,
+            .folded_us = folded,
             .name = (s.flags & Slot::kLongName)
                         ? std::string_view(earliest->events.long_names[s.name_len])
                         : std::string_view(s.name, s.name_len)},

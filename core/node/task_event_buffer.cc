@@ -51,7 +51,7 @@ absl::Status TaskEventBuffer::AddPacked(std::string records, uint64_t dropped_up
             break;
         }
       },
-      &count);
+      /*count=*/nullptr, &count);
   if (!status.ok()) {
     if (failed != nullptr) failed->resize(first_failed);
     return status;

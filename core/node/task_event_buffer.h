@@ -46,13 +46,15 @@ void FillTaskTotals(const TaskEventTotals& totals, proto::TaskTotals::Builder ou
 
 class TaskEventBuffer {
  public:
+  // Records kept (a record is one event, or up to three where a process
+  // folded the middle of a task's life into its end: task_event_packed.h).
   static constexpr size_t kDefaultCapacity = 200000;
 
   explicit TaskEventBuffer(size_t capacity = kDefaultCapacity) : capacity_(capacity) {}
 
   // Appends `records` (a process's flush, packed, in order) as they are;
-  // `dropped_upstream`: events that process lost. The oldest events go when
-  // the buffer is full. FAILED events are also appended to `failed` (when not
+  // `dropped_upstream`: events that process lost. The oldest records go when
+  // the buffer is full (counted as dropped events, one per record). FAILED events are also appended to `failed` (when not
   // null), decoded. A malformed blob is refused whole (an error, nothing kept
   // or counted).
   absl::Status AddPacked(std::string records, uint64_t dropped_upstream,

@@ -36,8 +36,9 @@ class CoreWorker::ActorCaller final : public actors::ActorCallTransport {
     if (it == channels_.end()) return;  // closed: its loss is being reported
     OutMessage out;
     core_.FillTaskSpec(out.Init().initPushTask(), static_cast<const PendingTask&>(call));
-    // An actor call has no lease: "granted" is when it goes to the actor.
-    TaskEvents().Record(TaskEventKind::kLeaseGranted, call.task_id, call.attempt, {}, {.actor_call = true});
+    // An actor call has no lease: "granted" is when it goes to the actor
+    // (folded into FINISHED/FAILED: TaskManager).
+    static_cast<const PendingTask&>(call).lease_tick = TaskEvents().Tick();
     it->second->Send(out.builder());
   }
 

@@ -160,7 +160,10 @@ void NormalTaskSubmitter::OnWorkerConnected(uint64_t key,
 
 void NormalTaskSubmitter::PushTask(Lease& lease, std::unique_ptr<PendingTask> task) {
   if (lease.idle_timer) lease.idle_timer->Cancel();
-  TaskEvents().Record(TaskEventKind::kLeaseGranted, task->task_id, task->attempt, {}, {.node = lease.node_id, .worker = lease.worker_id, .worker_pid = lease.worker_pid});
+  // Folded into FINISHED/FAILED (TaskManager).
+  task->lease_tick = TaskEvents().Tick();
+  task->lease_node = lease.node_id;
+  task->lease_worker_pid = lease.worker_pid;
   lease.worker->Push(*task, lease.gpu_ids);
   lease.in_flight.emplace(task->task_id, std::move(task));
   Reindex(lease);

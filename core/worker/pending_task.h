@@ -66,6 +66,14 @@ struct PendingTask : actors::ActorCall {
   // The tick of this attempt's SUBMITTED task event (0: not recorded), so
   // that FINISHED/FAILED carry the latency (TaskEventDetail::since_tick).
   uint64_t submitted_tick = 0;
+  // The ticks of DEPENDENCIES_READY and LEASE_GRANTED (0: not yet), and the
+  // lease's node and worker pid: folded into the FINISHED/FAILED record
+  // (TaskEventDetail::earlier_ticks) rather than recorded each. lease_tick is
+  // set where an actor call goes out, through a const reference: mutable.
+  uint64_t dependencies_ready_tick = 0;
+  mutable uint64_t lease_tick = 0;
+  NodeId lease_node;
+  int32_t lease_worker_pid = 0;
   // Actor calls: the actor (its handle keeps it alive while calls are pending).
   std::shared_ptr<internal::RefHandle> actor;
   std::unique_ptr<ActorRecord> actor_record;  // actor creation: handed to the actor owner

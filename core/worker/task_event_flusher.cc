@@ -1,9 +1,11 @@
 #include "core/worker/task_event_flusher.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "lumen/common/task_event_packed.h"
 #include "lumen/common/task_event_wire.h"
 
 namespace lumen::runtime {
@@ -20,7 +22,7 @@ void TaskEventFlusher::Start() {
 }
 
 void TaskEventFlusher::Arm() {
-  timer_.expires_after(period_);
+  timer_.expires_after(NextDelay());
   timer_.async_wait([this](const boost::system::error_code& ec) {
     if (ec || stopped_) return;
     FlushNow();
@@ -28,29 +30,45 @@ void TaskEventFlusher::Arm() {
   });
 }
 
-std::string TaskEventFlusher::TakeFrame(uint64_t request_id) {
-  records_.clear();  // keeps its capacity from the last flush
+std::chrono::steady_clock::duration TaskEventFlusher::NextDelay() const {
+  using Duration = std::chrono::steady_clock::duration;
+  const Duration period = period_, min_period = kMinPeriod;
+  if (last_interval_ == Duration::zero()) return period;
+  // Busy: the interval that would have held kTargetRecords. Quieter: back
+  // towards `period` by doubling (a jump would fill the rings in one period).
+  Duration next = last_count_ > kTargetRecords
+                      ? last_interval_ * static_cast<int64_t>(kTargetRecords) / static_cast<int64_t>(last_count_)
+                      : last_interval_ * 2;
+  return std::clamp(next, std::min(min_period, period), period);
+}
+
+std::string_view TaskEventFlusher::TakeFrame(uint64_t request_id) {
+  records_.assign(1, static_cast<char>(packed_events::kVersion));  // keeps its capacity
   size_t count = recorder_.DrainPacked(&records_);
+  last_count_ = count;
   uint64_t dropped = recorder_.dropped();
   if (count == 0 && dropped == reported_dropped_ && request_id == 0) return {};
   OutMessage out;
   auto env = out.Init();
   env.setRequestId(request_id);
   auto batch = env.initTaskEvents();
-  SetPackedEvents(records_, batch);
+  ReferencePackedBlob(&records_, batch);  // no copy: records_ outlives `out`
   batch.setDropped(dropped - reported_dropped_);
   reported_dropped_ = dropped;
-  std::string frame;
-  AppendFrame(out.builder(), &frame);
-  return frame;
+  frame_.clear();
+  AppendFrame(out.builder(), &frame_);
+  return frame_;
 }
 
 void TaskEventFlusher::FlushNow() {
   io_thread_.Check("TaskEventFlusher::FlushNow");
   auto node = node_.lock();
   if (!node || node->closed()) return;
-  std::string frame = TakeFrame();
+  std::string_view frame = TakeFrame();
   if (!frame.empty()) node->SendFramed(frame);
+  const auto now = std::chrono::steady_clock::now();
+  if (last_flush_at_ != std::chrono::steady_clock::time_point()) last_interval_ = now - last_flush_at_;
+  last_flush_at_ = now;
 }
 
 void TaskEventFlusher::AnswerFlush(uint64_t request_id) {
@@ -66,7 +84,7 @@ void TaskEventFlusher::FlushBeforeClose() {
   timer_.cancel();
   auto node = node_.lock();
   if (!node || node->closed() || !recorder_.enabled() || !node->idle()) return;
-  std::string frame = TakeFrame();
+  std::string_view frame = TakeFrame();
   // Best effort: what does not go out in one non-blocking send is lost with
   // the connection.
   if (!frame.empty()) node->TrySendNow(frame);

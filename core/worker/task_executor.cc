@@ -151,7 +151,7 @@ void TaskExecutor::Invoke(TaskToRun& task, const std::string& location, std::str
     }
     args.push_back(std::move(*got));
   }
-  TaskEvents().Record(TaskEventKind::kArgsFetched, task.task_id, task.attempt);
+  task.args_fetched_tick = TaskEvents().Tick();  // folded into RESULT_STORED
   if (task.kind == proto::TaskKind::ACTOR_CREATION) {
     actor_instance_ = fn->create(args);
     *result = codec::EncodeValue<uint8_t>(0);
@@ -221,7 +221,7 @@ void TaskExecutor::Execute(TaskToRun& task) {
                       location};
   }
   in_task = false;
-  TaskEvents().Record(TaskEventKind::kExecuted, task.task_id, task.attempt);
+  const uint64_t executed_tick = TaskEvents().Tick();  // folded into RESULT_STORED
 
   OutMessage reply;
   auto r = reply.Init().initTaskReply();
@@ -246,7 +246,8 @@ void TaskExecutor::Execute(TaskToRun& task) {
   r.setExecMicros(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
                                             std::chrono::steady_clock::now() - start)
                                             .count()));
-  TaskEvents().Record(TaskEventKind::kResultStored, task.task_id, task.attempt);
+  TaskEvents().Record(TaskEventKind::kResultStored, task.task_id, task.attempt, {},
+                      {.earlier_ticks = {task.args_fetched_tick, executed_tick}});
   bool exiting = receiver_.is_actor() && this_call_exits;
   this_call_exits = false;
   if (exiting) r.setActorExiting(true);

@@ -9,6 +9,18 @@
 #include "lumen/common/task_events.h"
 
 namespace lumen::runtime {
+namespace {
+
+// FINISHED/FAILED's details: the latency, and the events folded into it.
+TaskEventDetail EndDetail(const PendingTask& task) {
+  return {.node = task.lease_node,
+          .worker_pid = task.lease_worker_pid,
+          .actor_call = task.kind != proto::TaskKind::NORMAL,
+          .since_tick = task.submitted_tick,
+          .earlier_ticks = {task.dependencies_ready_tick, task.lease_tick}};
+}
+
+}  // namespace
 
 void TaskManager::RecordFinished(PendingTask& task, const char* state) {
   if (task.kind == proto::TaskKind::ACTOR_CREATION) return;
@@ -22,12 +34,10 @@ void TaskManager::Complete(PendingTask& task, proto::Value::Reader result) {
   if (result.isError()) {
     TaskEvents().Record(TaskEventKind::kFailed, task.task_id, task.attempt,
                         std::string_view(result.getError().getMessage().cStr()).substr(0, 200),
-                        {.actor_call = task.kind != proto::TaskKind::NORMAL,
-                         .since_tick = task.submitted_tick});
+                        EndDetail(task));
   } else {
     TaskEvents().Record(TaskEventKind::kFinished, task.task_id, task.attempt, {},
-                        {.actor_call = task.kind != proto::TaskKind::NORMAL,
-                         .since_tick = task.submitted_tick});
+                        EndDetail(task));
   }
   // Only a stored result is listed by `lumen memory`: an inline one costs no interning.
   const std::string* site =
@@ -39,8 +49,7 @@ void TaskManager::Fail(std::unique_ptr<PendingTask> task, Failure failure) {
   RecordFinished(*task, "FAILED");
   TaskEvents().Record(TaskEventKind::kFailed, task->task_id, task->attempt,
                       std::string_view(failure.message).substr(0, 200),
-                      {.actor_call = task->kind != proto::TaskKind::NORMAL,
-                       .since_tick = task->submitted_tick});
+                      EndDetail(*task));
   store_.SetFailed(task->return_id, failure);
 }
 
@@ -55,8 +64,7 @@ void TaskManager::Cancel(PendingTask& task, const std::string& how) {
   RecordFinished(task, "FAILED");
   TaskEvents().Record(TaskEventKind::kFailed, task.task_id, task.attempt,
                       std::string_view(failure.message).substr(0, 200),
-                      {.actor_call = task.kind != proto::TaskKind::NORMAL,
-                       .since_tick = task.submitted_tick});
+                      EndDetail(task));
   store_.SetFailed(task.return_id, failure);
 }
 

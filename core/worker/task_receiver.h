@@ -52,6 +52,8 @@ struct TaskToRun {
     std::string owner;         // who to tell when we make a copy here
   };
   std::vector<Arg> args;
+  // The ARGS_FETCHED task event's tick, folded into RESULT_STORED's record.
+  uint64_t args_fetched_tick = 0;
 };
 
 class TaskReceiver {

@@ -111,7 +111,7 @@ void CoreWorker::DrainSubmissions() {
 }
 
 void CoreWorker::OnTaskResolved(PendingTask* raw) {
-  TaskEvents().Record(TaskEventKind::kDependenciesReady, raw->task_id, raw->attempt, {}, {.actor_call = raw->kind != proto::TaskKind::NORMAL});
+  raw->dependencies_ready_tick = TaskEvents().Tick();  // folded into FINISHED/FAILED
   if (raw->kind == proto::TaskKind::ACTOR_METHOD) {
     // Owned by the actor submitter; it goes out in submission order.
     if (auto failed = resolver_->FailedArgument(*raw)) {

@@ -3,7 +3,10 @@
 
 #include <unistd.h>
 
+#include <capnp/serialize.h>
+
 #include <catch2/catch.hpp>
+#include <cstring>
 #include <map>
 #include <thread>
 #include <vector>
@@ -267,6 +270,108 @@ TEST_CASE("packed task events keep every field, long names included") {
   CHECK(lease.name.empty());
 }
 
+// Invariant: the events a process folds into a task's closing record
+// (DEPENDENCIES_READY and LEASE_GRANTED into FINISHED/FAILED, ARGS_FETCHED and
+// EXECUTED into RESULT_STORED) come out of a drain as events of their own, in
+// time order before the record's, with the lease's node and worker pid on the
+// LEASE_GRANTED and not on the FINISHED; a tick of 0 is an event that did not
+// happen. The node's buffer counts them by kind, one record each.
+TEST_CASE("folded task events read back as events of their own") {
+  TaskEventRecorder recorder(16);
+  TaskId t = TaskId::Random();
+  NodeId node = NodeId::Random();
+  const int64_t before = TaskEventRecorder::NowMicros();
+  const uint64_t submitted = recorder.Record(TaskEventKind::kSubmitted, t, 1, "f");
+  const uint64_t ready = recorder.Tick();
+  const uint64_t lease = recorder.Tick();
+  REQUIRE(ready != 0);
+  recorder.Record(TaskEventKind::kFinished, t, 1, {},
+                  {.node = node, .worker_pid = 42, .actor_call = true, .since_tick = submitted,
+                   .earlier_ticks = {ready, lease}});
+  const uint64_t executed = recorder.Tick();
+  recorder.Record(TaskEventKind::kResultStored, t, 1, {}, {.earlier_ticks = {0, executed}});
+  const int64_t after = TaskEventRecorder::NowMicros();
+  std::string records;
+  REQUIRE(recorder.DrainPacked(&records) == 3);  // records
+  auto back = packed_events::Decode(records);
+  REQUIRE(back.ok());
+  REQUIRE(back->size() == 6);  // events
+  std::vector<TaskEventKind> kinds;
+  for (const TaskEvent& e : *back) kinds.push_back(e.kind);
+  CHECK(kinds == std::vector<TaskEventKind>{TaskEventKind::kSubmitted, TaskEventKind::kDependenciesReady,
+                                            TaskEventKind::kLeaseGranted, TaskEventKind::kFinished,
+                                            TaskEventKind::kExecuted, TaskEventKind::kResultStored});
+  for (size_t i = 0; i < back->size(); ++i) {
+    INFO("event " << i);
+    const TaskEvent& e = (*back)[i];
+    CHECK(e.task_id == t);
+    CHECK(e.attempt == 1);
+    CHECK(e.pid == static_cast<int32_t>(::getpid()));
+    CHECK(e.time_us >= before - 1);
+    CHECK(e.time_us <= after + 1);
+    if (i > 0) CHECK(e.time_us >= (*back)[i - 1].time_us);
+    CHECK(e.actor_call == (i >= 1 && i <= 3));
+  }
+  const TaskEvent& granted = (*back)[2];
+  CHECK(granted.node == node);
+  CHECK(granted.worker_pid == 42);
+  const TaskEvent& finished = (*back)[3];
+  CHECK(finished.node.IsNil());
+  CHECK(finished.worker_pid == 0);
+  CHECK(finished.duration_us >= 1);
+  CHECK(finished.duration_us <= after - before + 1);
+
+  size_t events = 0, count = 0;
+  REQUIRE(packed_events::ForEach(records, [](const packed_events::View&) {}, &events, &count).ok());
+  CHECK(events == 6);
+  CHECK(count == 3);
+  // The first two records end where the third starts.
+  auto first_two = packed_events::Decode(std::string_view(records).substr(0, packed_events::PrefixBytes(records, 2)));
+  REQUIRE(first_two.ok());
+  CHECK(first_two->size() == 4);
+  CHECK(packed_events::PrefixBytes(records, 3) == records.size());
+  CHECK(packed_events::PrefixBytes(records, 9) == records.size());
+}
+
+// Invariant: a flush's frame that refers to the packed blob instead of
+// copying it (ReferencePackedBlob) carries exactly its records, whatever their
+// length (the blob's last word is padded, not its size), and reads back as
+// the events recorded.
+TEST_CASE("a frame referring to the packed blob carries exactly its records") {
+  for (int events : {0, 1, 3, 50}) {
+    INFO(events << " events");
+    TaskEventRecorder recorder(64);
+    TaskId t = TaskId::Random();
+    for (int i = 0; i < events; ++i) {
+      recorder.Record(TaskEventKind::kStarted, t, static_cast<uint32_t>(i), std::string(static_cast<size_t>(i % 7), 'n'));
+    }
+    std::string blob(1, static_cast<char>(packed_events::kVersion));
+    recorder.DrainPacked(&blob);
+    const std::string expected = blob;
+    std::string frame;
+    {
+      OutMessage out;
+      ReferencePackedBlob(&blob, out.Init().initTaskEvents());
+      AppendFrame(out.builder(), &frame);
+    }
+    CHECK(blob == expected);
+    REQUIRE(frame.size() % sizeof(capnp::word) == 0);
+    std::vector<capnp::word> words((frame.size() - kFrameHeaderBytes) / sizeof(capnp::word));
+    std::memcpy(words.data(), frame.data() + kFrameHeaderBytes, words.size() * sizeof(capnp::word));
+    capnp::FlatArrayMessageReader reader(kj::arrayPtr(words.data(), words.size()));
+    auto batch = reader.getRoot<proto::Envelope>().getTaskEvents();
+    auto packed = batch.getPacked();
+    CHECK(std::string(reinterpret_cast<const char*>(packed.begin()), packed.size()) == expected);
+    auto back = TaskEventsFromProto(batch);
+    REQUIRE(back.ok());
+    REQUIRE(back->size() == static_cast<size_t>(events));
+    for (int i = 0; i < events; ++i) {
+      CHECK((*back)[static_cast<size_t>(i)].attempt == static_cast<uint32_t>(i));
+      CHECK((*back)[static_cast<size_t>(i)].name == std::string(static_cast<size_t>(i % 7), 'n'));
+    }
+  }
+}
+
 // Invariant: a reader refuses what it cannot read instead of guessing: a
 // record cut short, an unknown kind, a blob of another packed version (with
 // an error naming both versions).
@@ -296,7 +401,14 @@ TEST_CASE("packed task events refuse cut records and unknown versions") {
   batch.getPacked()[0] = packed_events::kVersion + 1;
   auto refused = TaskEventsFromProto(batch.asReader());
   REQUIRE_FALSE(refused.ok());
-  CHECK_THAT(std::string(refused.status().message()), Catch::Contains("version 2"));
+  CHECK_THAT(std::string(refused.status().message()), Catch::Contains("version 3"));
+  CHECK_THAT(std::string(refused.status().message()), Catch::Contains("reads version 2"));
+  // The unfolded records of an older Lumen (version 1) are refused too, not
+  // read as if they were this version's.
+  batch.getPacked()[0] = 1;
+  auto old = TaskEventsFromProto(batch.asReader());
+  REQUIRE_FALSE(old.ok());
+  CHECK_THAT(std::string(old.status().message()), Catch::Contains("version 1 arrived"));
 }
 
 }  // namespace

@@ -106,5 +106,41 @@ TEST_CASE("the node keeps packed flushes as they came, bounded across them") {
   CHECK(buffer.events().size() == 5);
 }
 
+// Invariant: a record with folded events (a FINISHED carrying its task's
+// DEPENDENCIES_READY and LEASE_GRANTED) counts each event by its kind and its
+// latency once, is kept (and bounded) as one record, and reads back as all
+// three events.
+TEST_CASE("the node counts folded task events by kind and keeps one record") {
+  TaskEventBuffer buffer(/*capacity=*/2);
+  TaskId t = TaskId::Random();
+  NodeId node = NodeId::Random();
+  std::string records;
+  packed_events::Append(packed_events::Fields{.kind = TaskEventKind::kFinished, .pid = 9,
+                                              .time_us = 5'000, .task = &t, .node = &node,
+                                              .worker_pid = 12, .duration_us = 4'000,
+                                              .folded_us = {2'000, 3'000}},
+                        &records);
+  REQUIRE(buffer.AddPacked(records, 0).ok());
+  CHECK(buffer.size() == 1);
+  const TaskEventTotals& totals = buffer.totals();
+  CHECK(totals.by_kind[static_cast<int>(TaskEventKind::kDependenciesReady)] == 1);
+  CHECK(totals.by_kind[static_cast<int>(TaskEventKind::kLeaseGranted)] == 1);
+  CHECK(totals.by_kind[static_cast<int>(TaskEventKind::kFinished)] == 1);
+  uint64_t in_buckets = 0;
+  for (uint64_t n : totals.latency_buckets) in_buckets += n;
+  CHECK(in_buckets == 1);
+  auto events = buffer.events();
+  REQUIRE(events.size() == 3);
+  CHECK(events[0].time_us == 2'000);
+  CHECK(events[1].kind == TaskEventKind::kLeaseGranted);
+  CHECK(events[1].worker_pid == 12);
+  CHECK(events[1].node == node);
+  CHECK(events[2].duration_us == 4'000);
+  // Two more records: the oldest goes whole, all three of its events with it.
+  REQUIRE(buffer.AddPacked(records + records, 0).ok());
+  CHECK(buffer.size() == 2);
+  CHECK(buffer.events().size() == 6);
+}
+
 }  // namespace
 }  // namespace lumen::node

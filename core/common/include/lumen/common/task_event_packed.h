@@ -15,13 +15,23 @@
 //   [16 node id]                      flags & kHasNode
 //   [16 worker id]                    flags & kHasWorker
 //   [i32 worker_pid | u64 bytes | i64 duration_us]   flags & kHasExtra
+//   [i64 time_us, i64 time_us]        flags & kHasFolded
 //   [name bytes]
+//
+// kHasFolded (version 2): the record also stands for the events folded into
+// it (FoldedKinds: DEPENDENCIES_READY and LEASE_GRANTED into FINISHED/FAILED,
+// ARGS_FETCHED and EXECUTED into RESULT_STORED), with their times (0: that one
+// did not happen). ForEach gives them as events of their own, before the
+// record's: same task, attempt, pid and actor flag; a folded LEASE_GRANTED
+// takes the record's node, worker and worker_pid (the record's own event then
+// has none).
 //
 // On the wire the blob starts with kVersion (TaskEventBatch.packed); a reader
 // refuses another version with an error naming both. Pure functions,
 // thread-safe.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -35,7 +45,7 @@
 namespace lumen::packed_events {
 
 // The version byte that leads a packed blob on the wire.
-inline constexpr uint8_t kVersion = 1;
+inline constexpr uint8_t kVersion = 2;
 
 enum Flags : uint8_t {
   kActorCall = 1 << 0,
@@ -43,13 +53,15 @@ enum Flags : uint8_t {
   kHasNode = 1 << 2,
   kHasWorker = 1 << 3,
   kHasExtra = 1 << 4,
+  kHasFolded = 1 << 5,
 };
 
 inline constexpr size_t kHeaderSize = 20;
 inline constexpr size_t kIdSize = 16;
 inline constexpr size_t kExtraSize = 20;
+inline constexpr size_t kFoldedSize = 16;
 // The largest record without its name.
-inline constexpr size_t kMaxFixedSize = kHeaderSize + 3 * kIdSize + kExtraSize;
+inline constexpr size_t kMaxFixedSize = kHeaderSize + 3 * kIdSize + kExtraSize + kFoldedSize;
 
 // One record's fields, as Append writes them: ids and the name by pointer
 // (borrowed for the call).
@@ -65,6 +77,9 @@ struct Fields {
   int32_t worker_pid = 0;            // the three: written when any is non-zero
   uint64_t bytes = 0;
   int64_t duration_us = 0;
+  // FINISHED/FAILED, RESULT_STORED: the times of the events folded into this
+  // one (FoldedKinds), 0 for none; written when either is set.
+  std::array<int64_t, 2> folded_us{};
   std::string_view name;             // at most 65,535 bytes (longer is cut)
 };
 
@@ -89,11 +104,13 @@ struct View {
   TaskEvent ToEvent() const;
 };
 
-// Calls `f` for each record of `records` (no version byte), in order. A
-// record cut short or of an unknown kind stops the walk with an error (the
-// records before it were given to `f`); `count` (when not null) gets how many.
+// Calls `f` for each event of `records` (no version byte), in order: a
+// record's folded events, then its own. A record cut short or of an unknown
+// kind stops the walk with an error (the records before it were given to
+// `f`); `count` (when not null) gets how many events, `record_count` how many
+// records.
 absl::Status ForEach(std::string_view records, absl::FunctionRef<void(const View&)> f,
-                     size_t* count = nullptr);
+                     size_t* count = nullptr, size_t* record_count = nullptr);
 // The size in bytes of the first `n` records of `records` (all if fewer).
 size_t PrefixBytes(std::string_view records, size_t n);
 

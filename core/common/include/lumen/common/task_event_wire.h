@@ -24,6 +24,12 @@ namespace lumen {
 
 // Sets `out`'s packed events to `records` (packed records, no version byte).
 void SetPackedEvents(std::string_view records, proto::TaskEventBatch::Builder out);
+// Sets `out`'s packed events to `*blob` (packed_events::ToBlob's form: the
+// version byte, then the records) without copying it: the message refers to
+// it, so `*blob` must stay unchanged (and alive) until the message is written
+// out or dropped. Zero-pads its memory to whole words (the message carries
+// the last word whole) without changing its size.
+void ReferencePackedBlob(std::string* blob, proto::TaskEventBatch::Builder out);
 // Packs `events` into `out`.
 void TaskEventsToProto(const std::vector<TaskEvent>& events, proto::TaskEventBatch::Builder out);
 

@@ -13,6 +13,14 @@
 //   owner:    SUBMITTED -> DEPENDENCIES_READY -> LEASE_GRANTED -> FINISHED | FAILED
 //   executor:                      STARTED -> ARGS_FETCHED -> EXECUTED -> RESULT_STORED
 //
+// Two records per task in each process, not one per event: the events in the
+// middle are taken as ticks (Tick()) that the caller keeps with the task and
+// passes to the record that ends its part (TaskEventDetail::earlier_ticks):
+// FINISHED/FAILED carries DEPENDENCIES_READY's and LEASE_GRANTED's,
+// RESULT_STORED carries ARGS_FETCHED's and EXECUTED's. Readers see them as
+// events of their own (task_event_packed.h expands them), so SUBMITTED and
+// STARTED still show a pending or running task before it ends.
+//
 // The phases follow from consecutive times: dependency wait (SUBMITTED ->
 // DEPENDENCIES_READY), lease wait (-> LEASE_GRANTED), argument fetch (STARTED ->
 // ARGS_FETCHED), execution (-> EXECUTED), result store (-> RESULT_STORED). An
@@ -96,8 +104,15 @@ struct TaskEvent {
   int64_t duration_us = 0;
 };
 
+// The kinds whose ticks an event of `kind` carries in earlier_ticks (in that
+// order): DEPENDENCIES_READY and LEASE_GRANTED for FINISHED/FAILED,
+// ARGS_FETCHED and EXECUTED for RESULT_STORED; false for the other kinds.
+bool FoldedKinds(TaskEventKind kind, std::array<TaskEventKind, 2>* kinds);
+
 // Extra fields for Record: what a few kinds carry besides the task.
 struct TaskEventDetail {
+  // LEASE_GRANTED (also the folded one of FINISHED/FAILED): the node and the
+  // worker's pid; STARTED: the node and the worker.
   NodeId node;
   WorkerId worker;
   int32_t worker_pid = 0;
@@ -107,6 +122,9 @@ struct TaskEventDetail {
   // FINISHED/FAILED: the tick Record returned for the attempt's SUBMITTED
   // (0: none); the event then carries the latency in duration_us.
   uint64_t since_tick = 0;
+  // FINISHED/FAILED, RESULT_STORED: the ticks (Tick()) of the events folded
+  // into this one (FoldedKinds), 0 for one that did not happen.
+  std::array<uint64_t, 2> earlier_ticks{};
 };
 
 class TaskEventRecorder {
@@ -114,7 +132,7 @@ class TaskEventRecorder {
   static constexpr size_t kDefaultCapacity = 1 << 16;
   // Name bytes a slot holds without an allocation (function names; longer
   // ones, such as error messages, go to a side list).
-  static constexpr size_t kInlineName = 40;
+  static constexpr size_t kInlineName = 32;
 
   // `capacity`: events each recording thread keeps until the next Drain, and
   // the most a Drain returns (the newest of all threads; older ones are
@@ -136,6 +154,9 @@ class TaskEventRecorder {
                   std::string_view name = {}, const TaskEventDetail& detail = {});
   // Records an event built by the caller (its time and pid are kept if set).
   void RecordEvent(const TaskEvent& event);
+  // The clock now (TaskEventClock ticks), 0 when disabled: the time of an
+  // event folded into a later Record (TaskEventDetail::earlier_ticks).
+  uint64_t Tick() const { return enabled() ? TaskEventClock::Now() : 0; }
 
   // Takes the events recorded since the last drain (the newest `capacity`
   // of them), by time (one thread's in the order it recorded them), and
