@@ -1,4 +1,5 @@
 #include "lumen/common/address.h"
+#include "lumen/common/unix_endpoint.h"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -25,6 +26,22 @@ int ConnectTimeoutMs() {
 
 }  // namespace
 
+asio::local::stream_protocol::endpoint UnixEndpoint(const std::string& unix_path) {
+  if (!unix_path.empty() && unix_path.front() == '@') {
+    std::string name = unix_path;
+    name.front() = '\0';
+    return asio::local::stream_protocol::endpoint(name);
+  }
+  return asio::local::stream_protocol::endpoint(unix_path);
+}
+
+bool InSessionDir(const std::string& unix_path, const std::string& session_dir) {
+  if (unix_path.empty() || session_dir.empty()) return false;
+  std::string_view path = unix_path;
+  if (path.front() == '@') path.remove_prefix(1);
+  return path.substr(0, session_dir.size() + 1) == session_dir + "/";
+}
+
 Endpoint ParseAddress(std::string_view address) {
   Endpoint out;
   std::string_view rest = address;
@@ -32,7 +49,7 @@ Endpoint ParseAddress(std::string_view address) {
     size_t semi = rest.find(';');
     std::string_view part = rest.substr(0, semi);
     if (!part.empty()) {
-      if (part.front() == '/') {
+      if (part.front() == '/' || part.front() == '@') {
         out.unix_path = std::string(part);
       } else {
         out.tcp = std::string(part);
@@ -61,12 +78,11 @@ Socket AdoptTcp(asio::io_context& io, asio::ip::tcp::socket socket) {
 absl::StatusOr<Socket> ConnectToAddress(asio::io_context& io, const std::string& address,
                                         const std::string& local_session_dir) {
   Endpoint endpoint = ParseAddress(address);
-  bool same_node = !endpoint.unix_path.empty() && !local_session_dir.empty() &&
-                   endpoint.unix_path.rfind(local_session_dir + "/", 0) == 0;
+  bool same_node = InSessionDir(endpoint.unix_path, local_session_dir);
   boost::system::error_code ec;
   if (!endpoint.unix_path.empty() && (same_node || endpoint.tcp.empty())) {
     asio::local::stream_protocol::socket s(io);
-    s.connect(asio::local::stream_protocol::endpoint(endpoint.unix_path), ec);
+    s.connect(UnixEndpoint(endpoint.unix_path), ec);
     if (ec) {
       return absl::UnavailableError(
           absl::StrCat("cannot reach ", endpoint.unix_path, ": ", ec.message()));
@@ -188,8 +204,7 @@ void AsyncConnectToAddress(asio::io_context& io, const std::string& address,
     asio::post(io, [pending, status = std::move(status)] { pending->Finish(status); });
   };
   Endpoint endpoint = ParseAddress(address);
-  bool same_node = !endpoint.unix_path.empty() && !local_session_dir.empty() &&
-                   endpoint.unix_path.rfind(local_session_dir + "/", 0) == 0;
+  bool same_node = InSessionDir(endpoint.unix_path, local_session_dir);
   bool use_unix = !endpoint.unix_path.empty() && (same_node || endpoint.tcp.empty());
   size_t colon = endpoint.tcp.rfind(':');
   if (!use_unix && (endpoint.tcp.empty() || colon == std::string::npos)) {
@@ -210,7 +225,7 @@ void AsyncConnectToAddress(asio::io_context& io, const std::string& address,
 
   if (use_unix) {
     pending->unix_socket.async_connect(
-        asio::local::stream_protocol::endpoint(endpoint.unix_path),
+        UnixEndpoint(endpoint.unix_path),
         [pending](const boost::system::error_code& ec) {
           if (!pending->done) return;
           if (ec) {

@@ -15,8 +15,8 @@
 //   absl::StatusOr<pid_t> pid = forks.Fork({.executable = exe, .env = ..., ...});
 //   if (absl::IsUnavailable(pid.status())) { /* no template ready: exec instead */ }
 //
-// The worker is made a child of this process (the template forks twice and
-// the middle process exits at once, so the worker is re-parented to us: the
+// The worker is made a child of this process (the template vforks a middle
+// process that forks the worker and exits at once, so the worker is re-parented to us: the
 // node daemon is a child subreaper, PR_SET_CHILD_SUBREAPER, set by the
 // constructor), so waitpid, SIGCHLD and PR_SET_PDEATHSIG work for it as for
 // an exec'd worker, and a template that dies takes no worker with it.
@@ -32,7 +32,7 @@
 // warning logged once).
 //
 // Not thread-safe: the node daemon's io thread only. Fork blocks that thread
-// for one round trip with the template (two forks in it, under 1 ms idle;
+// for one round trip with the template (a vfork and a fork in it, under 1 ms idle;
 // at most reply_timeout).
 //
 // Known edge: a template that dies or times out after it took a request may

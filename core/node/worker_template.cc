@@ -20,6 +20,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "lumen/common/task_event_clock.h"
 
 namespace lumen::node {
 namespace {
@@ -132,6 +133,92 @@ void BecomeWorker(int server_fd, pid_t daemon, pid_t middle, const char* name,
   }
 }
 
+// What one fork of a worker gave, in the template (is_worker false) or in
+// the new worker (is_worker true).
+struct WorkerFork {
+  bool is_worker = false;
+  pid_t middle = -1;  // the middle process (the worker's parent until it exits)
+  pid_t worker = -1;  // in the template, vfork middle only: the worker's pid, or -1
+  int error = 0;      // errno of the failed fork when worker or middle is -1
+};
+
+// LUMEN_WORKER_FORK_VFORK=0: the middle process is a full fork of the
+// template (as before stop 27; kept for A/B runs and as a fallback).
+bool VforkMiddleEnabled() {
+  const char* v = std::getenv("LUMEN_WORKER_FORK_VFORK");
+  return v == nullptr || std::string_view(v) != "0";
+}
+
+// The worker and the middle's exit status travel through this memory: the
+// vfork'ed middle shares the template's, and the template runs again only
+// once the middle has exited.
+volatile pid_t vfork_worker_pid = -1;
+volatile int vfork_worker_errno = 0;
+volatile pid_t vfork_middle_pid = -1;  // the worker reads its copy: its first parent
+
+// The middle is vfork'ed: it shares the template's memory (no page tables
+// copied, none torn down at its exit) while the template is suspended, and
+// forks the worker with glibc's fork (so pthread_atfork handlers, the
+// thread id glibc caches, the robust-futex list and malloc's locks are
+// handled as for any fork), then exits, so the worker is adopted by the
+// node daemon (a child subreaper) as before. Returns 0 in the worker, the
+// middle's pid (or -1) in the template. noinline and nothing live across
+// vfork but the return value: the middle writes only stack below this
+// frame and the two globals above, which the template reads after it
+// resumed.
+__attribute__((noinline)) pid_t VforkMiddle() {
+  vfork_worker_pid = -1;
+  vfork_worker_errno = 0;
+  pid_t middle = ::vfork();
+  if (middle != 0) return middle;  // the template (or -1)
+  vfork_middle_pid = ::getpid();
+  pid_t worker = ::fork();
+  if (worker == 0) return 0;  // the worker: its own copy of the memory from here on
+  vfork_worker_errno = worker < 0 ? errno : 0;
+  vfork_worker_pid = worker;
+  ::_exit(0);
+}
+
+WorkerFork ForkThroughVforkedMiddle() {
+  WorkerFork forked;
+  pid_t result = VforkMiddle();
+  if (result == 0) {
+    forked.is_worker = true;
+    forked.middle = vfork_middle_pid;
+    return forked;
+  }
+  forked.middle = result;
+  if (result < 0) {
+    forked.error = errno;
+    return forked;
+  }
+  forked.worker = vfork_worker_pid;
+  forked.error = vfork_worker_errno;
+  return forked;
+}
+
+// The middle is a full fork of the template; it replies with the worker's
+// pid itself.
+WorkerFork ForkThroughForkedMiddle(int fd) {
+  WorkerFork forked;
+  forked.middle = ::fork();
+  if (forked.middle < 0) {
+    forked.error = errno;
+    return forked;
+  }
+  if (forked.middle != 0) return forked;
+  const pid_t middle_pid = ::getpid();
+  pid_t worker = ::fork();
+  if (worker == 0) {
+    forked.is_worker = true;
+    forked.middle = middle_pid;
+    return forked;
+  }
+  Reply(fd, worker > 0 ? absl::StrCat("pid ", worker)
+                       : absl::StrCat("error fork: ", std::strerror(errno)));
+  ::_exit(0);
+}
+
 }  // namespace
 
 void MaybeServeWorkerForks() {
@@ -156,28 +243,31 @@ void MaybeServeWorkerForks() {
   static char name[16] = {0};
   ::prctl(PR_GET_NAME, name);
   ::prctl(PR_SET_NAME, kWorkerTemplateProcessName);
+  // Decided once here instead of in every worker: whether task events are
+  // stamped with the TSC (a CPUID, which traps to the hypervisor in a VM:
+  // ~8% of a forked worker's user time before stop 27). It reads
+  // LUMEN_TASK_EVENT_TSC, which the template has as its workers do (the
+  // daemon sets it for neither per worker).
+  (void)TaskEventClock::UsesTsc();
   // Output buffered so far would otherwise be written once per worker.
   std::fflush(nullptr);
   Reply(fd, "ready");
+  const bool vfork_middle = VforkMiddleEnabled();
   while (true) {
     Request request;
     if (!Receive(fd, &request)) std::_Exit(0);  // the daemon closed its end
-    pid_t middle = ::fork();
-    if (middle == 0) {
-      const pid_t middle_pid = ::getpid();
-      pid_t worker = ::fork();
-      if (worker == 0) {
-        BecomeWorker(fd, daemon, middle_pid, name, request);
-        return;
-      }
-      Reply(fd, worker > 0 ? absl::StrCat("pid ", worker)
-                           : absl::StrCat("error fork: ", std::strerror(errno)));
-      ::_exit(0);
+    WorkerFork forked = vfork_middle ? ForkThroughVforkedMiddle() : ForkThroughForkedMiddle(fd);
+    if (forked.is_worker) {
+      BecomeWorker(fd, daemon, forked.middle, name, request);
+      return;
     }
-    if (middle < 0) Reply(fd, absl::StrCat("error fork: ", std::strerror(errno)));
+    if (vfork_middle || forked.middle < 0) {
+      Reply(fd, forked.worker > 0 ? absl::StrCat("pid ", forked.worker)
+                                  : absl::StrCat("error fork: ", std::strerror(forked.error)));
+    }
     for (int received : request.fds) ::close(received);
-    if (middle > 0) {
-      while (::waitpid(middle, nullptr, 0) < 0 && errno == EINTR) {
+    if (forked.middle > 0) {
+      while (::waitpid(forked.middle, nullptr, 0) < 0 && errno == EINTR) {
       }
     }
   }

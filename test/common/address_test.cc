@@ -4,6 +4,7 @@
 //
 // Each test runs an io_context on the test thread until the callback has run.
 #include "lumen/common/address.h"
+#include "lumen/common/unix_endpoint.h"
 
 #include <sys/socket.h>
 #include <unistd.h>
@@ -60,6 +61,39 @@ TEST_CASE("AsyncConnectToAddress reaches a Unix socket", "[address]") {
   }
   ::unlink(path.c_str());
   ::rmdir(dir_template);
+}
+
+TEST_CASE("an abstract Unix address is parsed, counted as this session's and reached, with no file",
+          "[address]") {
+  // Invariant: "host:port;@/dir/s" parses to its TCP part and the abstract
+  // name "@/dir/s", which counts as under session dir /dir (not under
+  // /di or another dir); a listener bound to UnixEndpoint("@...") is reached
+  // by both connect functions over Unix (the TCP part names a port nobody
+  // listens on) and leaves no file at /dir/s.
+  const std::string dir = "/tmp/lumen-address-test-abstract-" + std::to_string(::getpid());
+  const std::string name = "@" + dir + "/s";
+  lumen::Endpoint parsed = lumen::ParseAddress("127.0.0.1:1;" + name);
+  CHECK(parsed.tcp == "127.0.0.1:1");
+  CHECK(parsed.unix_path == name);
+  CHECK(lumen::FormatAddress(parsed) == "127.0.0.1:1;" + name);
+  CHECK(lumen::InSessionDir(name, dir));
+  CHECK(lumen::InSessionDir(dir + "/s", dir));
+  CHECK_FALSE(lumen::InSessionDir(name, dir.substr(0, dir.size() - 1)));
+  CHECK_FALSE(lumen::InSessionDir(name, "/elsewhere"));
+  asio::io_context io;
+  asio::local::stream_protocol::acceptor acceptor(io, lumen::UnixEndpoint(name));
+  CHECK(::access((dir + "/s").c_str(), F_OK) != 0);
+  std::optional<absl::StatusOr<lumen::Socket>> result;
+  lumen::AsyncConnectToAddress(io, FormatAddress(parsed), dir, milliseconds(5000),
+                               [&](absl::StatusOr<lumen::Socket> socket) { result = std::move(socket); });
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!result && std::chrono::steady_clock::now() < until) io.run_one_for(milliseconds(100));
+  REQUIRE(result.has_value());
+  INFO("async: " << result->status());
+  CHECK(result->ok());
+  auto blocking = lumen::ConnectToAddress(io, FormatAddress(parsed), dir);
+  INFO("blocking: " << blocking.status());
+  CHECK(blocking.ok());
 }
 
 TEST_CASE("AsyncConnectToAddress reports a refused connect and a bad address", "[address]") {

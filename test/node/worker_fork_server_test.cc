@@ -18,6 +18,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -132,6 +133,33 @@ TEST_CASE("a worker forked from a template gets the request's environment and is
   CHECK(Comm(tpid) == kWorkerTemplateProcessName);
   server.Stop();
   CHECK(!ProcessAlive(tpid));
+}
+
+TEST_CASE("a worker gets glibc's fork bookkeeping whether its middle process is vforked or forked",
+          "[fork_server]") {
+  // Invariant: with either middle process (the default vfork'ed one, or a
+  // full fork with LUMEN_WORKER_FORK_VFORK=0) the forked worker ran the
+  // pthread_atfork child handler its binary registered before lumen::Init
+  // exactly once, glibc's cached thread id is the worker's own, it has a
+  // robust-futex list, it is this process's child and exits with its code;
+  // and the template keeps serving (two workers in a row).
+  for (const char* vfork : {"1", "0"}) {
+    INFO("LUMEN_WORKER_FORK_VFORK=" << vfork);
+    WorkerForkServer server(
+        {.template_env = {{"LUMEN_ROLE", "worker"}, {"LUMEN_WORKER_FORK_VFORK", vfork}}});
+    for (int i = 0; i < 2; ++i) {
+      Forked worker = ForkProbe(server, LUMEN_TEMPLATE_PROBE_PATH,
+                                {{"LUMEN_ROLE", "worker"}, {"PROBE_EXIT", std::to_string(3 + i)}});
+      CHECK(worker.exit_code == 3 + i);
+      CHECK(worker.report["atfork"] == (std::string_view(vfork) == "1" ? "1" : "2"));
+      CHECK(worker.report["tid_ok"] == "1");
+      CHECK(worker.report["robust"] == "1");
+      CHECK(worker.report["ppid"] == std::to_string(::getpid()));
+    }
+    CHECK(server.num_forked() == 2);
+    CHECK(server.num_templates_started() == 1);
+    server.Stop();
+  }
 }
 
 TEST_CASE("a killed template is restarted, one that is not single-threaded is refused",
