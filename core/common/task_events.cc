@@ -120,7 +120,8 @@ struct TaskEventRecorder::ThreadRing {
     if (name.size() <= kInlineName) {
       slot.flags &= static_cast<uint8_t>(~Slot::kLongName);
       slot.name_len = static_cast<uint16_t>(name.size());
-      std::memcpy(slot.name, name.data(), name.size());
+      // An empty view may hold a null pointer, which memcpy must not get.
+      if (!name.empty()) std::memcpy(slot.name, name.data(), name.size());
       return;
     }
     // Bounded: past `capacity` long names since the last drain (a ring that

@@ -35,6 +35,14 @@ bool RunUntil(asio::io_context& io, const std::function<bool()>& done) {
 }  // namespace
 
 TEST_CASE("AcceptRetry keeps accepting after EMFILE", "[accept_retry]") {
+#if defined(__SANITIZE_ADDRESS__)
+  // Under `scripts/test --sanitize`: with every descriptor in use, UBSan's vptr
+  // check cannot open the pipe it reads objects through and reports live Asio
+  // objects as "invalid vptr" (a false positive of the sanitizer). The plain
+  // build runs this case.
+  WARN("skipped in the sanitizer build: UBSan's vptr check needs free descriptors");
+  return;
+#endif
   asio::io_context io;
   tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
   AcceptRetry retry(io, "test listener", 10ms);

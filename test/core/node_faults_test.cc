@@ -438,6 +438,12 @@ TEST_CASE("a dead owner's objects leave every node's store within 2 s") {
 
 TEST_CASE("over its memory budget a node kills the newest retriable task's worker, retried "
           "after a backoff, and a non-retriable one fails with OutOfMemoryError") {
+#if defined(__SANITIZE_ADDRESS__)
+  // ASan's shadow memory and quarantine add 100+ MiB to each worker's RSS, so
+  // a 256 MiB budget no longer separates the tasks the way this case needs.
+  WARN("skipped in the sanitizer build: worker RSS includes ASan's own memory");
+  return;
+#endif
   // Invariants (reliability item 14): with a 256 MiB budget for the node's
   // workers, (1) a non-retriable task that takes 320 MiB fails with
   // lumen::OutOfMemoryError naming the budget; (2) of two retriable 150 MiB

@@ -26,9 +26,14 @@ set(launcher "")
 if(CMAKE_CXX_COMPILER_LAUNCHER)
   set(launcher "-DCMAKE_CXX_COMPILER_LAUNCHER=${CMAKE_CXX_COMPILER_LAUNCHER}")
 endif()
+# A sanitized build's libraries need the sanitizer runtimes at link time.
+set(sanitize "")
+if(LUMEN_SANITIZE)
+  set(sanitize "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=address,undefined")
+endif()
 run("configuring the consumer" ${CMAKE_COMMAND} -S "${CONSUMER_SOURCE_DIR}" -B "${work}/build"
     -G "${CMAKE_GENERATOR}" "-DCMAKE_BUILD_TYPE=${CMAKE_BUILD_TYPE}"
-    "-DCMAKE_CXX_COMPILER=${CMAKE_CXX_COMPILER}" ${launcher}
+    "-DCMAKE_CXX_COMPILER=${CMAKE_CXX_COMPILER}" ${launcher} ${sanitize}
     "-DCMAKE_PREFIX_PATH=${work}/prefix")
 run("building the consumer" ${CMAKE_COMMAND} --build "${work}/build")
 run("running the consumer" "${work}/build/lumen_consumer")

@@ -112,7 +112,7 @@ class TypedReduceScatterPlan : public ReduceScatterPlan {
   void Run(const void* input, void* output, size_t mine) override {
     std::memcpy(scratch_.data(), input, scratch_.size() * sizeof(T));
     algorithm_->run();
-    std::memcpy(output, scratch_.data(), mine * sizeof(T));
+    if (mine > 0) std::memcpy(output, scratch_.data(), mine * sizeof(T));  // may be null
   }
 
  private:
@@ -191,7 +191,7 @@ void GlooReduceScatter(Group& g, uint32_t tag, Buffer input, Buffer output, Redu
     DispatchHost(input.dtype, [&](auto zero) {
       ReduceRecords<decltype(zero)>(records, input.count, op, full.data(), g.size());
     });
-    std::memcpy(output.data, full.data() + offset * es, mine * es);
+    if (mine > 0) std::memcpy(output.data, full.data() + offset * es, mine * es);  // may be null
     return;
   }
   if (input.count > static_cast<size_t>(INT_MAX)) {
@@ -200,7 +200,7 @@ void GlooReduceScatter(Group& g, uint32_t tag, Buffer input, Buffer output, Redu
     std::vector<char> scratch(static_cast<const char*>(input.data),
                               static_cast<const char*>(input.data) + Bytes(input));
     RunGlooAllReduce(g, tag, Buffer{scratch.data(), input.count, input.dtype}, op);
-    std::memcpy(output.data, scratch.data() + offset * es, mine * es);
+    if (mine > 0) std::memcpy(output.data, scratch.data() + offset * es, mine * es);
     return;
   }
   // Gloo's recursive halving-doubling reduce-scatter (with its binary blocks
