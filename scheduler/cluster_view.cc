@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -417,8 +418,8 @@ absl::StatusOr<Placement> ClusterResourceView::PickNode(const ResourceSet& reque
     }
     if (!strategy.soft) {
       return absl::FailedPreconditionError(
-          absl::StrFormat("cannot place %s by hard node affinity: node '%s' %s",
-                          request.ToString(), strategy.node_id, problem));
+          absl::StrFormat("cannot place %s by hard node affinity: node %s %s",
+                          request.ToString(), absl::BytesToHexString(strategy.node_id), problem));
     }
     // Soft: fall back to the default policy below.
   }

@@ -52,7 +52,8 @@ std::string_view GroupStateName(GroupState state) {
   return "?";
 }
 
-PlacementGroupManager::PlacementGroupManager(Options options) : options_(std::move(options)) {}
+PlacementGroupManager::PlacementGroupManager(Options options)
+    : options_(std::move(options)), cancels_(options_.transport) {}
 
 absl::StatusOr<const PlacementGroup*> PlacementGroupManager::Create(
     const std::string& id, const std::string& name, PlacementStrategy strategy,
@@ -202,6 +203,7 @@ void PlacementGroupManager::Schedule(const ClusterResourceView& view) {
 
 void PlacementGroupManager::OnBundleReply(uint64_t ticket, const absl::Status& status) {
   thread_.Check("PlacementGroupManager");
+  if (cancels_.OnReply(ticket)) return;  // a cancel acknowledged
   auto it = tickets_.find(ticket);
   if (it == tickets_.end()) return;  // an abandoned attempt's reply
   std::string group_id = std::move(it->second.group_id);
@@ -247,38 +249,18 @@ void PlacementGroupManager::FailTicketsOf(const std::string& node_id, const std:
 
 void PlacementGroupManager::OnNodeReconnected(const std::string& node_id) {
   thread_.Check("PlacementGroupManager");
+  // First what it may have missed, then the rollbacks' cancels (FailTicketsOf
+  // sent them on the new connection already: order among cancels is moot).
+  cancels_.OnNodeReconnected(node_id);
   FailTicketsOf(node_id, "lost its connection to the head");
-  auto it = pending_cancels_.find(node_id);
-  if (it == pending_cancels_.end()) return;
-  auto waiting = std::move(it->second);
-  pending_cancels_.erase(it);
-  for (auto& [group_id, bundles] : waiting) {
-    LUMEN_LOG(INFO) << "placement group " << group_id.substr(0, 12) << ": node "
-                    << ShortId(node_id) << " is back; releasing its " << bundles.size()
-                    << " bundle(s) now";
-    BundleRequest request;
-    request.ticket = 0;
-    request.phase = BundlePhase::kCancel;
-    request.group_id = group_id;
-    request.node_id = node_id;
-    request.bundles = std::move(bundles);
-    absl::Status sent = options_.transport->Send(request);
-    if (sent.code() == absl::StatusCode::kUnavailable) {
-      pending_cancels_[node_id][group_id] = std::move(request.bundles);  // gone again
-    }
-  }
 }
 
-size_t PlacementGroupManager::pending_cancels() const {
-  size_t n = 0;
-  for (const auto& [node, groups] : pending_cancels_) n += groups.size();
-  return n;
-}
+size_t PlacementGroupManager::pending_cancels() const { return cancels_.unsent(); }
 
 void PlacementGroupManager::OnNodeDead(const std::string& node_id) {
   thread_.Check("PlacementGroupManager");
   FailTicketsOf(node_id, "died");
-  pending_cancels_.erase(node_id);  // its bundles went with it
+  cancels_.OnNodeDead(node_id);  // its bundles went with it
   std::vector<std::string> hit;
   for (const auto& [id, g] : created_) {
     if (std::find(g->nodes.begin(), g->nodes.end(), node_id) != g->nodes.end()) {
@@ -307,24 +289,21 @@ bool PlacementGroupManager::SendPhase(PlacementGroup& g, BundlePhase phase) {
   bool reached_all = true;
   for (auto& [node, bundles] : per_node) {
     BundleRequest request;
-    request.ticket = phase == BundlePhase::kCancel ? 0 : next_ticket_++;
+    request.ticket = next_ticket_++;
     request.phase = phase;
     request.group_id = g.id;
     request.node_id = node;
     request.bundles = std::move(bundles);
+    if (phase == BundlePhase::kCancel) {
+      // Kept until the node acknowledges it; a disconnected node gets it when
+      // it registers again (a dead one has nothing left to release).
+      cancels_.Send(std::move(request));
+      continue;
+    }
     absl::Status sent = options_.transport->Send(request);
     if (!sent.ok()) {
       LUMEN_LOG(DEBUG) << "placement group " << g.name << ": " << BundlePhaseName(phase)
                        << " not sent to node " << ShortId(node) << ": " << sent.message();
-      if (phase == BundlePhase::kCancel) {
-        // A dead node has nothing left to release; a disconnected one still
-        // holds the bundles: the cancel goes when it registers again.
-        if (sent.code() == absl::StatusCode::kUnavailable) {
-          auto& waiting = pending_cancels_[node][g.id];
-          waiting.insert(waiting.end(), request.bundles.begin(), request.bundles.end());
-        }
-        continue;
-      }
       reached_all = false;
       break;
     }

@@ -26,6 +26,8 @@ bool IsKvWrite(proto::KvOp op) {
 
 }  // namespace
 
+uint64_t RetryClientId() { return ClientId(); }
+
 std::chrono::milliseconds ControlRetryBackoff(int attempt) {
   return std::chrono::milliseconds(20) * (1 << std::min(attempt - 1, 4));
 }
@@ -50,6 +52,9 @@ bool SetRetryKey(proto::Envelope::Builder request) {
       // wait's reply must not be replayed from the head's table.
       if (!IsKvWrite(request.getKv().getOp())) return false;
       key = request.getKv().initRetryKey();
+      break;
+    case proto::Envelope::REQUEST_LEASE:
+      key = request.getRequestLease().initRetryKey();
       break;
     default:
       return false;
@@ -89,6 +94,22 @@ std::optional<RetryKeyValue> RetryKeyOf(proto::Envelope::Reader request) {
       auto m = request.getKv();
       return Value(m.hasRetryKey(), m.getRetryKey());
     }
+    case proto::Envelope::REQUEST_LEASE: {
+      auto m = request.getRequestLease();
+      return Value(m.hasRetryKey(), m.getRetryKey());
+    }
+    case proto::Envelope::PREPARE_BUNDLES: {
+      auto m = request.getPrepareBundles();
+      return Value(m.hasRetryKey(), m.getRetryKey());
+    }
+    case proto::Envelope::COMMIT_BUNDLES: {
+      auto m = request.getCommitBundles();
+      return Value(m.hasRetryKey(), m.getRetryKey());
+    }
+    case proto::Envelope::CANCEL_BUNDLES: {
+      auto m = request.getCancelBundles();
+      return Value(m.hasRetryKey(), m.getRetryKey());
+    }
     default:
       return std::nullopt;
   }
@@ -114,6 +135,10 @@ void SetRetryAttempt(proto::Envelope::Builder request, uint32_t attempt) {
       break;
     case proto::Envelope::KV:
       if (request.getKv().hasRetryKey()) request.getKv().getRetryKey().setAttempt(attempt);
+      break;
+    case proto::Envelope::REQUEST_LEASE:
+      if (request.getRequestLease().hasRetryKey())
+        request.getRequestLease().getRetryKey().setAttempt(attempt);
       break;
     default:
       break;

@@ -1,6 +1,7 @@
 #include "core/head/node_bundle_transport.h"
 
 #include "core/head/head_replies.h"
+#include "lumen/common/control_retry.h"
 #include "lumen/common/proto_util.h"
 
 namespace lumen::head {
@@ -18,6 +19,11 @@ absl::Status NodeBundleTransport::Send(const scheduler::BundleRequest& request) 
                                             ? env.initCommitBundles()
                                             : env.initCancelBundles();
     batch.setGroupId(BytesOf(request.group_id));
+    // The same key when the manager sends it again (BundleCancels): the node
+    // answers a repeat from its table (core/node/keyed_requests.h).
+    auto key = batch.initRetryKey();
+    key.setClient(RetryClientId());
+    key.setRequest(request.ticket);
     auto list = batch.initBundles(request.bundles.size());
     for (size_t k = 0; k < request.bundles.size(); ++k) {
       list[k].setIndex(request.bundles[k].index);

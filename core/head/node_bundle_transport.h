@@ -1,8 +1,9 @@
 // NodeBundleTransport: the placement-group manager's BundleTransport over the
 // head's node connections. A request becomes a prepareBundles, commitBundles
-// or cancelBundles frame whose request id is the manager's ticket; the node's
-// bundleReply comes back through PlacementGroupService, which hands it to the
-// manager.
+// or cancelBundles frame whose request id is the manager's ticket and whose
+// retry key is (this head's RetryClientId(), ticket), so a resent request is
+// recognised by the node; the node's bundleReply comes back through
+// PlacementGroupService, which hands it to the manager.
 //
 //   NodeBundleTransport transport(&nodes, [&](uint64_t id) { return FindOpenConnection(id); });
 //   PlacementGroupManager pgs({.transport = &transport, ...});

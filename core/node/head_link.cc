@@ -285,16 +285,18 @@ void HeadLink::OnFrame(proto::Envelope::Reader msg) {
     case proto::Envelope::PREPARE_BUNDLES:
     case proto::Envelope::COMMIT_BUNDLES:
     case proto::Envelope::CANCEL_BUNDLES: {
+      // A batch the head resent (its connection was reset before our reply
+      // reached it) gets the reply we made the first time, on any connection.
+      if (conn_ && keyed_.Repeat(*conn_, msg, /*bound=*/false)) return;
       absl::Status status = callbacks_.on_bundles(msg);
-      if (conn_ && !conn_->closed()) {
-        OutMessage out;
-        auto env = out.Init();
-        env.setRequestId(msg.getRequestId());
-        auto reply = env.initBundleReply();
-        reply.setOk(status.ok());
-        reply.setError(std::string(status.message()));
-        conn_->Send(out.builder());
-      }
+      OutMessage out;
+      auto env = out.Init();
+      env.setRequestId(msg.getRequestId());
+      auto reply = env.initBundleReply();
+      reply.setOk(status.ok());
+      reply.setError(std::string(status.message()));
+      if (conn_) keyed_.OnReply(conn_->id(), msg.getRequestId(), out.builder());
+      if (conn_ && !conn_->closed()) conn_->Send(out.builder());
       if (callbacks_.after_bundles) callbacks_.after_bundles(msg);
       return;
     }

@@ -2,7 +2,9 @@
 // asynchronously (resolve and connect bounded by Timeouts::connect_timeout),
 // says hello and registers the node, reports the node's stats every report
 // period, and hands the head's messages (cluster view, placement-group bundle
-// batches, "you are dead") to the daemon. Nothing here blocks the io thread.
+// batches, "you are dead") to the daemon; a bundle batch the head resends with
+// the same key is answered with the first reply, not applied again.
+// Nothing here blocks the io thread.
 //
 // Losing the head (doc/reliability.md, item 6): before the first registration
 // it retries every Timeouts::head_retry_period, without end (the head may
@@ -40,6 +42,7 @@
 #include <boost/asio.hpp>
 
 #include "absl/status/status.h"
+#include "core/node/keyed_requests.h"
 #include "lumen/common/backoff.h"
 #include "lumen/common/connection.h"
 #include "lumen/common/ids.h"
@@ -111,6 +114,9 @@ class HeadLink {
   HeadLinkOptions options_;
   HeadLinkCallbacks callbacks_;
   std::shared_ptr<Connection> conn_;
+  // The head's keyed bundle batches and our replies (BundleBatch.retryKey):
+  // a resent batch is not applied twice (doc/reliability.md, item 9).
+  KeyedRequests keyed_;
   boost::asio::steady_timer retry_timer_;
   boost::asio::steady_timer report_timer_;
   boost::asio::steady_timer connect_deadline_;

@@ -26,7 +26,7 @@ void LeaseReplies::Grant(ClientId client, uint64_t request_id, const LeaseGrant&
   reply.setNodeId(DataOf(node_));
   auto ids = reply.initGpuIds(grant.gpu_ids.size());
   for (size_t i = 0; i < grant.gpu_ids.size(); ++i) ids.set(i, grant.gpu_ids[i]);
-  clients_.Send(client, out.builder());
+  Answer(client, request_id, out);
 }
 
 void LeaseReplies::Refuse(ClientId client, uint64_t request_id, const std::string& why) {
@@ -34,7 +34,7 @@ void LeaseReplies::Refuse(ClientId client, uint64_t request_id, const std::strin
   auto reply = InitReply(out, request_id);
   reply.setGranted(false);
   reply.setError(why);
-  clients_.Send(client, out.builder());
+  Answer(client, request_id, out);
 }
 
 void LeaseReplies::Spillback(ClientId client, uint64_t request_id, const std::string& node_id) {
@@ -43,13 +43,13 @@ void LeaseReplies::Spillback(ClientId client, uint64_t request_id, const std::st
   reply.setGranted(false);
   reply.setSpillbackNode(BytesOf(node_id));
   reply.setSpillbackAddress(cluster_.AddressOf(node_id));
-  clients_.Send(client, out.builder());
+  Answer(client, request_id, out);
 }
 
 void LeaseReplies::Retry(ClientId client, uint64_t request_id) {
   OutMessage out;
   InitReply(out, request_id).setRetry(true);
-  clients_.Send(client, out.builder());
+  Answer(client, request_id, out);
 }
 
 void LeaseReplies::Waiting(ClientId client, uint64_t request_id, const std::string& why) {
@@ -57,6 +57,11 @@ void LeaseReplies::Waiting(ClientId client, uint64_t request_id, const std::stri
   auto reply = InitReply(out, request_id);
   reply.setWaiting(true);
   reply.setError(why);
+  clients_.Send(client, out.builder());
+}
+
+void LeaseReplies::Answer(ClientId client, uint64_t request_id, OutMessage& out) {
+  keyed_.OnReply(client, request_id, out.builder());  // kept for a keyed request's repeats
   clients_.Send(client, out.builder());
 }
 

@@ -1,9 +1,12 @@
 // LeaseReplies: the lease manager's answers (grant, refuse, spill back, retry,
 // waiting, reclaim) as leaseReply frames on the clients' connections; answers
-// to a client that is gone are dropped.
+// to a client that is gone are dropped. The final answer to a keyed lease
+// request (LeaseRequest.retryKey) is kept in keyed(), which answers a resent
+// request with it (doc/reliability.md, item 9).
 //
 //   LeaseReplies replies(clients, cluster, node_id);
 //   LocalLeaseManager leases({..., .clients = &replies, ...});
+//   if (!replies.keyed().Repeat(conn, msg, /*bound=*/true)) OnLeaseRequest(conn, msg);
 //
 // Only on the node daemon's io thread. Borrows the registry and the cluster
 // state, which outlive it.
@@ -13,6 +16,7 @@
 
 #include "core/node/client_registry.h"
 #include "core/node/cluster_state.h"
+#include "core/node/keyed_requests.h"
 #include "core/node/local_lease_manager.h"
 #include "lumen/common/ids.h"
 
@@ -31,10 +35,17 @@ class LeaseReplies : public LeaseClients {
   void Waiting(ClientId client, uint64_t request_id, const std::string& why) override;
   void Reclaim(ClientId holder) override;
 
+  // Keyed lease requests and their answers (a lease is bound to its connection).
+  KeyedRequests& keyed() { return keyed_; }
+
  private:
+  // Sends a final answer, kept first when it answers a keyed request.
+  void Answer(ClientId client, uint64_t request_id, OutMessage& out);
+
   ClientRegistry& clients_;
   ClusterState& cluster_;
   NodeId node_;
+  KeyedRequests keyed_;
 };
 
 }  // namespace lumen::node

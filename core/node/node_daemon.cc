@@ -411,8 +411,8 @@ void NodeDaemon::OnFrame(Connection& conn, proto::Envelope::Reader msg) {
     return;
   }
   switch (msg.which()) {
-    case proto::Envelope::REQUEST_LEASE:
-      OnLeaseRequest(conn, msg);
+    case proto::Envelope::REQUEST_LEASE:  // a resent one is answered by its first's reply
+      if (!lease_replies_->keyed().Repeat(conn, msg, /*bound=*/true)) OnLeaseRequest(conn, msg);
       return;
     case proto::Envelope::PULL_OBJECT:
       OnPull(conn, msg);

@@ -59,6 +59,11 @@ size_t SubmissionChunk() {
   return chunk;
 }
 
+uint64_t NextGeneration() {
+  static std::atomic<uint64_t> last{0};
+  return last.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+
 }  // namespace
 
 std::shared_ptr<CoreWorker> CurrentCoreWorker() {
@@ -71,6 +76,7 @@ void SetCurrentCoreWorker(std::shared_ptr<CoreWorker> worker) {
 CoreWorker::CoreWorker(CoreWorkerOptions options)
     : options_(std::move(options)),
       releaser_(std::make_shared<PinReleaser>()),
+      generation_(NextGeneration()),
       head_(std::make_unique<HeadRequester>(
           io_, HeadRequester::Options{options_.head_address, options_.timeouts.head_call_timeout})) {
   releaser_->core = this;
@@ -162,8 +168,9 @@ void CoreWorker::CreateObjectTracking() {
       });
 }
 
-void CoreWorker::AddLocalRef(const ObjectId& id, const std::string& owner, bool decoded) {
-  refs_->AddLocalRef(id, owner, decoded);
+ObjectEntry* CoreWorker::AddLocalRef(const ObjectId& id, const std::string& owner,
+                                     bool decoded) {
+  return refs_->AddLocalRef(id, owner, decoded);
 }
 
 void CoreWorker::RemoveLocalRef(const ObjectId& id) { refs_->RemoveLocalRef(id); }

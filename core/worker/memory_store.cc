@@ -108,8 +108,12 @@ void MemoryStore::SetFromValue(const ObjectId& id, proto::Value::Reader value,
   }
 }
 
+void MemoryStore::CountAwaitSteps(uint64_t steps) {
+  await_steps.fetch_add(steps, std::memory_order_relaxed);
+}
+
 void MemoryStore::BeginWait(const std::vector<ObjectId>& ids, size_t num_ready,
-                            PendingWait& wait) {
+                            PendingWait& wait, const std::vector<ObjectEntry*>& known) {
   wait.entries_.reserve(ids.size());
   wait.num_ready_ = num_ready;
   // One scan under the lock: find the entries, count the ready ones and, when
@@ -117,10 +121,15 @@ void MemoryStore::BeginWait(const std::vector<ObjectId>& ids, size_t num_ready,
   // objects becoming ready touch it (WakeWaitersLocked), once each.
   ObjectTable::Locked objects(table_);
   size_t ready = 0;
-  for (const ObjectId& id : ids) {
-    auto it = objects->find(id);
-    if (it == objects->end()) throw ObjectLostError("object " + id.Hex() + " is unknown");
-    ObjectEntry& e = it->second;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const ObjectId& id = ids[i];
+    ObjectEntry* found = known.empty() ? nullptr : known[i];
+    if (found == nullptr) {
+      auto it = objects->find(id);
+      if (it == objects->end()) throw ObjectLostError("object " + id.Hex() + " is unknown");
+      found = &it->second;
+    }
+    ObjectEntry& e = *found;
     if (!e.owned && !e.ready && !e.requested) {
       // Borrowed and not here yet: ask its owner.
       e.requested = true;
@@ -178,11 +187,11 @@ void MemoryStore::EndWait(PendingWait& wait) {
 
 std::vector<ObjectEntry*> MemoryStore::AwaitReady(
     const std::vector<ObjectId>& ids, size_t num_ready,
-    std::optional<std::chrono::milliseconds> timeout) {
+    std::optional<std::chrono::milliseconds> timeout, const std::vector<ObjectEntry*>& known) {
   std::optional<std::chrono::steady_clock::time_point> deadline;
   if (timeout) deadline = std::chrono::steady_clock::now() + *timeout;
   PendingWait wait;
-  BeginWait(ids, num_ready, wait);
+  BeginWait(ids, num_ready, wait, known);
   BlockUntilDone(wait, deadline);
   EndWait(wait);
   return std::move(wait.entries_);

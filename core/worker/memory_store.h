@@ -8,7 +8,8 @@
 //   auto entries = store.AwaitReady(ids, ids.size(), std::chrono::seconds(1));
 //
 // A Get or Wait of N objects costs O(N) plus O(1) per object becoming ready
-// (see ObjectWaiter); nothing re-scans the list.
+// (see ObjectWaiter); nothing re-scans the list. A Wait whose objects are
+// ready enough already costs N atomic loads and no lock (ReadyWithoutLock).
 //
 // Thread-safe: every method takes the object table's lock; AwaitReady blocks
 // its calling thread (never call it on the io thread). Internal to core/worker.
@@ -84,14 +85,44 @@ class MemoryStore {
   // Waits until `num_ready` of `ids` are ready or the timeout passes (none:
   // forever); returns their entries (see PendingWait::entries). Throws
   // ObjectLostError for an object this process does not know.
+  // `known`: empty, or per id its entry when the caller already has it
+  // (RefHandle::entry; nullptr: look it up), which saves the lookup.
   std::vector<ObjectEntry*> AwaitReady(const std::vector<ObjectId>& ids, size_t num_ready,
-                                       std::optional<std::chrono::milliseconds> timeout);
+                                       std::optional<std::chrono::milliseconds> timeout,
+                                       const std::vector<ObjectEntry*>& known = {});
+
+  // Without the table's lock: marks in `ready` (resized to `n`) which of the
+  // n entries `entry(i)` are ready now, and returns how many; nullopt when
+  // that cannot be told without the lock: an entry not known (nullptr) or a
+  // borrowed object not here (BeginWait asks its owner). A Wait satisfied by
+  // this takes no lock and registers nothing. The caller holds references to
+  // the objects (their entries stay put). Counts one await step per entry.
+  template <class EntryAt>
+  static std::optional<size_t> ReadyWithoutLock(size_t n, EntryAt entry, std::vector<bool>& ready) {
+    ready.assign(n, false);
+    size_t count = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const ObjectEntry* e = entry(i);
+      if (e == nullptr) return std::nullopt;
+      // `ready` is set with release after the value; `owned` never changes
+      // after the entry's insertion, which happened before the caller got its ref.
+      if (e->ready.load(std::memory_order_acquire)) {
+        ready[i] = true;
+        ++count;
+      } else if (!e->owned) {
+        return std::nullopt;
+      }
+    }
+    CountAwaitSteps(n);
+    return count;
+  }
 
   // AwaitReady in its three steps (tests drive them one by one). BeginWait
   // finds the entries, asks owners for borrowed values not here, and registers
   // `wait` on the objects not ready when fewer than `num_ready` are; throws
-  // ObjectLostError for an unknown object.
-  void BeginWait(const std::vector<ObjectId>& ids, size_t num_ready, PendingWait& wait);
+  // ObjectLostError for an unknown object. `known` as for AwaitReady.
+  void BeginWait(const std::vector<ObjectId>& ids, size_t num_ready, PendingWait& wait,
+                 const std::vector<ObjectEntry*>& known = {});
   // Spins briefly, then blocks until `wait` is done or the deadline passes.
   void BlockUntilDone(PendingWait& wait,
                       std::optional<std::chrono::steady_clock::time_point> deadline);
@@ -100,6 +131,7 @@ class MemoryStore {
   void EndWait(PendingWait& wait);
 
  private:
+  static void CountAwaitSteps(uint64_t steps);
   // Counts down the waits registered on an entry that just became ready.
   static void WakeWaitersLocked(ObjectEntry& entry);
 

@@ -216,62 +216,6 @@ void CoreWorker::SendLeaseEnd(const std::shared_ptr<Connection>& node, uint64_t 
   node->Send(out.builder());
 }
 
-void CoreWorker::NodeLeaseTransport::SendLeaseRequest(
-    const std::string& target, const LeaseShape& shape, bool grant_or_reject,
-    std::function<bool(proto::Envelope::Reader)> on_reply, SentCallback on_sent) {
-  if (core_.stopped_) {
-    on_sent(absl::CancelledError("shutting down"));
-    return;
-  }
-  CoreWorker& core = core_;
-  core_.WithNode(target, [&core, shape, grant_or_reject, on_reply = std::move(on_reply),
-                          on_sent = std::move(on_sent)](
-                             absl::StatusOr<std::shared_ptr<Connection>> conn) mutable {
-    if (!conn.ok() || !*conn || (*conn)->closed()) {
-      on_sent(absl::UnavailableError(conn.ok() ? "" : conn.status().message()));
-      return;
-    }
-    std::shared_ptr<Connection> node = *std::move(conn);
-    core.SendNodeRequest(
-        *node,
-        [&](proto::Envelope::Builder env) {
-          auto lease = env.initRequestLease();
-          SetResources(lease.initResources(shape.resources.size()), shape.resources);
-          SetResources(lease.initPlacement(shape.placement.size()), shape.placement);
-          lease.setActor(shape.actor);
-          lease.setDetached(shape.detached);
-          lease.setStrategy(static_cast<proto::SchedulingKind>(shape.scheduling.kind));
-          if (!shape.scheduling.node.IsNil()) {
-            lease.setAffinityNode(DataOf(shape.scheduling.node));
-          }
-          lease.setAffinitySoft(shape.scheduling.soft);
-          lease.setGrantOrReject(grant_or_reject);
-          if (!shape.scheduling.placement_group.empty()) {
-            lease.setPlacementGroup(BytesOf(shape.scheduling.placement_group));
-          }
-          lease.setBundleIndex(shape.scheduling.bundle_index);
-          lease.setName(shape.name);
-          lease.setRetriable(shape.retriable);
-        },
-        Relay(&core, node->id(),
-              std::make_shared<std::function<bool(proto::Envelope::Reader)>>(
-                  std::move(on_reply))));
-    on_sent(std::move(node));
-  });
-}
-
-std::function<void(proto::Envelope::Reader)> CoreWorker::NodeLeaseTransport::Relay(
-    CoreWorker* core, uint64_t conn_id,
-    std::shared_ptr<std::function<bool(proto::Envelope::Reader)>> on_reply) {
-  return [core, conn_id, on_reply](proto::Envelope::Reader msg) {
-    // A "waiting" note: the answer comes later under the same request id.
-    if ((*on_reply)(msg)) {
-      core->node_requests_[msg.getRequestId()] =
-          NodeRequest{conn_id, Relay(core, conn_id, on_reply)};
-    }
-  };
-}
-
 void CoreWorker::NodeLeaseTransport::After(std::chrono::milliseconds delay,
                                            std::function<void()> fn) {
   auto timer = std::make_shared<boost::asio::steady_timer>(core_.io_, delay);

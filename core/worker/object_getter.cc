@@ -233,13 +233,20 @@ void CoreWorker::RequestObjectFromOwner(const ObjectId& id, const std::string& o
 // ---------------------------------------------------------------------------
 // Get / Wait
 
+std::vector<ObjectEntry*> CoreWorker::KnownEntries(
+    const std::vector<const internal::RefHandle*>& refs) const {
+  std::vector<ObjectEntry*> known(refs.size());
+  for (size_t i = 0; i < refs.size(); ++i) known[i] = KnownEntry(*refs[i]);
+  return known;
+}
+
 std::vector<ObjectEntry*> CoreWorker::AwaitReady(
     const std::vector<const internal::RefHandle*>& refs, size_t num_ready,
-    std::optional<std::chrono::milliseconds> timeout) {
+    std::optional<std::chrono::milliseconds> timeout, const std::vector<ObjectEntry*>& known) {
   std::vector<ObjectId> ids;
   ids.reserve(refs.size());
   for (const auto* ref : refs) ids.push_back(ref->id());
-  return memory_store_->AwaitReady(ids, num_ready, timeout);
+  return memory_store_->AwaitReady(ids, num_ready, timeout, known);
 }
 
 std::vector<internal::ObjectBytes> CoreWorker::Get(
@@ -247,7 +254,7 @@ std::vector<internal::ObjectBytes> CoreWorker::Get(
     std::optional<std::chrono::milliseconds> timeout) {
   std::optional<std::chrono::steady_clock::time_point> deadline;
   if (timeout) deadline = std::chrono::steady_clock::now() + *timeout;
-  auto entries = AwaitReady(refs, refs.size(), timeout);
+  auto entries = AwaitReady(refs, refs.size(), timeout, KnownEntries(refs));
   for (size_t i = 0; i < entries.size(); ++i) {
     if (!entries[i]->ready) {
       throw GetTimeoutError(absl::StrCat("Get timed out after ", timeout->count(),
@@ -263,8 +270,13 @@ std::vector<internal::ObjectBytes> CoreWorker::Get(
 std::vector<bool> CoreWorker::Wait(const std::vector<const internal::RefHandle*>& refs,
                                    size_t num_returns,
                                    std::optional<std::chrono::milliseconds> timeout) {
-  auto entries = AwaitReady(refs, num_returns, timeout);
-  std::vector<bool> ready(entries.size());
+  // Enough ready already (a loop waiting on the rest of a list it drains):
+  // one atomic load per ref, no lock, nothing registered.
+  std::vector<bool> ready;
+  std::optional<size_t> now = MemoryStore::ReadyWithoutLock(
+      refs.size(), [&](size_t i) { return KnownEntry(*refs[i]); }, ready);
+  if (now && *now >= num_returns) return ready;
+  auto entries = AwaitReady(refs, num_returns, timeout, KnownEntries(refs));
   for (size_t i = 0; i < entries.size(); ++i) ready[i] = entries[i]->ready.load();
   return ready;
 }

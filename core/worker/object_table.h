@@ -58,7 +58,8 @@ struct ObjectWaiter {
 // the object until its owner exits.
 //
 // Every field is guarded by the table's lock, but `ready`, which may be read
-// without it once set (readers then see the value written before it).
+// without it once set (readers then see the value written before it), and
+// `owned`, set at insertion and never changed (a holder of a ref may read it).
 struct ObjectEntry {
   bool owned = false;
   std::string owner_address;  // borrowed only; empty when owned (it is ours)

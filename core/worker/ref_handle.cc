@@ -12,7 +12,10 @@ RefHandle::RefHandle(ObjectId id, std::string owner_address, bool decoded)
 
 RefHandle::RefHandle(ObjectId id, std::shared_ptr<const std::string> owner_address, bool decoded)
     : id_(id), owner_address_(std::move(owner_address)) {
-  if (auto core = runtime::CurrentCoreWorker()) core->AddLocalRef(id_, *owner_address_, decoded);
+  if (auto core = runtime::CurrentCoreWorker()) {
+    entry_ = core->AddLocalRef(id_, *owner_address_, decoded);
+    runtime_generation_ = core->generation();
+  }
 }
 
 RefHandle::~RefHandle() {

@@ -13,12 +13,15 @@ namespace lumen::runtime {
 ReferenceCounter::ReferenceCounter(ObjectTable& table, Callbacks callbacks)
     : table_(table), callbacks_(std::move(callbacks)) {}
 
-void ReferenceCounter::AddLocalRef(const ObjectId& id, const std::string& owner, bool decoded) {
+ObjectEntry* ReferenceCounter::AddLocalRef(const ObjectId& id, const std::string& owner,
+                                           bool decoded) {
   bool register_borrower = false;
+  ObjectEntry* entry;
   {
     ObjectTable::Locked objects(table_);
     auto [it, inserted] = objects->try_emplace(id);
     ObjectEntry& e = it->second;
+    entry = &e;
     if (inserted) {
       e.owned = owner == self_address_;
       // Owned: the owner is this process (readers use its own address), so
@@ -44,6 +47,7 @@ void ReferenceCounter::AddLocalRef(const ObjectId& id, const std::string& owner,
     }
   }
   if (register_borrower) callbacks_.send_borrower_change(id, owner, true);
+  return entry;
 }
 
 void ReferenceCounter::RemoveLocalRef(const ObjectId& id) {

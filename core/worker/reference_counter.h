@@ -55,7 +55,8 @@ class ReferenceCounter {
 
   // A reference to `id` (owned by `owner`) appears here; `decoded`: read out
   // of a value, which claims an escape (ours) or makes us a borrower (theirs).
-  void AddLocalRef(const ObjectId& id, const std::string& owner, bool decoded);
+  // Returns its entry, which stays put until this reference is removed.
+  ObjectEntry* AddLocalRef(const ObjectId& id, const std::string& owner, bool decoded);
   void RemoveLocalRef(const ObjectId& id);
   // A local reference is being serialised into a value.
   void MarkEscaped(const ObjectId& id);

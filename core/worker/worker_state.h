@@ -69,7 +69,11 @@ bool SpinFor(std::chrono::microseconds budget, Pred ready) {
 }
 
 // The LeaseTransport of lease_requester_: our node connections and the io
-// thread's timers. io thread only.
+// thread's timers. Each lease request carries a retry key (doc/reliability.md,
+// item 9): an attempt that failed before it was sent, or whose reply was lost,
+// is sent again with the same key and request id on the same connection, and
+// the node answers a repeat with its first reply (core/node/keyed_requests.h),
+// so one request gets one lease. io thread only.
 class CoreWorker::NodeLeaseTransport final : public LeaseTransport {
  public:
   // `core` outlives the transport (it owns it).
@@ -84,11 +88,22 @@ class CoreWorker::NodeLeaseTransport final : public LeaseTransport {
   void After(std::chrono::milliseconds delay, std::function<void()> fn) override;
 
  private:
-  // A node-request callback handing each reply to `on_reply`, re-registered
-  // for the next one while it returns true.
-  static std::function<void(proto::Envelope::Reader)> Relay(
-      CoreWorker* core, uint64_t conn_id,
-      std::shared_ptr<std::function<bool(proto::Envelope::Reader)>> on_reply);
+  // One lease request: its message (key and request id the same on every
+  // attempt), the attempts made, and where its replies go.
+  struct Keyed;
+  // Sends the next attempt of `keyed` on `node` (lease_resend.cc). With fault
+  // injection (LUMEN_FAULT_INJECT="requestLease:..."): fail_before_send sends
+  // it again after ControlRetryBackoff; drop_reply (and fail_in_flight: the
+  // node connection is not dropped, that would be the node's loss) throws the
+  // node's final reply away and sends it again at once. At most
+  // kControlAttempts - 1 attempts of one request are broken.
+  void SendKeyed(const std::shared_ptr<Keyed>& keyed, const std::shared_ptr<Connection>& node);
+  // A node-request callback for `keyed`: hands each reply to its on_reply,
+  // re-registered for the next one while that returns true (a "waiting"
+  // note); with `drop`, a final reply is thrown away and the request resent.
+  std::function<void(proto::Envelope::Reader)> Receive(const std::shared_ptr<Keyed>& keyed,
+                                                       std::weak_ptr<Connection> node,
+                                                       uint64_t conn_id, bool drop);
 
   CoreWorker& core_;
 };

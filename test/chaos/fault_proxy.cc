@@ -46,6 +46,10 @@ struct FaultProxy::Link : std::enable_shared_from_this<FaultProxy::Link> {
       if (ec || self->closed) return self->Close(false);
       buffer->resize(n);
       self->proxy.chunks_.fetch_add(1);
+      if (&from == &self->server && self->proxy.drop_from_target_.load()) {
+        self->proxy.dropped_.fetch_add(1);
+        return self->Pump(from, to);  // lost on the way
+      }
       auto& rng = self->proxy.random_->engine;
       const bool reset = self->proxy.resets_on_.load() &&
                          std::uniform_real_distribution<double>(0, 1)(rng) <

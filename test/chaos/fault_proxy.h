@@ -50,6 +50,11 @@ class FaultProxy {
   uint64_t chunks() const { return chunks_.load(); }
   // Stops or resumes resetting (delays and splitting go on).
   void set_resets(bool on) { resets_on_.store(on); }
+  // While on, what the target sends is read and thrown away (counted in
+  // dropped()): bytes written into the link that never arrive, as before a
+  // link dies. The other direction goes on.
+  void set_drop_from_target(bool on) { drop_from_target_.store(on); }
+  uint64_t dropped() const { return dropped_.load(); }
   // Resets every connection open now (RST to both peers, counted in
   // resets()), on the proxy's thread; returns once that is done.
   void ResetAll();
@@ -64,6 +69,8 @@ class FaultProxy {
   std::string address_;
   std::atomic<uint64_t> connections_{0}, resets_{0}, chunks_{0};
   std::atomic<bool> resets_on_{true};
+  std::atomic<bool> drop_from_target_{false};
+  std::atomic<uint64_t> dropped_{0};
   std::shared_ptr<struct ProxyRandom> random_;  // io thread only
   std::vector<std::weak_ptr<Link>> links_;      // io thread only
   std::thread thread_;

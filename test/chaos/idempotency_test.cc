@@ -1,7 +1,8 @@
 // Reliability item 9 (doc/reliability.md): retried control requests. The
 // driver's fault injector (lumen/common/fault_injector.h) breaks the first
 // attempt of each request to the head in one of three ways; the retry carries
-// the same key and the head (core/head/request_deduplicator.h) acts once.
+// the same key and the head (core/head/request_deduplicator.h) acts once. The
+// same for lease requests to a node daemon (core/node/keyed_requests.h).
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <string>
@@ -27,6 +28,9 @@ class Named {
 };
 
 LUMEN_REMOTE(Named::Create, &Named::Pid);
+
+int Cube(int x) { return x * x * x; }
+LUMEN_REMOTE(Cube);
 
 // lumen_head_repeated_requests_total from the head's /metrics, or -1.
 long Repeated(const MultiNodeCluster& cluster) {
@@ -144,6 +148,51 @@ TEST_CASE("RPC idempotency: a control request whose first attempt fails acts onc
       repeated = now;
     }
     REQUIRE(FaultInjector::Configure("", 0).ok());
+  }
+  CHECK(leaks.Leaks("") == "");
+}
+
+TEST_CASE("RPC idempotency: a lease request whose reply is lost is resent with its key and holds "
+          "one lease",
+          "[chaos]") {
+  // Invariants (reliability item 9, node daemons): every lease request of the
+  // driver has its first three attempts broken (fail before send, or the
+  // node's answer thrown away after the node granted it); each resend carries
+  // the same key, and the node answers a repeat with its first answer instead
+  // of granting again. So 12 tasks on 2 CPUs all finish with the right
+  // results, an actor gets one worker, and once idle the node is back to all
+  // CPUs free with only the actor's lease held: a second grant per resend
+  // would hold leases no one returns (and with 2 CPUs the third resend would
+  // wait forever).
+  lumen::test::chaos::Seed seed;
+  INFO("seed " << seed.value());
+  lumen::test::chaos::LeakCheck leaks;
+  {
+    MultiNodeCluster cluster({{{{"CPU", 2}}}});
+    for (const std::string mode : {"drop_reply", "fail_before_send", "fail_in_flight"}) {
+      INFO("mode " << mode);
+      REQUIRE(FaultInjector::Configure("requestLease:" + mode + ":1", seed.value()).ok());
+      std::vector<lumen::ObjectRef<int>> refs;
+      for (int i = 0; i < 12; ++i) refs.push_back(lumen::Task(Cube).Remote(i));
+      for (int i = 0; i < 12; ++i) CHECK(*lumen::Get(refs[i], std::chrono::seconds(30)) == i * i * i);
+      auto actor = lumen::Actor(Named::Create).Remote();
+      CHECK(*lumen::Get(actor.Task(&Named::Pid).Remote(), std::chrono::seconds(30)) > 0);
+      const uint64_t fired = FaultInjector::Fired("requestLease");
+      CHECK(fired >= 2 * 3);  // a task lease and the actor's at least, three times each
+      REQUIRE(FaultInjector::Configure("", 0).ok());
+      lumen::test::chaos::ClusterUsage usage;
+      CHECK(lumen::test::WaitUntil([&] {
+        usage = lumen::test::chaos::ReadClusterUsage();
+        return usage.free_cpus == usage.total_cpus && usage.active_leases == 1;
+      }));
+      INFO("free " << usage.free_cpus << " of " << usage.total_cpus << ", leases "
+                   << usage.active_leases);
+      CHECK(usage.active_leases == 1);
+      actor.Kill();
+      CHECK(lumen::test::WaitUntil([&] {
+        return lumen::test::chaos::ReadClusterUsage().active_leases == 0;
+      }));
+    }
   }
   CHECK(leaks.Leaks("") == "");
 }

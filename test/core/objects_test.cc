@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -41,6 +42,8 @@ int WaitForGate(std::string path, int value) {
 
 int Identity(int x) { return x; }
 
+int Fails(int x) { throw std::runtime_error("fails on " + std::to_string(x)); }
+
 uint64_t CharCount(std::vector<char> v) { return v.size(); }
 uint64_t StringSize(std::string s) { return s.size(); }
 uint64_t BufferSize(lumen::Buffer b) { return b.size(); }
@@ -74,7 +77,8 @@ uint64_t StoreUsed() {
 
 }  // namespace
 
-LUMEN_REMOTE(Checksum, MakeBig, SumBig, WaitForGate, Identity, CharCount, StringSize, BufferSize);
+LUMEN_REMOTE(Checksum, MakeBig, SumBig, WaitForGate, Identity, Fails, CharCount, StringSize,
+             BufferSize);
 
 using lumen::test::ScopedCluster;
 using lumen::test::WaitUntil;
@@ -186,6 +190,58 @@ TEST_CASE("Wait returns ready and unready refs in input order honouring its time
   REQUIRE(all.ready.size() == 5);
   REQUIRE(*lumen::Get(refs[4]) == 4);
   REQUIRE_THROWS_AS(lumen::Wait(refs, 6), lumen::Error);
+}
+
+TEST_CASE("Wait with its refs moved in splits them as the copying Wait does and empties the input") {
+  // Invariant: the rvalue Wait reports what the copying one does (every ready
+  // ref, failed objects counted as ready as in Ray, duplicates once per
+  // occurrence, both lists in input order, the timeout honoured), leaves its
+  // input empty, or unchanged when it throws; a loop waiting on what is left
+  // ends after one call per ready ref at most, each O(its length).
+  using namespace std::chrono_literals;
+  ScopedCluster cluster;
+  std::string gate = cluster.session_dir() + "/gate";
+  auto fast = lumen::Task(Identity).Remote(1);
+  auto failed = lumen::Task(Fails).Remote(2);
+  auto gated = lumen::Task(WaitForGate).Remote(gate, 3);
+  REQUIRE(*lumen::Get(fast) == 1);
+  REQUIRE_THROWS_AS(lumen::Get(failed), lumen::TaskError);
+  std::vector<lumen::ObjectRef<int>> refs{gated, fast, failed, fast};
+  auto copied = lumen::Wait(refs, 3, 300ms);
+  auto moved = lumen::Wait(std::move(refs), 3, 300ms);
+  CHECK(refs.empty());
+  REQUIRE(moved.ready == std::vector<lumen::ObjectRef<int>>{fast, failed, fast});
+  REQUIRE(moved.unready == std::vector<lumen::ObjectRef<int>>{gated});
+  CHECK(copied.ready == moved.ready);
+  CHECK(copied.unready == moved.unready);
+  // Timed out short of num_returns: what is ready so far.
+  auto short_of = lumen::Wait(std::vector{gated, fast}, 2, 100ms);
+  CHECK(short_of.ready == std::vector<lumen::ObjectRef<int>>{fast});
+  CHECK(short_of.unready == std::vector<lumen::ObjectRef<int>>{gated});
+  std::vector<lumen::ObjectRef<int>> two{gated, fast};
+  REQUIRE_THROWS_AS(lumen::Wait(std::move(two), 3), lumen::Error);
+  CHECK(two.size() == 2);
+  std::ofstream(gate) << "open";
+  constexpr int kN = 300;
+  std::vector<lumen::ObjectRef<int>> rest{gated};
+  for (int i = 0; i < kN; ++i) rest.push_back(lumen::Task(Identity).Remote(i));
+  uint64_t before = lumen::internal::AwaitStepsForTesting();
+  uint64_t scanned = 0;
+  int calls = 0, seen = 0;
+  while (!rest.empty()) {
+    scanned += rest.size();
+    ++calls;
+    auto [ready, unready] = lumen::Wait(std::move(rest), 1, 30s);
+    REQUIRE(!ready.empty());
+    seen += static_cast<int>(ready.size());
+    rest = std::move(unready);
+  }
+  CHECK(seen == kN + 1);
+  CHECK(calls <= kN + 1);
+  uint64_t steps = lumen::internal::AwaitStepsForTesting() - before;
+  INFO(calls << " calls over " << scanned << " refs: " << steps << " steps");
+  CHECK(steps <= 3 * scanned);
+  CHECK(*lumen::Get(gated) == 3);
 }
 
 TEST_CASE("Get as the wrong type throws TypeMismatchError naming both types") {

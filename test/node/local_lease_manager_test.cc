@@ -186,6 +186,29 @@ TEST_CASE("a lease returned by someone other than its holder is ignored") {
   CHECK(node.launcher.killed.empty());
 }
 
+TEST_CASE("a lease returned twice ends once, and the repeat leaves the worker's next lease alone") {
+  // Invariant (reliability item 9): returnLease and killLease name the lease,
+  // whose id is never reused, so a repeated return or kill (a resend) ends
+  // nothing more: not the same worker's next lease, not another lease.
+  Node node(1);
+  node.Submit(1, 1, 1);
+  node.WorkersConnect();
+  const auto first = node.clients.Grants(1).at(0).grant;
+  node.leases.ReturnLease(1, first.lease_id, /*kill=*/false);
+  CHECK(node.leases.num_leases() == 0);
+  node.Submit(1, 2, 1);
+  node.WorkersConnect();
+  REQUIRE(node.clients.Grants(1).size() == 2);
+  const auto second = node.clients.Grants(1).at(1).grant;
+  CHECK(second.worker == first.worker);  // the same worker, reused
+  CHECK(second.lease_id != first.lease_id);
+  node.leases.ReturnLease(1, first.lease_id, /*kill=*/false);  // the repeat
+  node.leases.ReturnLease(1, first.lease_id, /*kill=*/true);
+  CHECK(node.leases.num_leases() == 1);
+  CHECK(node.FreeCpu() == 0);
+  CHECK(node.launcher.killed.empty());
+}
+
 TEST_CASE("a worker blocked in Get lends its CPU back until it unblocks") {
   // Invariant: while a leased worker is blocked its CPU is free for others (so
   // its children can run); on unblock it takes the CPU back only if free, and

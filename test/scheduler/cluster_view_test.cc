@@ -506,18 +506,31 @@ TEST_CASE("hard node affinity goes to that node or fails", "[cluster_view][affin
 
   absl::Status unknown = PickError(view, Cpu(1), Affinity("nope", false), "a");
   CHECK(unknown.code() == absl::StatusCode::kFailedPrecondition);
-  CHECK(Contains(unknown, "'nope' is unknown"));
+  CHECK(Contains(unknown, "node 6e6f7065 is unknown"));  // "nope" as hex
   CHECK(Contains(unknown, "{CPU: 1}"));
 
   view.MarkDead("c");
   absl::Status dead = PickError(view, Cpu(1), Affinity("c", false), "a");
   CHECK(dead.code() == absl::StatusCode::kFailedPrecondition);
-  CHECK(Contains(dead, "'c' is dead"));
+  CHECK(Contains(dead, "node 63 is dead"));
 
   absl::Status small = PickError(view, Cpu(5), Affinity("b", false), "a");
   CHECK(small.code() == absl::StatusCode::kFailedPrecondition);
-  CHECK(Contains(small, "'b' is too small (total {CPU: 4})"));
+  CHECK(Contains(small, "node 62 is too small (total {CPU: 4})"));
   CHECK(Contains(small, "{CPU: 5}"));
+}
+
+TEST_CASE("a hard affinity to an unknown binary node id names the node in hex", "[cluster_view][affinity]") {
+  // Invariant: the refusal names the node as the other messages do (its id
+  // in lowercase hex, as NodeId::Hex), never as the raw bytes of the id.
+  ClusterResourceView view = ThreeIdleNodes();
+  std::string id("\x00\x01\xab\xff\n'", 6);
+  absl::Status unknown = PickError(view, Cpu(1), Affinity(id, false), "a");
+  CHECK(unknown.code() == absl::StatusCode::kFailedPrecondition);
+  INFO(unknown.message());
+  CHECK(Contains(unknown, "cannot place {CPU: 1} by hard node affinity: node 0001abff0a27 is unknown"));
+  CHECK(std::string(unknown.message()).find(id) == std::string::npos);
+  CHECK(std::string(unknown.message()).find('\xff') == std::string::npos);
 }
 
 TEST_CASE("soft node affinity falls back to default", "[cluster_view][affinity]") {

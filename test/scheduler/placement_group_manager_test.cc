@@ -1,7 +1,8 @@
 // PlacementGroupManager's two-phase commit, driven deterministically: a fake
 // BundleTransport stands for the nodes. A node acts on a request when it is
 // sent (it reserves a prepared bundle, releases a cancelled one) and its reply
-// is held until the test delivers it, drops it, or declares the node dead.
+// (a cancel's acknowledgement too) is held until the test delivers it, drops
+// it, or declares the node dead.
 // No processes, no sockets, no clock.
 #include "lumen/scheduler/placement_group_manager.h"
 
@@ -29,10 +30,11 @@ class FakeNodes : public BundleTransport {
       if (request.phase == BundlePhase::kPrepare && ok) held.insert(key);
       if (request.phase == BundlePhase::kCancel) held.erase(key);
     }
-    if (request.phase != BundlePhase::kCancel) {
-      replies.push_back({request.ticket, request.node_id, request.phase,
-                         ok ? absl::OkStatus() : absl::UnavailableError("refused by " + request.node_id)});
-    }
+    // A cancel is acknowledged too (kept by the manager until then).
+    replies.push_back({request.ticket, request.node_id, request.phase,
+                       ok || request.phase == BundlePhase::kCancel
+                           ? absl::OkStatus()
+                           : absl::UnavailableError("refused by " + request.node_id)});
     return absl::OkStatus();
   }
 
@@ -317,6 +319,8 @@ TEST_CASE("A cancel a disconnected node misses is sent when it registers again, 
   CHECK(f.manager.pending_cancels() == 0);
   CHECK(f.nodes.Count(BundlePhase::kCancel) == cancels + 1);
   CHECK(only_h("b"));
+  f.nodes.Deliver(f.manager, BundlePhase::kCancel);  // acknowledged
+  CHECK(f.manager.unacknowledged_cancels() == 0);
   f.manager.OnNodeReconnected("b");  // nothing more to send
   CHECK(f.nodes.Count(BundlePhase::kCancel) == cancels + 1);
 
@@ -326,6 +330,72 @@ TEST_CASE("A cancel a disconnected node misses is sent when it registers again, 
   f.manager.OnNodeDead("a");
   CHECK(f.manager.pending_cancels() == 0);
   CHECK(f.nodes.reserved["b"].empty());
+}
+
+TEST_CASE("A cancel written to a connection that dies before the node acts is sent again when the "
+          "node registers again, with the same ticket, until acknowledged") {
+  // Invariant (reliability items 8 and 9): a cancel the transport accepted
+  // (written to the node's connection) is kept until the node acknowledges
+  // it; when the connection died first (the node never acted, or acted and
+  // its acknowledgement was lost) the node registering again gets it again,
+  // under the same ticket (the node's de-duplication key), so nothing of the
+  // group stays reserved; an acknowledged cancel is never sent again, and a
+  // node declared dead gets none.
+  Fixture f;
+  f.Create("g", Cpus(2));
+  f.manager.Schedule(Nodes({"a", "b"}));
+  f.nodes.Deliver(f.manager, BundlePhase::kPrepare);
+  f.nodes.Deliver(f.manager, BundlePhase::kCommit);
+  REQUIRE(f.State("g") == GroupState::kCreated);
+
+  // b's connection dies with the cancel in it: b never acts on it.
+  std::set<std::string> held_b = f.nodes.reserved["b"];
+  REQUIRE(held_b.size() == 1);
+  CHECK(f.manager.Remove("g"));
+  f.nodes.reserved["b"] = held_b;  // undo what the fake did: the cancel was lost
+  f.nodes.Drop("b");
+  f.nodes.Deliver(f.manager, BundlePhase::kCancel);  // a's acknowledgement
+  CHECK(f.nodes.reserved["a"].empty());
+  CHECK(f.manager.unacknowledged_cancels() == 1);
+  CHECK(f.manager.pending_cancels() == 0);  // it was sent, just not acknowledged
+
+  auto cancels_to_b = [&] {
+    std::vector<uint64_t> tickets;
+    for (const auto& r : f.nodes.sent) {
+      if (r.phase == BundlePhase::kCancel && r.node_id == "b") tickets.push_back(r.ticket);
+    }
+    return tickets;
+  };
+  REQUIRE(cancels_to_b().size() == 1);
+  f.manager.OnNodeReconnected("b");
+  auto tickets = cancels_to_b();
+  REQUIRE(tickets.size() == 2);
+  CHECK(tickets[1] == tickets[0]);  // the same key: a node that did act answers from its table
+  CHECK(f.nodes.reserved["b"].empty());
+  // Its acknowledgement lost too: sent once more at the next registration.
+  f.nodes.Drop("b");
+  f.manager.OnNodeReconnected("b");
+  CHECK(cancels_to_b().size() == 3);
+  f.nodes.Deliver(f.manager, BundlePhase::kCancel);
+  CHECK(f.manager.unacknowledged_cancels() == 0);
+  f.manager.OnNodeReconnected("b");
+  CHECK(cancels_to_b().size() == 3);
+
+  // Unacknowledged when the node dies: dropped, never sent again.
+  f.Create("h", Cpus(2));
+  f.manager.Schedule(Nodes({"a", "b"}));
+  f.nodes.Deliver(f.manager, BundlePhase::kPrepare);
+  f.nodes.Deliver(f.manager, BundlePhase::kCommit);
+  REQUIRE(f.State("h") == GroupState::kCreated);
+  CHECK(f.manager.Remove("h"));
+  f.nodes.Drop("b");
+  f.nodes.Deliver(f.manager, BundlePhase::kCancel);
+  CHECK(f.manager.unacknowledged_cancels() == 1);
+  f.manager.OnNodeDead("b");
+  CHECK(f.manager.unacknowledged_cancels() == 0);
+  const size_t before = cancels_to_b().size();
+  f.manager.OnNodeReconnected("b");
+  CHECK(cancels_to_b().size() == before);
 }
 
 TEST_CASE("Create checks its limits, is idempotent, and removed groups are remembered up to a bound") {

@@ -54,6 +54,10 @@ struct StoreRig {
       e.value = value;
     });
   }
+  ObjectEntry* EntryOf(const ObjectId& id) {
+    ObjectTable::Locked objects(table);
+    return &objects->at(id);
+  }
   size_t WaitersOn(const ObjectId& id) {
     ObjectTable::Locked objects(table);
     return objects->at(id).waiters.size();
@@ -166,6 +170,92 @@ TEST_CASE("a value is set once, callbacks are handed over once, orphans go",
   rig.store.SetReady(orphan, stored, /*owned_result=*/true);
   REQUIRE(rig.orphans_deleted.size() == 1);
   CHECK(rig.orphans_deleted[0].second == std::vector<std::string>{"nodeA"});
+}
+
+TEST_CASE("ReadyWithoutLock tells ready, failed and duplicate entries apart in input order",
+          "[worker][memory_store]") {
+  // Invariant: without the lock, the mask marks exactly the ready entries (a
+  // failed object counts as ready, as in Ray) at their input positions, a
+  // duplicate is counted once per occurrence, and each entry is one step.
+  StoreRig rig;
+  ObjectId a = rig.AddPending(), b = rig.AddPending(), c = rig.AddPending();
+  rig.MakeReady(a);
+  rig.store.SetFailed(c, Failure{proto::FailureKind::TASK_ERROR, "E", "boom", ""});
+  std::vector<ObjectEntry*> entries{rig.EntryOf(c), rig.EntryOf(b), rig.EntryOf(a),
+                                    rig.EntryOf(a)};
+  std::vector<bool> ready;
+  uint64_t before = internal::AwaitStepsForTesting();
+  auto count = MemoryStore::ReadyWithoutLock(entries.size(),
+                                             [&](size_t i) { return entries[i]; }, ready);
+  CHECK(internal::AwaitStepsForTesting() - before == entries.size());
+  REQUIRE(count.has_value());
+  CHECK(*count == 3);
+  CHECK(ready == std::vector<bool>{true, false, true, true});
+  CHECK(rig.WaitersOn(b) == 0);  // nothing registered
+  // Nothing ready: a count of zero, not "unknown".
+  std::vector<ObjectEntry*> pending{rig.EntryOf(b)};
+  count = MemoryStore::ReadyWithoutLock(1, [&](size_t i) { return pending[i]; }, ready);
+  REQUIRE(count.has_value());
+  CHECK(*count == 0);
+  CHECK(ready == std::vector<bool>{false});
+}
+
+TEST_CASE("ReadyWithoutLock leaves unknown entries and borrowed objects not here to the lock",
+          "[worker][memory_store]") {
+  // Invariant: an entry not known (nullptr) or a borrowed object that is not
+  // here gives no answer (the locked path must look it up or ask the owner);
+  // a borrowed object already here is answered.
+  StoreRig rig;
+  ObjectId mine = rig.AddPending();
+  ObjectId theirs = rig.AddPending(/*owned=*/false, "owner:1");
+  rig.MakeReady(mine);
+  std::vector<bool> ready;
+  std::vector<ObjectEntry*> with_unknown{rig.EntryOf(mine), nullptr};
+  CHECK_FALSE(MemoryStore::ReadyWithoutLock(2, [&](size_t i) { return with_unknown[i]; }, ready)
+                  .has_value());
+  std::vector<ObjectEntry*> borrowed{rig.EntryOf(mine), rig.EntryOf(theirs)};
+  CHECK_FALSE(
+      MemoryStore::ReadyWithoutLock(2, [&](size_t i) { return borrowed[i]; }, ready).has_value());
+  CHECK(rig.owner_requests.empty());  // asking is the locked path's job
+  rig.MakeReady(theirs);
+  auto count = MemoryStore::ReadyWithoutLock(2, [&](size_t i) { return borrowed[i]; }, ready);
+  REQUIRE(count.has_value());
+  CHECK(*count == 2);
+}
+
+TEST_CASE("a Wait given its entries registers, times out and asks owners as one that looks them up",
+          "[worker][memory_store]") {
+  // Invariant: AwaitReady with the caller's entries (RefHandle::entry) behaves
+  // as with lookups: it counts the ready ones, registers on the rest, asks the
+  // owner of a borrowed object once, unregisters at its timeout; a nullptr
+  // entry is looked up (and an unknown one still throws).
+  StoreRig rig;
+  ObjectId ready_one = rig.AddPending(), pending = rig.AddPending();
+  ObjectId borrowed = rig.AddPending(/*owned=*/false, "owner:2");
+  rig.MakeReady(ready_one);
+  std::vector<ObjectId> ids{ready_one, pending, borrowed, pending};
+  std::vector<ObjectEntry*> known{rig.EntryOf(ready_one), nullptr, rig.EntryOf(borrowed),
+                                  rig.EntryOf(pending)};
+  MemoryStore::PendingWait wait;
+  rig.store.BeginWait(ids, 2, wait, known);
+  REQUIRE_FALSE(wait.Done());
+  CHECK(rig.WaitersOn(pending) == 2);  // once per occurrence
+  CHECK(rig.WaitersOn(borrowed) == 1);
+  REQUIRE(rig.owner_requests.size() == 1);
+  CHECK(rig.owner_requests[0].first == borrowed);
+  REQUIRE(wait.entries().size() == 4);
+  CHECK(wait.entries()[1] == rig.EntryOf(pending));
+  rig.MakeReady(pending);  // its first registration brings the count to zero
+  REQUIRE(wait.Done());
+  rig.store.EndWait(wait);
+  CHECK(rig.WaitersOn(borrowed) == 0);
+  // Timed out with the entries given: nothing stays registered.
+  ObjectId late = rig.AddPending();
+  auto entries = rig.store.AwaitReady({late}, 1, std::chrono::milliseconds(0), {rig.EntryOf(late)});
+  CHECK_FALSE(entries[0]->ready.load());
+  CHECK(rig.WaitersOn(late) == 0);
+  CHECK_THROWS_AS(rig.store.AwaitReady({ObjectId::ForPut()}, 1, std::nullopt, {nullptr}),
+                  ObjectLostError);
 }
 
 }  // namespace

@@ -140,6 +140,7 @@ struct LeaseRequest {
   bundleIndex @9 :Int32 = -1;      # -1: any bundle of the group on this node
   name @10 :Text;                  # what it is for (warnings, listings)
   retriable @11 :Bool;             # its tasks may be retried (max_retries != 0): memory-monitor victims first
+  retryKey @12 :RetryKey;          # de-duplicated by the node (core/node/keyed_requests.h): a resend gets the first answer
 }
 
 struct LeaseReply {
@@ -292,6 +293,7 @@ struct WaitPlacementGroup {
 struct BundleBatch {
   groupId @0 :Data;
   bundles @1 :List(Bundle);
+  retryKey @2 :RetryKey;   # (head, ticket): de-duplicated by the node; a resent cancel acts once
 }
 
 struct BundleReply {
@@ -416,8 +418,9 @@ struct Envelope {
 }
 
 # The identity of one control request its sender may retry (doc/reliability.md,
-# item 9): every attempt carries the same key, and the head answers a key it
-# has seen with the reply it stored, without acting again. `client` is random
+# item 9): every attempt carries the same key, and the head (or, for lease
+# requests and bundle batches, the node daemon) answers a key it has seen with
+# the reply it stored, without acting again. `client` is random
 # per process (lumen/common/control_retry.h), `request` counts its requests.
 struct RetryKey {
   client @0 :UInt64;

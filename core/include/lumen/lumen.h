@@ -16,6 +16,7 @@
 // Thread-safety: after Init, every function here may be called from any thread.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -397,20 +398,64 @@ struct WaitResult {
   std::vector<ObjectRef<T>> unready;
 };
 
-// Waits until `num_returns` of `refs` are ready or `timeout` passes; both lists
-// keep the input order.
+namespace internal {
+
 template <class T>
-WaitResult<T> Wait(const std::vector<ObjectRef<T>>& refs, size_t num_returns,
-                   std::optional<std::chrono::milliseconds> timeout = std::nullopt) {
+void CheckNumReturns(const std::vector<ObjectRef<T>>& refs, size_t num_returns) {
   if (num_returns > refs.size()) {
     throw Error("lumen::Wait: num_returns (" + std::to_string(num_returns) +
                 ") is larger than the number of refs (" + std::to_string(refs.size()) + ")");
   }
-  auto ready = internal::WaitObjects(internal::Handles(refs), num_returns, timeout);
+}
+
+// Splits `refs` by `ready` into a WaitResult, copying each ref (an lvalue
+// `refs`) or moving it (an rvalue: no reference-count change).
+template <class T, class Refs>
+WaitResult<T> SplitByReady(Refs&& refs, const std::vector<bool>& ready) {
+  constexpr bool kMove = std::is_rvalue_reference_v<Refs&&>;
+  const size_t n_ready = static_cast<size_t>(std::count(ready.begin(), ready.end(), true));
   WaitResult<T> result;
+  result.ready.reserve(n_ready);
+  result.unready.reserve(refs.size() - n_ready);
   for (size_t i = 0; i < refs.size(); ++i) {
-    (ready[i] ? result.ready : result.unready).push_back(refs[i]);
+    auto& to = ready[i] ? result.ready : result.unready;
+    if constexpr (kMove) {
+      to.push_back(std::move(refs[i]));
+    } else {
+      to.push_back(refs[i]);
+    }
   }
+  return result;
+}
+
+}  // namespace internal
+
+// Waits until `num_returns` of `refs` are ready or `timeout` passes; returns
+// every ref ready by then in `ready` (so possibly more than `num_returns`) and
+// the others in `unready`, both in input order. A failed object counts as
+// ready (Get then throws its error). A ref listed twice is reported twice.
+template <class T>
+WaitResult<T> Wait(const std::vector<ObjectRef<T>>& refs, size_t num_returns,
+                   std::optional<std::chrono::milliseconds> timeout = std::nullopt) {
+  internal::CheckNumReturns(refs, num_returns);
+  auto ready = internal::WaitObjects(internal::Handles(refs), num_returns, timeout);
+  return internal::SplitByReady<T>(refs, ready);
+}
+
+// The same, moving the refs into the result instead of copying them (no
+// reference counting per ref): for a loop that waits on what is left,
+//   while (!refs.empty()) {
+//     auto [ready, unready] = lumen::Wait(std::move(refs), 1);
+//     refs = std::move(unready);
+//   }
+// `refs` is left empty, unless the call throws (then it is unchanged).
+template <class T>
+WaitResult<T> Wait(std::vector<ObjectRef<T>>&& refs, size_t num_returns,
+                   std::optional<std::chrono::milliseconds> timeout = std::nullopt) {
+  internal::CheckNumReturns(refs, num_returns);
+  auto ready = internal::WaitObjects(internal::Handles(refs), num_returns, timeout);
+  WaitResult<T> result = internal::SplitByReady<T>(std::move(refs), ready);
+  refs.clear();
   return result;
 }
 

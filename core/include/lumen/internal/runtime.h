@@ -25,6 +25,10 @@ inline constexpr uint64_t kInlineObjectLimit = 100 * 1024;
 
 }  // namespace lumen
 
+namespace lumen::runtime {
+struct ObjectEntry;  // core/worker/object_table.h
+}  // namespace lumen::runtime
+
 namespace lumen::internal {
 
 // One registration of an object in this process's reference table. Every copy
@@ -45,10 +49,18 @@ class RefHandle {
 
   const ObjectId& id() const { return id_; }
   const std::string& owner_address() const { return *owner_address_; }
+  // The object's entry in the table of the runtime that registered this
+  // handle (nullptr: none was running), and that runtime's generation. The
+  // entry stays put while the handle lives, as long as that runtime is the
+  // current one (same generation): Get/Wait then read it without a lookup.
+  runtime::ObjectEntry* entry() const { return entry_; }
+  uint64_t runtime_generation() const { return runtime_generation_; }
 
  private:
   ObjectId id_;
   std::shared_ptr<const std::string> owner_address_;  // shared: one string per owner
+  runtime::ObjectEntry* entry_ = nullptr;
+  uint64_t runtime_generation_ = 0;  // 0: no runtime
 };
 
 // Called when a reference is serialised into a value: the owner pins the object

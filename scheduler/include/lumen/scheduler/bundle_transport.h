@@ -25,7 +25,7 @@ namespace lumen::scheduler {
 enum class BundlePhase {
   kPrepare,  // reserve the bundles out of the node's free resources, all or none
   kCommit,   // make prepared bundles usable by leases
-  kCancel,   // release prepared or committed bundles (no reply)
+  kCancel,   // release prepared or committed bundles (acknowledged by a reply)
 };
 
 // "PREPARE", "COMMIT" or "CANCEL".
@@ -39,7 +39,10 @@ struct IndexedBundle {
 
 // One node's share of one phase of one group.
 struct BundleRequest {
-  uint64_t ticket = 0;  // prepare and commit: echoed by the reply; cancel: 0
+  // Echoed by the reply; unique among one manager's requests, and the same
+  // when a request is sent again (the node de-duplicates by it: the head
+  // makes it the request's retry key).
+  uint64_t ticket = 0;
   BundlePhase phase = BundlePhase::kPrepare;
   std::string group_id;
   std::string node_id;
@@ -50,11 +53,13 @@ class BundleTransport {
  public:
   virtual ~BundleTransport() = default;
 
-  // Sends `request` to request.node_id. A prepare or commit is answered later
-  // by one call to PlacementGroupManager::OnBundleReply(request.ticket, ...),
-  // on the manager's thread and never from inside Send. Errors: Unavailable
-  // when the node cannot be reached (unknown, dead, connection closed); the
-  // manager treats that as a refusal. A cancel is fire-and-forget.
+  // Sends `request` to request.node_id. It is answered later by one call to
+  // PlacementGroupManager::OnBundleReply(request.ticket, ...) (for a cancel:
+  // its acknowledgement), on the manager's thread and never from inside Send,
+  // unless the connection it went on dies first. Errors: NotFound when the
+  // node is unknown or dead; Unavailable when it is alive but disconnected
+  // (it may register again); the manager treats either as a refusal of a
+  // prepare or commit, and keeps a cancel for a node that may come back.
   [[nodiscard]] virtual absl::Status Send(const BundleRequest& request) = 0;
 };
 

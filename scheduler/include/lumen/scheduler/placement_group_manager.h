@@ -52,6 +52,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "lumen/common/thread_checker.h"
+#include "lumen/scheduler/bundle_cancels.h"
 #include "lumen/scheduler/bundle_transport.h"
 #include "lumen/scheduler/cluster_view.h"
 #include "lumen/scheduler/resource_set.h"
@@ -155,12 +156,16 @@ class PlacementGroupManager {
   // The node registered again on a new connection (its link to the head was
   // reset): replies to what was sent on the old one are lost, so its
   // outstanding tickets fail (rolling their group back; the cancels reach it
-  // on the new connection), and the cancels that could not be sent to it
-  // while it was disconnected go now. Its created groups keep their bundles.
+  // on the new connection), and the cancels it may have missed go now: those
+  // that could not be sent while it was disconnected, and those sent but not
+  // acknowledged (written to the old connection, which may have died before
+  // the node acted; BundleCancels). Its created groups keep their bundles.
   void OnNodeReconnected(const std::string& node_id);
 
   // Cancels waiting for a disconnected node to come back (for tests and logs).
   size_t pending_cancels() const;
+  // Cancels sent or waiting and not acknowledged yet (tests and logs).
+  size_t unacknowledged_cancels() const { return cancels_.kept(); }
 
   // The group, or nullptr when unknown (or forgotten after removal).
   const PlacementGroup* Find(const std::string& id) const;
@@ -216,10 +221,9 @@ class PlacementGroupManager {
   // The attempts under way: group -> replies still awaited for its phase.
   std::map<std::string, size_t> in_flight_;
   absl::flat_hash_map<uint64_t, Ticket> tickets_;
-  // Cancels a disconnected node (alive, its link reset: the transport's
-  // Unavailable) could not be sent: node -> group -> bundles. Sent when it
-  // registers again, dropped when it dies (its bundles went with it).
-  std::map<std::string, std::map<std::string, std::vector<IndexedBundle>>> pending_cancels_;
+  // Every cancel until its node acknowledges it: sent (again) when a
+  // disconnected node registers again, dropped when it dies.
+  BundleCancels cancels_;
   uint64_t next_ticket_ = 1;
   uint64_t rollbacks_ = 0;
   uint64_t version_ = 0;

@@ -30,9 +30,14 @@ std::chrono::milliseconds ControlRetryBackoff(int attempt);
 
 // Gives `request` a fresh key (this process's client id, its next request
 // number) when its message has a place for one: createPlacementGroup,
-// registerActorName, unregisterActorName, updateActorAddress, and the
-// key-value writes (kv put, delete, deletePrefix). Returns whether it did.
+// registerActorName, unregisterActorName, updateActorAddress, the key-value
+// writes (kv put, delete, deletePrefix), and requestLease (to a node daemon,
+// which de-duplicates it: core/node/keyed_requests.h). Returns whether it did.
+// Bundle batches (head -> node) carry a key too, set by the head from its
+// ticket (RetryClientId(), ticket), so that a resend keeps it.
 bool SetRetryKey(proto::Envelope::Builder request);
+// This process's client id in the keys it sets (random, never 0).
+uint64_t RetryClientId();
 // Records the attempt number in the key (no-op without a key).
 void SetRetryAttempt(proto::Envelope::Builder request, uint32_t attempt);
 

@@ -126,6 +126,9 @@ class CoreWorker {
   const NodeId& node_id() const { return node_id_; }
   const std::string& head_address() const { return options_.head_address; }
   const JobId& job_id() const { return options_.job_id; }
+  // Unique per CoreWorker made in this process (from 1): a RefHandle's cached
+  // entry belongs to the runtime of its generation (RefHandle::entry).
+  uint64_t generation() const { return generation_; }
 
   // --- thread-safe API used by lumen.h ---
   std::shared_ptr<internal::RefHandle> SubmitTask(std::string_view function,
@@ -158,7 +161,8 @@ class CoreWorker {
   // The GPU ids given to the task running on the calling thread (none outside tasks).
   static std::vector<int> CurrentGpuIds();
 
-  void AddLocalRef(const ObjectId& id, const std::string& owner, bool decoded);
+  // Returns the object's entry, which stays put while the reference lives.
+  ObjectEntry* AddLocalRef(const ObjectId& id, const std::string& owner, bool decoded);
   void RemoveLocalRef(const ObjectId& id);
   void MarkEscaped(const ObjectId& id);
 
@@ -280,10 +284,18 @@ class CoreWorker {
   void MoveLargeArgumentsToStore(std::vector<internal::TaskArgument>& args);
   // Hands a submitted task (or actor call or creation) to the io thread.
   void Enqueue(std::unique_ptr<PendingTask> task);
-  // Waits until `num_ready` of `refs` are ready or the timeout passes.
+  // Waits until `num_ready` of `refs` are ready or the timeout passes;
+  // `known` as for MemoryStore::AwaitReady.
   std::vector<ObjectEntry*> AwaitReady(const std::vector<const internal::RefHandle*>& refs,
                                        size_t num_ready,
-                                       std::optional<std::chrono::milliseconds> timeout);
+                                       std::optional<std::chrono::milliseconds> timeout,
+                                       const std::vector<ObjectEntry*>& known);
+  // A ref's entry when its handle was made by this runtime, else nullptr (a
+  // handle made by an earlier runtime, before Shutdown and Init, is looked up).
+  ObjectEntry* KnownEntry(const internal::RefHandle& ref) const {
+    return ref.runtime_generation() == generation_ ? ref.entry() : nullptr;
+  }
+  std::vector<ObjectEntry*> KnownEntries(const std::vector<const internal::RefHandle*>& refs) const;
   // The memory store's and reference counter's hooks into the runtime.
   void CreateObjectTracking();
   StoreResult CallStore(int op, const ObjectId& id, uint64_t size);
@@ -398,6 +410,7 @@ class CoreWorker {
     CoreWorker* core ABSL_GUARDED_BY(mu) = nullptr;
   };
   std::shared_ptr<PinReleaser> releaser_;
+  const uint64_t generation_;
   // Requests to the head from the io thread (asynchronous, with a deadline).
   std::unique_ptr<HeadRequester> head_;
   // Refuses posts once Stop has begun: a handler posted after the io loop's
