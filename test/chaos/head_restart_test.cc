@@ -106,6 +106,14 @@ TEST_CASE("head restart: killed during 200 tasks, the new head serves every tabl
       restarted = true;
       late_put.join();
     });
+    // Joined on every way out: a Get that throws must fail the test with its
+    // message, not abort it (a joinable std::thread's destructor terminates).
+    struct JoinOnExit {
+      std::thread& thread;
+      ~JoinOnExit() {
+        if (thread.joinable()) thread.join();
+      }
+    } join_killer{killer};
     std::map<size_t, int64_t> results;
     for (int64_t i = 0; i < 200; ++i) {
       refs.push_back(lumen::Task(SlowSquare).SetMaxRetries(-1).Remote(i));
