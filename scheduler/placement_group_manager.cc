@@ -249,11 +249,40 @@ void PlacementGroupManager::FailTicketsOf(const std::string& node_id, const std:
 
 void PlacementGroupManager::OnNodeReconnected(const std::string& node_id) {
   thread_.Check("PlacementGroupManager");
-  // First the cancels it may have missed (oldest first), then the rollbacks
-  // of the attempts whose replies were lost, whose cancels follow them on
-  // the new connection.
+  // First the cancels it may have missed (oldest first), then the prepares
+  // and commits whose replies were lost, again under their tickets: the
+  // same order as they were first sent in (every kept cancel of a group is
+  // older than its attempt under way).
   cancels_.OnNodeReconnected(node_id);
-  FailTicketsOf(node_id, "lost its connection to the head");
+  ResendTicketsOf(node_id);
+}
+
+void PlacementGroupManager::ResendTicketsOf(const std::string& node_id) {
+  std::vector<uint64_t> outstanding;  // oldest first
+  for (const auto& [ticket, t] : tickets_) {
+    if (t.node_id == node_id) outstanding.push_back(ticket);
+  }
+  std::sort(outstanding.begin(), outstanding.end());
+  for (uint64_t ticket : outstanding) {
+    auto it = tickets_.find(ticket);
+    if (it == tickets_.end()) continue;  // its group was rolled back meanwhile
+    const Ticket t = it->second;
+    PlacementGroup& g = groups_.at(t.group_id);
+    BundleRequest request = RequestFor(g, t.phase, node_id);
+    request.ticket = ticket;
+    absl::Status sent = options_.transport->Send(request);
+    if (sent.code() == absl::StatusCode::kUnavailable) return;  // gone again: the rest wait too
+    if (!sent.ok()) {
+      LUMEN_LOG(INFO) << "placement group " << g.name << ": node " << ShortId(node_id)
+                      << " is gone (" << sent.message() << "); rolling back";
+      RollBack(g, "a chosen node is gone");
+      continue;
+    }
+    ++resent_;
+    LUMEN_LOG(INFO) << "placement group " << g.name << ": node " << ShortId(node_id)
+                    << " is back; resending its " << BundlePhaseName(t.phase)
+                    << " (ticket " << ticket << ", answered once)";
+  }
 }
 
 size_t PlacementGroupManager::pending_cancels() const { return cancels_.unsent(); }
@@ -282,7 +311,20 @@ const PlacementGroup* PlacementGroupManager::Find(const std::string& id) const {
   return it == groups_.end() ? nullptr : &it->second;
 }
 
+BundleRequest PlacementGroupManager::RequestFor(const PlacementGroup& g, BundlePhase phase,
+                                                const std::string& node_id) {
+  BundleRequest request;
+  request.phase = phase;
+  request.group_id = g.id;
+  request.node_id = node_id;
+  for (size_t i = 0; i < g.nodes.size() && i < g.bundles.size(); ++i) {
+    if (g.nodes[i] == node_id) request.bundles.push_back({static_cast<int>(i), g.bundles[i]});
+  }
+  return request;
+}
+
 bool PlacementGroupManager::SendPhase(PlacementGroup& g, BundlePhase phase) {
+  // One pass over the bundles (RequestFor per node would be nodes x bundles).
   std::map<std::string, std::vector<IndexedBundle>> per_node;
   for (size_t i = 0; i < g.nodes.size() && i < g.bundles.size(); ++i) {
     per_node[g.nodes[i]].push_back({static_cast<int>(i), g.bundles[i]});
@@ -302,16 +344,21 @@ bool PlacementGroupManager::SendPhase(PlacementGroup& g, BundlePhase phase) {
       continue;
     }
     absl::Status sent = options_.transport->Send(request);
-    if (!sent.ok()) {
+    // A commit for a node that is disconnected (alive, its link reset after
+    // it prepared) waits under its ticket like one whose reply was lost: it
+    // goes when the node registers again (ResendTicketsOf), or the node's
+    // death rolls the group back. A prepare is refused: the attempt just
+    // began, it may be placed elsewhere at once.
+    const bool waits =
+        phase == BundlePhase::kCommit && sent.code() == absl::StatusCode::kUnavailable;
+    if (!sent.ok() && !waits) {
       LUMEN_LOG(DEBUG) << "placement group " << g.name << ": " << BundlePhaseName(phase)
                        << " not sent to node " << ShortId(node) << ": " << sent.message();
       reached_all = false;
       break;
     }
-    if (request.ticket != 0) {
-      tickets_[request.ticket] = Ticket{g.id, node};
-      ++in_flight_[g.id];
-    }
+    tickets_[request.ticket] = Ticket{g.id, node, phase};
+    ++in_flight_[g.id];
   }
   return reached_all;
 }

@@ -242,7 +242,17 @@ bool HeadService::StartHttp() {
                     "disconnected past the grace, or left).\n"
                     "# TYPE lumen_head_nodes_declared_dead_total counter\n"
                     "lumen_head_nodes_declared_dead_total ",
-                    nodes_.declared_dead(), "\n");
+                    nodes_.declared_dead(), "\n",
+                    "# HELP lumen_head_placement_group_rollbacks_total Placement-group attempts "
+                    "or created groups undone (a node refused or died).\n"
+                    "# TYPE lumen_head_placement_group_rollbacks_total counter\n"
+                    "lumen_head_placement_group_rollbacks_total ",
+                    groups_.manager().rollbacks(), "\n",
+                    "# HELP lumen_head_bundle_requests_resent_total Bundle prepares, commits and "
+                    "cancels sent again, with their keys, to a node that registered again.\n"
+                    "# TYPE lumen_head_bundle_requests_resent_total counter\n"
+                    "lumen_head_bundle_requests_resent_total ",
+                    groups_.manager().resent_phases() + groups_.manager().resent_cancels(), "\n");
     return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", std::move(page)};
   });
   dashboard_ = std::make_unique<DashboardRoutes>(DashboardRoutes::Options{
@@ -456,8 +466,8 @@ void HeadService::OnReport(Connection& conn, proto::NodeStats::Reader stats, boo
     case NodeTable::ReportOutcome::kRejoined:
       // Back on a new connection within the grace (doc/reliability.md, item
       // 8): the same node. What went out on its old connection may be lost:
-      // it gets the whole view again, and a bundle phase waiting for its
-      // reply is rolled back (the cancels go on the new connection).
+      // it gets the whole view again, and the bundle cancels, prepares and
+      // commits still unanswered go again with their keys (items 8 and 9).
       views_.Forget(id);
       groups_.OnNodeReconnected(id);
       [[fallthrough]];

@@ -67,7 +67,8 @@ class PlacementGroupService {
   // A node died: its phase replies will not come, its bundles are lost.
   void OnNodeDead(const NodeId& id) { manager_.OnNodeDead(std::string(id.Binary())); }
   // A node registered again on a new connection: replies sent on its old one
-  // are lost (its phase in flight is rolled back); its bundles stay.
+  // may be lost (its unanswered prepares, commits and cancels go again, with
+  // their keys); its bundles stay.
   void OnNodeReconnected(const NodeId& id) {
     manager_.OnNodeReconnected(std::string(id.Binary()));
   }

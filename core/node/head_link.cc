@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "lumen/common/address.h"
+#include "lumen/common/fault_injector.h"
 #include "lumen/common/head_client.h"
 #include "lumen/common/logging.h"
 #include "lumen/common/proto_util.h"
@@ -247,6 +248,15 @@ void HeadLink::OnConnected(Socket socket) {
   // lists this node): a driver started next then finds the node at the head.
 }
 
+void HeadLink::DropLinkOnPurpose(proto::Envelope::Reader msg, const char* when) {
+  LUMEN_LOG(WARNING) << "fault injection (LUMEN_FAULT_INJECT): dropping the link to the head "
+                     << when << " " << FaultInjector::MessageName(msg) << " (request "
+                     << msg.getRequestId() << ")";
+  if (conn_ && !conn_->closed()) {
+    conn_->Close(absl::UnavailableError("link dropped on purpose (fault injection)"));
+  }
+}
+
 void HeadLink::ReportLater() {
   report_timer_.expires_after(report_period());
   report_timer_.async_wait([this](const boost::system::error_code& ec) {
@@ -287,6 +297,15 @@ void HeadLink::OnFrame(proto::Envelope::Reader msg) {
     case proto::Envelope::CANCEL_BUNDLES: {
       // A batch the head resent (its connection was reset before our reply
       // reached it) gets the reply we made the first time, on any connection.
+      // Faults are drawn for a batch seen for the first time only; one lost
+      // unread is not remembered, so its resend is acted on.
+      const InjectedFault fault = FaultInjector::Active() && !keyed_.Known(msg)
+                                      ? FaultInjector::Draw(msg)
+                                      : InjectedFault::kNone;
+      if (fault == InjectedFault::kFailBeforeSend) {
+        DropLinkOnPurpose(msg, "before acting on it");
+        return;
+      }
       if (conn_ && keyed_.Repeat(*conn_, msg, /*bound=*/false)) return;
       absl::Status status = callbacks_.on_bundles(msg);
       OutMessage out;
@@ -296,7 +315,11 @@ void HeadLink::OnFrame(proto::Envelope::Reader msg) {
       reply.setOk(status.ok());
       reply.setError(std::string(status.message()));
       if (conn_) keyed_.OnReply(conn_->id(), msg.getRequestId(), out.builder());
-      if (conn_ && !conn_->closed()) conn_->Send(out.builder());
+      if (fault != InjectedFault::kNone) {
+        DropLinkOnPurpose(msg, "after acting on it");  // the reply is lost
+      } else if (conn_ && !conn_->closed()) {
+        conn_->Send(out.builder());
+      }
       if (callbacks_.after_bundles) callbacks_.after_bundles(msg);
       return;
     }

@@ -3,7 +3,10 @@
 // says hello and registers the node, reports the node's stats every report
 // period, and hands the head's messages (cluster view, placement-group bundle
 // batches, "you are dead") to the daemon; a bundle batch the head resends with
-// the same key is answered with the first reply, not applied again.
+// the same key is answered with the first reply, not applied again. The
+// fault injector (lumen/common/fault_injector.h) can break those batches here,
+// on the node's side: "prepareBundles:drop_reply:1:1" acts, then drops the
+// link instead of replying (doc/reliability.md, item 9).
 // Nothing here blocks the io thread.
 //
 // Losing the head (doc/reliability.md, item 6): before the first registration
@@ -108,6 +111,12 @@ class HeadLink {
   void FirstAttemptDone();
   // The open connection closed: retry, or give up (on_head_lost).
   void OnLost(const absl::Status& why);
+  // A fault injected into a bundle batch `msg` (LUMEN_FAULT_INJECT, e.g.
+  // "commitBundles:drop_reply:1:1"): closes the link as a reset would,
+  // `when` ("before acting on it": fail_before_send; "after acting on it",
+  // the reply kept for the head's resend but not sent: drop_reply and
+  // fail_in_flight). The link reconnects as after any reset.
+  void DropLinkOnPurpose(proto::Envelope::Reader msg, const char* when);
 
   ThreadChecker io_thread_;
   boost::asio::io_context& io_;

@@ -12,6 +12,13 @@ size_t KeyedRequests::size() const {
   return n;
 }
 
+bool KeyedRequests::Known(proto::Envelope::Reader msg) const {
+  auto key = RetryKeyOf(msg);
+  if (!key.has_value()) return false;
+  auto client = clients_.find(key->client);
+  return client != clients_.end() && client->second.entries.contains(key->request);
+}
+
 bool KeyedRequests::Repeat(Connection& conn, proto::Envelope::Reader msg, bool bound) {
   thread_.Check("KeyedRequests");
   auto key = RetryKeyOf(msg);

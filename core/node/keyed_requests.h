@@ -59,6 +59,10 @@ class KeyedRequests {
   // pass its reply to OnReply.
   bool Repeat(Connection& conn, proto::Envelope::Reader msg, bool bound);
 
+  // Whether `msg` carries a key remembered now (Repeat would take it as a
+  // repeat, unless bound to a closed connection). Changes nothing.
+  bool Known(proto::Envelope::Reader msg) const;
+
   // The reply to request `request_id` on connection `conn_id` is about to be
   // sent: when it answers a keyed request, it is kept for repeats and sent to
   // those waiting. Cheap for any other reply (one lookup).

@@ -23,6 +23,12 @@ class FakeNodes : public BundleTransport {
   absl::Status Send(const BundleRequest& request) override {
     sent.push_back(request);
     if (unreachable.contains(request.node_id)) return absl::UnavailableError("a chosen node is gone");
+    if (auto first = answered.find(request.ticket); first != answered.end()) {
+      // A resend (the ticket is the key): answered as the first time, not acted on.
+      ++replayed;
+      replies.push_back(first->second);
+      return absl::OkStatus();
+    }
     std::set<std::string>& held = reserved[request.node_id];
     bool ok = !refusing.contains(request.node_id);
     for (const IndexedBundle& b : request.bundles) {
@@ -35,6 +41,7 @@ class FakeNodes : public BundleTransport {
                        ok || request.phase == BundlePhase::kCancel
                            ? absl::OkStatus()
                            : absl::UnavailableError("refused by " + request.node_id)});
+    answered.emplace(request.ticket, replies.back());
     return absl::OkStatus();
   }
 
@@ -76,6 +83,8 @@ class FakeNodes : public BundleTransport {
   std::map<std::string, std::set<std::string>> reserved;  // node -> "group/index"
   std::set<std::string> refusing;
   std::set<std::string> unreachable;
+  std::map<uint64_t, Reply> answered;  // ticket -> the node's first answer
+  size_t replayed = 0;                 // resends answered from `answered`
 };
 
 ResourceSet Make(const std::map<std::string, double>& m) {
@@ -353,6 +362,7 @@ TEST_CASE("A cancel written to a connection that dies before the node acts is se
   REQUIRE(held_b.size() == 1);
   CHECK(f.manager.Remove("g"));
   f.nodes.reserved["b"] = held_b;  // undo what the fake did: the cancel was lost
+  std::erase_if(f.nodes.answered, [](const auto& e) { return e.second.node == "b"; });
   f.nodes.Drop("b");
   f.nodes.Deliver(f.manager, BundlePhase::kCancel);  // a's acknowledgement
   CHECK(f.nodes.reserved["a"].empty());
@@ -396,6 +406,87 @@ TEST_CASE("A cancel written to a connection that dies before the node acts is se
   const size_t before = cancels_to_b().size();
   f.manager.OnNodeReconnected("b");
   CHECK(cancels_to_b().size() == before);
+}
+
+TEST_CASE("A prepare or commit whose reply is lost with the node's link is sent again under its "
+          "ticket when the node registers again, and the group is created without a rollback") {
+  // Invariant (reliability items 8 and 9): a node whose link was reset after
+  // it acted on a prepare or a commit (its reply lost) gets the same request
+  // again, same ticket (its de-duplication key), when it registers again; it
+  // answers from its table without acting twice, and the group is created
+  // with no rollback, no cancel, each bundle reserved once. A commit for a
+  // node disconnected at that moment waits the same way. Only a death rolls
+  // back.
+  Fixture f;
+  f.Create("g", Cpus(2));
+  f.manager.Schedule(Nodes({"a", "b"}));
+  auto last_to_b = [&](BundlePhase phase) {
+    const BundleRequest* last = nullptr;
+    size_t n = 0;
+    for (const auto& r : f.nodes.sent) {
+      if (r.node_id != "b" || r.phase != phase) continue;
+      last = &r;
+      ++n;
+    }
+    REQUIRE(last != nullptr);
+    return std::make_pair(last->ticket, n);
+  };
+  const auto [prepare_ticket, prepares] = last_to_b(BundlePhase::kPrepare);
+  CHECK(prepares == 1);
+  f.nodes.Deliver(f.manager, BundlePhase::kPrepare, "a");
+  f.nodes.Drop("b");  // b prepared; its reply is lost with its link
+  CHECK(f.nodes.reserved["b"].size() == 1);
+
+  f.manager.OnNodeReconnected("b");
+  CHECK(f.State("g") == GroupState::kPreparing);
+  CHECK(last_to_b(BundlePhase::kPrepare) == std::make_pair(prepare_ticket, size_t{2}));
+  CHECK(f.nodes.replayed == 1);
+  CHECK(f.manager.resent_phases() == 1);
+  f.nodes.Deliver(f.manager, BundlePhase::kPrepare);
+  REQUIRE(f.State("g") == GroupState::kCommitting);
+
+  const uint64_t commit_ticket = last_to_b(BundlePhase::kCommit).first;
+  f.nodes.Deliver(f.manager, BundlePhase::kCommit, "a");
+  f.nodes.Drop("b");  // b committed; the reply is lost again
+  f.manager.OnNodeReconnected("b");
+  CHECK(last_to_b(BundlePhase::kCommit) == std::make_pair(commit_ticket, size_t{2}));
+  f.nodes.Deliver(f.manager, BundlePhase::kCommit);
+  CHECK(f.State("g") == GroupState::kCreated);
+  CHECK(f.nodes.replayed == 2);
+  CHECK(f.manager.rollbacks() == 0);
+  CHECK(f.nodes.Count(BundlePhase::kCancel) == 0);
+  CHECK(f.nodes.ReservedBundles() == 2);
+  REQUIRE(f.events.size() == 1);
+  CHECK(f.events[0].second == GroupEvent::kCreated);
+  f.manager.OnNodeReconnected("b");  // nothing outstanding: nothing sent
+  CHECK(f.manager.resent_phases() == 2);
+
+  // b disconnected when h's commit goes: it waits for b, then goes once.
+  f.Create("h", Cpus(2));
+  f.manager.Schedule(Nodes({"a", "b"}));
+  f.nodes.unreachable.insert("b");
+  f.nodes.Deliver(f.manager, BundlePhase::kPrepare);
+  CHECK(f.State("h") == GroupState::kCommitting);
+  f.nodes.Deliver(f.manager, BundlePhase::kCommit);  // a's
+  CHECK(f.State("h") == GroupState::kCommitting);
+  f.manager.OnNodeReconnected("b");  // registered, and lost again at once
+  CHECK(f.State("h") == GroupState::kCommitting);
+  f.nodes.unreachable.clear();
+  f.manager.OnNodeReconnected("b");
+  f.nodes.Deliver(f.manager, BundlePhase::kCommit);
+  CHECK(f.State("h") == GroupState::kCreated);
+  CHECK(f.manager.rollbacks() == 0);
+  CHECK(f.nodes.ReservedBundles() == 4);
+
+  // Only a death rolls back: i's commit outstanding on b when b dies.
+  f.Create("i", Cpus(2));
+  f.manager.Schedule(Nodes({"a", "b"}, 8));
+  f.nodes.Deliver(f.manager, BundlePhase::kPrepare);
+  f.nodes.Deliver(f.manager, BundlePhase::kCommit, "a");
+  f.nodes.Drop("b");
+  f.manager.OnNodeDead("b");
+  CHECK(f.State("i") == GroupState::kPending);
+  CHECK(f.manager.rollbacks() == 3);  // i's attempt, and g and h (created, a bundle on b)
 }
 
 TEST_CASE("Create checks its limits, is idempotent, and removed groups are remembered up to a bound") {

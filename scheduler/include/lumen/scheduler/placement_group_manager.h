@@ -9,15 +9,19 @@
 //   pgs.Schedule(view);                       // after each report or node change
 //   pgs.OnBundleReply(ticket, status);        // a node answered a prepare or commit
 //   pgs.OnNodeDead(node_id);                  // the head declared a node dead
-//   pgs.OnNodeReconnected(node_id);           // its link was reset; it registered again
+//   pgs.OnNodeReconnected(node_id);           // its link was reset; it registered again:
+//                                             // its unanswered prepares/commits go again
 //   pgs.Remove(id);
 //
 // Lifecycle of a group (GroupState):
 //
 //   kPending / kInfeasible --Schedule places it--> kPreparing --every node prepared--> kCommitting
 //   kCommitting --every node committed--> kCreated
-//   kPreparing / kCommitting --a node refuses, cannot be reached or dies--> rollback: cancel on
-//       every node of the attempt, back to kPending (tried again at the next Schedule)
+//   kPreparing / kCommitting --a node refuses, cannot be reached for a prepare, or dies-->
+//       rollback: cancel on every node of the attempt, back to kPending (tried again at the
+//       next Schedule)
+//   kPreparing / kCommitting --a node's link is reset (its reply lost, or the request)-->
+//       the same state; the request goes again, same ticket, when the node registers again
 //   kCreated --a node holding a bundle dies--> cancel on the others, back to kPending
 //   kPending --Schedule: it can never fit the alive nodes' totals--> kInfeasible (and back)
 //   any --Remove--> kRemoved (cancel sent when bundles were reserved; final)
@@ -30,8 +34,14 @@
 // attempts do not count the same free resources twice); a reply whose ticket
 // belongs to an abandoned attempt is ignored (the cancel already sent to its
 // node follows the prepare or commit on the same ordered channel, so nothing
-// stays reserved). A reply that never comes is bounded by the head's health
-// check: a silent node is declared dead, which fails its outstanding tickets.
+// stays reserved). A prepare or commit whose reply was lost with the node's
+// link (the node may have acted) is not rolled back: it is sent again, under
+// the same ticket (the node's de-duplication key: a node that acted answers
+// from its table, core/node/keyed_requests.h), when the node registers again
+// within its grace; a commit for a node disconnected at the time waits the
+// same way. A reply that never comes is bounded by the head's health check:
+// a silent or disconnected node is declared dead after its grace, which
+// fails its outstanding tickets.
 //
 // Removed groups are remembered (for late waits and lists) up to
 // `removed_groups_kept`, oldest forgotten first.
@@ -154,12 +164,14 @@ class PlacementGroupManager {
   // and created groups with a bundle there go back to pending.
   void OnNodeDead(const std::string& node_id);
   // The node registered again on a new connection (its link to the head was
-  // reset): replies to what was sent on the old one are lost, so its
-  // outstanding tickets fail (rolling their group back; the cancels reach it
-  // on the new connection), and the cancels it may have missed go now: those
-  // that could not be sent while it was disconnected, and those sent but not
-  // acknowledged (written to the old connection, which may have died before
-  // the node acted; BundleCancels). Its created groups keep their bundles.
+  // reset): replies to what was sent on the old one may be lost. First the
+  // cancels it may have missed go (those that could not be sent while it was
+  // disconnected, and those sent but not acknowledged: BundleCancels), then
+  // every prepare and commit still awaiting its reply, oldest first, under
+  // its ticket: a node that acted answers from its table without acting
+  // again, one that never got it acts now. Nothing is rolled back (a resend
+  // the transport finds the node dead for is). Its created groups keep their
+  // bundles.
   void OnNodeReconnected(const std::string& node_id);
 
   // Cancels waiting for a disconnected node to come back (for tests and logs).
@@ -178,6 +190,10 @@ class PlacementGroupManager {
   size_t live_groups() const { return live_groups_; }
   // Attempts undone so far (for tests and logs).
   uint64_t rollbacks() const { return rollbacks_; }
+  // Prepares and commits, and cancels, sent again to a node that registered
+  // again (for tests and metrics).
+  uint64_t resent_phases() const { return resent_; }
+  uint64_t resent_cancels() const { return cancels_.resent(); }
   // Counts the groups' events (created, removed, rolled back, ...): while it
   // stays the same, so do the committed bundles and where they are.
   uint64_t version() const { return version_; }
@@ -190,7 +206,15 @@ class PlacementGroupManager {
   struct Ticket {
     std::string group_id;
     std::string node_id;
+    BundlePhase phase = BundlePhase::kPrepare;  // kPrepare or kCommit
   };
+
+  // `g`'s bundles on `node_id` as a request of `phase` (ticket 0).
+  static BundleRequest RequestFor(const PlacementGroup& g, BundlePhase phase,
+                                  const std::string& node_id);
+  // Sends the node's outstanding prepares and commits again, under their
+  // tickets, oldest first (it registered again).
+  void ResendTicketsOf(const std::string& node_id);
 
   // Sends `phase` of `g` to each node it uses, one request per node. Prepare
   // and commit register tickets; returns false when a node could not be reached.
@@ -226,6 +250,7 @@ class PlacementGroupManager {
   BundleCancels cancels_;
   uint64_t next_ticket_ = 1;
   uint64_t rollbacks_ = 0;
+  uint64_t resent_ = 0;
   uint64_t version_ = 0;
   ThreadChecker thread_;
 };

@@ -14,7 +14,11 @@
 // MAX caps how many times the rule fires in this process (default: no cap).
 // The clients that consult it are the ones that retry: CallHead
 // (lumen/common/head_client.h) and HeadRequester (core/worker); each attempt
-// draws once (InjectedFault::kNone when no rule fires).
+// draws once (InjectedFault::kNone when no rule fires). On the serving side,
+// a node daemon's HeadLink draws once per bundle batch the head sends
+// (prepareBundles, commitBundles, cancelBundles; not for a resend it answers
+// from its table): fail_before_send drops the link without acting, the other
+// two act and drop the link instead of replying (core/node/head_link.h).
 //
 // Cost when LUMEN_FAULT_INJECT is unset: Active() is one load of a cached flag.
 // Thread-safe.
