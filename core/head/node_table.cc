@@ -29,6 +29,23 @@ NodeTable::ReportOutcome NodeTable::Report(uint64_t conn_id, proto::NodeStats::R
     ++stale_refused_;
     return ReportOutcome::kRefused;
   }
+  // Everything read from the report first: a malformed one (a text without
+  // its NUL, as head_dispatch_fuzzer sends) throws here, before the table
+  // changes. (A node entry made and left without its stats frame took the
+  // head down later, in FillOne on the connection's close, outside any frame
+  // handler.)
+  std::string address = stats.getAddress().cStr();
+  std::string transfer_address = stats.getTransferAddress().cStr();
+  auto total = ReadResources(stats.getTotal());
+  auto available = ReadResources(stats.getAvailable());
+  std::vector<JobId> drivers;
+  for (auto d : stats.getDrivers()) drivers.push_back(IdFrom<JobId>(d));
+  std::string stats_frame;
+  {
+    capnp::MallocMessageBuilder copy;
+    copy.setRoot(stats);
+    AppendFrame(copy, &stats_frame);
+  }
   auto [it, added] = nodes_.try_emplace(id);
   Node& node = it->second;
   // A known node on another connection than the one it reports on: a
@@ -39,34 +56,26 @@ NodeTable::ReportOutcome NodeTable::Report(uint64_t conn_id, proto::NodeStats::R
   const bool rejoined = moved && conn_id != 0;
   const bool joined = added || rejoined;
   if (added && conn_id != 0) {
-    LUMEN_LOG(INFO) << "node " << id.Hex().substr(0, 12) << " joined ("
-                    << stats.getAddress().cStr() << ")";
+    LUMEN_LOG(INFO) << "node " << id.Hex().substr(0, 12) << " joined (" << address << ")";
   } else if (rejoined) {
     ++rejoined_;
     LUMEN_LOG(INFO) << "node " << id.Hex().substr(0, 12) << " registered again on a new connection ("
-                    << stats.getAddress().cStr() << ")";
+                    << address << ")";
   }
   node.conn_id = conn_id;
   node.alive = true;
   node.last_report = now;
-  auto total = ReadResources(stats.getTotal());
-  auto available = ReadResources(stats.getAvailable());
   const int store_level = StoreLevel(stats.getStoreUsed(), stats.getStoreCapacity());
   bool changed = joined || total != node.total || available != node.available ||
-                 node.address != stats.getAddress().cStr() ||
-                 node.transfer_address != stats.getTransferAddress().cStr() ||
+                 node.address != address || node.transfer_address != transfer_address ||
                  store_level != node.store_level;
   node.store_level = store_level;
   node.total = std::move(total);
   node.available = std::move(available);
-  node.address = stats.getAddress().cStr();
-  node.transfer_address = stats.getTransferAddress().cStr();
-  node.drivers.clear();
-  for (auto d : stats.getDrivers()) node.drivers.push_back(IdFrom<JobId>(d));
-  capnp::MallocMessageBuilder copy;
-  copy.setRoot(stats);
-  node.stats_frame.clear();
-  AppendFrame(copy, &node.stats_frame);
+  node.address = std::move(address);
+  node.transfer_address = std::move(transfer_address);
+  node.drivers = std::move(drivers);
+  node.stats_frame = std::move(stats_frame);
   if (changed) Touch(id, node);
   if (rejoined) return ReportOutcome::kRejoined;
   return joined ? ReportOutcome::kJoined : ReportOutcome::kUpdated;

@@ -3,6 +3,9 @@
 #include "core/head/node_table.h"
 
 #include <capnp/message.h>
+#include <capnp/serialize.h>
+
+#include <algorithm>
 
 #include <chrono>
 #include <string>
@@ -350,6 +353,35 @@ TEST_CASE("Excusing never moves a node's last report past now, nor revives the d
   CHECK_FALSE(nodes.Find(a)->alive);
   CHECK(nodes.ExpireSilent(t0 + 1500ms).empty());
   CHECK(nodes.ExpireSilent(t0 + 1501ms).size() == 1);  // b: 500 ms after the excused stall
+}
+
+TEST_CASE("A malformed report is refused before the table changes") {
+  // Invariant (hostile input, reliability items 15 and 16): a report whose
+  // address text lacks its NUL (what head_dispatch_fuzzer sent) throws out of
+  // Report, leaving no node behind; before, a node entry without its stats
+  // frame was left, and listing it threw again outside any frame handler,
+  // which took the head down.
+  const NodeId a = NodeId::Random();
+  Report good(a, 4);
+  capnp::MallocMessageBuilder copy;
+  copy.setRoot(good.get());
+  kj::Array<capnp::word> words = capnp::messageToFlatArray(copy);
+  kj::ArrayPtr<kj::byte> bytes = words.asBytes();
+  const std::string text = "127.0.0.1:1";
+  auto at = std::search(bytes.begin(), bytes.end(), text.begin(), text.end());
+  REQUIRE(at != bytes.end());
+  REQUIRE(at[text.size()] == '\0');
+  at[text.size()] = 'x';  // the text's NUL gone
+  capnp::FlatArrayMessageReader reader(words);
+  NodeTable nodes = Table();
+  const Clock::time_point t0{};
+  CHECK_THROWS(nodes.Report(1, reader.getRoot<proto::NodeStats>(), t0, /*registering=*/true));
+  CHECK(nodes.size() == 0);
+  capnp::MallocMessageBuilder out;
+  nodes.FillNodes(out.initRoot<proto::ClusterView>().initNodes(nodes.size()));
+  // The same node, well-formed, joins as usual.
+  CHECK(nodes.Report(1, good.get(), t0, /*registering=*/true) == NodeTable::ReportOutcome::kJoined);
+  CHECK(nodes.size() == 1);
 }
 
 }  // namespace
