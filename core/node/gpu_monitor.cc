@@ -61,6 +61,20 @@ GpuMonitorOptions GpuMonitorOptions::FromEnv(std::chrono::milliseconds period) {
 }
 
 GpuMonitor::GpuMonitor(GpuMonitorOptions options) : options_(std::move(options)) {
+  // Loading NVML (a search of the library path for it, then its own start)
+  // is the thread's first step: the node's start does not wait for it.
+  thread_ = std::thread([this] {
+    const bool loaded = Load();
+    {
+      absl::MutexLock lock(&mu_);
+      load_done_ = true;
+      loaded_ = loaded;
+    }
+    if (loaded) Run();
+  });
+}
+
+bool GpuMonitor::Load() {
   // RTLD_LOCAL: NVML's symbols stay out of the daemon's namespace.
   library_ = ::dlopen(options_.library.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (library_ == nullptr) {
@@ -72,7 +86,7 @@ GpuMonitor::GpuMonitor(GpuMonitorOptions options) : options_(std::move(options))
       // The usual case on a machine without an NVIDIA driver.
       LUMEN_LOG(DEBUG) << "no GPU metrics: " << (why ? why : options_.library);
     }
-    return;
+    return false;
   }
   auto api = std::make_unique<Api>();
   Resolve(library_, "nvmlErrorString", &api->error_string);  // optional
@@ -88,10 +102,10 @@ GpuMonitor::GpuMonitor(GpuMonitorOptions options) : options_(std::move(options))
     LUMEN_LOG(WARNING) << "no GPU metrics: " << options_.library << " lacks NVML's entry points";
     ::dlclose(library_);
     library_ = nullptr;
-    return;
+    return false;
   }
   api_ = std::move(api);
-  thread_ = std::thread([this] { Run(); });
+  return true;
 }
 
 GpuMonitor::~GpuMonitor() {
@@ -102,6 +116,12 @@ GpuMonitor::~GpuMonitor() {
   if (thread_.joinable()) thread_.join();
   if (initialised_) api_->shutdown();
   if (library_ != nullptr) ::dlclose(library_);
+}
+
+bool GpuMonitor::loaded() const {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(&load_done_));
+  return loaded_;
 }
 
 std::vector<GpuSample> GpuMonitor::Latest() const {
