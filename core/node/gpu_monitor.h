@@ -9,9 +9,11 @@
 // NVML is loaded at run time (dlopen of LUMEN_NVML_LIBRARY, else the driver's
 // libnvidia-ml.so.1; see nvml_api.h) by the monitor's one thread, so that
 // neither loading it nor a slow or hung driver call blocks the node's io
-// thread (nor its start: issue 8, init_seconds). Without it, or without
-// devices, the thread ends there and Latest() stays empty, and only an
-// explicitly named library that does not load is worth a warning. With it,
+// thread (nor its start: issue 8, init_seconds); the driver's library is not
+// looked for where NVIDIA's kernel driver is absent (no /proc/driver/nvidia).
+// Without it, or without devices, the thread ends there and Latest() stays
+// empty, and only an explicitly named library that does not load is worth a
+// warning. With it,
 // the thread initialises NVML and samples every device once per `period`. The devices are those
 // CUDA_VISIBLE_DEVICES selects (indices or UUIDs, in its order, as CUDA reads
 // it), numbered 0.. as the node's processes see them; every device when unset.
