@@ -53,6 +53,10 @@ StoreOptions StoreOptions::FromEnv(uint64_t bytes, const std::string& spill_dir,
   } else if (reserve == "0" || reserve == "object") {
     options.reserve = StoreOptions::Reserve::kPerObject;
   }
+  options.reserve_delay = kDefaultReserveDelay;
+  if (absl::SimpleAtoi(Env("LUMEN_OBJECT_STORE_RESERVE_DELAY_MS"), &ms) && ms >= 0) {
+    options.reserve_delay = std::chrono::milliseconds(ms);
+  }
   return options;
 }
 
@@ -86,11 +90,9 @@ absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::Create(StoreOptions op
 StoreServer::StoreServer(StoreOptions options, std::unique_ptr<ShmSegment> segment)
     : options_(std::move(options)),
       segment_(std::move(segment)),
-      reserver_(options_.reserve == StoreOptions::Reserve::kBackground
-                    ? std::make_unique<SegmentReserver>(segment_.get(), SegmentReserver::Options{})
-                    : nullptr),
       table_(segment_.get(), segment_->size()),
       timer_(*options_.io),
+      reserve_timer_(*options_.io),
       index_([this](const std::string& path) {
         if (worker_ != nullptr) worker_->Remove(path);
       }) {
@@ -100,6 +102,22 @@ StoreServer::StoreServer(StoreOptions options, std::unique_ptr<ShmSegment> segme
           if (alive.lock()) fn();
         });
       });
+  if (options_.reserve != StoreOptions::Reserve::kBackground) return;
+  if (options_.reserve_delay <= std::chrono::milliseconds(0)) {
+    reserver_ = std::make_unique<SegmentReserver>(segment_.get(), SegmentReserver::Options{});
+    return;
+  }
+  // Later: its seconds of page zeroing would otherwise overlap the node's
+  // start and a driver's Init (issue 8: init_seconds). SCHED_IDLE does not
+  // keep them off the critical path: on an idle machine the thread takes the
+  // other core, and with autogroup scheduling it yields only to this
+  // process's own threads, not to the driver's and the head's.
+  reserve_timer_.expires_after(options_.reserve_delay);
+  reserve_timer_.async_wait([this, alive = std::weak_ptr<char>(alive_)](
+                                const boost::system::error_code& ec) {
+    if (ec || !alive.lock() || stopped_) return;
+    reserver_ = std::make_unique<SegmentReserver>(segment_.get(), SegmentReserver::Options{});
+  });
 }
 
 StoreServer::~StoreServer() { Stop(); }
@@ -108,6 +126,7 @@ void StoreServer::Stop() {
   if (stopped_) return;
   stopped_ = true;
   worker_.reset();  // joins: nothing writes or reads our files any more
+  reserve_timer_.cancel();
   reserver_.reset();  // joins between two chunks
   parked_.clear();
   restoring_.clear();

@@ -1,6 +1,7 @@
 #include "core/node/gpu_monitor.h"
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -61,6 +62,27 @@ GpuMonitorOptions GpuMonitorOptions::FromEnv(std::chrono::milliseconds period) {
 }
 
 GpuMonitor::GpuMonitor(GpuMonitorOptions options) : options_(std::move(options)) {
+  // Loading NVML (a search of the library path for it, then its own start)
+  // is the thread's first step: the node's start does not wait for it.
+  thread_ = std::thread([this] {
+    const bool loaded = Load();
+    {
+      absl::MutexLock lock(&mu_);
+      load_done_ = true;
+      loaded_ = loaded;
+    }
+    if (loaded) Run();
+  });
+}
+
+bool GpuMonitor::Load() {
+  // Without NVIDIA's kernel driver (its /proc directory, which containers
+  // share with the host) NVML cannot start: skip the search of every library
+  // directory for it (~100 system calls per node start where it is absent).
+  if (!options_.library_named && ::access("/proc/driver/nvidia", F_OK) != 0) {
+    LUMEN_LOG(DEBUG) << "no GPU metrics: no NVIDIA driver (/proc/driver/nvidia)";
+    return false;
+  }
   // RTLD_LOCAL: NVML's symbols stay out of the daemon's namespace.
   library_ = ::dlopen(options_.library.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (library_ == nullptr) {
@@ -72,7 +94,7 @@ GpuMonitor::GpuMonitor(GpuMonitorOptions options) : options_(std::move(options))
       // The usual case on a machine without an NVIDIA driver.
       LUMEN_LOG(DEBUG) << "no GPU metrics: " << (why ? why : options_.library);
     }
-    return;
+    return false;
   }
   auto api = std::make_unique<Api>();
   Resolve(library_, "nvmlErrorString", &api->error_string);  // optional
@@ -88,10 +110,10 @@ GpuMonitor::GpuMonitor(GpuMonitorOptions options) : options_(std::move(options))
     LUMEN_LOG(WARNING) << "no GPU metrics: " << options_.library << " lacks NVML's entry points";
     ::dlclose(library_);
     library_ = nullptr;
-    return;
+    return false;
   }
   api_ = std::move(api);
-  thread_ = std::thread([this] { Run(); });
+  return true;
 }
 
 GpuMonitor::~GpuMonitor() {
@@ -102,6 +124,12 @@ GpuMonitor::~GpuMonitor() {
   if (thread_.joinable()) thread_.join();
   if (initialised_) api_->shutdown();
   if (library_ != nullptr) ::dlclose(library_);
+}
+
+bool GpuMonitor::loaded() const {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(&load_done_));
+  return loaded_;
 }
 
 std::vector<GpuSample> GpuMonitor::Latest() const {

@@ -7,11 +7,14 @@
 //   FillGpuStats(gpus.Latest(), stats.initGpus(n));  // each report
 //
 // NVML is loaded at run time (dlopen of LUMEN_NVML_LIBRARY, else the driver's
-// libnvidia-ml.so.1; see nvml_api.h): without it, or without devices, the
-// monitor starts no thread and Latest() stays empty, and only an explicitly
-// named library that does not load is worth a warning. With it, one thread
-// initialises NVML and samples every device once per `period`, so that a slow
-// or hung driver call never blocks the node's io thread. The devices are those
+// libnvidia-ml.so.1; see nvml_api.h) by the monitor's one thread, so that
+// neither loading it nor a slow or hung driver call blocks the node's io
+// thread (nor its start: issue 8, init_seconds); the driver's library is not
+// looked for where NVIDIA's kernel driver is absent (no /proc/driver/nvidia).
+// Without it, or without devices, the thread ends there and Latest() stays
+// empty, and only an explicitly named library that does not load is worth a
+// warning. With it,
+// the thread initialises NVML and samples every device once per `period`. The devices are those
 // CUDA_VISIBLE_DEVICES selects (indices or UUIDs, in its order, as CUDA reads
 // it), numbered 0.. as the node's processes see them; every device when unset.
 //
@@ -64,8 +67,9 @@ class GpuMonitor {
   GpuMonitor(const GpuMonitor&) = delete;
   GpuMonitor& operator=(const GpuMonitor&) = delete;
 
-  // NVML's library loaded (it may still have no devices or fail to initialise).
-  bool loaded() const { return library_ != nullptr; }
+  // NVML's library loaded (it may still have no devices or fail to
+  // initialise); waits for the thread's attempt to load it.
+  bool loaded() const;
   // Each selected device's latest sample, by index; empty without NVML or
   // before the first sample.
   std::vector<GpuSample> Latest() const;
@@ -85,10 +89,13 @@ class GpuMonitor {
   // The sampling thread: initialises NVML and picks the devices, then samples
   // every period until stopped.
   void Run();
+  // The thread's first step: dlopen and resolve NVML's entry points.
+  bool Load();
   bool InitDevices();
   std::vector<GpuSample> SampleAll();
 
   const GpuMonitorOptions options_;
+  // Set by the thread's Load (read by the destructor after joining it).
   void* library_ = nullptr;  // dlopen handle; nullptr: not loaded
   std::unique_ptr<Api> api_;
   std::vector<Device> devices_;  // the sampling thread's (and the destructor's after joining)
@@ -98,6 +105,8 @@ class GpuMonitor {
   mutable absl::Mutex mu_;
   std::vector<GpuSample> latest_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool load_done_ ABSL_GUARDED_BY(mu_) = false;  // the thread tried to load NVML
+  bool loaded_ ABSL_GUARDED_BY(mu_) = false;     // ... and did
 };
 
 // `samples` as NodeStats.gpus (`out` sized to them).

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "lumen/common/address.h"
 #include "lumen/common/fault_injector.h"
@@ -196,6 +197,16 @@ void HeadLink::Connect() {
 
 void HeadLink::ConnectTcp(const std::string& host, const std::string& port) {
   uint64_t attempt = attempt_;
+  // A numeric address (an embedded cluster's 127.0.0.1:port) needs no
+  // resolver: asio's resolves on a thread of its own, started for the first
+  // one, and a node's start waits for this connect (issue 8: init_seconds).
+  boost::system::error_code parse_error;
+  asio::ip::address ip = asio::ip::make_address(host, parse_error);
+  uint32_t port_number = 0;
+  if (!parse_error && absl::SimpleAtoi(port, &port_number) && port_number <= 65535) {
+    ConnectEndpoints({asio::ip::tcp::endpoint(ip, static_cast<uint16_t>(port_number))}, attempt);
+    return;
+  }
   resolver_ = std::make_shared<asio::ip::tcp::resolver>(io_);
   resolver_->async_resolve(
       host, port,
@@ -208,21 +219,24 @@ void HeadLink::ConnectTcp(const std::string& host, const std::string& port) {
                                   ec.message()));
           return;
         }
-        connecting_ = std::make_shared<asio::ip::tcp::socket>(io_);
-        asio::async_connect(
-            *connecting_, results,
-            [this, attempt, sock = connecting_](const boost::system::error_code& ec,
-                                                const asio::ip::tcp::endpoint&) {
-              if (attempt != attempt_) return;
-              connect_deadline_.cancel();
-              if (ec) {
-                RetryLater(absl::StrCat("cannot reach the head at ", options_.head_address,
-                                        ": ", ec.message()));
-                return;
-              }
-              OnConnected(AdoptTcp(io_, std::move(*sock)));
-            });
+        ConnectEndpoints({results.begin(), results.end()}, attempt);
       });
+}
+
+void HeadLink::ConnectEndpoints(std::vector<asio::ip::tcp::endpoint> endpoints, uint64_t attempt) {
+  connecting_ = std::make_shared<asio::ip::tcp::socket>(io_);
+  asio::async_connect(*connecting_, endpoints,
+                      [this, attempt, sock = connecting_](const boost::system::error_code& ec,
+                                                          const asio::ip::tcp::endpoint&) {
+                        if (attempt != attempt_) return;
+                        connect_deadline_.cancel();
+                        if (ec) {
+                          RetryLater(absl::StrCat("cannot reach the head at ",
+                                                  options_.head_address, ": ", ec.message()));
+                          return;
+                        }
+                        OnConnected(AdoptTcp(io_, std::move(*sock)));
+                      });
 }
 
 void HeadLink::OnConnected(Socket socket) {

@@ -41,6 +41,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <boost/asio.hpp>
 
@@ -104,6 +105,8 @@ class HeadLink {
  private:
   void Connect();
   void ConnectTcp(const std::string& host, const std::string& port);
+  // Connects to the first of `endpoints` that answers (attempt `attempt`).
+  void ConnectEndpoints(std::vector<boost::asio::ip::tcp::endpoint> endpoints, uint64_t attempt);
   void OnConnected(Socket socket);
   void RetryLater(const std::string& why);
   void ReportLater();

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/sysinfo.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
+#include <optional>
 #include <fstream>
 #include <thread>
 
@@ -81,10 +83,17 @@ absl::StatusOr<std::string> ReadReadyLine(int fd, const std::string& what, int t
   return absl::UnavailableError(absl::StrCat(what, " failed to start: ", line));
 }
 
-absl::StatusOr<pid_t> SpawnDaemon(const ClusterSpec& spec, const std::string& session_dir,
-                                  const std::string& role,
-                                  std::vector<std::pair<std::string, std::string>> env,
-                                  int parent_read_fd, std::string* ready) {
+// A daemon spawned and not yet ready: its pid and the read end of its ready pipe.
+struct Starting {
+  pid_t pid = -1;
+  int ready_fd = -1;
+};
+
+// Spawns `role` with its ready pipe (and `extra_fds` kept open in it).
+absl::StatusOr<Starting> StartDaemon(const ClusterSpec& spec, const std::string& session_dir,
+                                     const std::string& role,
+                                     std::vector<std::pair<std::string, std::string>> env,
+                                     int parent_read_fd, std::vector<int> extra_fds = {}) {
   int ready_pipe[2];
   if (auto s = MakePipe(ready_pipe); !s.ok()) return s;
   SpawnOptions options;
@@ -97,6 +106,7 @@ absl::StatusOr<pid_t> SpawnDaemon(const ClusterSpec& spec, const std::string& se
                            parent_read_fd >= 0 ? std::to_string(parent_read_fd) : "");
   options.keep_fds = {ready_pipe[1]};
   if (parent_read_fd >= 0) options.keep_fds.push_back(parent_read_fd);
+  for (int fd : extra_fds) options.keep_fds.push_back(fd);
   // Daemons get a session of their own: a signal to the driver's process group
   // (Ctrl-C, a test runner's timeout) reaches the driver only, and the daemons
   // then notice it gone and clean up, instead of dying with nobody cleaning up.
@@ -108,15 +118,35 @@ absl::StatusOr<pid_t> SpawnDaemon(const ClusterSpec& spec, const std::string& se
     ::close(ready_pipe[0]);
     return pid.status();
   }
-  auto line = ReadReadyLine(ready_pipe[0], "the " + role + " daemon", 20000);
-  ::close(ready_pipe[0]);
+  return Starting{*pid, ready_pipe[0]};
+}
+
+// Waits for `daemon`'s ready line (its address); kills it if none comes.
+absl::StatusOr<std::string> AwaitReady(const Starting& daemon, const std::string& role) {
+  auto line = ReadReadyLine(daemon.ready_fd, "the " + role + " daemon", 20000);
+  ::close(daemon.ready_fd);
   if (!line.ok()) {
-    ::kill(*pid, SIGKILL);
-    WaitForChildExit(*pid, 2000);
-    return line.status();
+    ::kill(daemon.pid, SIGKILL);
+    WaitForChildExit(daemon.pid, 2000);
   }
-  *ready = *line;
-  return *pid;
+  return line;
+}
+
+// The head's address, for a node started beside it: read from LUMEN_HEAD_ADDRESS_FD
+// (a socket; one line, written once the head is ready; EOF: it did not start).
+absl::StatusOr<std::string> ReadHeadAddress(int fd) {
+  std::string line;
+  char buf[256];
+  while (line.find('\n') == std::string::npos) {
+    // The starter waits at most 20 s for the head (AwaitReady) and closes its
+    // end when it gives up or exits: EOF ends this wait.
+    ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return absl::UnavailableError("the head did not start");
+    line.append(buf, static_cast<size_t>(n));
+  }
+  line.resize(line.find('\n'));
+  return line;
 }
 
 }  // namespace
@@ -175,8 +205,20 @@ absl::StatusOr<ClusterProcesses> StartCluster(const ClusterSpec& spec) {
     return status;
   };
 
+  // The node starts beside the head (its exec and start overlap the head's;
+  // issue 8, init_seconds) and reads the head's address from a socket once
+  // the head is ready; a node joining a running head gets the address at once.
+  std::map<std::string, double> resources = spec.resources;
+  uint64_t store = 0;
+  if (spec.start_node) {
+    if (!resources.contains("CPU")) resources["CPU"] = DetectCpus();
+    if (!resources.contains("GPU") && DetectGpus() > 0) resources["GPU"] = DetectGpus();
+    uint64_t ram = DetectMemoryBytes();
+    store = spec.object_store_bytes ? spec.object_store_bytes : ram * 3 / 10;
+    if (!resources.contains("memory")) resources["memory"] = static_cast<double>(ram - std::min(ram, store));
+  }
+  std::optional<Starting> head;
   if (spec.start_head) {
-    std::string address;
     std::vector<std::pair<std::string, std::string>> env = {
         {"LUMEN_HEAD_HOST", spec.head_host},
         {"LUMEN_HEAD_PORT", std::to_string(spec.head_port)},
@@ -189,45 +231,77 @@ absl::StatusOr<ClusterProcesses> StartCluster(const ClusterSpec& spec) {
       env.emplace_back("LUMEN_HEAD_EXTERNAL_STORAGE", spec.head_external_storage);
     }
     if (!spec.head_state_dir.empty()) env.emplace_back("LUMEN_HEAD_STATE_DIR", spec.head_state_dir);
-    auto pid = SpawnDaemon(spec, cluster.session_dir, "head", std::move(env), parent_pipe[0],
-                           &address);
-    if (!pid.ok()) return fail(pid.status());
-    cluster.pids.push_back(*pid);
-    cluster.head_address = address;
-    // Marks the node started with the head: drivers on this machine attach to it.
-    std::ofstream(cluster.session_dir + "/head_node").flush();
+    auto started = StartDaemon(spec, cluster.session_dir, "head", std::move(env), parent_pipe[0]);
+    if (!started.ok()) return fail(started.status());
+    cluster.pids.push_back(started->pid);
+    head = *started;
   } else {
     cluster.head_address = spec.head_address;
+  }
+
+  std::optional<Starting> node;
+  // A socket pair rather than a pipe: a node that failed before reading
+  // must not kill this process with SIGPIPE (send's MSG_NOSIGNAL).
+  int head_address_pipe[2] = {-1, -1};
+  if (spec.start_node) {
+    if (head && ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, head_address_pipe) != 0) {
+      absl::Status s = absl::InternalError(absl::StrCat("socketpair: ", std::strerror(errno)));
+      ::close(head->ready_fd);
+      return fail(s);
+    }
+    auto started = StartDaemon(
+        spec, cluster.session_dir, "node",
+        {{"LUMEN_HEAD_ADDRESS", cluster.head_address},
+         {"LUMEN_HEAD_ADDRESS_FD", head ? std::to_string(head_address_pipe[0]) : ""},
+         {"LUMEN_TOKEN", spec.token},
+         {"LUMEN_NODE_HOST", spec.node_host},
+         {"LUMEN_NODE_RESOURCES", EncodeResources(resources)},
+         {"LUMEN_OBJECT_STORE_BYTES", std::to_string(store)},
+         {"LUMEN_OBJECT_SPILLING_DIRECTORY",
+          spec.spill_dir.empty() ? Env("LUMEN_OBJECT_SPILLING_DIRECTORY") : spec.spill_dir},
+         {"LUMEN_REMOVE_SESSION_DIR", spec.embedded ? "1" : ""},
+         {"LUMEN_MEMORY_BUDGET_BYTES", spec.memory_budget_bytes
+                                           ? std::to_string(spec.memory_budget_bytes)
+                                           : Env("LUMEN_MEMORY_BUDGET_BYTES")}},
+        parent_pipe[0],
+        head ? std::vector<int>{head_address_pipe[0]} : std::vector<int>{});
+    if (head_address_pipe[0] >= 0) ::close(head_address_pipe[0]);
+    if (!started.ok()) {
+      if (head_address_pipe[1] >= 0) ::close(head_address_pipe[1]);
+      if (head) ::close(head->ready_fd);
+      return fail(started.status());
+    }
+    cluster.pids.push_back(started->pid);
+    node = *started;
+  }
+
+  if (head) {
+    auto address = AwaitReady(*head, "head");
+    if (address.ok() && head_address_pipe[1] >= 0) {
+      std::string line = *address + "\n";
+      if (::send(head_address_pipe[1], line.data(), line.size(), MSG_NOSIGNAL) < 0) {
+        // It failed on its own: its ready line (AwaitReady below) says why.
+        LUMEN_LOG(DEBUG) << "the node did not take the head's address: " << std::strerror(errno);
+      }
+    }
+    // Closed either way: without the address the node ends its start.
+    if (head_address_pipe[1] >= 0) ::close(head_address_pipe[1]);
+    if (!address.ok()) {
+      if (node) ::close(node->ready_fd);
+      return fail(address.status());
+    }
+    cluster.head_address = *address;
+    // Marks the node started with the head: drivers on this machine attach to it.
+    std::ofstream(cluster.session_dir + "/head_node").flush();
   }
 
   if (!spec.start_node) {
     if (parent_pipe[0] >= 0) ::close(parent_pipe[0]);
     return cluster;
   }
-  std::map<std::string, double> resources = spec.resources;
-  if (!resources.contains("CPU")) resources["CPU"] = DetectCpus();
-  if (!resources.contains("GPU") && DetectGpus() > 0) resources["GPU"] = DetectGpus();
-  uint64_t ram = DetectMemoryBytes();
-  uint64_t store = spec.object_store_bytes ? spec.object_store_bytes : ram * 3 / 10;
-  if (!resources.contains("memory")) resources["memory"] = static_cast<double>(ram - std::min(ram, store));
-  std::string socket;
-  auto pid = SpawnDaemon(spec, cluster.session_dir, "node",
-                         {{"LUMEN_HEAD_ADDRESS", cluster.head_address},
-                          {"LUMEN_TOKEN", spec.token},
-                          {"LUMEN_NODE_HOST", spec.node_host},
-                          {"LUMEN_NODE_RESOURCES", EncodeResources(resources)},
-                          {"LUMEN_OBJECT_STORE_BYTES", std::to_string(store)},
-                          {"LUMEN_OBJECT_SPILLING_DIRECTORY", spec.spill_dir.empty()
-                                                                  ? Env("LUMEN_OBJECT_SPILLING_DIRECTORY")
-                                                                  : spec.spill_dir},
-                          {"LUMEN_REMOVE_SESSION_DIR", spec.embedded ? "1" : ""},
-                          {"LUMEN_MEMORY_BUDGET_BYTES", spec.memory_budget_bytes
-                                                            ? std::to_string(spec.memory_budget_bytes)
-                                                            : Env("LUMEN_MEMORY_BUDGET_BYTES")}},
-                         parent_pipe[0], &socket);
-  if (!pid.ok()) return fail(pid.status());
-  cluster.pids.push_back(*pid);
-  cluster.node_socket = socket;
+  auto socket = AwaitReady(*node, "node");
+  if (!socket.ok()) return fail(socket.status());
+  cluster.node_socket = *socket;
   if (parent_pipe[0] >= 0) ::close(parent_pipe[0]);
   if (!spec.token.empty() && spec.start_head) {
     // The token, for this user only: nodes and drivers on this machine read it.
@@ -286,6 +360,23 @@ void MaybeRunClusterProcess() {
     node::NodeDaemonOptions options;  // timeouts: Timeouts::FromEnv()
     options.session_dir = Env("LUMEN_SESSION_DIR");
     options.head_address = Env("LUMEN_HEAD_ADDRESS");
+    if (int fd = EnvFd("LUMEN_HEAD_ADDRESS_FD"); fd >= 0) {
+      // Started beside its head (StartCluster): the address comes once the
+      // head is ready. (Reading it later, inside the node's Setup, gained
+      // nothing measurable: the node's own exec and start outlast the head's.)
+      auto head = ReadHeadAddress(fd);
+      ::close(fd);
+      ::unsetenv("LUMEN_HEAD_ADDRESS_FD");  // not for its workers
+      if (!head.ok()) {
+        std::string line = absl::StrCat("error ", head.status().message(), "\n");
+        int ready_fd = EnvFd("LUMEN_READY_FD");
+        if (ready_fd >= 0 && ::write(ready_fd, line.data(), line.size()) < 0) {
+          LUMEN_LOG(ERROR) << "cannot tell the starter: " << std::strerror(errno);
+        }
+        std::_Exit(1);
+      }
+      options.head_address = *head;
+    }
     if (!Env("LUMEN_NODE_HOST").empty()) options.host = Env("LUMEN_NODE_HOST");
     options.resources = DecodeResources(Env("LUMEN_NODE_RESOURCES"));
     uint64_t bytes = 0;

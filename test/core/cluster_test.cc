@@ -1,5 +1,8 @@
 // The command line: `lumen start --head`, a driver joining it, `lumen status`,
 // `lumen stop`; and the quickstart example as a new user runs it.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,8 +11,10 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <iterator>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "lumen/common/head_client.h"
 #include "lumen/lumen.h"
@@ -134,6 +139,44 @@ TEST_CASE("a driver given a bad address gets a clear error") {
   } catch (const lumen::Error& e) {
     REQUIRE(std::string(e.what()).find("127.0.0.1:1") != std::string::npos);
   }
+}
+
+TEST_CASE("a head that cannot start stops the node started beside it and leaves nothing behind") {
+  // Invariant: the node daemon starts while its head is still starting (it
+  // waits for the head's address on a pipe); when the head fails, the start
+  // fails naming the head's error, and neither daemon nor the session
+  // directory is left behind. Each process of this start carries a marker
+  // in its environment, so that a survivor is found by it.
+  std::string out;
+  lumen::test::StopClustersAtExit guard(LUMEN_CLI_PATH);
+  auto sessions_before = lumen::test::SessionDirs();
+  int busy = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(busy >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(busy, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  REQUIRE(::listen(busy, 1) == 0);
+  socklen_t len = sizeof(addr);
+  REQUIRE(::getsockname(busy, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  const std::string marker = "LUMEN_TEST_HEAD_FAILS=" + std::to_string(::getpid()) + "-" +
+                             std::to_string(ntohs(addr.sin_port));
+  int status = RunCommand(marker + " " + LUMEN_CLI_PATH + " start --head --port " +
+                              std::to_string(ntohs(addr.sin_port)),
+                          &out);
+  ::close(busy);
+  INFO(out);
+  CHECK(status != 0);
+  CHECK(out.find("head daemon failed to start") != std::string::npos);
+  // No process of that start is left (the CLI waited for both daemons).
+  std::vector<std::string> survivors;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    std::ifstream environ(entry.path() / "environ", std::ios::binary);
+    std::string env((std::istreambuf_iterator<char>(environ)), std::istreambuf_iterator<char>());
+    if (env.find(marker) != std::string::npos) survivors.push_back(entry.path().filename());
+  }
+  CHECK(survivors.empty());
+  for (const auto& s : lumen::test::SessionDirs()) CHECK(sessions_before.contains(s));
 }
 
 TEST_CASE("the quickstart example runs on an embedded cluster") {

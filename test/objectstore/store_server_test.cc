@@ -499,6 +499,41 @@ TEST_CASE("the store's pages are reserved up front by default", "[store_server][
   CHECK(st.st_blocks == 0);
 }
 
+TEST_CASE("the background reservation starts only after its delay", "[store_server]") {
+  // Invariant: with reserve_delay the reserving thread starts that long after
+  // Create, not before (a node's start and a driver's Init run first), and
+  // then reserves the whole segment; FromEnv's delay is kDefaultReserveDelay
+  // unless LUMEN_OBJECT_STORE_RESERVE_DELAY_MS says otherwise.
+  boost::asio::io_context io;
+  const uint64_t bytes = 8 * 1024 * kKiB;
+  auto later = StoreServer::Create(
+      StoreOptions{.bytes = bytes, .io = &io, .reserve_delay = std::chrono::seconds(60)});
+  REQUIRE(later.ok());
+  const auto start = std::chrono::steady_clock::now();
+  auto soon = StoreServer::Create(
+      StoreOptions{.bytes = bytes, .io = &io, .reserve_delay = std::chrono::milliseconds(100)});
+  REQUIRE(soon.ok());
+  auto deadline = start + std::chrono::seconds(10);
+  while ((*soon)->ReservedBytes() < bytes && std::chrono::steady_clock::now() < deadline) {
+    io.run_for(std::chrono::milliseconds(5));
+  }
+  CHECK((*soon)->ReservedBytes() == bytes);
+  CHECK(std::chrono::steady_clock::now() - start >= std::chrono::milliseconds(100));
+  // The other one's delay has not passed: nothing of it is reserved.
+  CHECK((*later)->ReservedBytes() == 0);
+  struct stat st;
+  REQUIRE(fstat((*later)->segment().fd(), &st) == 0);
+  CHECK(st.st_blocks == 0);
+  later->reset();  // stops before its timer fires: the timer's wait ends with it
+
+  ::unsetenv("LUMEN_OBJECT_STORE_RESERVE_DELAY_MS");
+  CHECK(StoreOptions::FromEnv(bytes, "", &io).reserve_delay == kDefaultReserveDelay);
+  ::setenv("LUMEN_OBJECT_STORE_RESERVE_DELAY_MS", "0", 1);
+  CHECK(StoreOptions::FromEnv(bytes, "", &io).reserve_delay == std::chrono::milliseconds(0));
+  ::unsetenv("LUMEN_OBJECT_STORE_RESERVE_DELAY_MS");
+  io.run_for(std::chrono::milliseconds(5));  // the cancelled wait completes harmlessly
+}
+
 }  // namespace
 }  // namespace lumen::objectstore
 

@@ -66,6 +66,11 @@ inline constexpr ClientId kRestoreClient = ~0ull - 3;   // objects being read ba
 // (LUMEN_OBJECT_STORE_FULL_GRACE_MS overrides it).
 inline constexpr std::chrono::milliseconds kDefaultFullGrace{5000};
 
+// How long after its start a node's store begins its background reservation
+// by default (LUMEN_OBJECT_STORE_RESERVE_DELAY_MS overrides it): the node's
+// start, a driver's Init and the first workers' start come first.
+inline constexpr std::chrono::milliseconds kDefaultReserveDelay{1000};
+
 struct StoreOptions {
   uint64_t bytes = 0;     // capacity of the segment
   // Spill files go to a fresh subdirectory of it (created on the first
@@ -81,10 +86,15 @@ struct StoreOptions {
     kPerObject,   // only the ranges of the objects created
   };
   Reserve reserve = Reserve::kBackground;
+  // kBackground: the reserving thread starts this long after Create, on the
+  // io loop's timer (0: at once). Until then, as after, each create reserves
+  // its own range.
+  std::chrono::milliseconds reserve_delay{0};
 
   // full_grace from LUMEN_OBJECT_STORE_FULL_GRACE_MS, reserve from
   // LUMEN_OBJECT_STORE_RESERVE (background | start | object; 1 = start,
-  // 0 = object); the rest as given.
+  // 0 = object), reserve_delay from LUMEN_OBJECT_STORE_RESERVE_DELAY_MS
+  // (default kDefaultReserveDelay); the rest as given.
   static StoreOptions FromEnv(uint64_t bytes, const std::string& spill_dir,
                               boost::asio::io_context* io);
 };
@@ -253,8 +263,9 @@ class StoreServer {
   ThreadChecker io_thread_;
   StoreOptions options_;
   std::unique_ptr<ShmSegment> segment_;
-  // Reserves segment_'s pages in the background (Reserve::kBackground);
-  // declared after segment_ so that it stops first.
+  // Reserves segment_'s pages in the background (Reserve::kBackground), from
+  // reserve_delay after the start (set then, on the io thread); declared
+  // after segment_ so that it stops first.
   std::unique_ptr<SegmentReserver> reserver_;
   ObjectTable table_;
   // Which job created each object (Nil: a detached actor's, freed by whoever
@@ -263,6 +274,7 @@ class StoreServer {
   ObjectRecords records_;
   std::deque<Parked> parked_;
   boost::asio::steady_timer timer_;
+  boost::asio::steady_timer reserve_timer_;  // starts reserver_ after reserve_delay
   SpillIndex index_;
   absl::flat_hash_map<ObjectId, Restore> restoring_;
   absl::flat_hash_set<ObjectId> spilling_;  // pinned by kSpillClient while written
