@@ -100,13 +100,13 @@ void SpillWorker::Loop() {
 }
 
 absl::Status SpillWorker::DoWrite(const Job& job) {
-  // Read-write: the prefaulter maps it.
+  // Read-write: the prefaulter may map it (LUMEN_SPILL_PREFAULT=map).
   int fd = ::open(job.path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return FileError(errno, "cannot create spill file", job.path);
   absl::Status status;
   uint64_t total = 0;
   for (const Piece& piece : job.pieces) total += piece.size;
-  // The file gets its final size first, so that the prefaulter can map all
+  // The file gets its final size first, so that the prefaulter can bring in all
   // of it; the writes below fill it from the start, behind the prefaulter.
   const bool prefault = prefaulter_ != nullptr && total > 0 &&
                         ::ftruncate(fd, static_cast<off_t>(total)) == 0;

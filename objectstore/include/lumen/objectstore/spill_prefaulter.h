@@ -4,7 +4,7 @@
 //
 //   SpillPrefaulter prefaulter;
 //   // fd open read-write, at least `size` long (ftruncate)
-//   prefaulter.Start(fd, size);   // maps it; returns at once
+//   prefaulter.Start(fd, size);   // dups the fd; returns at once
 //   ... write(fd, ...) the file from offset 0 ...
 //   prefaulter.Finish();          // returns at once; fd may be closed any time
 //
@@ -13,14 +13,14 @@
 // cache. On a VM that hands freed memory back to its host (free page
 // reporting) that costs a host fault per page, and one thread's write() then
 // spends most of its time there (doc/objectstore.md, "Capacity, eviction and
-// spilling"). The thread maps the file and faults its pages in
-// (MADV_POPULATE_WRITE, Linux >= 5.14) a step at a time from the start,
-// while the writer copies behind it. Populating never changes a byte already
-// in the page cache (a page the writer filled first is only mapped), so the
-// two need no ordering: the writer never waits for it, and where it falls
-// behind the writer faults the pages in itself. Best effort: any failure
-// (no MADV_POPULATE_WRITE, the disk full) stops it for that file, and the
-// writer's own write reports the error.
+// spilling"). The thread brings the file's pages into the page cache a step
+// at a time from the start, while the writer copies behind it (by default
+// mapping the file and MADV_POPULATE_WRITE; see Method). Bringing a page in
+// never changes a byte already in the page cache (a page the writer filled
+// first is only mapped or skipped), so the two need no ordering: the writer never
+// waits for it, and where it falls behind the writer gets the pages itself.
+// Best effort: any failure stops it for that file, and the writer's own
+// write reports errors.
 //
 // Start and Finish are called from one thread (the SpillWorker's) in turn;
 // neither waits for the thread, so the writer never blocks on it.
@@ -38,35 +38,49 @@ namespace lumen::objectstore {
 
 class SpillPrefaulter {
  public:
-  SpillPrefaulter();
-  // Stops the thread after the step in progress and unmaps what it holds.
+  // How the page cache is brought in: kMap (default), a shared mapping of
+  // the file (made on the thread) and MADV_POPULATE_WRITE (Linux >= 5.14;
+  // also dirties the pages and sets up and tears down page tables, under the
+  // process's mmap lock); kReadahead, readahead(2) of the file (the file
+  // system gives each hole a zeroed page-cache page, no disk read, nothing
+  // mapped). Not yet shown faster: doc/benchmark.md (stop 29).
+  enum class Method { kReadahead, kMap };
+  explicit SpillPrefaulter(Method method = MethodFromEnv());
+  // Stops the thread after the step in progress and lets go of what it holds.
   ~SpillPrefaulter();
   SpillPrefaulter(const SpillPrefaulter&) = delete;
   SpillPrefaulter& operator=(const SpillPrefaulter&) = delete;
 
-  // Maps [0, size) of `fd` (open read-write, at least `size` long; it may be
-  // closed once this returns) and has the thread fault its pages in, from
-  // the start. Ends the work on the file of the previous Start.
+  // Has the thread bring [0, size) of `fd` (open read-write, at least `size`
+  // long; a dup is kept, so it may be closed once this returns) into the
+  // page cache, from the start. Ends the work on the file of the previous
+  // Start.
   void Start(int fd, uint64_t size);
   // Ends the work on the file of the last Start: the thread stops after its
-  // step in progress and unmaps it. Does not wait.
+  // step in progress and lets it go. Does not wait.
   void Finish();
 
-  // Bytes faulted in so far, over all files (for tests and measurements).
+  // Bytes brought in so far, over all files (for tests and measurements).
   uint64_t faulted_bytes() const;
 
   // Whether spills use one: LUMEN_SPILL_PREFAULT, default on; "0" turns it
   // off (for A/B measurements).
   static bool EnabledByEnv();
+  // LUMEN_SPILL_PREFAULT=readahead: kReadahead (for A/B measurements);
+  // else kMap.
+  static Method MethodFromEnv();
 
  private:
   struct File {
-    uint8_t* map = nullptr;  // owned: unmapped by the thread (or the destructor)
+    int fd = -1;             // owned (a dup): closed by the thread (or the destructor)
     uint64_t size = 0;
+    uint8_t* map = nullptr;  // kMap: owned, mapped and unmapped by the thread
     bool finished = false;   // Finish, or a later Start: no more steps
   };
   void Loop();
+  static void Release(const File& f);
 
+  const Method method_;
   mutable absl::Mutex mu_;
   std::deque<File> files_ ABSL_GUARDED_BY(mu_);  // front: the one in progress
   uint64_t faulted_ ABSL_GUARDED_BY(mu_) = 0;
