@@ -11,8 +11,8 @@
 
 namespace lumen::bench {
 
-// spill_gigabytes, restore_gigabytes, disk_write_fresh_gigabytes, disk_write_gigabytes,
-// disk_read_gigabytes.
+// spill_gigabytes, restore_gigabytes, disk_write_gigabytes, disk_read_gigabytes,
+// disk_write_just_freed_gigabytes.
 void RunSpillMetrics(Reporter& out, bool quick);
 
 }  // namespace lumen::bench

@@ -39,7 +39,10 @@ void PopulateForRead(const SpillWorker::Piece& piece) {
 
 }  // namespace
 
-SpillWorker::SpillWorker(Post post) : post_(std::move(post)), thread_([this] { Loop(); }) {}
+SpillWorker::SpillWorker(Post post, bool prefault)
+    : post_(std::move(post)),
+      prefaulter_(prefault ? std::make_unique<SpillPrefaulter>() : nullptr),
+      thread_([this] { Loop(); }) {}
 
 SpillWorker::~SpillWorker() {
   {
@@ -97,9 +100,17 @@ void SpillWorker::Loop() {
 }
 
 absl::Status SpillWorker::DoWrite(const Job& job) {
-  int fd = ::open(job.path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  // Read-write: the prefaulter may map it (LUMEN_SPILL_PREFAULT=map).
+  int fd = ::open(job.path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return FileError(errno, "cannot create spill file", job.path);
   absl::Status status;
+  uint64_t total = 0;
+  for (const Piece& piece : job.pieces) total += piece.size;
+  // The file gets its final size first, so that the prefaulter can bring in all
+  // of it; the writes below fill it from the start, behind the prefaulter.
+  const bool prefault = prefaulter_ != nullptr && total > 0 &&
+                        ::ftruncate(fd, static_cast<off_t>(total)) == 0;
+  if (prefault) prefaulter_->Start(fd, total);
   for (const Piece& piece : job.pieces) {
     PopulateForRead(piece);
     uint64_t done = 0;
@@ -114,6 +125,7 @@ absl::Status SpillWorker::DoWrite(const Job& job) {
     }
     if (!status.ok()) break;
   }
+  if (prefault) prefaulter_->Finish();
   if (::close(fd) != 0 && status.ok()) status = FileError(errno, "cannot close spill file", job.path);
   if (!status.ok()) ::unlink(job.path.c_str());
   return status;

@@ -51,7 +51,7 @@ const std::vector<std::string> kTrialMetrics = {
 const std::vector<std::string> kSingleMetrics = {
     "init_seconds", "multi_driver_tasks_async", "cross_node_object_gigabytes",
     "loopback_tcp_gigabytes", "spill_gigabytes", "restore_gigabytes", "disk_write_gigabytes",
-    "disk_read_gigabytes", "disk_write_fresh_gigabytes", "bytes_per_small_object"};
+    "disk_read_gigabytes", "disk_write_just_freed_gigabytes", "bytes_per_small_object"};
 
 // lumen-collective-bench's metrics, when it is built next to `lumen`.
 const std::vector<std::string> kCollectiveMetrics = {

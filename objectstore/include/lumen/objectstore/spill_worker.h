@@ -8,8 +8,8 @@
 //   worker.Read("/spill/dir/batch-1", /*file_offset=*/size, size2, dest,
 //                [](absl::Status s) { /* on the loop: dest holds the bytes */ });
 //
-// One thread; reads (restores, which a reader waits for) go before queued
-// writes. The caller keeps the memory of a piece or a read's destination
+// One thread, and a SpillPrefaulter's beside it while a file is written;
+// reads (restores, which a reader waits for) go before queued writes. The caller keeps the memory of a piece or a read's destination
 // valid until its completion runs. Completions are handed to `post` (the
 // owner's event loop); jobs still queued when the worker is destroyed are
 // dropped without completion. Thread-safe.
@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,6 +26,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "lumen/objectstore/spill_prefaulter.h"
 
 namespace lumen::objectstore {
 
@@ -38,7 +40,9 @@ class SpillWorker {
     uint64_t size;
   };
 
-  explicit SpillWorker(Post post);
+  // `prefault`: a SpillPrefaulter gets each file's page cache ready ahead
+  // of its writes (see there; default SpillPrefaulter::EnabledByEnv()).
+  explicit SpillWorker(Post post, bool prefault = SpillPrefaulter::EnabledByEnv());
   // Waits for the job in progress, drops the queued ones.
   ~SpillWorker();
   SpillWorker(const SpillWorker&) = delete;
@@ -66,7 +70,7 @@ class SpillWorker {
     Done done;
   };
   void Loop();
-  static absl::Status DoWrite(const Job& job);
+  absl::Status DoWrite(const Job& job);
   static absl::Status DoRead(const Job& job);
 
   const Post post_;
@@ -75,6 +79,8 @@ class SpillWorker {
   std::deque<Job> writes_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> removes_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // Used by the worker's thread only; null when prefaulting is off.
+  const std::unique_ptr<SpillPrefaulter> prefaulter_;
   std::thread thread_;  // last: starts after the state above exists
 };
 
