@@ -325,12 +325,64 @@ TEST_CASE("folded task events read back as events of their own") {
   REQUIRE(packed_events::ForEach(records, [](const packed_events::View&) {}, &events, &count).ok());
   CHECK(events == 6);
   CHECK(count == 3);
-  // The first two records end where the third starts.
-  auto first_two = packed_events::Decode(std::string_view(records).substr(0, packed_events::PrefixBytes(records, 2)));
-  REQUIRE(first_two.ok());
-  CHECK(first_two->size() == 4);
-  CHECK(packed_events::PrefixBytes(records, 3) == records.size());
-  CHECK(packed_events::PrefixBytes(records, 9) == records.size());
+  // Two flushes joined end to end (as a node answers `lumen timeline`) read
+  // back as both.
+  auto twice = packed_events::Decode(records + records);
+  REQUIRE(twice.ok());
+  REQUIRE(twice->size() == 12);
+  CHECK((*twice)[6].time_us == (*back)[0].time_us);
+  CHECK((*twice)[9].duration_us == finished.duration_us);
+}
+
+// Invariant: what every record of a flush shares is written once: the
+// process's node and worker (STARTED with self_ids reads them back, other
+// records do not get them), and a name repeated within a flush (its records
+// stay shorter than the first one that spelled it out, and read back whole).
+TEST_CASE("packed task events write the process's ids and repeated names once per flush") {
+  TaskEventRecorder recorder(64);
+  NodeId node = NodeId::Random();
+  WorkerId worker = WorkerId::Random();
+  recorder.SetProcessIds(node, worker);
+  const std::string name = "a_function_name_of_some_length";
+  std::vector<TaskId> tasks;
+  for (int i = 0; i < 4; ++i) {
+    tasks.push_back(TaskId::Random());
+    recorder.Record(TaskEventKind::kStarted, tasks.back(), 0, name, {.self_ids = true});
+    recorder.Record(TaskEventKind::kResultStored, tasks.back(), 0);
+  }
+  recorder.Record(TaskEventKind::kSubmitted, TaskId::Random(), 0, "other");
+  std::string one, all;
+  {
+    TaskEventRecorder single(4);
+    single.SetProcessIds(node, worker);
+    single.Record(TaskEventKind::kStarted, tasks[0], 0, name, {.self_ids = true});
+    single.DrainPacked(&one);
+  }
+  REQUIRE(recorder.DrainPacked(&all) == 9);
+  auto back = packed_events::Decode(all);
+  REQUIRE(back.ok());
+  REQUIRE(back->size() == 9);
+  for (int i = 0; i < 4; ++i) {
+    INFO("task " << i);
+    const TaskEvent& started = (*back)[static_cast<size_t>(2 * i)];
+    CHECK(started.kind == TaskEventKind::kStarted);
+    CHECK(started.task_id == tasks[static_cast<size_t>(i)]);
+    CHECK(started.name == name);
+    CHECK(started.node == node);
+    CHECK(started.worker == worker);
+    CHECK(started.pid == static_cast<int32_t>(::getpid()));
+    const TaskEvent& stored = (*back)[static_cast<size_t>(2 * i + 1)];
+    CHECK(stored.node.IsNil());
+    CHECK(stored.worker.IsNil());
+    CHECK(stored.name.empty());
+  }
+  CHECK((*back)[8].name == "other");
+  CHECK((*back)[8].node.IsNil());
+  // The ids and the name cost the first STARTED alone; the next three
+  // STARTED (with their RESULT_STORED) each take less than it.
+  const size_t first = one.size() - packed_events::kSegmentHeaderSize - 2 * packed_events::kIdSize;
+  CHECK(first > name.size() + packed_events::kIdSize);
+  CHECK(all.size() < one.size() + 3 * first + 4 * (packed_events::kIdSize + 4) + 16);
 }
 
 // Invariant: a flush's frame that refers to the packed blob instead of
@@ -388,8 +440,10 @@ TEST_CASE("packed task events refuse cut records and unknown versions") {
     CHECK_FALSE(packed_events::Decode(std::string_view(records).substr(0, cut)).ok());
   }
   std::string bad_kind = records;
-  bad_kind[0] = static_cast<char>(kNumTaskEventKinds);
+  bad_kind[packed_events::kSegmentHeaderSize] = static_cast<char>(kNumTaskEventKinds);
   CHECK_FALSE(packed_events::Decode(bad_kind).ok());
+  // A record with no segment before it.
+  CHECK_FALSE(packed_events::Decode(std::string_view(records).substr(packed_events::kSegmentHeaderSize)).ok());
 
   OutMessage out;
   auto batch = out.Init().initTaskEvents();
@@ -401,14 +455,17 @@ TEST_CASE("packed task events refuse cut records and unknown versions") {
   batch.getPacked()[0] = packed_events::kVersion + 1;
   auto refused = TaskEventsFromProto(batch.asReader());
   REQUIRE_FALSE(refused.ok());
-  CHECK_THAT(std::string(refused.status().message()), Catch::Contains("version 3"));
-  CHECK_THAT(std::string(refused.status().message()), Catch::Contains("reads version 2"));
-  // The unfolded records of an older Lumen (version 1) are refused too, not
-  // read as if they were this version's.
-  batch.getPacked()[0] = 1;
-  auto old = TaskEventsFromProto(batch.asReader());
-  REQUIRE_FALSE(old.ok());
-  CHECK_THAT(std::string(old.status().message()), Catch::Contains("version 1 arrived"));
+  CHECK_THAT(std::string(refused.status().message()), Catch::Contains("version 4"));
+  CHECK_THAT(std::string(refused.status().message()), Catch::Contains("reads version 3"));
+  // The records of an older Lumen (version 1: one per event; 2: a fixed
+  // header per record) are refused too, not read as if they were this version's.
+  for (uint8_t version : {1, 2}) {
+    batch.getPacked()[0] = version;
+    auto old = TaskEventsFromProto(batch.asReader());
+    REQUIRE_FALSE(old.ok());
+    CHECK_THAT(std::string(old.status().message()),
+               Catch::Contains("version " + std::to_string(version) + " arrived"));
+  }
 }
 
 }  // namespace
