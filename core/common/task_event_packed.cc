@@ -205,7 +205,8 @@ struct Segment {
   int32_t pid = 0;
   int64_t last_time_us = 0;
   std::string_view node, worker;
-  std::vector<std::string_view> names;
+  std::vector<std::string_view> names;  // ForEach's
+  size_t name_count = 0;                // ForEachTally's: names.size() without them
 };
 
 // Reads the record at `p` (before `end`, its segment's end) into `v` and its
@@ -321,6 +322,7 @@ const char* ReadSegment(const char* p, const char* end, Segment& seg, const char
   if (flags & kSegmentNode) seg.node = std::string_view(p, kIdSize), p += kIdSize;
   if (flags & kSegmentWorker) seg.worker = std::string_view(p, kIdSize), p += kIdSize;
   seg.names.clear();
+  seg.name_count = 0;
   *seg_end = p + length;
   return p;
 }
@@ -370,6 +372,120 @@ absl::Status ForEach(std::string_view records, absl::FunctionRef<void(const View
     ++n;
   }
   if (count != nullptr) *count = n;
+  if (record_count != nullptr) *record_count = r;
+  return status;
+}
+
+namespace {
+
+// ReadRecord's checks, in its order and with its errors, keeping only what
+// ForEachTally gives: the kind, duration and bytes, the folded events' times
+// (0: none) and the flags.
+const char* TallyRecord(const char* p, const char* end, Segment& seg, TaskEventKind* kind_out,
+                        int64_t* duration_us, uint64_t* bytes, uint8_t* flags_out,
+                        std::array<int64_t, 2>* folded, absl::Status* status) {
+  if (end - p < 2) {
+    *status = CutShort();
+    return nullptr;
+  }
+  const auto kind_byte = static_cast<uint8_t>(p[0]);
+  const auto flags = static_cast<uint8_t>(p[1]);
+  p += 2;
+  const uint8_t kind = kind_byte & kKindMask;
+  if (kind >= kNumTaskEventKinds || (kind_byte & ~(kKindMask | kSelfIds)) != 0) {
+    *status = absl::DataLossError(absl::StrCat("a packed task event has the unknown kind ", kind_byte));
+    return nullptr;
+  }
+  uint64_t attempt, delta;
+  if ((p = GetVarint(p, end, &attempt)) == nullptr || (p = GetVarint(p, end, &delta)) == nullptr) {
+    *status = CutShort();
+    return nullptr;
+  }
+  const size_t ids = ((flags & kHasTask) ? kIdSize : 0) + ((flags & kHasNode) ? kIdSize : 0) +
+                     ((flags & kHasWorker) ? kIdSize : 0);
+  if (static_cast<size_t>(end - p) < ids) {
+    *status = CutShort();
+    return nullptr;
+  }
+  p += ids;
+  const int64_t time_us = seg.last_time_us = seg.last_time_us + UnZigZag(delta);
+  *kind_out = static_cast<TaskEventKind>(kind);
+  *duration_us = 0;
+  *bytes = 0;
+  if (flags & kHasExtra) {
+    uint64_t pid, b, duration;
+    if ((p = GetVarint(p, end, &pid)) == nullptr || (p = GetVarint(p, end, &b)) == nullptr ||
+        (p = GetVarint(p, end, &duration)) == nullptr) {
+      *status = CutShort();
+      return nullptr;
+    }
+    *bytes = b;
+    *duration_us = UnZigZag(duration);
+  }
+  if (flags & kHasFolded) {
+    for (int k = 0; k < 2; ++k) {
+      uint64_t t;
+      if ((p = GetVarint(p, end, &t)) == nullptr) {
+        *status = CutShort();
+        return nullptr;
+      }
+      (*folded)[k] = t == 0 ? 0 : time_us - UnZigZag(t - 1);
+    }
+  }
+  if (flags & kNameRef) {
+    uint64_t index;
+    if ((p = GetVarint(p, end, &index)) == nullptr) {
+      *status = CutShort();
+      return nullptr;
+    }
+    if (index >= seg.name_count) {
+      *status = absl::DataLossError("a packed task event names no earlier name of its segment");
+      return nullptr;
+    }
+  } else if (flags & kNameLiteral) {
+    uint64_t length;
+    if ((p = GetVarint(p, end, &length)) == nullptr || static_cast<uint64_t>(end - p) < length) {
+      *status = CutShort();
+      return nullptr;
+    }
+    ++seg.name_count;
+    p += length;
+  }
+  *flags_out = flags;
+  return p;
+}
+
+}  // namespace
+
+absl::Status ForEachTally(std::string_view records, TallyFn f, size_t* record_count) {
+  size_t r = 0;
+  const char* p = records.data();
+  const char* end = p + records.size();
+  absl::Status status;
+  Segment seg;
+  const char* seg_end = p;
+  while (p < end) {
+    if (p == seg_end) {
+      p = ReadSegment(p, end, seg, &seg_end, &status);
+      if (p == nullptr) break;
+      continue;
+    }
+    TaskEventKind kind;
+    int64_t duration_us;
+    uint64_t bytes;
+    uint8_t flags = 0;
+    std::array<int64_t, 2> folded{};
+    p = TallyRecord(p, seg_end, seg, &kind, &duration_us, &bytes, &flags, &folded, &status);
+    if (p == nullptr) break;
+    ++r;
+    std::array<TaskEventKind, 2> kinds;
+    if ((flags & kHasFolded) && FoldedKinds(kind, &kinds)) {
+      for (int k = 0; k < 2; ++k) {
+        if (folded[k] != 0) f(kinds[k], 0, 0);
+      }
+    }
+    f(kind, duration_us, bytes);
+  }
   if (record_count != nullptr) *record_count = r;
   return status;
 }

@@ -22,22 +22,23 @@ void FillTaskTotals(const TaskEventTotals& totals, proto::TaskTotals::Builder ou
 absl::Status TaskEventBuffer::AddPacked(std::string records, uint64_t dropped_upstream,
                                         std::vector<TaskEvent>* failed) {
   io_thread_.Check("TaskEventBuffer::AddPacked");
-  // Counted into a copy first: a malformed blob changes nothing.
+  // Counted into a copy first: a malformed blob changes nothing. The lean
+  // walk (no View per event): this runs for every flush of every process.
   TaskEventTotals totals = totals_;
   totals.dropped += dropped_upstream;
-  size_t first_failed = failed != nullptr ? failed->size() : 0;
   size_t count = 0;
-  absl::Status status = packed_events::ForEach(
+  bool any_failed = false;
+  absl::Status status = packed_events::ForEachTally(
       records,
-      [&](const packed_events::View& e) {
-        ++totals.by_kind[static_cast<size_t>(e.kind)];
-        switch (e.kind) {
+      [&](TaskEventKind kind, int64_t duration_us, uint64_t bytes) {
+        ++totals.by_kind[static_cast<size_t>(kind)];
+        switch (kind) {
           case TaskEventKind::kFailed:
-            if (failed != nullptr) failed->push_back(e.ToEvent());
+            any_failed = true;
             [[fallthrough]];
           case TaskEventKind::kFinished: {
-            if (e.duration_us <= 0) break;  // the owner did not know its submission
-            double seconds = static_cast<double>(e.duration_us) / 1e6;
+            if (duration_us <= 0) break;  // the owner did not know its submission
+            double seconds = static_cast<double>(duration_us) / 1e6;
             size_t bucket = 0;
             while (bucket < kTaskLatencyBuckets.size() && seconds > kTaskLatencyBuckets[bucket]) ++bucket;
             ++totals.latency_buckets[bucket];
@@ -45,16 +46,19 @@ absl::Status TaskEventBuffer::AddPacked(std::string records, uint64_t dropped_up
             break;
           }
           case TaskEventKind::kPull:
-            totals.pulled_bytes += e.bytes;
+            totals.pulled_bytes += bytes;
             break;
           default:
             break;
         }
       },
-      /*count=*/nullptr, &count);
-  if (!status.ok()) {
-    if (failed != nullptr) failed->resize(first_failed);
-    return status;
+      &count);
+  if (!status.ok()) return status;
+  if (any_failed && failed != nullptr) {
+    // Rare: the failures, decoded, from a second walk (the blob is well formed).
+    (void)packed_events::ForEach(records, [&](const packed_events::View& e) {
+      if (e.kind == TaskEventKind::kFailed) failed->push_back(e.ToEvent());
+    });
   }
   totals_ = totals;
   if (count == 0) return absl::OkStatus();

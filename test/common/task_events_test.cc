@@ -468,5 +468,78 @@ TEST_CASE("packed task events refuse cut records and unknown versions") {
   }
 }
 
+// Invariant: the node's lean walk (ForEachTally) sees what ForEach sees:
+// the same kinds in the same order, folded events included, with the same
+// durations and bytes, the same record count; and it refuses a blob at the
+// same place ForEach does (every cut of a flush, a name index past the
+// segment's names).
+TEST_CASE("the lean task event walk agrees with ForEach, refusals included") {
+  TaskEventRecorder recorder(64);
+  recorder.SetProcessIds(NodeId::Random(), WorkerId::Random());
+  TaskId t = TaskId::Random();
+  const uint64_t submitted = recorder.Record(TaskEventKind::kSubmitted, t, 0, "f");
+  recorder.Record(TaskEventKind::kStarted, t, 0, "f", {.self_ids = true});
+  recorder.Record(TaskEventKind::kResultStored, t, 0, {}, {.earlier_ticks = {recorder.Tick(), 0}});
+  recorder.Record(TaskEventKind::kFailed, t, 0, std::string(300, 'e'),
+                  {.node = NodeId::Random(), .worker_pid = 7, .since_tick = submitted,
+                   .earlier_ticks = {recorder.Tick(), recorder.Tick()}});
+  recorder.RecordEvent(TaskEvent{.kind = TaskEventKind::kPull, .time_us = 1000, .name = "obj",
+                                 .node = NodeId::Random(), .bytes = 12345, .duration_us = 67});
+  recorder.Record(TaskEventKind::kSubmitted, TaskId::Random(), 2, "f");  // a name referred to
+  std::string records;
+  REQUIRE(recorder.DrainPacked(&records) == 6);
+  records += records;  // two flushes end to end
+
+  struct Seen {
+    TaskEventKind kind;
+    int64_t duration_us;
+    uint64_t bytes;
+    bool operator==(const Seen&) const = default;
+  };
+  auto walk_full = [](std::string_view r, std::vector<Seen>* seen, size_t* count) {
+    return packed_events::ForEach(
+        r, [&](const packed_events::View& v) { seen->push_back({v.kind, v.duration_us, v.bytes}); },
+        nullptr, count);
+  };
+  auto walk_lean = [](std::string_view r, std::vector<Seen>* seen, size_t* count) {
+    return packed_events::ForEachTally(
+        r, [&](TaskEventKind kind, int64_t d, uint64_t b) { seen->push_back({kind, d, b}); }, count);
+  };
+  std::vector<Seen> full, lean;
+  size_t full_count = 0, lean_count = 0;
+  REQUIRE(walk_full(records, &full, &full_count).ok());
+  REQUIRE(walk_lean(records, &lean, &lean_count).ok());
+  CHECK(full.size() == 18);  // 12 records, 6 folded events
+  CHECK(lean_count == 12);
+  CHECK(lean_count == full_count);
+  CHECK(lean == full);
+  bool pull_bytes = false, failed_latency = false;
+  for (const Seen& s : lean) {
+    pull_bytes |= s.kind == TaskEventKind::kPull && s.bytes == 12345 && s.duration_us == 67;
+    failed_latency |= s.kind == TaskEventKind::kFailed && s.duration_us >= 1;
+  }
+  CHECK(pull_bytes);
+  CHECK(failed_latency);
+
+  for (size_t cut = 1; cut < records.size(); ++cut) {
+    INFO("cut to " << cut);
+    std::vector<Seen> f, l;
+    absl::Status a = walk_full(std::string_view(records).substr(0, cut), &f, &full_count);
+    absl::Status b = walk_lean(std::string_view(records).substr(0, cut), &l, &lean_count);
+    REQUIRE(a.ok() == b.ok());
+    CHECK(a.message() == b.message());
+    CHECK(l == f);
+  }
+  // The last record refers to the name "f" by index; past the names: refused.
+  std::string bad = records.substr(0, records.size() / 2);
+  REQUIRE((static_cast<uint8_t>(bad.back()) & 0x80) == 0);
+  bad.back() = 5;
+  std::vector<Seen> f, l;
+  absl::Status a = walk_full(bad, &f, &full_count);
+  absl::Status b = walk_lean(bad, &l, &lean_count);
+  REQUIRE_FALSE(b.ok());
+  CHECK(a.message() == b.message());
+}
+
 }  // namespace
 }  // namespace lumen

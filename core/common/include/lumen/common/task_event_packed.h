@@ -171,6 +171,14 @@ struct View {
 absl::Status ForEach(std::string_view records, absl::FunctionRef<void(const View&)> f,
                      size_t* count = nullptr, size_t* record_count = nullptr);
 
+// The node daemon's walk for its totals: calls `f` with each event's kind,
+// and its duration and bytes (as View's; 0 for folded events), in ForEach's
+// order, with the same checks (a blob one refuses the other refuses at the
+// same record), but without building a View per event or keeping the
+// segment's names. `record_count` (when not null) gets how many records.
+using TallyFn = absl::FunctionRef<void(TaskEventKind kind, int64_t duration_us, uint64_t bytes)>;
+absl::Status ForEachTally(std::string_view records, TallyFn f, size_t* record_count = nullptr);
+
 absl::StatusOr<std::vector<TaskEvent>> Decode(std::string_view records);
 
 // A wire blob: the version byte then `records`.
