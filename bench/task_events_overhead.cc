@@ -113,9 +113,13 @@ void RunTaskEventsOverhead(Reporter& out, bool quick) {
     // runs on the machine state the other left.
     for (bool events : {round % 2 == 0, round % 2 != 0}) {
       std::string suffix = events ? "_events_on" : "_events_off";
-      // Daemons and workers read it at start; the driver's recorder is switched here.
-      ::setenv("LUMEN_TASK_EVENTS", events ? "1" : "0", 1);
-      TaskEvents().SetEnabled(events);
+      // Daemons and workers read it at start; the driver's recorder is switched
+      // here. LUMEN_TASK_EVENTS_ONLY=driver|cluster: "on" turns events on in
+      // that side alone (to tell where their cost lands).
+      const char* only_env = std::getenv("LUMEN_TASK_EVENTS_ONLY");
+      const std::string only = only_env != nullptr ? only_env : "";
+      ::setenv("LUMEN_TASK_EVENTS", events && only != "driver" ? "1" : "0", 1);
+      TaskEvents().SetEnabled(events && only != "cluster");
       if (!out.Step("task_events" + suffix, [] {
             Config config;
             config.num_cpus = 4;

@@ -13,6 +13,10 @@ namespace {
 static_assert(std::endian::native == std::endian::little,
               "the packed task event records are little-endian memory images");
 static_assert(TaskId::kSize == kIdSize && NodeId::kSize == kIdSize && WorkerId::kSize == kIdSize);
+static_assert(kNumTaskEventKinds <= kKindMask);
+
+// The most bytes of a record besides its name's.
+constexpr size_t kMaxFixedRecord = 2 + 5 + 10 + 3 * kIdSize + 5 + 10 + 10 + 2 * 10 + 10;
 
 template <typename T>
 char* Put(char* p, T v) {
@@ -26,6 +30,32 @@ const char* Get(const char* p, T* v) {
   return p + sizeof(*v);
 }
 
+char* PutVarint(char* p, uint64_t v) {
+  while (v >= 0x80) {
+    *p++ = static_cast<char>(v | 0x80);
+    v >>= 7;
+  }
+  *p++ = static_cast<char>(v);
+  return p;
+}
+
+uint64_t ZigZag(int64_t v) { return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63); }
+int64_t UnZigZag(uint64_t v) { return static_cast<int64_t>(v >> 1) ^ -static_cast<int64_t>(v & 1); }
+
+// Reads a varint at `p` (before `end`); null when it is cut short or too long.
+const char* GetVarint(const char* p, const char* end, uint64_t* v) {
+  uint64_t result = 0;
+  for (int shift = 0; shift < 64 && p < end; shift += 7) {
+    const auto byte = static_cast<uint8_t>(*p++);
+    result |= static_cast<uint64_t>(byte & 0x7F) << shift;
+    if ((byte & 0x80) == 0) {
+      *v = result;
+      return p;
+    }
+  }
+  return nullptr;
+}
+
 bool Present(const void* id) {
   if (id == nullptr) return false;
   uint64_t w[2];
@@ -35,45 +65,100 @@ bool Present(const void* id) {
 
 }  // namespace
 
-void Append(const Fields& f, std::string* out) {
-  char buf[kMaxFixedSize];
-  const size_t name_len = std::min<size_t>(f.name.size(), 0xFFFF);
-  uint8_t flags = f.actor_call ? kActorCall : 0;
+void Writer::SetSelf(int32_t pid, const NodeId& node, const WorkerId& worker) {
+  self_pid_ = pid;
+  self_node_ = node;
+  self_worker_ = worker;
+}
+
+void Writer::BeginSegment(int32_t pid, int64_t base_time_us) {
+  char buf[kSegmentHeaderSize + 2 * kIdSize];
+  const bool self = pid == self_pid_;
+  const bool node = self && !self_node_.IsNil();
+  const bool worker = self && !self_worker_.IsNil();
+  char* p = buf;
+  p = Put(p, kSegmentMarker);
+  p = Put(p, static_cast<uint8_t>((node ? kSegmentNode : 0) | (worker ? kSegmentWorker : 0)));
+  p = Put(p, uint32_t{0});  // the length: set as records are appended
+  p = Put(p, pid);
+  p = Put(p, base_time_us);
+  if (node) p = static_cast<char*>(std::memcpy(p, self_node_.data(), kIdSize)) + kIdSize;
+  if (worker) p = static_cast<char*>(std::memcpy(p, self_worker_.data(), kIdSize)) + kIdSize;
+  length_at_ = out_->size() + 2;
+  out_->append(buf, static_cast<size_t>(p - buf));
+  records_at_ = out_->size();
+  in_segment_ = true;
+  segment_pid_ = pid;
+  last_time_us_ = base_time_us;
+  names_.clear();
+  last_name_ = 0;
+}
+
+int Writer::NameIndex(std::string_view name) {
+  // The last one matched first (a loop of one function), then the newest few:
+  // a miss costs a bounded scan, and a name not found is written again.
+  if (last_name_ < names_.size() && names_[last_name_] == name) return static_cast<int>(last_name_);
+  const size_t n = names_.size();
+  for (size_t i = n; i > 0 && i + 8 > n; --i) {
+    if (names_[i - 1] == name) {
+      last_name_ = i - 1;
+      return static_cast<int>(i - 1);
+    }
+  }
+  last_name_ = names_.size();
+  names_.push_back(name);
+  return -1;
+}
+
+void Writer::Append(const Fields& f) {
+  if (!in_segment_ || f.pid != segment_pid_) BeginSegment(f.pid, f.time_us);
+  char buf[kMaxFixedRecord];
+  const std::string_view name = f.name.substr(0, 0xFFFF);
+  const bool self_ids = f.self_ids && f.pid == self_pid_;
   const bool task = f.task != nullptr && Present(f.task->data());
-  const bool node = f.node != nullptr && Present(f.node->data());
-  const bool worker = f.worker != nullptr && Present(f.worker->data());
+  const bool node = !self_ids && f.node != nullptr && Present(f.node->data());
+  const bool worker = !self_ids && f.worker != nullptr && Present(f.worker->data());
   const bool extra = f.worker_pid != 0 || f.bytes != 0 || f.duration_us != 0;
   const bool folded = f.folded_us[0] != 0 || f.folded_us[1] != 0;
-  if (folded) flags |= kHasFolded;
+  const int name_index = name.empty() ? -1 : NameIndex(name);
+  uint8_t flags = f.actor_call ? kActorCall : 0;
   if (task) flags |= kHasTask;
   if (node) flags |= kHasNode;
   if (worker) flags |= kHasWorker;
   if (extra) flags |= kHasExtra;
+  if (folded) flags |= kHasFolded;
+  if (!name.empty()) flags |= name_index >= 0 ? kNameRef : kNameLiteral;
   char* p = buf;
-  p = Put(p, static_cast<uint8_t>(f.kind));
+  p = Put(p, static_cast<uint8_t>(static_cast<uint8_t>(f.kind) | (self_ids ? kSelfIds : 0)));
   p = Put(p, flags);
-  p = Put(p, static_cast<uint16_t>(name_len));
-  p = Put(p, f.attempt);
-  p = Put(p, f.pid);
-  p = Put(p, f.time_us);
+  p = PutVarint(p, f.attempt);
+  p = PutVarint(p, ZigZag(f.time_us - last_time_us_));
+  last_time_us_ = f.time_us;
   if (task) p = static_cast<char*>(std::memcpy(p, f.task->data(), kIdSize)) + kIdSize;
   if (node) p = static_cast<char*>(std::memcpy(p, f.node->data(), kIdSize)) + kIdSize;
   if (worker) p = static_cast<char*>(std::memcpy(p, f.worker->data(), kIdSize)) + kIdSize;
   if (extra) {
-    p = Put(p, f.worker_pid);
-    p = Put(p, f.bytes);
-    p = Put(p, f.duration_us);
+    p = PutVarint(p, ZigZag(f.worker_pid));
+    p = PutVarint(p, f.bytes);
+    p = PutVarint(p, ZigZag(f.duration_us));
   }
   if (folded) {
-    p = Put(p, f.folded_us[0]);
-    p = Put(p, f.folded_us[1]);
+    for (int64_t t : f.folded_us) p = PutVarint(p, t == 0 ? 0 : ZigZag(f.time_us - t) + 1);
   }
-  out->append(buf, static_cast<size_t>(p - buf));
-  out->append(f.name.data(), name_len);
+  if (name_index >= 0) {
+    p = PutVarint(p, static_cast<uint64_t>(name_index));
+    out_->append(buf, static_cast<size_t>(p - buf));
+  } else {
+    if (!name.empty()) p = PutVarint(p, name.size());
+    out_->append(buf, static_cast<size_t>(p - buf));
+    out_->append(name.data(), name.size());
+  }
+  const auto length = static_cast<uint32_t>(out_->size() - records_at_);
+  std::memcpy(out_->data() + length_at_, &length, sizeof(length));
 }
 
-void Append(const TaskEvent& e, std::string* out) {
-  Append(Fields{.kind = e.kind,
+Fields FieldsOf(const TaskEvent& e) {
+  return Fields{.kind = e.kind,
                 .actor_call = e.actor_call,
                 .attempt = e.attempt,
                 .pid = e.pid,
@@ -84,9 +169,15 @@ void Append(const TaskEvent& e, std::string* out) {
                 .worker_pid = e.worker_pid,
                 .bytes = e.bytes,
                 .duration_us = e.duration_us,
-                .name = e.name},
-         out);
+                .name = e.name};
 }
+
+void Append(const Fields& f, std::string* out) {
+  Writer writer(out);
+  writer.Append(f);
+}
+
+void Append(const TaskEvent& e, std::string* out) { Append(FieldsOf(e), out); }
 
 TaskEvent View::ToEvent() const {
   TaskEvent e;
@@ -107,50 +198,133 @@ TaskEvent View::ToEvent() const {
 
 namespace {
 
-// Reads the record at `p` (before `end`) into `v` and its folded times into
-// `folded`; returns its end, or null with `status` set.
-const char* ReadRecord(const char* p, const char* end, View* v, uint8_t* flags_out,
+absl::Status CutShort() { return absl::DataLossError("a packed task event record is cut short"); }
+
+// What the records of one segment share.
+struct Segment {
+  int32_t pid = 0;
+  int64_t last_time_us = 0;
+  std::string_view node, worker;
+  std::vector<std::string_view> names;  // ForEach's
+  size_t name_count = 0;                // ForEachTally's: names.size() without them
+};
+
+// Reads the record at `p` (before `end`, its segment's end) into `v` and its
+// folded times into `folded`; returns its end, or null with `status` set.
+const char* ReadRecord(const char* p, const char* end, Segment& seg, View* v, uint8_t* flags_out,
                        std::array<int64_t, 2>* folded, absl::Status* status) {
-  if (static_cast<size_t>(end - p) < kHeaderSize) {
-    *status = absl::DataLossError("a packed task event record is cut short");
+  if (end - p < 2) {
+    *status = CutShort();
     return nullptr;
   }
-  uint8_t kind, flags;
-  uint16_t name_len;
-  p = Get(p, &kind);
+  uint8_t kind_byte, flags;
+  p = Get(p, &kind_byte);
   p = Get(p, &flags);
-  p = Get(p, &name_len);
-  p = Get(p, &v->attempt);
-  p = Get(p, &v->pid);
-  p = Get(p, &v->time_us);
-  size_t rest = name_len + ((flags & kHasTask) ? kIdSize : 0) + ((flags & kHasNode) ? kIdSize : 0) +
-                ((flags & kHasWorker) ? kIdSize : 0) + ((flags & kHasExtra) ? kExtraSize : 0) +
-                ((flags & kHasFolded) ? kFoldedSize : 0);
-  if (kind >= kNumTaskEventKinds) {
-    *status = absl::DataLossError(absl::StrCat("a packed task event has the unknown kind ", kind));
+  const uint8_t kind = kind_byte & kKindMask;
+  if (kind >= kNumTaskEventKinds || (kind_byte & ~(kKindMask | kSelfIds)) != 0) {
+    *status = absl::DataLossError(absl::StrCat("a packed task event has the unknown kind ", kind_byte));
     return nullptr;
   }
-  if (static_cast<size_t>(end - p) < rest) {
-    *status = absl::DataLossError("a packed task event record is cut short");
+  uint64_t attempt, delta;
+  if ((p = GetVarint(p, end, &attempt)) == nullptr || (p = GetVarint(p, end, &delta)) == nullptr) {
+    *status = CutShort();
+    return nullptr;
+  }
+  const size_t ids = ((flags & kHasTask) ? kIdSize : 0) + ((flags & kHasNode) ? kIdSize : 0) +
+                     ((flags & kHasWorker) ? kIdSize : 0);
+  if (static_cast<size_t>(end - p) < ids) {
+    *status = CutShort();
     return nullptr;
   }
   v->kind = static_cast<TaskEventKind>(kind);
   v->actor_call = (flags & kActorCall) != 0;
+  v->attempt = static_cast<uint32_t>(attempt);
+  v->pid = seg.pid;
+  v->time_us = seg.last_time_us = seg.last_time_us + UnZigZag(delta);
   if (flags & kHasTask) v->task_id = std::string_view(p, kIdSize), p += kIdSize;
+  if (kind_byte & kSelfIds) {
+    v->node = seg.node;
+    v->worker = seg.worker;
+  }
   if (flags & kHasNode) v->node = std::string_view(p, kIdSize), p += kIdSize;
   if (flags & kHasWorker) v->worker = std::string_view(p, kIdSize), p += kIdSize;
   if (flags & kHasExtra) {
-    p = Get(p, &v->worker_pid);
-    p = Get(p, &v->bytes);
-    p = Get(p, &v->duration_us);
+    uint64_t pid, bytes, duration;
+    if ((p = GetVarint(p, end, &pid)) == nullptr || (p = GetVarint(p, end, &bytes)) == nullptr ||
+        (p = GetVarint(p, end, &duration)) == nullptr) {
+      *status = CutShort();
+      return nullptr;
+    }
+    v->worker_pid = static_cast<int32_t>(UnZigZag(pid));
+    v->bytes = bytes;
+    v->duration_us = UnZigZag(duration);
   }
   if (flags & kHasFolded) {
-    p = Get(p, &(*folded)[0]);
-    p = Get(p, &(*folded)[1]);
+    for (int k = 0; k < 2; ++k) {
+      uint64_t t;
+      if ((p = GetVarint(p, end, &t)) == nullptr) {
+        *status = CutShort();
+        return nullptr;
+      }
+      (*folded)[k] = t == 0 ? 0 : v->time_us - UnZigZag(t - 1);
+    }
   }
-  v->name = std::string_view(p, name_len);
+  if (flags & kNameRef) {
+    uint64_t index;
+    if ((p = GetVarint(p, end, &index)) == nullptr) {
+      *status = CutShort();
+      return nullptr;
+    }
+    if (index >= seg.names.size()) {
+      *status = absl::DataLossError("a packed task event names no earlier name of its segment");
+      return nullptr;
+    }
+    v->name = seg.names[index];
+  } else if (flags & kNameLiteral) {
+    uint64_t length;
+    if ((p = GetVarint(p, end, &length)) == nullptr || static_cast<uint64_t>(end - p) < length) {
+      *status = CutShort();
+      return nullptr;
+    }
+    v->name = std::string_view(p, length);
+    seg.names.push_back(v->name);
+    p += length;
+  }
   *flags_out = flags;
-  return p + name_len;
+  return p;
+}
+
+// Reads the segment header at `p` (before `end`) into `seg`; returns the
+// start of its records and sets `seg_end`, or null with `status` set.
+const char* ReadSegment(const char* p, const char* end, Segment& seg, const char** seg_end,
+                        absl::Status* status) {
+  if (static_cast<uint8_t>(*p) != kSegmentMarker) {
+    *status = absl::DataLossError("a packed task event record is outside a segment");
+    return nullptr;
+  }
+  if (static_cast<size_t>(end - p) < kSegmentHeaderSize) {
+    *status = CutShort();
+    return nullptr;
+  }
+  uint8_t marker, flags;
+  uint32_t length;
+  p = Get(p, &marker);
+  p = Get(p, &flags);
+  p = Get(p, &length);
+  p = Get(p, &seg.pid);
+  p = Get(p, &seg.last_time_us);
+  const size_t ids = ((flags & kSegmentNode) ? kIdSize : 0) + ((flags & kSegmentWorker) ? kIdSize : 0);
+  if (static_cast<size_t>(end - p) < ids + length) {
+    *status = CutShort();
+    return nullptr;
+  }
+  seg.node = seg.worker = {};
+  if (flags & kSegmentNode) seg.node = std::string_view(p, kIdSize), p += kIdSize;
+  if (flags & kSegmentWorker) seg.worker = std::string_view(p, kIdSize), p += kIdSize;
+  seg.names.clear();
+  seg.name_count = 0;
+  *seg_end = p + length;
+  return p;
 }
 
 }  // namespace
@@ -161,11 +335,18 @@ absl::Status ForEach(std::string_view records, absl::FunctionRef<void(const View
   const char* p = records.data();
   const char* end = p + records.size();
   absl::Status status;
+  Segment seg;
+  const char* seg_end = p;
   while (p < end) {
+    if (p == seg_end) {
+      p = ReadSegment(p, end, seg, &seg_end, &status);
+      if (p == nullptr) break;
+      continue;
+    }
     View v;
     uint8_t flags = 0;
     std::array<int64_t, 2> folded{};
-    p = ReadRecord(p, end, &v, &flags, &folded, &status);
+    p = ReadRecord(p, seg_end, seg, &v, &flags, &folded, &status);
     if (p == nullptr) break;
     ++r;
     std::array<TaskEventKind, 2> kinds;
@@ -195,19 +376,118 @@ absl::Status ForEach(std::string_view records, absl::FunctionRef<void(const View
   return status;
 }
 
-size_t PrefixBytes(std::string_view records, size_t n) {
+namespace {
+
+// ReadRecord's checks, in its order and with its errors, keeping only what
+// ForEachTally gives: the kind, duration and bytes, the folded events' times
+// (0: none) and the flags.
+const char* TallyRecord(const char* p, const char* end, Segment& seg, TaskEventKind* kind_out,
+                        int64_t* duration_us, uint64_t* bytes, uint8_t* flags_out,
+                        std::array<int64_t, 2>* folded, absl::Status* status) {
+  if (end - p < 2) {
+    *status = CutShort();
+    return nullptr;
+  }
+  const auto kind_byte = static_cast<uint8_t>(p[0]);
+  const auto flags = static_cast<uint8_t>(p[1]);
+  p += 2;
+  const uint8_t kind = kind_byte & kKindMask;
+  if (kind >= kNumTaskEventKinds || (kind_byte & ~(kKindMask | kSelfIds)) != 0) {
+    *status = absl::DataLossError(absl::StrCat("a packed task event has the unknown kind ", kind_byte));
+    return nullptr;
+  }
+  uint64_t attempt, delta;
+  if ((p = GetVarint(p, end, &attempt)) == nullptr || (p = GetVarint(p, end, &delta)) == nullptr) {
+    *status = CutShort();
+    return nullptr;
+  }
+  const size_t ids = ((flags & kHasTask) ? kIdSize : 0) + ((flags & kHasNode) ? kIdSize : 0) +
+                     ((flags & kHasWorker) ? kIdSize : 0);
+  if (static_cast<size_t>(end - p) < ids) {
+    *status = CutShort();
+    return nullptr;
+  }
+  p += ids;
+  const int64_t time_us = seg.last_time_us = seg.last_time_us + UnZigZag(delta);
+  *kind_out = static_cast<TaskEventKind>(kind);
+  *duration_us = 0;
+  *bytes = 0;
+  if (flags & kHasExtra) {
+    uint64_t pid, b, duration;
+    if ((p = GetVarint(p, end, &pid)) == nullptr || (p = GetVarint(p, end, &b)) == nullptr ||
+        (p = GetVarint(p, end, &duration)) == nullptr) {
+      *status = CutShort();
+      return nullptr;
+    }
+    *bytes = b;
+    *duration_us = UnZigZag(duration);
+  }
+  if (flags & kHasFolded) {
+    for (int k = 0; k < 2; ++k) {
+      uint64_t t;
+      if ((p = GetVarint(p, end, &t)) == nullptr) {
+        *status = CutShort();
+        return nullptr;
+      }
+      (*folded)[k] = t == 0 ? 0 : time_us - UnZigZag(t - 1);
+    }
+  }
+  if (flags & kNameRef) {
+    uint64_t index;
+    if ((p = GetVarint(p, end, &index)) == nullptr) {
+      *status = CutShort();
+      return nullptr;
+    }
+    if (index >= seg.name_count) {
+      *status = absl::DataLossError("a packed task event names no earlier name of its segment");
+      return nullptr;
+    }
+  } else if (flags & kNameLiteral) {
+    uint64_t length;
+    if ((p = GetVarint(p, end, &length)) == nullptr || static_cast<uint64_t>(end - p) < length) {
+      *status = CutShort();
+      return nullptr;
+    }
+    ++seg.name_count;
+    p += length;
+  }
+  *flags_out = flags;
+  return p;
+}
+
+}  // namespace
+
+absl::Status ForEachTally(std::string_view records, TallyFn f, size_t* record_count) {
+  size_t r = 0;
   const char* p = records.data();
   const char* end = p + records.size();
-  for (size_t seen = 0; seen < n && p < end; ++seen) {
-    View v;
+  absl::Status status;
+  Segment seg;
+  const char* seg_end = p;
+  while (p < end) {
+    if (p == seg_end) {
+      p = ReadSegment(p, end, seg, &seg_end, &status);
+      if (p == nullptr) break;
+      continue;
+    }
+    TaskEventKind kind;
+    int64_t duration_us;
+    uint64_t bytes;
     uint8_t flags = 0;
     std::array<int64_t, 2> folded{};
-    absl::Status status;
-    const char* next = ReadRecord(p, end, &v, &flags, &folded, &status);
-    if (next == nullptr) break;
-    p = next;
+    p = TallyRecord(p, seg_end, seg, &kind, &duration_us, &bytes, &flags, &folded, &status);
+    if (p == nullptr) break;
+    ++r;
+    std::array<TaskEventKind, 2> kinds;
+    if ((flags & kHasFolded) && FoldedKinds(kind, &kinds)) {
+      for (int k = 0; k < 2; ++k) {
+        if (folded[k] != 0) f(kinds[k], 0, 0);
+      }
+    }
+    f(kind, duration_us, bytes);
   }
-  return static_cast<size_t>(p - records.data());
+  if (record_count != nullptr) *record_count = r;
+  return status;
 }
 
 absl::StatusOr<std::vector<TaskEvent>> Decode(std::string_view records) {

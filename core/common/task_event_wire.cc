@@ -12,13 +12,13 @@ namespace lumen {
 namespace {
 
 // One record of the old per-event list, packed.
-void AppendOldRecord(proto::TaskEventRecord::Reader r, std::string* out) {
+void AppendOldRecord(proto::TaskEventRecord::Reader r, packed_events::Writer& out) {
   if (r.getKind() >= kNumTaskEventKinds) return;  // the old reader skipped them too
   TaskId task = IdFrom<TaskId>(r.getTaskId());
   NodeId node = IdFrom<NodeId>(r.getNodeId());
   WorkerId worker = IdFrom<WorkerId>(r.getWorkerId());
   auto name = r.getName();
-  packed_events::Append(packed_events::Fields{.kind = static_cast<TaskEventKind>(r.getKind()),
+  out.Append(packed_events::Fields{.kind = static_cast<TaskEventKind>(r.getKind()),
                                               .actor_call = r.getActorCall(),
                                               .attempt = r.getAttempt(),
                                               .pid = r.getPid(),
@@ -29,8 +29,7 @@ void AppendOldRecord(proto::TaskEventRecord::Reader r, std::string* out) {
                                               .worker_pid = r.getWorkerPid(),
                                               .bytes = r.getBytes(),
                                               .duration_us = r.getDurationUs(),
-                                              .name = std::string_view(name.cStr(), name.size())},
-                        out);
+                                              .name = std::string_view(name.cStr(), name.size())});
 }
 
 }  // namespace
@@ -54,7 +53,8 @@ void ReferencePackedBlob(std::string* blob, proto::TaskEventBatch::Builder out) 
 
 void TaskEventsToProto(const std::vector<TaskEvent>& events, proto::TaskEventBatch::Builder out) {
   std::string records;
-  for (const TaskEvent& e : events) packed_events::Append(e, &records);
+  packed_events::Writer writer(&records);
+  for (const TaskEvent& e : events) writer.Append(packed_events::FieldsOf(e));
   SetPackedEvents(records, out);
 }
 
@@ -67,7 +67,8 @@ absl::StatusOr<std::string> PackedEventsOf(proto::TaskEventBatch::Reader batch) 
     if (!view.ok()) return view.status();
     records.assign(view->data(), view->size());
   }
-  for (auto r : batch.getEvents()) AppendOldRecord(r, &records);
+  packed_events::Writer writer(&records);
+  for (auto r : batch.getEvents()) AppendOldRecord(r, writer);
   return records;
 }
 

@@ -43,14 +43,19 @@ bool FoldedKinds(TaskEventKind kind, std::array<TaskEventKind, 2>* kinds) {
 }
 
 // One event as a ring keeps it: fixed size (two cache lines), so recording is
-// a copy into a slot that was allocated at an earlier event or drain.
+// a copy into a slot that was allocated at an earlier event or drain. Not
+// initialised when allocated (every Record writes every field it reads).
 struct TaskEventRecorder::Slot {
   enum Flags : uint8_t {
     kActorCall = 1 << 0,
     kTimeIsMicros = 1 << 1,  // `tick` is system-clock microseconds (RecordEvent with a time)
     kSinceTick = 1 << 2,     // `since` is SUBMITTED's tick (else: duration_us)
     kLongName = 1 << 3,      // the name is long_names[name_len]
+    kSelfIds = 1 << 4,       // node and worker: the process's (TaskEventDetail::self_ids)
   };
+  // Leaves the plain fields as they were: a ring that grows, or a drained one
+  // reused, is not zeroed slot by slot (that was a third of a Record).
+  Slot() {}
   uint64_t tick;
   uint64_t since;
   TaskId task;
@@ -98,22 +103,20 @@ struct TaskEventRecorder::ThreadRing {
 
   // The slot for a new event: the next free one, or the oldest (counted as
   // dropped) when the ring is full. head moves only once the ring is at
-  // capacity, so below it the events are slots[0, size) and a full ring grows
-  // at its end (without reallocating once `slots` had that capacity before).
+  // capacity, so below it the events are slots[0, size); `slots` keeps the
+  // slots of earlier drains (size() may exceed `size`) and grows at its end
+  // up to `capacity`.
   Slot& NextSlot() {
     std::vector<Slot>& ring = events.slots;
-    if (size == ring.size() && ring.size() < capacity) {
+    if (size < ring.size()) return ring[(head + size++) % ring.size()];  // head is 0 unless full
+    if (ring.size() < capacity) {
       ++size;
       return ring.emplace_back();
     }
-    size_t slot = (head + size) % ring.size();
-    if (size == ring.size()) {
-      head = (head + 1) % ring.size();
-      dropped.store(dropped.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    } else {
-      ++size;
-    }
-    return ring[slot];
+    Slot& oldest = ring[head];
+    head = (head + 1) % ring.size();
+    dropped.store(dropped.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    return oldest;
   }
 
   void SetName(Slot& slot, std::string_view name) {
@@ -142,8 +145,9 @@ struct TaskEventRecorder::ThreadRing {
   size_t head = 0;  // index of the oldest event
   size_t size = 0;
   std::atomic<uint64_t> dropped{0};  // written under `locked`; read by dropped() without it
-  // Drained events (cleared, their capacity kept) that replace `events` at
-  // the next drain, so that a busy thread does not regrow its ring every period.
+  // Drained events (their slots kept, to be overwritten) that replace
+  // `events` at the next drain, so that a busy thread does not regrow its
+  // ring every period.
   Events spare;
 };
 
@@ -163,6 +167,12 @@ TaskEventRecorder::TaskEventRecorder(size_t capacity, bool enabled)
       id_(next_recorder_id.fetch_add(1, std::memory_order_relaxed)) {}
 
 TaskEventRecorder::~TaskEventRecorder() = default;
+
+void TaskEventRecorder::SetProcessIds(const NodeId& node, const WorkerId& worker) {
+  absl::MutexLock lock(&mu_);
+  self_node_ = node;
+  self_worker_ = worker;
+}
 
 int64_t TaskEventRecorder::NowMicros() {
   return static_cast<int64_t>(TaskEventClock::SystemMicros());
@@ -214,7 +224,8 @@ uint64_t TaskEventRecorder::Record(TaskEventKind kind, const TaskId& task, uint3
   Slot& e = ring.NextSlot();
   e.tick = now;
   e.flags = static_cast<uint8_t>((detail.actor_call ? Slot::kActorCall : 0) |
-                                 (detail.since_tick != 0 ? Slot::kSinceTick : 0));
+                                 (detail.since_tick != 0 ? Slot::kSinceTick : 0) |
+                                 (detail.self_ids ? Slot::kSelfIds : 0));
   e.since = detail.since_tick != 0 ? detail.since_tick : static_cast<uint64_t>(detail.duration_us);
   e.task = task;
   e.node = detail.node;
@@ -303,7 +314,9 @@ size_t TaskEventRecorder::DrainPacked(std::string* records) {
   // node daemon handle per period stays bounded however many threads record.
   size_t skip = total > capacity_ ? total - capacity_ : 0;
   drained_dropped_ += skip;
-  records->reserve(records->size() + (total - skip) * 48);
+  records->reserve(records->size() + (total - skip) * 40);
+  packed_events::Writer writer(records);
+  writer.SetSelf(pid_, self_node_, self_worker_);
   size_t written = 0;
   for (;;) {
     Taken* earliest = nullptr;
@@ -333,7 +346,7 @@ size_t TaskEventRecorder::DrainPacked(std::string* records) {
         if (s.aux[k] != 0) folded[k] = (s.flags & Slot::kTimeIsMicros) ? static_cast<int64_t>(s.aux[k]) : scale.ToMicros(s.aux[k]);
       }
     }
-    packed_events::Append(
+    writer.Append(
         packed_events::Fields{
             .kind = kind,
             .actor_call = (s.flags & Slot::kActorCall) != 0,
@@ -343,21 +356,20 @@ size_t TaskEventRecorder::DrainPacked(std::string* records) {
             .task = &s.task,
             .node = &s.node,
             .worker = &s.worker,
+            .self_ids = (s.flags & Slot::kSelfIds) != 0,
             .worker_pid = s.worker_pid,
             .bytes = bytes,
             .duration_us = duration_us,
             .folded_us = folded,
             .name = (s.flags & Slot::kLongName)
                         ? std::string_view(earliest->events.long_names[s.name_len])
-                        : std::string_view(s.name, s.name_len)},
-        records);
+                        : std::string_view(s.name, s.name_len)});
     ++written;
   }
   for (Taken& t : taken) {
-    t.events.slots.clear();  // keeps its capacity: the ring's next spare
-    t.events.long_names.clear();
+    t.events.long_names.clear();  // the slots stay, to be overwritten: the ring's next spare
     t.from->Lock();
-    if (t.from->spare.slots.capacity() < t.events.slots.capacity()) std::swap(t.from->spare, t.events);
+    if (t.from->spare.slots.size() < t.events.slots.size()) std::swap(t.from->spare, t.events);
     t.from->Unlock();
   }
   // Retire the empty rings of threads that ended.

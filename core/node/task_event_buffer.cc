@@ -22,22 +22,23 @@ void FillTaskTotals(const TaskEventTotals& totals, proto::TaskTotals::Builder ou
 absl::Status TaskEventBuffer::AddPacked(std::string records, uint64_t dropped_upstream,
                                         std::vector<TaskEvent>* failed) {
   io_thread_.Check("TaskEventBuffer::AddPacked");
-  // Counted into a copy first: a malformed blob changes nothing.
+  // Counted into a copy first: a malformed blob changes nothing. The lean
+  // walk (no View per event): this runs for every flush of every process.
   TaskEventTotals totals = totals_;
   totals.dropped += dropped_upstream;
-  size_t first_failed = failed != nullptr ? failed->size() : 0;
   size_t count = 0;
-  absl::Status status = packed_events::ForEach(
+  bool any_failed = false;
+  absl::Status status = packed_events::ForEachTally(
       records,
-      [&](const packed_events::View& e) {
-        ++totals.by_kind[static_cast<size_t>(e.kind)];
-        switch (e.kind) {
+      [&](TaskEventKind kind, int64_t duration_us, uint64_t bytes) {
+        ++totals.by_kind[static_cast<size_t>(kind)];
+        switch (kind) {
           case TaskEventKind::kFailed:
-            if (failed != nullptr) failed->push_back(e.ToEvent());
+            any_failed = true;
             [[fallthrough]];
           case TaskEventKind::kFinished: {
-            if (e.duration_us <= 0) break;  // the owner did not know its submission
-            double seconds = static_cast<double>(e.duration_us) / 1e6;
+            if (duration_us <= 0) break;  // the owner did not know its submission
+            double seconds = static_cast<double>(duration_us) / 1e6;
             size_t bucket = 0;
             while (bucket < kTaskLatencyBuckets.size() && seconds > kTaskLatencyBuckets[bucket]) ++bucket;
             ++totals.latency_buckets[bucket];
@@ -45,35 +46,30 @@ absl::Status TaskEventBuffer::AddPacked(std::string records, uint64_t dropped_up
             break;
           }
           case TaskEventKind::kPull:
-            totals.pulled_bytes += e.bytes;
+            totals.pulled_bytes += bytes;
             break;
           default:
             break;
         }
       },
-      /*count=*/nullptr, &count);
-  if (!status.ok()) {
-    if (failed != nullptr) failed->resize(first_failed);
-    return status;
+      &count);
+  if (!status.ok()) return status;
+  if (any_failed && failed != nullptr) {
+    // Rare: the failures, decoded, from a second walk (the blob is well formed).
+    (void)packed_events::ForEach(records, [&](const packed_events::View& e) {
+      if (e.kind == TaskEventKind::kFailed) failed->push_back(e.ToEvent());
+    });
   }
   totals_ = totals;
   if (count == 0) return absl::OkStatus();
   kept_ += count;
   chunks_.push_back(Chunk{.records = std::move(records), .count = count});
-  // The oldest go: whole chunks, then the front of the oldest one left.
-  while (kept_ > capacity_) {
-    Chunk& oldest = chunks_.front();
-    size_t over = kept_ - capacity_;
-    if (oldest.count <= over) {
-      kept_ -= oldest.count;
-      totals_.dropped += oldest.count;
-      chunks_.pop_front();
-      continue;
-    }
-    oldest.offset += packed_events::PrefixBytes(oldest.kept(), over);
-    oldest.count -= over;
-    kept_ -= over;
-    totals_.dropped += over;
+  // The oldest go, whole chunks only (a chunk is read from its start:
+  // task_event_packed.h's segments), while the rest still hold capacity_.
+  while (chunks_.size() > 1 && kept_ - chunks_.front().count >= capacity_) {
+    kept_ -= chunks_.front().count;
+    totals_.dropped += chunks_.front().count;
+    chunks_.pop_front();
   }
   return absl::OkStatus();
 }
@@ -87,7 +83,8 @@ absl::Status TaskEventBuffer::AddBatch(proto::TaskEventBatch::Reader batch,
 
 void TaskEventBuffer::Add(const std::vector<TaskEvent>& events, uint64_t dropped_upstream) {
   std::string records;
-  for (const TaskEvent& e : events) packed_events::Append(e, &records);
+  packed_events::Writer writer(&records);
+  for (const TaskEvent& e : events) writer.Append(packed_events::FieldsOf(e));
   (void)AddPacked(std::move(records), dropped_upstream);  // well formed: just packed
 }
 
@@ -96,7 +93,7 @@ std::vector<TaskEvent> TaskEventBuffer::events() const {
   std::vector<TaskEvent> out;
   out.reserve(kept_);
   for (const Chunk& c : chunks_) {
-    (void)packed_events::ForEach(c.kept(), [&](const packed_events::View& e) { out.push_back(e.ToEvent()); });
+    (void)packed_events::ForEach(c.records, [&](const packed_events::View& e) { out.push_back(e.ToEvent()); });
   }
   return out;
 }
@@ -104,14 +101,13 @@ std::vector<TaskEvent> TaskEventBuffer::events() const {
 void TaskEventBuffer::FillBatch(proto::TaskEventBatch::Builder out) const {
   io_thread_.Check("TaskEventBuffer::FillBatch");
   size_t bytes = 0;
-  for (const Chunk& c : chunks_) bytes += c.kept().size();
+  for (const Chunk& c : chunks_) bytes += c.records.size();
   auto data = out.initPacked(static_cast<unsigned>(bytes + 1));
   data[0] = packed_events::kVersion;
   size_t at = 1;
   for (const Chunk& c : chunks_) {
-    std::string_view kept = c.kept();
-    std::memcpy(data.begin() + at, kept.data(), kept.size());
-    at += kept.size();
+    std::memcpy(data.begin() + at, c.records.data(), c.records.size());
+    at += c.records.size();
   }
   out.setDropped(totals_.dropped);
 }

@@ -9,7 +9,8 @@
 //   TaskEventTotals totals = buffer.totals();
 //
 // The events stay packed as they came (task_event_packed.h): one blob per
-// flush, walked once for the totals (a few nanoseconds per event) and decoded
+// flush, walked once for the totals (packed_events::ForEachTally: kinds,
+// durations and bytes only, no View per event) and decoded
 // only when asked for (`events()`, the cli).
 //
 // Only on the node daemon's io thread (checked in debug builds).
@@ -46,16 +47,19 @@ void FillTaskTotals(const TaskEventTotals& totals, proto::TaskTotals::Builder ou
 
 class TaskEventBuffer {
  public:
-  // Records kept (a record is one event, or up to three where a process
-  // folded the middle of a task's life into its end: task_event_packed.h).
+  // Records kept, at least (a record is one event, or up to three where a
+  // process folded the middle of a task's life into its end:
+  // task_event_packed.h); whole flushes are kept or dropped.
   static constexpr size_t kDefaultCapacity = 200000;
 
   explicit TaskEventBuffer(size_t capacity = kDefaultCapacity) : capacity_(capacity) {}
 
   // Appends `records` (a process's flush, packed, in order) as they are;
-  // `dropped_upstream`: events that process lost. The oldest records go when
-  // the buffer is full (counted as dropped events, one per record). FAILED events are also appended to `failed` (when not
-  // null), decoded. A malformed blob is refused whole (an error, nothing kept
+  // `dropped_upstream`: events that process lost. The oldest flushes go, whole,
+  // while the newer ones hold `capacity` records (counted as dropped events,
+  // one per record): at least the newest `capacity` records are kept, and at
+  // most one flush more. FAILED events are also appended to `failed` (when
+  // not null), decoded. A malformed blob is refused whole (an error, nothing kept
   // or counted).
   absl::Status AddPacked(std::string records, uint64_t dropped_upstream,
                          std::vector<TaskEvent>* failed = nullptr);
@@ -77,13 +81,10 @@ class TaskEventBuffer {
   const TaskEventTotals& totals() const { return totals_; }
 
  private:
-  // One flush's records, as they came; `offset`: the bytes of its oldest
-  // records already dropped.
+  // One flush's records, as they came.
   struct Chunk {
     std::string records;
-    size_t offset = 0;
-    size_t count = 0;  // records kept (after `offset`)
-    std::string_view kept() const { return std::string_view(records).substr(offset); }
+    size_t count = 0;  // records
   };
 
   ThreadChecker io_thread_;

@@ -44,7 +44,10 @@ TaskExecutor::TaskExecutor(TaskExecutorHost& host, TaskReceiver& receiver, Optio
       receiver_(receiver),
       options_(std::move(options)),
       where_(absl::StrCat(", pid ", ::getpid(), " on node ", options_.node_id.Hex().substr(0, 12),
-                          ", binary ", options_.exe_path)) {}
+                          ", binary ", options_.exe_path)) {
+  // STARTED names them once per flush, not per task.
+  TaskEvents().SetProcessIds(options_.node_id, options_.worker_id);
+}
 
 TaskExecutor::~TaskExecutor() {
   // Threads Run did not join (it was not called): they end once ShouldStop.
@@ -195,9 +198,7 @@ std::optional<Failure> TaskExecutor::StoreResult(const ObjectId& id, const std::
 void TaskExecutor::Execute(TaskToRun& task) {
   auto start = std::chrono::steady_clock::now();
   TaskEvents().Record(TaskEventKind::kStarted, task.task_id, task.attempt, task.function,
-                      {.node = options_.node_id,
-                       .worker = options_.worker_id,
-                       .actor_call = task.kind != proto::TaskKind::NORMAL});
+                      {.self_ids = true, .actor_call = task.kind != proto::TaskKind::NORMAL});
   std::string location = absl::StrCat("task ", task.function, where_);
   std::string result;
   std::optional<Failure> failure;

@@ -325,12 +325,64 @@ TEST_CASE("folded task events read back as events of their own") {
   REQUIRE(packed_events::ForEach(records, [](const packed_events::View&) {}, &events, &count).ok());
   CHECK(events == 6);
   CHECK(count == 3);
-  // The first two records end where the third starts.
-  auto first_two = packed_events::Decode(std::string_view(records).substr(0, packed_events::PrefixBytes(records, 2)));
-  REQUIRE(first_two.ok());
-  CHECK(first_two->size() == 4);
-  CHECK(packed_events::PrefixBytes(records, 3) == records.size());
-  CHECK(packed_events::PrefixBytes(records, 9) == records.size());
+  // Two flushes joined end to end (as a node answers `lumen timeline`) read
+  // back as both.
+  auto twice = packed_events::Decode(records + records);
+  REQUIRE(twice.ok());
+  REQUIRE(twice->size() == 12);
+  CHECK((*twice)[6].time_us == (*back)[0].time_us);
+  CHECK((*twice)[9].duration_us == finished.duration_us);
+}
+
+// Invariant: what every record of a flush shares is written once: the
+// process's node and worker (STARTED with self_ids reads them back, other
+// records do not get them), and a name repeated within a flush (its records
+// stay shorter than the first one that spelled it out, and read back whole).
+TEST_CASE("packed task events write the process's ids and repeated names once per flush") {
+  TaskEventRecorder recorder(64);
+  NodeId node = NodeId::Random();
+  WorkerId worker = WorkerId::Random();
+  recorder.SetProcessIds(node, worker);
+  const std::string name = "a_function_name_of_some_length";
+  std::vector<TaskId> tasks;
+  for (int i = 0; i < 4; ++i) {
+    tasks.push_back(TaskId::Random());
+    recorder.Record(TaskEventKind::kStarted, tasks.back(), 0, name, {.self_ids = true});
+    recorder.Record(TaskEventKind::kResultStored, tasks.back(), 0);
+  }
+  recorder.Record(TaskEventKind::kSubmitted, TaskId::Random(), 0, "other");
+  std::string one, all;
+  {
+    TaskEventRecorder single(4);
+    single.SetProcessIds(node, worker);
+    single.Record(TaskEventKind::kStarted, tasks[0], 0, name, {.self_ids = true});
+    single.DrainPacked(&one);
+  }
+  REQUIRE(recorder.DrainPacked(&all) == 9);
+  auto back = packed_events::Decode(all);
+  REQUIRE(back.ok());
+  REQUIRE(back->size() == 9);
+  for (int i = 0; i < 4; ++i) {
+    INFO("task " << i);
+    const TaskEvent& started = (*back)[static_cast<size_t>(2 * i)];
+    CHECK(started.kind == TaskEventKind::kStarted);
+    CHECK(started.task_id == tasks[static_cast<size_t>(i)]);
+    CHECK(started.name == name);
+    CHECK(started.node == node);
+    CHECK(started.worker == worker);
+    CHECK(started.pid == static_cast<int32_t>(::getpid()));
+    const TaskEvent& stored = (*back)[static_cast<size_t>(2 * i + 1)];
+    CHECK(stored.node.IsNil());
+    CHECK(stored.worker.IsNil());
+    CHECK(stored.name.empty());
+  }
+  CHECK((*back)[8].name == "other");
+  CHECK((*back)[8].node.IsNil());
+  // The ids and the name cost the first STARTED alone; the next three
+  // STARTED (with their RESULT_STORED) each take less than it.
+  const size_t first = one.size() - packed_events::kSegmentHeaderSize - 2 * packed_events::kIdSize;
+  CHECK(first > name.size() + packed_events::kIdSize);
+  CHECK(all.size() < one.size() + 3 * first + 4 * (packed_events::kIdSize + 4) + 16);
 }
 
 // Invariant: a flush's frame that refers to the packed blob instead of
@@ -388,8 +440,10 @@ TEST_CASE("packed task events refuse cut records and unknown versions") {
     CHECK_FALSE(packed_events::Decode(std::string_view(records).substr(0, cut)).ok());
   }
   std::string bad_kind = records;
-  bad_kind[0] = static_cast<char>(kNumTaskEventKinds);
+  bad_kind[packed_events::kSegmentHeaderSize] = static_cast<char>(kNumTaskEventKinds);
   CHECK_FALSE(packed_events::Decode(bad_kind).ok());
+  // A record with no segment before it.
+  CHECK_FALSE(packed_events::Decode(std::string_view(records).substr(packed_events::kSegmentHeaderSize)).ok());
 
   OutMessage out;
   auto batch = out.Init().initTaskEvents();
@@ -401,14 +455,90 @@ TEST_CASE("packed task events refuse cut records and unknown versions") {
   batch.getPacked()[0] = packed_events::kVersion + 1;
   auto refused = TaskEventsFromProto(batch.asReader());
   REQUIRE_FALSE(refused.ok());
-  CHECK_THAT(std::string(refused.status().message()), Catch::Contains("version 3"));
-  CHECK_THAT(std::string(refused.status().message()), Catch::Contains("reads version 2"));
-  // The unfolded records of an older Lumen (version 1) are refused too, not
-  // read as if they were this version's.
-  batch.getPacked()[0] = 1;
-  auto old = TaskEventsFromProto(batch.asReader());
-  REQUIRE_FALSE(old.ok());
-  CHECK_THAT(std::string(old.status().message()), Catch::Contains("version 1 arrived"));
+  CHECK_THAT(std::string(refused.status().message()), Catch::Contains("version 4"));
+  CHECK_THAT(std::string(refused.status().message()), Catch::Contains("reads version 3"));
+  // The records of an older Lumen (version 1: one per event; 2: a fixed
+  // header per record) are refused too, not read as if they were this version's.
+  for (uint8_t version : {1, 2}) {
+    batch.getPacked()[0] = version;
+    auto old = TaskEventsFromProto(batch.asReader());
+    REQUIRE_FALSE(old.ok());
+    CHECK_THAT(std::string(old.status().message()),
+               Catch::Contains("version " + std::to_string(version) + " arrived"));
+  }
+}
+
+// Invariant: the node's lean walk (ForEachTally) sees what ForEach sees:
+// the same kinds in the same order, folded events included, with the same
+// durations and bytes, the same record count; and it refuses a blob at the
+// same place ForEach does (every cut of a flush, a name index past the
+// segment's names).
+TEST_CASE("the lean task event walk agrees with ForEach, refusals included") {
+  TaskEventRecorder recorder(64);
+  recorder.SetProcessIds(NodeId::Random(), WorkerId::Random());
+  TaskId t = TaskId::Random();
+  const uint64_t submitted = recorder.Record(TaskEventKind::kSubmitted, t, 0, "f");
+  recorder.Record(TaskEventKind::kStarted, t, 0, "f", {.self_ids = true});
+  recorder.Record(TaskEventKind::kResultStored, t, 0, {}, {.earlier_ticks = {recorder.Tick(), 0}});
+  recorder.Record(TaskEventKind::kFailed, t, 0, std::string(300, 'e'),
+                  {.node = NodeId::Random(), .worker_pid = 7, .since_tick = submitted,
+                   .earlier_ticks = {recorder.Tick(), recorder.Tick()}});
+  recorder.RecordEvent(TaskEvent{.kind = TaskEventKind::kPull, .time_us = 1000, .name = "obj",
+                                 .node = NodeId::Random(), .bytes = 12345, .duration_us = 67});
+  recorder.Record(TaskEventKind::kSubmitted, TaskId::Random(), 2, "f");  // a name referred to
+  std::string records;
+  REQUIRE(recorder.DrainPacked(&records) == 6);
+  records += records;  // two flushes end to end
+
+  struct Seen {
+    TaskEventKind kind;
+    int64_t duration_us;
+    uint64_t bytes;
+    bool operator==(const Seen&) const = default;
+  };
+  auto walk_full = [](std::string_view r, std::vector<Seen>* seen, size_t* count) {
+    return packed_events::ForEach(
+        r, [&](const packed_events::View& v) { seen->push_back({v.kind, v.duration_us, v.bytes}); },
+        nullptr, count);
+  };
+  auto walk_lean = [](std::string_view r, std::vector<Seen>* seen, size_t* count) {
+    return packed_events::ForEachTally(
+        r, [&](TaskEventKind kind, int64_t d, uint64_t b) { seen->push_back({kind, d, b}); }, count);
+  };
+  std::vector<Seen> full, lean;
+  size_t full_count = 0, lean_count = 0;
+  REQUIRE(walk_full(records, &full, &full_count).ok());
+  REQUIRE(walk_lean(records, &lean, &lean_count).ok());
+  CHECK(full.size() == 18);  // 12 records, 6 folded events
+  CHECK(lean_count == 12);
+  CHECK(lean_count == full_count);
+  CHECK(lean == full);
+  bool pull_bytes = false, failed_latency = false;
+  for (const Seen& s : lean) {
+    pull_bytes |= s.kind == TaskEventKind::kPull && s.bytes == 12345 && s.duration_us == 67;
+    failed_latency |= s.kind == TaskEventKind::kFailed && s.duration_us >= 1;
+  }
+  CHECK(pull_bytes);
+  CHECK(failed_latency);
+
+  for (size_t cut = 1; cut < records.size(); ++cut) {
+    INFO("cut to " << cut);
+    std::vector<Seen> f, l;
+    absl::Status a = walk_full(std::string_view(records).substr(0, cut), &f, &full_count);
+    absl::Status b = walk_lean(std::string_view(records).substr(0, cut), &l, &lean_count);
+    REQUIRE(a.ok() == b.ok());
+    CHECK(a.message() == b.message());
+    CHECK(l == f);
+  }
+  // The last record refers to the name "f" by index; past the names: refused.
+  std::string bad = records.substr(0, records.size() / 2);
+  REQUIRE((static_cast<uint8_t>(bad.back()) & 0x80) == 0);
+  bad.back() = 5;
+  std::vector<Seen> f, l;
+  absl::Status a = walk_full(bad, &f, &full_count);
+  absl::Status b = walk_lean(bad, &l, &lean_count);
+  REQUIRE_FALSE(b.ok());
+  CHECK(a.message() == b.message());
 }
 
 }  // namespace

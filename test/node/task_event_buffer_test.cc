@@ -15,15 +15,17 @@ TaskEvent At(TaskEventKind kind, const TaskId& task, int64_t time_us) {
   return TaskEvent{.kind = kind, .time_us = time_us, .task_id = task};
 }
 
-// Invariant: the buffer keeps the newest `capacity` events in arrival order and
+// Invariant: the buffer keeps the newest `capacity` events in arrival order
+// (whole flushes: the oldest goes once the newer ones hold `capacity`) and
 // counts every event it lost (here or upstream); its totals count all events
 // ever added, whether still kept or not.
 TEST_CASE("the node's task event buffer is bounded and counts what it dropped") {
   TaskEventBuffer buffer(/*capacity=*/4);
   TaskId t = TaskId::Random();
-  std::vector<TaskEvent> batch;
-  for (int i = 0; i < 6; ++i) batch.push_back(At(TaskEventKind::kStarted, t, i));
-  buffer.Add(batch, /*dropped_upstream=*/5);
+  for (int i = 0; i < 6; i += 2) {
+    buffer.Add({At(TaskEventKind::kStarted, t, i), At(TaskEventKind::kStarted, t, i + 1)},
+               /*dropped_upstream=*/i == 0 ? 5 : 0);
+  }
   REQUIRE(buffer.events().size() == 4);
   CHECK(buffer.events().front().time_us == 2);
   CHECK(buffer.events().back().time_us == 5);
@@ -61,33 +63,36 @@ TEST_CASE("the node's task event totals give latency buckets and pulled bytes") 
 }
 
 // Invariant: a flush's blob is kept as it came and the buffer stays bounded
-// across blobs: the oldest go (whole blobs, then the front of one), the rest
-// come back in order through the wire form `lumen timeline` reads; FAILED
-// events are handed out for the recent failures; a malformed blob is refused
-// whole and changes nothing.
+// across blobs: the oldest blobs go whole once the newer ones hold the
+// capacity, the rest come back in order through the wire form `lumen
+// timeline` reads; FAILED events are handed out for the recent failures; a
+// malformed blob is refused whole and changes nothing.
 TEST_CASE("the node keeps packed flushes as they came, bounded across them") {
-  TaskEventBuffer buffer(/*capacity=*/5);
+  TaskEventBuffer buffer(/*capacity=*/4);
   TaskId t = TaskId::Random();
   auto blob = [&](int from, int n) {
     std::string records;
+    packed_events::Writer writer(&records);
+    std::vector<TaskEvent> events;
+    events.reserve(static_cast<size_t>(n));  // the writer borrows their names
     for (int i = from; i < from + n; ++i) {
-      TaskEvent e = At(i % 2 ? TaskEventKind::kFailed : TaskEventKind::kStarted, t, i);
+      TaskEvent& e = events.emplace_back(At(i % 2 ? TaskEventKind::kFailed : TaskEventKind::kStarted, t, i));
       e.name = "n" + std::to_string(i);
-      packed_events::Append(e, &records);
+      writer.Append(packed_events::FieldsOf(e));
     }
     return records;
   };
   std::vector<TaskEvent> failed;
   REQUIRE(buffer.AddPacked(blob(0, 3), 0, &failed).ok());
-  REQUIRE(buffer.AddPacked(blob(3, 4), 1, &failed).ok());  // 7 > 5: 0 and 1 go
+  REQUIRE(buffer.AddPacked(blob(3, 4), 1, &failed).ok());  // 3..6 hold 4: 0..2 go
   CHECK(failed.size() == 3);  // 1, 3, 5
-  CHECK(buffer.size() == 5);
-  CHECK(buffer.totals().dropped == 3);
+  CHECK(buffer.size() == 4);
+  CHECK(buffer.totals().dropped == 4);
   std::string bad = blob(7, 2);
   bad.resize(bad.size() - 1);
   CHECK_FALSE(buffer.AddPacked(bad, 0, &failed).ok());
   CHECK(failed.size() == 3);
-  CHECK(buffer.size() == 5);
+  CHECK(buffer.size() == 4);
   CHECK(buffer.totals().by_kind[static_cast<int>(TaskEventKind::kStarted)] == 4);
 
   OutMessage out;
@@ -95,13 +100,13 @@ TEST_CASE("the node keeps packed flushes as they came, bounded across them") {
   buffer.FillBatch(batch);
   auto back = TaskEventsFromProto(batch.asReader());
   REQUIRE(back.ok());
-  REQUIRE(back->size() == 5);
-  for (int i = 0; i < 5; ++i) {
-    CHECK((*back)[i].time_us == i + 2);
-    CHECK((*back)[i].name == "n" + std::to_string(i + 2));
+  REQUIRE(back->size() == 4);
+  for (int i = 0; i < 4; ++i) {
+    CHECK((*back)[i].time_us == i + 3);
+    CHECK((*back)[i].name == "n" + std::to_string(i + 3));
   }
-  CHECK(batch.asReader().getDropped() == 3);
-  REQUIRE(buffer.AddPacked(blob(7, 5), 0).ok());  // replaces all five
+  CHECK(batch.asReader().getDropped() == 4);
+  REQUIRE(buffer.AddPacked(blob(7, 5), 0).ok());  // replaces all four
   CHECK(buffer.events().front().time_us == 7);
   CHECK(buffer.events().size() == 5);
 }

@@ -112,9 +112,12 @@ bool FoldedKinds(TaskEventKind kind, std::array<TaskEventKind, 2>* kinds);
 // Extra fields for Record: what a few kinds carry besides the task.
 struct TaskEventDetail {
   // LEASE_GRANTED (also the folded one of FINISHED/FAILED): the node and the
-  // worker's pid; STARTED: the node and the worker.
+  // worker's pid; PULL: the source node.
   NodeId node;
   WorkerId worker;
+  // STARTED: the node and worker are this process's (SetProcessIds), written
+  // once per flush rather than per event; `node` and `worker` are ignored.
+  bool self_ids = false;
   int32_t worker_pid = 0;
   uint64_t bytes = 0;
   int64_t duration_us = 0;
@@ -145,6 +148,9 @@ class TaskEventRecorder {
   TaskEventRecorder& operator=(const TaskEventRecorder&) = delete;
 
   bool enabled() const { return enabled_.load(std::memory_order_relaxed); }
+  // The node and worker this process is (a worker's, set once at its start):
+  // what events recorded with TaskEventDetail::self_ids carry.
+  void SetProcessIds(const NodeId& node, const WorkerId& worker);
   void SetEnabled(bool enabled) { enabled_.store(enabled, std::memory_order_relaxed); }
 
   // Records `kind` for attempt `attempt` of `task` now; `name` is copied.
@@ -185,6 +191,8 @@ class TaskEventRecorder {
   mutable absl::Mutex mu_;  // registration and drains; never taken by a Record that has its ring
   std::vector<std::shared_ptr<ThreadRing>> rings_ ABSL_GUARDED_BY(mu_);
   TaskEventClock clock_ ABSL_GUARDED_BY(mu_);  // Anchor() at each drain
+  NodeId self_node_ ABSL_GUARDED_BY(mu_);      // SetProcessIds
+  WorkerId self_worker_ ABSL_GUARDED_BY(mu_);
   uint64_t retired_dropped_ ABSL_GUARDED_BY(mu_) = 0;  // of rings whose thread ended
   uint64_t drained_dropped_ ABSL_GUARDED_BY(mu_) = 0;  // the oldest beyond capacity_ at a Drain
 };
