@@ -19,6 +19,7 @@
 #include "lumen/common/head_connection_pool.h"
 #include "lumen/common/head_client.h"
 #include "lumen/common/logging.h"
+#include "lumen/common/mutex_mode.h"
 #include "lumen/common/proto_util.h"
 #include "lumen/common/address.h"
 #include "lumen/lumen.h"
@@ -178,6 +179,7 @@ std::shared_ptr<RefHandle> GetNamedActor(const std::string& name) {
 void ExitActorAfterCall() { Core()->ExitActorAfterCall(); }
 
 void InitRuntime(const Config& config, int argc, char** argv) {
+  ConfigureMutexDeadlockDetection();  // every role: head, node, worker, driver
   runtime::MaybeRunClusterProcess();
   // A worker template serves forks here; each forked worker goes on as a worker.
   node::MaybeServeWorkerForks();

@@ -274,7 +274,7 @@ std::vector<bool> CoreWorker::Wait(const std::vector<const internal::RefHandle*>
   // one atomic load per ref, no lock, nothing registered.
   std::vector<bool> ready;
   std::optional<size_t> now = MemoryStore::ReadyWithoutLock(
-      refs.size(), [&](size_t i) { return KnownEntry(*refs[i]); }, ready);
+      refs.size(), [&](size_t i) { return KnownEntry(*refs[i]); }, ready, num_returns);
   if (now && *now >= num_returns) return ready;
   auto entries = AwaitReady(refs, num_returns, timeout, KnownEntries(refs));
   for (size_t i = 0; i < entries.size(); ++i) ready[i] = entries[i]->ready.load();
