@@ -267,6 +267,7 @@ std::string HeadForCalls() {
   std::string head = core ? ClusterAddress() : "";
   if (head.empty() && core) head = core->head_address();
   if (head.empty()) throw Error("lumen is not initialized: call lumen::Init first");
+  if (core) core->FlushHeldReplies();  // a group's Wait may need them at their owner
   return head;
 }
 

@@ -243,6 +243,9 @@ std::vector<ObjectEntry*> CoreWorker::KnownEntries(
 std::vector<ObjectEntry*> CoreWorker::AwaitReady(
     const std::vector<const internal::RefHandle*>& refs, size_t num_ready,
     std::optional<std::chrono::milliseconds> timeout, const std::vector<ObjectEntry*>& known) {
+  // What this executor thread holds back goes before any wait (Get, Wait, an
+  // actor call's result): the objects waited for may need it at the owner.
+  FlushHeldReplies();
   std::vector<ObjectId> ids;
   ids.reserve(refs.size());
   for (const auto* ref : refs) ids.push_back(ref->id());
