@@ -7,6 +7,12 @@
 // per task"; scripts/syscalls-per-task does the runs).
 //
 //   syscalls_per_task [N [M]]        (default 10000 10000)
+//
+// It also prints the rate of each phase (submission to the last Get, wall
+// clock): with the CPU time of the whole process tree (perf stat, as
+// bench/ab/cpu_per_task.sh does) that gives the CPU per task of a fixed
+// amount of work, steadier than rates on a shared machine.
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -26,7 +32,12 @@ struct Counter {
 LUMEN_REMOTE(Noop, Counter::Create, &Counter::Add);
 
 int main(int argc, char** argv) {
-  lumen::Init(argc, argv);
+  // A small store: the node reserves its whole store on a background thread
+  // (seconds of CPU for the default 30 % of RAM), which would land in the
+  // difference of two runs of different length. The workload stores nothing.
+  lumen::Config config;
+  config.object_store_memory = 256ull << 20;
+  lumen::Init(config, argc, argv);
   long n = argc > 1 ? std::atol(argv[1]) : 10000;
   long m = argc > 2 ? std::atol(argv[2]) : 10000;
   auto counter = lumen::Actor(Counter::Create).Remote();
@@ -36,17 +47,27 @@ int main(int argc, char** argv) {
     for (int i = 0; i < 200; ++i) refs.push_back(counter.Task(&Counter::Add).Remote());
     lumen::Get(refs);
   }
+  using Clock = std::chrono::steady_clock;
+  auto seconds_since = [](Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  };
+  auto t0 = Clock::now();
   std::vector<lumen::ObjectRef<int>> tasks;
   tasks.reserve(n);
   for (long i = 0; i < n; ++i) tasks.push_back(lumen::Task(Noop).Remote());
   long zeros = 0;
   for (const auto& v : lumen::Get(tasks)) zeros += *v == 0;
+  double task_seconds = seconds_since(t0);
+  auto t1 = Clock::now();
   std::vector<lumen::ObjectRef<int>> calls;
   calls.reserve(m);
   for (long i = 0; i < m; ++i) calls.push_back(counter.Task(&Counter::Add).Remote());
   auto values = lumen::Get(calls);
+  double call_seconds = seconds_since(t1);
   bool ok = zeros == n && (m == 0 || *values.back() == static_cast<int>(200 + m));
   std::printf("%ld tasks, %ld actor calls: %s\n", n, m, ok ? "ok" : "WRONG RESULTS");
+  std::printf("tasks_per_s %.0f calls_per_s %.0f\n", n / task_seconds,
+              m > 0 ? m / call_seconds : 0.0);
   lumen::Shutdown();
   return ok ? 0 : 1;
 }

@@ -19,6 +19,7 @@
 #include "lumen/common/head_connection_pool.h"
 #include "lumen/common/head_client.h"
 #include "lumen/common/logging.h"
+#include "lumen/common/mutex_mode.h"
 #include "lumen/common/proto_util.h"
 #include "lumen/common/address.h"
 #include "lumen/lumen.h"
@@ -178,6 +179,7 @@ std::shared_ptr<RefHandle> GetNamedActor(const std::string& name) {
 void ExitActorAfterCall() { Core()->ExitActorAfterCall(); }
 
 void InitRuntime(const Config& config, int argc, char** argv) {
+  ConfigureMutexDeadlockDetection();  // every role: head, node, worker, driver
   runtime::MaybeRunClusterProcess();
   // A worker template serves forks here; each forked worker goes on as a worker.
   node::MaybeServeWorkerForks();
@@ -265,6 +267,7 @@ std::string HeadForCalls() {
   std::string head = core ? ClusterAddress() : "";
   if (head.empty() && core) head = core->head_address();
   if (head.empty()) throw Error("lumen is not initialized: call lumen::Init first");
+  if (core) core->FlushHeldReplies();  // a group's Wait may need them at their owner
   return head;
 }
 

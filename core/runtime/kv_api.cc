@@ -16,6 +16,9 @@ constexpr std::chrono::milliseconds kReplyMargin = std::chrono::seconds(5);
 std::string HeadAddress() {
   std::shared_ptr<runtime::CoreWorker> core = runtime::CurrentCoreWorker();
   if (core == nullptr) throw Error("lumen is not initialized: call lumen::Init first");
+  // A request (a Wait above all) may wait on what the replies a task's
+  // thread holds back lead its owner to do: they go first.
+  core->FlushHeldReplies();
   std::string head = internal::ClusterAddress();
   if (head.empty()) head = core->head_address();
   if (head.empty()) throw KvError("key-value request failed: this process knows no head address");

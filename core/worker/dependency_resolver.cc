@@ -2,15 +2,29 @@
 // io thread.
 #include "core/worker/dependency_resolver.h"
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
 namespace lumen::runtime {
+namespace {
+
+// Whether any argument is an ObjectRef (only those need the table's lock).
+bool HasRefArgument(const PendingTask& task) {
+  return std::any_of(task.args.begin(), task.args.end(),
+                     [](const internal::TaskArgument& arg) { return arg.ref != nullptr; });
+}
+
+}  // namespace
 
 DependencyResolver::DependencyResolver(ObjectTable& table, Callbacks callbacks)
     : table_(table), callbacks_(std::move(callbacks)) {}
 
 void DependencyResolver::Resolve(PendingTask* task) {
+  if (!HasRefArgument(*task)) {
+    callbacks_.on_resolved(task);  // nothing to wait for, nothing to lock
+    return;
+  }
   std::vector<std::pair<ObjectId, std::string>> to_request;
   {
     ObjectTable::Locked objects(table_);
@@ -34,6 +48,7 @@ void DependencyResolver::Resolve(PendingTask* task) {
 }
 
 std::optional<Failure> DependencyResolver::FailedArgument(const PendingTask& task) {
+  if (!HasRefArgument(task)) return std::nullopt;
   ObjectTable::Locked objects(table_);
   for (const auto& arg : task.args) {
     if (!arg.ref) continue;

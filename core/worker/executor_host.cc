@@ -151,6 +151,8 @@ void CoreWorker::ExecutorHost::SendLastReplyAndExit(const std::weak_ptr<Connecti
 
 void CoreWorker::NotifyBlocked(bool blocked) {
   if (!options_.is_worker || !TaskExecutor::InTask()) return;
+  // Replies this thread held back go first: what we wait for may need them.
+  if (blocked) FlushHeldReplies();
   // Tasks queued behind this one could be what it waits for: a plain worker
   // hands them back to their owners to run elsewhere (this is not a failed
   // attempt), and the ones that arrive while it waits too.
@@ -170,6 +172,10 @@ void CoreWorker::NotifyBlocked(bool blocked) {
 }
 
 void CoreWorker::RunTaskLoop() { executor_->Run(); }
+
+void CoreWorker::FlushHeldReplies() {
+  if (executor_) executor_->FlushHeldReplies();
+}
 
 std::vector<int> CoreWorker::CurrentGpuIds() { return TaskExecutor::CurrentGpuIds(); }
 

@@ -15,6 +15,7 @@
 // its calling thread (never call it on the io thread). Internal to core/worker.
 #pragma once
 
+#include <cstdint>
 #include <chrono>
 #include <functional>
 #include <optional>
@@ -97,11 +98,17 @@ class MemoryStore {
   // borrowed object not here (BeginWait asks its owner). A Wait satisfied by
   // this takes no lock and registers nothing. The caller holds references to
   // the objects (their entries stay put). Counts one await step per entry.
+  //
+  // The scan stops once `enough` are found (a Wait reports only the first
+  // num_returns ready refs, in input order): the entries after that stay
+  // false in `ready` unchecked, so a Wait(refs, 1) loop over a list that
+  // completes in order scans one entry per call.
   template <class EntryAt>
-  static std::optional<size_t> ReadyWithoutLock(size_t n, EntryAt entry, std::vector<bool>& ready) {
+  static std::optional<size_t> ReadyWithoutLock(size_t n, EntryAt entry, std::vector<bool>& ready,
+                                                size_t enough = SIZE_MAX) {
     ready.assign(n, false);
-    size_t count = 0;
-    for (size_t i = 0; i < n; ++i) {
+    size_t count = 0, scanned = 0;
+    for (size_t i = 0; i < n && count < enough; ++i) {
       const ObjectEntry* e = entry(i);
       if (e == nullptr) return std::nullopt;
       // `ready` is set with release after the value; `owned` never changes
@@ -112,8 +119,9 @@ class MemoryStore {
       } else if (!e->owned) {
         return std::nullopt;
       }
+      ++scanned;
     }
-    CountAwaitSteps(n);
+    CountAwaitSteps(scanned);
     return count;
   }
 

@@ -39,9 +39,15 @@ void NormalTaskSubmitter::Dispatch(SchedulingQueue& queue) {
   // Pipelining several tasks per worker pays only for short tasks with a backlog;
   // otherwise one at a time, so a long task never holds up others behind it
   // while a CPU is free.
-  bool pipeline = queue.avg_exec_micros >= 0 && queue.avg_exec_micros < 1000 &&
-                  queue.ready.size() >= 32 && queue.ready.size() > 4 * queue.num_leases;
-  size_t depth = pipeline ? static_cast<size_t>(options_.max_tasks_in_flight_per_worker) : 1;
+  // Once a backlog pipelines, its tail does too, until nothing is ready.
+  const bool short_tasks = queue.avg_exec_micros >= 0 && queue.avg_exec_micros < 1000;
+  if (!short_tasks || queue.ready.empty()) {
+    queue.pipelining = false;
+  } else if (queue.ready.size() >= 32 && queue.ready.size() > 4 * queue.num_leases) {
+    queue.pipelining = true;
+  }
+  size_t depth =
+      queue.pipelining ? static_cast<size_t>(options_.max_tasks_in_flight_per_worker) : 1;
   while (!queue.ready.empty() && !queue.usable.empty()) {
     auto [load, key] = *queue.usable.begin();  // the least loaded, then the oldest
     if (load >= depth) break;

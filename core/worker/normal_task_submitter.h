@@ -191,6 +191,10 @@ class NormalTaskSubmitter {
     // Moving average of how long tasks of this shape run: short tasks are
     // pipelined several per worker, long ones go one per worker.
     double avg_exec_micros = -1;
+    // A backlog of short tasks started pipelining: its tail is pipelined too,
+    // until the ready queue empties (otherwise its last 31 tasks went one per
+    // worker, a round trip each).
+    bool pipelining = false;
   };
 
   void Dispatch(SchedulingQueue& queue);

@@ -243,6 +243,9 @@ std::vector<ObjectEntry*> CoreWorker::KnownEntries(
 std::vector<ObjectEntry*> CoreWorker::AwaitReady(
     const std::vector<const internal::RefHandle*>& refs, size_t num_ready,
     std::optional<std::chrono::milliseconds> timeout, const std::vector<ObjectEntry*>& known) {
+  // What this executor thread holds back goes before any wait (Get, Wait, an
+  // actor call's result): the objects waited for may need it at the owner.
+  FlushHeldReplies();
   std::vector<ObjectId> ids;
   ids.reserve(refs.size());
   for (const auto* ref : refs) ids.push_back(ref->id());
@@ -274,7 +277,7 @@ std::vector<bool> CoreWorker::Wait(const std::vector<const internal::RefHandle*>
   // one atomic load per ref, no lock, nothing registered.
   std::vector<bool> ready;
   std::optional<size_t> now = MemoryStore::ReadyWithoutLock(
-      refs.size(), [&](size_t i) { return KnownEntry(*refs[i]); }, ready);
+      refs.size(), [&](size_t i) { return KnownEntry(*refs[i]); }, ready, num_returns);
   if (now && *now >= num_returns) return ready;
   auto entries = AwaitReady(refs, num_returns, timeout, KnownEntries(refs));
   for (size_t i = 0; i < entries.size(); ++i) ready[i] = entries[i]->ready.load();

@@ -27,6 +27,10 @@ thread_local bool in_task = false;
 thread_local bool this_call_exits = false;
 // The GPUs of the task this thread runs (lumen::GetGpuIds).
 thread_local std::vector<int> current_gpu_ids;
+// The replies this executor thread holds back (set while Loop runs on it), and
+// how long its tasks took, by function (held_replies.h).
+thread_local HeldReplies* held_replies = nullptr;
+thread_local TaskDurations task_durations;
 
 // CUDA_VISIBLE_DEVICES as this process last set it (nullopt: never). Executor
 // threads of a concurrent actor set it at once: one at a time.
@@ -70,8 +74,12 @@ void TaskExecutor::Run() {
 }
 
 void TaskExecutor::Loop() {
+  HeldReplies held;
+  held_replies = &held;
   bool busy = false;
   while (!host_.ShouldStop()) {
+    // Nothing waits: what is held goes now, before any spinning or blocking.
+    if (!held.empty() && !receiver_.HasQueued()) FlushHeldReplies();
     // Right after a task, spin briefly (the next one is often microseconds
     // away); otherwise block in Take, untimed: an idle worker wakes only for a
     // task or for the receiver's Stop (the runtime stops it when the node
@@ -82,8 +90,37 @@ void TaskExecutor::Loop() {
                 });
     auto task = spun ? receiver_.TryTake() : receiver_.Take();
     busy = task != nullptr;
-    if (task) Execute(*task);
+    if (!task) {
+      FlushHeldReplies();  // another thread took it, or stopping
+      continue;
+    }
+    // Held replies wait only behind tasks known to be short.
+    if (!held.empty() && !task_durations.KnownShort(task->function, options_.short_task_micros)) {
+      FlushHeldReplies();
+    }
+    Execute(*task);
   }
+  FlushHeldReplies();
+  held_replies = nullptr;
+}
+
+void TaskExecutor::FlushHeldReplies() {
+  if (held_replies == nullptr || held_replies->empty()) return;
+  std::weak_ptr<Connection> to;
+  std::string frames = held_replies->Take(&to);
+  host_.SendReply(to, std::move(frames));
+}
+
+void TaskExecutor::SendWithHeld(const std::weak_ptr<Connection>& to, std::string frame) {
+  if (held_replies != nullptr && held_replies->For(to)) {
+    std::weak_ptr<Connection> same;
+    std::string frames = held_replies->Take(&same);
+    frames.append(frame);
+    host_.SendReply(to, std::move(frames));
+    return;
+  }
+  FlushHeldReplies();  // another owner's: in order, before this one
+  host_.SendReply(to, std::move(frame));
 }
 
 void TaskExecutor::UseGpus(const std::vector<int>& ids) {
@@ -244,9 +281,11 @@ void TaskExecutor::Execute(TaskToRun& task) {
   } else if (result.size() <= options_.inline_limit) {
     r.initResult().setInline(BytesOf(result));
   }
-  r.setExecMicros(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
-                                            std::chrono::steady_clock::now() - start)
-                                            .count()));
+  const auto exec_micros = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start)
+          .count());
+  r.setExecMicros(exec_micros);
+  task_durations.Record(task.function, exec_micros);
   TaskEvents().Record(TaskEventKind::kResultStored, task.task_id, task.attempt, {},
                       {.earlier_ticks = {task.args_fetched_tick, executed_tick}});
   bool exiting = receiver_.is_actor() && this_call_exits;
@@ -255,11 +294,23 @@ void TaskExecutor::Execute(TaskToRun& task) {
   std::string frame;
   AppendFrame(reply.builder(), &frame);
   if (!exiting) {
-    host_.SendReply(task.reply_to, std::move(frame));
+    // Another task waits and this one was short: the reply goes with the
+    // next ones (held_replies.h), one write for several. Plain tasks only:
+    // their owner queues several here only while they run short (pipelining);
+    // an actor's calls queue whatever their length, and an earlier call's
+    // result must not wait behind a later call that blocks on something else.
+    if (held_replies != nullptr && task.kind == proto::TaskKind::NORMAL &&
+        receiver_.queued() > 0 &&
+        task_durations.KnownShort(task.function, options_.short_task_micros) &&
+        held_replies->TryHold(task.reply_to, frame)) {
+      return;
+    }
+    SendWithHeld(task.reply_to, std::move(frame));
     return;
   }
   // No further calls run here; the host ends the process once the reply is out.
   receiver_.DropQueued();
+  FlushHeldReplies();
   host_.SendLastReplyAndExit(task.reply_to, std::move(frame));
 }
 

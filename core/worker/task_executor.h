@@ -28,6 +28,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "core/worker/held_replies.h"
 #include "core/worker/task_receiver.h"
 #include "lumen/actors/actor_call.h"
 #include "lumen/common/ids.h"
@@ -77,6 +78,9 @@ class TaskExecutor {
     WorkerId worker_id;
     std::string exe_path;      // named in failures
     uint64_t inline_limit = 0;  // results above this many bytes go to the store
+    // A function whose tasks took less than this on average on a thread is
+    // short there: its replies may be held back (held_replies.h).
+    double short_task_micros = TaskDurations::kShortMicros;
     // Looks a function up by name (nullptr: not registered).
     std::function<const internal::RemoteFunction*(std::string_view)> find_function =
         internal::FindRemoteFunction;
@@ -92,8 +96,14 @@ class TaskExecutor {
   // on the threads its creation starts) until host.ShouldStop(); then joins
   // those threads.
   void Run();
-  // Runs one task on the calling thread and sends its reply.
+  // Runs one task on the calling thread and sends its reply (at once; only
+  // Run's threads hold replies back, see held_replies.h).
   void Execute(TaskToRun& task);
+
+  // Sends the replies the calling executor thread holds back (none on other
+  // threads): the running task is about to block (in Get), and the owner may
+  // need those results first.
+  void FlushHeldReplies();
 
   // The actor call running on this thread asked to exit after it returns.
   // FailedPrecondition outside an actor method.
@@ -107,6 +117,9 @@ class TaskExecutor {
  private:
   // Executor thread: spins briefly, then takes tasks until ShouldStop.
   void Loop();
+  // Sends `frame` for `to` with whatever this thread holds (one write when
+  // both go to the same connection).
+  void SendWithHeld(const std::weak_ptr<Connection>& to, std::string frame);
   // Calls the task's function; its encoded result, or why it failed.
   void Invoke(TaskToRun& task, const std::string& location, std::string* result,
               std::optional<actors::TaskFailure>* failure);

@@ -167,6 +167,13 @@ void CoreWorker::FillTaskSpec(proto::TaskSpec::Builder spec, const PendingTask& 
   spec.setKind(task.kind);
   if (task.actor) spec.setActorId(DataOf(task.actor->id()));
   auto args = spec.initArgs(task.args.size());
+  const bool any_ref = std::any_of(task.args.begin(), task.args.end(),
+                                   [](const internal::TaskArgument& a) { return a.ref != nullptr; });
+  if (!any_ref) {
+    // Inline values only (most small tasks): no table lookup, so no lock.
+    for (size_t i = 0; i < task.args.size(); ++i) args[i].setInline(BytesOf(task.args[i].value));
+    return;
+  }
   ObjectTable::Locked objects(*object_table_);
   for (size_t i = 0; i < task.args.size(); ++i) {
     const auto& arg = task.args[i];

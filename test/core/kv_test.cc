@@ -7,6 +7,7 @@
 #include <string>
 #include <optional>
 #include <tuple>
+#include <vector>
 
 #include "lumen/lumen.h"
 #include "test/core/test_support.h"
@@ -42,6 +43,12 @@ class Waiter {
 
 int Echo(int x) { return x; }
 
+// Returns x at once, or, given a key, once that key exists (at most 30 s).
+int EchoAfterKey(int x, std::string key, std::string ns) {
+  if (!key.empty()) lumen::kv::Wait(key, std::chrono::seconds(30), ns);
+  return x;
+}
+
 // Restores an environment variable at scope exit.
 class ScopedEnv {
  public:
@@ -64,7 +71,7 @@ class ScopedEnv {
 
 }  // namespace
 
-LUMEN_REMOTE(PutFromTask, PutAndStamp, Waiter::Create, &Waiter::WaitFor, Echo);
+LUMEN_REMOTE(PutFromTask, PutAndStamp, Waiter::Create, &Waiter::WaitFor, Echo, EchoAfterKey);
 
 using lumen::test::ScopedCluster;
 
@@ -173,4 +180,40 @@ TEST_CASE("kv: over-limit requests fail with the limit's name and value, the hea
   // Deleting makes room again.
   CHECK(lumen::kv::Delete("v0", "full"));
   CHECK(lumen::kv::Put("v3", std::string(1000, 'y'), "full"));
+}
+
+// Invariant: a worker holds back the replies of short tasks only while it
+// keeps running tasks; a task that waits (here a key-value Wait for a key its
+// owner puts once it has those replies) sends them first. Held across the
+// Wait, the driver's Get below would time out: no deadlock. (Without the
+// flush it fails unless nothing happened to be held when the waiting task
+// started.)
+TEST_CASE("kv: a task's Wait sends the replies its worker held back first") {
+  lumen::Config config = ScopedCluster::DefaultConfig();
+  config.num_cpus = 1;  // one worker runs every task, in order
+  ScopedCluster cluster(config);
+  const std::string ns = "held";
+  // Many short runs: the worker's thread knows EchoAfterKey is short.
+  for (int round = 0; round < 3; ++round) {
+    std::vector<lumen::ObjectRef<int>> refs;
+    for (int i = 0; i < 50; ++i) refs.push_back(lumen::Task(EchoAfterKey).Remote(i, std::string(), ns));
+    for (int i = 0; i < 50; ++i) REQUIRE(*lumen::Get(refs[i], std::chrono::seconds(30)) == i);
+  }
+  // Short tasks queued ahead of one that waits for "go", which the driver
+  // puts only after it got their results, and more behind it: the owner
+  // pipelines tasks to a worker (several wait in its queue, so replies are
+  // held) only while 32 or more are ready.
+  constexpr int kShort = 40;
+  std::vector<lumen::ObjectRef<int>> first, after;
+  for (int i = 0; i < kShort; ++i) {
+    first.push_back(lumen::Task(EchoAfterKey).Remote(i, std::string(), ns));
+  }
+  auto waiting = lumen::Task(EchoAfterKey).Remote(100, std::string("go"), ns);
+  for (int i = 0; i < kShort; ++i) {
+    after.push_back(lumen::Task(EchoAfterKey).Remote(i, std::string(), ns));
+  }
+  for (int i = 0; i < kShort; ++i) CHECK(*lumen::Get(first[i], std::chrono::seconds(10)) == i);
+  lumen::kv::Put("go", "1", ns);
+  CHECK(*lumen::Get(waiting, std::chrono::seconds(30)) == 100);
+  for (int i = 0; i < kShort; ++i) CHECK(*lumen::Get(after[i], std::chrono::seconds(30)) == i);
 }

@@ -175,7 +175,7 @@ TEST_CASE("Wait returns ready and unready refs in input order honouring its time
   refs.push_back(lumen::Task(Identity).Remote(3));
   refs.push_back(lumen::Task(WaitForGate).Remote(gate, 4));
   auto first = lumen::Wait(refs, 3, std::chrono::seconds(30));
-  REQUIRE(first.ready.size() >= 3);
+  REQUIRE(first.ready.size() == 3);
   auto partial = lumen::Wait(refs, 5, std::chrono::milliseconds(300));
   REQUIRE(partial.ready.size() == 3);
   REQUIRE(partial.unready.size() == 2);
@@ -193,11 +193,12 @@ TEST_CASE("Wait returns ready and unready refs in input order honouring its time
 }
 
 TEST_CASE("Wait with its refs moved in splits them as the copying Wait does and empties the input") {
-  // Invariant: the rvalue Wait reports what the copying one does (every ready
-  // ref, failed objects counted as ready as in Ray, duplicates once per
-  // occurrence, both lists in input order, the timeout honoured), leaves its
-  // input empty, or unchanged when it throws; a loop waiting on what is left
-  // ends after one call per ready ref at most, each O(its length).
+  // Invariant: the rvalue Wait reports what the copying one does (the first
+  // num_returns ready refs, failed objects counted as ready as in Ray,
+  // duplicates once per occurrence, both lists in input order, the timeout
+  // honoured), leaves its input empty, or unchanged when it throws; a loop
+  // waiting on what is left with num_returns 1 ends after exactly one call per
+  // ref, each O(its length).
   using namespace std::chrono_literals;
   ScopedCluster cluster;
   std::string gate = cluster.session_dir() + "/gate";
@@ -232,16 +233,46 @@ TEST_CASE("Wait with its refs moved in splits them as the copying Wait does and 
     scanned += rest.size();
     ++calls;
     auto [ready, unready] = lumen::Wait(std::move(rest), 1, 30s);
-    REQUIRE(!ready.empty());
+    REQUIRE(ready.size() == 1);
     seen += static_cast<int>(ready.size());
     rest = std::move(unready);
   }
   CHECK(seen == kN + 1);
-  CHECK(calls <= kN + 1);
+  CHECK(calls == kN + 1);
   uint64_t steps = lumen::internal::AwaitStepsForTesting() - before;
   INFO(calls << " calls over " << scanned << " refs: " << steps << " steps");
   CHECK(steps <= 3 * scanned);
   CHECK(*lumen::Get(gated) == 3);
+}
+
+TEST_CASE("Wait returns at most num_returns ready refs, the first ready ones in input order") {
+  // Invariant (Ray's ray.wait): with more refs ready than num_returns, both
+  // Wait overloads put exactly the first num_returns ready refs (in input
+  // order) into ready and every other ref, ready or not, into unready in
+  // input order.
+  using namespace std::chrono_literals;
+  ScopedCluster cluster;
+  std::string gate = cluster.session_dir() + "/gate";
+  auto gated = lumen::Task(WaitForGate).Remote(gate, 0);
+  std::vector<lumen::ObjectRef<int>> done;
+  for (int i = 1; i <= 4; ++i) done.push_back(lumen::Task(Identity).Remote(i));
+  for (const auto& ref : done) REQUIRE(*lumen::Get(ref, 30s) > 0);
+  const std::vector<lumen::ObjectRef<int>> refs{done[0], gated, done[1], done[2], done[3]};
+  const std::vector<lumen::ObjectRef<int>> first_two{done[0], done[1]};
+  const std::vector<lumen::ObjectRef<int>> rest{gated, done[2], done[3]};
+  auto copied = lumen::Wait(refs, 2, 30s);
+  CHECK(copied.ready == first_two);
+  CHECK(copied.unready == rest);
+  auto moved = lumen::Wait(std::vector<lumen::ObjectRef<int>>(refs), 2, 30s);
+  CHECK(moved.ready == first_two);
+  CHECK(moved.unready == rest);
+  // The fast path (enough ready without the table's lock) and the blocking
+  // path agree: open the gate so that every ref is ready, ask for 3.
+  std::ofstream(gate) << "open";
+  REQUIRE(*lumen::Get(gated, 30s) == 0);
+  auto three = lumen::Wait(refs, 3, 30s);
+  CHECK(three.ready == std::vector<lumen::ObjectRef<int>>{done[0], gated, done[1]});
+  CHECK(three.unready == std::vector<lumen::ObjectRef<int>>{done[2], done[3]});
 }
 
 TEST_CASE("Get as the wrong type throws TypeMismatchError naming both types") {

@@ -176,7 +176,9 @@ TEST_CASE("ReadyWithoutLock tells ready, failed and duplicate entries apart in i
           "[worker][memory_store]") {
   // Invariant: without the lock, the mask marks exactly the ready entries (a
   // failed object counts as ready, as in Ray) at their input positions, a
-  // duplicate is counted once per occurrence, and each entry is one step.
+  // duplicate is counted once per occurrence, and each entry is one step; with
+  // `enough`, only the first that many ready ones are marked and the scan
+  // stops after the last of them.
   StoreRig rig;
   ObjectId a = rig.AddPending(), b = rig.AddPending(), c = rig.AddPending();
   rig.MakeReady(a);
@@ -192,6 +194,15 @@ TEST_CASE("ReadyWithoutLock tells ready, failed and duplicate entries apart in i
   CHECK(*count == 3);
   CHECK(ready == std::vector<bool>{true, false, true, true});
   CHECK(rig.WaitersOn(b) == 0);  // nothing registered
+  // Enough found (a Wait's num_returns): the scan stops there, the rest
+  // unchecked and false, one step per entry looked at.
+  before = internal::AwaitStepsForTesting();
+  count = MemoryStore::ReadyWithoutLock(entries.size(), [&](size_t i) { return entries[i]; },
+                                        ready, /*enough=*/2);
+  CHECK(internal::AwaitStepsForTesting() - before == 3);
+  REQUIRE(count.has_value());
+  CHECK(*count == 2);
+  CHECK(ready == std::vector<bool>{true, false, true, false});
   // Nothing ready: a count of zero, not "unknown".
   std::vector<ObjectEntry*> pending{rig.EntryOf(b)};
   count = MemoryStore::ReadyWithoutLock(1, [&](size_t i) { return pending[i]; }, ready);

@@ -433,6 +433,16 @@ TEST_CASE("short tasks with a backlog are pipelined up to the depth, others go o
   rig.GrantAndConnect("", rig.node_a, 2, "worker-b");
   CHECK(rig.runtime.PushedTo("worker-b") ==
         std::vector<TaskId>(backlog.begin() + 4, backlog.begin() + 8));
+  // The backlog's tail stays pipelined: with fewer than 32 ready, a reply
+  // still lets the next task go to the worker that has three in flight.
+  for (int i = 0; i < 12; ++i) {
+    const auto& to_a = rig.runtime.PushedTo("worker-a");
+    rig.runtime.Reply("worker-a", to_a[to_a.size() - 4], /*micros=*/10);
+  }
+  CHECK(rig.runtime.PushedTo("worker-a").size() == 5 + 12);  // 20 ready now
+  const size_t before = rig.runtime.PushedTo("worker-a").size();
+  rig.runtime.Reply("worker-a", rig.runtime.PushedTo("worker-a")[before - 4], /*micros=*/10);
+  CHECK(rig.runtime.PushedTo("worker-a").size() == before + 1);
 }
 
 TEST_CASE("a task handed back by a blocked worker runs elsewhere, the blocked worker gets no more",

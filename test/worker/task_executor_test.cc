@@ -110,8 +110,17 @@ class FakeHost final : public TaskExecutorHost {
     log.push_back("check");
     return sealed.count(id) ? absl::OkStatus() : absl::NotFoundError("not sealed");
   }
-  void SendReply(const std::weak_ptr<Connection>&, std::string frame) override {
-    replies.push_back(Decode(frame, false));
+  void SendReply(const std::weak_ptr<Connection>&, std::string frames) override {
+    // One write may carry several replies (held_replies.h): split the frames.
+    ++sends;
+    size_t at = 0;
+    while (at < frames.size()) {
+      REQUIRE(frames.size() - at > kFrameHeaderBytes);
+      auto len = ParseFrameHeader(reinterpret_cast<const uint8_t*>(frames.data() + at), 1 << 20);
+      REQUIRE(len.ok());
+      replies.push_back(Decode(frames.substr(at, kFrameHeaderBytes + *len), false));
+      at += kFrameHeaderBytes + *len;
+    }
     if (stop_after_replies && replies.size() >= stop_after_replies) stop = true;
   }
   void SendLastReplyAndExit(const std::weak_ptr<Connection>&, std::string frame) override {
@@ -125,6 +134,7 @@ class FakeHost final : public TaskExecutorHost {
   std::map<ObjectId, std::string> unsealed;
   std::vector<std::string> log;  // store calls, in order
   int fetches = 0;
+  int sends = 0;  // SendReply calls (writes)
   std::vector<Reply> replies;
 };
 
@@ -144,6 +154,8 @@ const bool registered = [] {
     return codec::EncodeValue<int>(total);
   };
   internal::RegisterFunction("executor_test.Sum", "executor_test.Sum", sum);
+  // The same, under a name only the held-replies test runs (never seen before it).
+  internal::RegisterFunction("executor_test.Unseen", "executor_test.Unseen", sum);
   RemoteFunction big{.kind = RemoteFunction::Kind::kFunction};
   big.invoke = [int_arg](const std::vector<internal::ObjectBytes>& args) {
     return codec::EncodeValue<std::string>(std::string(int_arg(args, 0), 'x'));
@@ -448,6 +460,56 @@ TEST_CASE("Run takes received tasks in order until the host says stop", "[worker
     CHECK(host.replies[i].inline_bytes == codec::EncodeValue<int>(i));
   }
   CHECK_FALSE(receiver.HasQueued());
+}
+
+TEST_CASE("Run holds the replies of short tasks while more wait and sends them together, in order",
+          "[worker][executor]") {
+  // Invariant: while tasks wait in the receive queue, the replies of tasks
+  // known to be short are held and leave in one write with the next reply
+  // (at most HeldReplies::MaxFrames() + 1 together; 8 by default), in task order; they go before
+  // a task not known to be short runs, and when the queue is empty. Every
+  // task is replied to exactly once.
+  FakeHost host;
+  TaskReceiver receiver;
+  auto options = TestOptions();
+  // Short whatever this machine's load makes a run take: what is checked is
+  // which replies are held, not the timing.
+  options.short_task_micros = 1e12;
+  TaskExecutor executor(host, receiver, options);
+  auto first = Task("executor_test.Sum", {1});
+  executor.Execute(first);  // Sum is known (and short) on this thread from now on
+  REQUIRE(host.sends == 1);
+  host.sends = 0;
+  host.replies.clear();
+  auto run = [&](const std::vector<std::string>& functions) {
+    std::vector<TaskId> ids;
+    for (size_t i = 0; i < functions.size(); ++i) {
+      auto task = std::make_unique<TaskToRun>(Task(functions[i], {static_cast<int>(i)}));
+      ids.push_back(task->task_id);
+      REQUIRE(receiver.Receive(std::move(task)) == nullptr);
+    }
+    host.stop = false;
+    host.sends = 0;
+    host.replies.clear();
+    host.stop_after_replies = functions.size();
+    executor.Run();
+    REQUIRE(host.replies.size() == functions.size());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      CHECK(host.replies[i].task_id == ids[i]);
+      CHECK(host.replies[i].inline_bytes == codec::EncodeValue<int>(static_cast<int>(i)));
+    }
+    CHECK_FALSE(receiver.HasQueued());
+  };
+  // Five short tasks queued: one write.
+  run(std::vector<std::string>(5, "executor_test.Sum"));
+  CHECK(host.sends == 1);
+  // More than MaxFrames(): a write per MaxFrames() + 1 at most.
+  run(std::vector<std::string>(20, "executor_test.Sum"));
+  CHECK(host.sends == 3);  // 9, 9, 2
+  // A task never seen on this thread: what is held goes before it runs (its
+  // length is unknown); once it ran short, its own reply may be held.
+  run({"executor_test.Sum", "executor_test.Sum", "executor_test.Unseen", "executor_test.Sum"});
+  CHECK(host.sends == 2);  // [Sum, Sum] before Unseen runs, then [Unseen, Sum]
 }
 
 }  // namespace

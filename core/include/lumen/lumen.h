@@ -408,17 +408,21 @@ void CheckNumReturns(const std::vector<ObjectRef<T>>& refs, size_t num_returns) 
   }
 }
 
-// Splits `refs` by `ready` into a WaitResult, copying each ref (an lvalue
-// `refs`) or moving it (an rvalue: no reference-count change).
+// Splits `refs` into a WaitResult as Ray's `ray.wait` does: the first
+// `num_returns` refs (in input order) that `ready` marks go to `ready`, every
+// other ref (unready, or ready beyond the first `num_returns`) to `unready`,
+// both in input order. Each ref is copied (an lvalue `refs`) or moved (an
+// rvalue: no reference-count change).
 template <class T, class Refs>
-WaitResult<T> SplitByReady(Refs&& refs, const std::vector<bool>& ready) {
+WaitResult<T> SplitByReady(Refs&& refs, const std::vector<bool>& ready, size_t num_returns) {
   constexpr bool kMove = std::is_rvalue_reference_v<Refs&&>;
-  const size_t n_ready = static_cast<size_t>(std::count(ready.begin(), ready.end(), true));
+  const size_t n_ready =
+      std::min(num_returns, static_cast<size_t>(std::count(ready.begin(), ready.end(), true)));
   WaitResult<T> result;
   result.ready.reserve(n_ready);
   result.unready.reserve(refs.size() - n_ready);
   for (size_t i = 0; i < refs.size(); ++i) {
-    auto& to = ready[i] ? result.ready : result.unready;
+    auto& to = ready[i] && result.ready.size() < n_ready ? result.ready : result.unready;
     if constexpr (kMove) {
       to.push_back(std::move(refs[i]));
     } else {
@@ -431,15 +435,17 @@ WaitResult<T> SplitByReady(Refs&& refs, const std::vector<bool>& ready) {
 }  // namespace internal
 
 // Waits until `num_returns` of `refs` are ready or `timeout` passes; returns
-// every ref ready by then in `ready` (so possibly more than `num_returns`) and
-// the others in `unready`, both in input order. A failed object counts as
-// ready (Get then throws its error). A ref listed twice is reported twice.
+// in `ready` the first `num_returns` refs (in input order) that are ready by
+// then, fewer only on a timeout, and every other ref in `unready` (including
+// ready ones beyond the first `num_returns`), both in input order, as Ray's
+// `ray.wait`. A failed object counts as ready (Get then throws its error). A
+// ref listed twice counts, and is reported, once per occurrence.
 template <class T>
 WaitResult<T> Wait(const std::vector<ObjectRef<T>>& refs, size_t num_returns,
                    std::optional<std::chrono::milliseconds> timeout = std::nullopt) {
   internal::CheckNumReturns(refs, num_returns);
   auto ready = internal::WaitObjects(internal::Handles(refs), num_returns, timeout);
-  return internal::SplitByReady<T>(refs, ready);
+  return internal::SplitByReady<T>(refs, ready, num_returns);
 }
 
 // The same, moving the refs into the result instead of copying them (no
@@ -454,7 +460,7 @@ WaitResult<T> Wait(std::vector<ObjectRef<T>>&& refs, size_t num_returns,
                    std::optional<std::chrono::milliseconds> timeout = std::nullopt) {
   internal::CheckNumReturns(refs, num_returns);
   auto ready = internal::WaitObjects(internal::Handles(refs), num_returns, timeout);
-  WaitResult<T> result = internal::SplitByReady<T>(std::move(refs), ready);
+  WaitResult<T> result = internal::SplitByReady<T>(std::move(refs), ready, num_returns);
   refs.clear();
   return result;
 }

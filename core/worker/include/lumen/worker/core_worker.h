@@ -168,6 +168,11 @@ class CoreWorker {
 
   // Worker mode: runs tasks on the calling thread until the node goes away.
   void RunTaskLoop();
+  // Sends the task replies the calling executor thread holds back
+  // (held_replies.h; nothing on other threads): called before the running
+  // task waits for anything (Get, Wait, a key-value or placement group
+  // request) that could need those results at their owner first.
+  void FlushHeldReplies();
 
  private:
   class ActorCaller;  // actor_caller.h

@@ -1,0 +1,57 @@
+// HeldReplies and TaskDurations (held_replies.h).
+#include "core/worker/held_replies.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <utility>
+
+#include "absl/strings/string_view.h"
+
+namespace lumen::runtime {
+
+int HeldReplies::MaxFrames() {
+  static const int max = [] {
+    const char* v = std::getenv("LUMEN_HOLD_REPLIES");
+    return v != nullptr && *v != '\0' ? std::max(0, std::atoi(v)) : 8;
+  }();
+  return max;
+}
+
+bool HeldReplies::For(const std::weak_ptr<Connection>& to) const {
+  return count_ > 0 && !to_.owner_before(to) && !to.owner_before(to_);
+}
+
+bool HeldReplies::TryHold(const std::weak_ptr<Connection>& to, std::string_view frame) {
+  if (count_ > 0 && !For(to)) return false;
+  if (count_ >= MaxFrames() || frames_.size() + frame.size() > kMaxBytes) return false;
+  if (count_ == 0) to_ = to;
+  frames_.append(frame);
+  ++count_;
+  return true;
+}
+
+std::string HeldReplies::Take(std::weak_ptr<Connection>* to) {
+  *to = std::move(to_);
+  to_.reset();
+  count_ = 0;
+  std::string out;
+  out.swap(frames_);
+  return out;
+}
+
+namespace {
+// Abseil here has its own string_view, which its string-keyed maps look up by.
+absl::string_view Key(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+}  // namespace
+
+void TaskDurations::Record(std::string_view function, uint64_t micros) {
+  auto [it, inserted] = mean_micros_.try_emplace(Key(function), static_cast<double>(micros));
+  if (!inserted) it->second = 0.8 * it->second + 0.2 * static_cast<double>(micros);
+}
+
+bool TaskDurations::KnownShort(std::string_view function, double short_micros) const {
+  auto it = mean_micros_.find(Key(function));
+  return it != mean_micros_.end() && it->second < short_micros;
+}
+
+}  // namespace lumen::runtime
