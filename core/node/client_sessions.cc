@@ -52,9 +52,9 @@ void ClientSessions::OnHello(Connection& conn, proto::Hello::Reader hello) {
     if (job.exe_path.empty()) job.exe_path = hello.getExePath().cStr();
     if (client.is_driver) o_.worker_logs->SetDriver(client.job, conn.id(), hello.getLogToDriver());
     // Its objects here are recorded under a key that outlives this connection.
-    client.owner_key = o_.remote_owners->OnHello(client.worker, client.job,
-                                                 hello.getListenAddress().cStr(), client.is_driver,
-                                                 conn.id());
+    client.owner_key = o_.remote_owners->OnHello(
+        client.worker, StringOf(hello.getNodeId()), client.job, hello.getListenAddress().cStr(),
+        client.is_driver, conn.id());
   } else {
     client.owner_key = conn.id();
   }

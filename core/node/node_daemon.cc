@@ -86,7 +86,6 @@ class NodeDaemon {
         lister_(io_, clients_, node_id_.Hex().substr(0, 12), options.timeouts.list_state_timeout) {}
 
   int Run();
-
  private:
   [[nodiscard]] absl::Status Setup();
   void AcceptLocal();
@@ -626,11 +625,12 @@ void NodeDaemon::OnWorkerLogs(Connection& conn, proto::Envelope::Reader msg) {
 void NodeDaemon::OnClusterView(proto::ClusterView::Reader view) {
   ClusterState::Changes changes = cluster_.Apply(view);
   for (const std::string& node : changes.died) {
-    // Copies from it will not finish: tell their readers now.
+    // Copies from it will not finish: tell their readers now. What its
+    // processes own here goes (they are given up on, even if still running).
     pulls_->OnNodeDied(node, absl::StrCat("the only copy was on node ",
                                           NodeId::FromBinary(node).Hex(), ", which died"));
-    // Work our clients run there is lost (even if its processes still run, the
-    // cluster no longer counts on them): tell them, so they retry it.
+    remote_owners_->NodeDied(node);
+    // Work our clients run there is lost: tell them, so they retry it.
     clients_.ForEachLocalProcess([&](Connection& process) {
       OutMessage out;
       out.Init().setMarkNodeDead(BytesOf(node));

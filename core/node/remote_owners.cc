@@ -22,7 +22,7 @@ size_t RemoteOwners::disconnected() const {
   return n;
 }
 
-uint64_t RemoteOwners::OnHello(const WorkerId& worker, const JobId& job,
+uint64_t RemoteOwners::OnHello(const WorkerId& worker, const std::string& node, const JobId& job,
                                const std::string& listen_address, bool is_driver, uint64_t conn) {
   io_thread_.Check("RemoteOwners");
   auto [it, inserted] = owners_.try_emplace(worker);
@@ -36,6 +36,7 @@ uint64_t RemoteOwners::OnHello(const WorkerId& worker, const JobId& job,
   }
   owner.conn = conn;
   owner.job = job;
+  owner.node = node;
   owner.listen_address = listen_address;
   owner.is_driver = is_driver;
   by_conn_[conn] = worker;
@@ -68,6 +69,26 @@ void RemoteOwners::EndJob(const JobId& job) {
     if (entry.second.conn != 0) by_conn_.erase(entry.second.conn);
     return true;
   });
+}
+
+void RemoteOwners::NodeDied(const std::string& node) {
+  io_thread_.Check("RemoteOwners");
+  if (node.empty()) return;
+  std::vector<Gone> gone;
+  absl::erase_if(owners_, [&](const auto& entry) {
+    const Owner& owner = entry.second;
+    if (owner.node != node) return false;
+    if (owner.conn != 0) by_conn_.erase(owner.conn);
+    gone.push_back({owner.key, owner.job, owner.is_driver,
+                    absl::StrCat("its node ", NodeId::FromBinary(node).Hex().substr(0, 12),
+                                 " was declared dead")});
+    return true;
+  });
+  for (const Gone& g : gone) {
+    LUMEN_LOG(INFO) << "remote owner with key " << g.key << " died: " << g.why
+                    << "; its objects here go";
+    options_.gone(g);
+  }
 }
 
 void RemoteOwners::ScheduleProbes() {

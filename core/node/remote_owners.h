@@ -10,7 +10,9 @@
 // objects go (`gone`) only once it is known dead: its owner service's address
 // refuses a connection (nothing listens there any more: the process is gone,
 // or its node with it), checked every `probe_period` while it is away. A
-// probe that times out (a partition) says nothing; its job's end still frees
+// probe that times out (a partition) says nothing: its owner's node being
+// declared dead by the head does (NodeDied: the cluster gave up on every
+// process there, which exits when it hears so), and its job's end still frees
 // everything (ClientSessions::EndJob).
 //
 // A local driver or worker is not tracked here: its Unix-socket connection to
@@ -18,8 +20,9 @@
 //
 //   RemoteOwners owners({.io = &io, .session_dir = dir, .probe_period = 500ms,
 //                        .gone = [&](const RemoteOwners::Gone& g) { store->OwnerGone(g.key); }});
-//   client.owner_key = owners.OnHello(worker_id, job, listen_address, is_driver, conn.id());
+//   client.owner_key = owners.OnHello(worker_id, node_id, job, listen_address, is_driver, conn.id());
 //   owners.OnClosed(conn.id());        // its connection closed: probe from now on
+//   owners.NodeDied(node_id);          // the head declared its node dead: gone now
 //   owners.EndJob(job);                // its job ended: nothing left to free
 //
 // Only on the node daemon's io thread (checked in debug builds).
@@ -64,14 +67,19 @@ class RemoteOwners {
 
   // A remote owner's hello on connection `conn`: returns the key its objects
   // are recorded under (the id of its first connection here; the same key
-  // when it comes back after a link fault).
-  uint64_t OnHello(const WorkerId& worker, const JobId& job, const std::string& listen_address,
-                   bool is_driver, uint64_t conn);
+  // when it comes back after a link fault). `node`: the node it runs on (its
+  // binary id; empty from a peer that does not say).
+  uint64_t OnHello(const WorkerId& worker, const std::string& node, const JobId& job,
+                   const std::string& listen_address, bool is_driver, uint64_t conn);
   // Its connection `conn` closed: from now on it is probed until it comes
   // back, is found dead (`gone`), or its job ends. Unknown connections: nothing.
   void OnClosed(uint64_t conn);
   // Its job ended (its objects went with it): forgets the job's owners.
   void EndJob(const JobId& job);
+  // The head declared `node` (binary id) dead: every owner there is gone now,
+  // connected or not (a frozen or cut-off host's addresses do not refuse a
+  // probe, they time out).
+  void NodeDied(const std::string& node);
 
   // Owners known, and those disconnected now (for tests and logs).
   size_t known() const { return owners_.size(); }
@@ -82,6 +90,7 @@ class RemoteOwners {
     uint64_t key = 0;
     uint64_t conn = 0;  // 0: disconnected
     JobId job;
+    std::string node;  // binary NodeId; empty: not said
     std::string listen_address;
     bool is_driver = false;
     bool probing = false;  // a connect in flight

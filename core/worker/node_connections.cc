@@ -145,6 +145,7 @@ std::shared_ptr<Connection> CoreWorker::AdoptNode(const std::string& address, So
   hello.setListenAddress(listen_address_);
   hello.setIsDriver(!options_.is_worker);
   hello.setLogToDriver(!options_.is_worker && options_.log_to_driver);
+  hello.setNodeId(DataOf(node_id_));
   conn->Send(out.builder());
   remote_nodes_[address] = conn;
   return conn;

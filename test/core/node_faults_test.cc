@@ -436,6 +436,51 @@ TEST_CASE("a dead owner's objects leave every node's store within 2 s") {
   REQUIRE(*lumen::Get(mine, std::chrono::seconds(10)) == Produce(9));
 }
 
+TEST_CASE("what an owner on a frozen node keeps on another node leaves its store once that node "
+          "is declared dead") {
+  // Invariant (reliability item 4): an owner whose host stops answering (its
+  // processes frozen: their addresses still accept connections, so a probe
+  // finds nothing dead, and their links stay open) is given up on with its
+  // node: once the head declares the node dead (100 ms x 5), the primary
+  // copies the owner kept on another node are deleted from that node's store
+  // within 2 s of the declaration; before, they stayed until the job ended.
+  MultiNodeCluster cluster({Cpus(2), Cpus(2)}, {{"LUMEN_HEALTH_CHECK_FAILURE_THRESHOLD", "5"}});
+  auto used = [&](size_t i) -> int64_t {
+    auto stats = lumen::runtime::QueryNodeStats(cluster.node_address(i));
+    return stats.ok() ? static_cast<int64_t>(stats->store_used) : -1;
+  };
+  auto lender = lumen::Actor(Lender::Create)
+                    .SetSchedulingStrategy(lumen::NodeAffinity(cluster.node_id(1), false))
+                    .Remote();
+  const int pid = *lumen::Get(lender.Task(&Lender::Pid).Remote(), std::chrono::seconds(30));
+  const int64_t base0 = used(0);
+  REQUIRE(base0 >= 0);
+  auto there = *lumen::Get(lender.Task(&Lender::LendFrom).Remote(cluster.node_id(0), 8),
+                           std::chrono::seconds(30));
+  REQUIRE(lumen::Wait(std::vector{there}, 1, std::chrono::seconds(30)).ready.size() == 1);
+  REQUIRE(WaitUntil([&] { return used(0) >= base0 + (1 << 20); }));
+
+  const int64_t before_freeze = used(0);
+  const auto frozen = std::chrono::steady_clock::now();
+  REQUIRE(::kill(pid, SIGSTOP) == 0);
+  REQUIRE(::kill(cluster.daemon_pid(1), SIGSTOP) == 0);
+  REQUIRE(WaitUntil([&] { return Liveness(cluster.head_address(), cluster.node_id(1)) == 0; },
+                    std::chrono::seconds(10)));
+  const auto declared = std::chrono::steady_clock::now();
+  const int64_t at_declared = used(0);
+  const bool freed = WaitUntil([&] { return used(0) == base0; }, std::chrono::seconds(10));
+  const auto after = std::chrono::steady_clock::now() - declared;
+  ::kill(pid, SIGKILL);
+  ::kill(cluster.daemon_pid(1), SIGCONT);  // learns it was declared dead, and exits
+  REQUIRE(lumen::WaitForChildExit(cluster.daemon_pid(1), 20000));
+  INFO("declared dead after "
+       << std::chrono::duration_cast<std::chrono::milliseconds>(declared - frozen).count()
+       << " ms; node 0's store " << before_freeze << " bytes before the freeze, " << at_declared
+       << " at the declaration, " << used(0) << " now, " << base0 << " at first");
+  REQUIRE(freed);
+  CHECK(after < std::chrono::seconds(2));
+}
+
 TEST_CASE("over its memory budget a node kills the newest retriable task's worker, retried "
           "after a backoff, and a non-retriable one fails with OutOfMemoryError") {
 #if defined(__SANITIZE_ADDRESS__)

@@ -4,6 +4,7 @@
 #include "core/node/remote_owners.h"
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <chrono>
 #include <optional>
 #include <string>
@@ -53,13 +54,13 @@ TEST_CASE("a remote owner whose link closed keeps its key while its address answ
   const WorkerId worker = WorkerId::Random();
   const JobId job = JobId::Random();
 
-  const uint64_t key = owners.OnHello(worker, job, address, /*is_driver=*/true, /*conn=*/11);
+  const uint64_t key = owners.OnHello(worker, "", job, address, /*is_driver=*/true, /*conn=*/11);
   CHECK(key == 11);
   owners.OnClosed(11);
   CHECK(owners.disconnected() == 1);
   // Accepted probes (the owner lives): nothing is gone over 10 probe periods.
   CHECK_FALSE(RunUntil(io, [&] { return !gone.empty(); }, std::chrono::milliseconds(200)));
-  CHECK(owners.OnHello(worker, job, address, true, /*conn=*/12) == key);  // back: same key
+  CHECK(owners.OnHello(worker, "", job, address, true, /*conn=*/12) == key);  // back: same key
   CHECK(owners.disconnected() == 0);
 
   owners.OnClosed(12);
@@ -74,9 +75,59 @@ TEST_CASE("a remote owner whose link closed keeps its key while its address answ
 
   // A job's end forgets its owners, connected or not, without a report.
   const WorkerId other = WorkerId::Random();
-  owners.OnHello(other, job, "127.0.0.1:1", false, 13);
+  owners.OnHello(other, "", job, "127.0.0.1:1", false, 13);
   owners.OnClosed(13);
   owners.EndJob(job);
   CHECK(owners.known() == 0);
   CHECK_FALSE(RunUntil(io, [&] { return gone.size() > 1; }, std::chrono::milliseconds(100)));
+}
+
+TEST_CASE("the owners of a node the head declared dead are gone at once, connected or not, and "
+          "no others") {
+  // Invariant (reliability item 4): a frozen or cut-off host's addresses do
+  // not refuse a probe (they accept, or time out), so probes alone would keep
+  // its owners' objects here until their job ends; the head declaring their
+  // node dead frees them: every owner that said it runs there is reported
+  // gone once, whether its link here is still open or closed, and owners of
+  // other nodes (or that did not say their node) are untouched.
+  asio::io_context io;
+  asio::ip::tcp::acceptor alive_service(
+      io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  const std::string address =
+      "127.0.0.1:" + std::to_string(alive_service.local_endpoint().port());
+  std::vector<RemoteOwners::Gone> gone;
+  RemoteOwners owners({.io = &io,
+                       .session_dir = "/nonexistent-session",
+                       .probe_period = std::chrono::milliseconds(20),
+                       .connect_timeout = std::chrono::milliseconds(500),
+                       .gone = [&](const RemoteOwners::Gone& g) { gone.push_back(g); }});
+  const std::string dead_node(lumen::NodeId::Random().Binary());
+  const std::string other_node(lumen::NodeId::Random().Binary());
+  const JobId job = JobId::Random();
+  const uint64_t closed_key = owners.OnHello(WorkerId::Random(), dead_node, job, address, true, 21);
+  const uint64_t open_key = owners.OnHello(WorkerId::Random(), dead_node, job, address, false, 22);
+  owners.OnHello(WorkerId::Random(), other_node, job, address, false, 23);
+  owners.OnHello(WorkerId::Random(), "", job, address, false, 24);
+  owners.OnClosed(21);
+  // Its address still accepts: the probes find nothing dead.
+  CHECK_FALSE(RunUntil(io, [&] { return !gone.empty(); }, std::chrono::milliseconds(200)));
+
+  owners.NodeDied(std::string(lumen::NodeId::Random().Binary()));  // a node no owner named
+  owners.NodeDied("");
+  CHECK(gone.empty());
+  owners.NodeDied(dead_node);
+  REQUIRE(gone.size() == 2);
+  std::vector<uint64_t> keys = {gone[0].key, gone[1].key};
+  std::sort(keys.begin(), keys.end());
+  CHECK(keys == std::vector<uint64_t>{closed_key, open_key});
+  for (const auto& g : gone) {
+    CHECK(g.job == job);
+    CHECK(g.why.find("declared dead") != std::string::npos);
+  }
+  CHECK(owners.known() == 2);
+  // The open link's later close, and the node's death said again, change nothing.
+  owners.OnClosed(22);
+  owners.NodeDied(dead_node);
+  CHECK_FALSE(RunUntil(io, [&] { return gone.size() > 2; }, std::chrono::milliseconds(100)));
+  CHECK(owners.known() == 2);
 }

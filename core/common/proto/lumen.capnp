@@ -35,6 +35,7 @@ struct Hello {
   listenAddress @7 :Text;      # driver/worker: its owner service address
   isDriver @8 :Bool;           # remoteOwner: the job's driver (its exit ends the job here)
   logToDriver @9 :Bool;        # driver (and remoteOwner driver): forward its workers' output to it
+  nodeId @10 :Data;            # remoteOwner: the node it runs on (its death frees its objects there)
 }
 
 struct HelloReply {
