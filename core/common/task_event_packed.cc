@@ -41,6 +41,14 @@ char* PutVarint(char* p, uint64_t v) {
 
 uint64_t ZigZag(int64_t v) { return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63); }
 int64_t UnZigZag(uint64_t v) { return static_cast<int64_t>(v >> 1) ^ -static_cast<int64_t>(v & 1); }
+// Times and their deltas come from other processes (untrusted): added and
+// subtracted modulo 2^64, never as signed overflow (undefined behaviour).
+int64_t WrappingAdd(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+}
+int64_t WrappingSub(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) - static_cast<uint64_t>(b));
+}
 
 // Reads a varint at `p` (before `end`); null when it is cut short or too long.
 const char* GetVarint(const char* p, const char* end, uint64_t* v) {
@@ -132,7 +140,7 @@ void Writer::Append(const Fields& f) {
   p = Put(p, static_cast<uint8_t>(static_cast<uint8_t>(f.kind) | (self_ids ? kSelfIds : 0)));
   p = Put(p, flags);
   p = PutVarint(p, f.attempt);
-  p = PutVarint(p, ZigZag(f.time_us - last_time_us_));
+  p = PutVarint(p, ZigZag(WrappingSub(f.time_us, last_time_us_)));
   last_time_us_ = f.time_us;
   if (task) p = static_cast<char*>(std::memcpy(p, f.task->data(), kIdSize)) + kIdSize;
   if (node) p = static_cast<char*>(std::memcpy(p, f.node->data(), kIdSize)) + kIdSize;
@@ -143,7 +151,9 @@ void Writer::Append(const Fields& f) {
     p = PutVarint(p, ZigZag(f.duration_us));
   }
   if (folded) {
-    for (int64_t t : f.folded_us) p = PutVarint(p, t == 0 ? 0 : ZigZag(f.time_us - t) + 1);
+    for (int64_t t : f.folded_us) {
+      p = PutVarint(p, t == 0 ? 0 : ZigZag(WrappingSub(f.time_us, t)) + 1);
+    }
   }
   if (name_index >= 0) {
     p = PutVarint(p, static_cast<uint64_t>(name_index));
@@ -240,7 +250,7 @@ const char* ReadRecord(const char* p, const char* end, Segment& seg, View* v, ui
   v->actor_call = (flags & kActorCall) != 0;
   v->attempt = static_cast<uint32_t>(attempt);
   v->pid = seg.pid;
-  v->time_us = seg.last_time_us = seg.last_time_us + UnZigZag(delta);
+  v->time_us = seg.last_time_us = WrappingAdd(seg.last_time_us, UnZigZag(delta));
   if (flags & kHasTask) v->task_id = std::string_view(p, kIdSize), p += kIdSize;
   if (kind_byte & kSelfIds) {
     v->node = seg.node;
@@ -266,7 +276,7 @@ const char* ReadRecord(const char* p, const char* end, Segment& seg, View* v, ui
         *status = CutShort();
         return nullptr;
       }
-      (*folded)[k] = t == 0 ? 0 : v->time_us - UnZigZag(t - 1);
+      (*folded)[k] = t == 0 ? 0 : WrappingSub(v->time_us, UnZigZag(t - 1));
     }
   }
   if (flags & kNameRef) {
@@ -408,7 +418,7 @@ const char* TallyRecord(const char* p, const char* end, Segment& seg, TaskEventK
     return nullptr;
   }
   p += ids;
-  const int64_t time_us = seg.last_time_us = seg.last_time_us + UnZigZag(delta);
+  const int64_t time_us = seg.last_time_us = WrappingAdd(seg.last_time_us, UnZigZag(delta));
   *kind_out = static_cast<TaskEventKind>(kind);
   *duration_us = 0;
   *bytes = 0;
@@ -429,7 +439,7 @@ const char* TallyRecord(const char* p, const char* end, Segment& seg, TaskEventK
         *status = CutShort();
         return nullptr;
       }
-      (*folded)[k] = t == 0 ? 0 : time_us - UnZigZag(t - 1);
+      (*folded)[k] = t == 0 ? 0 : WrappingSub(time_us, UnZigZag(t - 1));
     }
   }
   if (flags & kNameRef) {

@@ -20,7 +20,8 @@
 //
 //   RemoteOwners owners({.io = &io, .session_dir = dir, .probe_period = 500ms,
 //                        .gone = [&](const RemoteOwners::Gone& g) { store->OwnerGone(g.key); }});
-//   client.owner_key = owners.OnHello(worker_id, node_id, job, listen_address, is_driver, conn.id());
+//   client.owner_key =
+//       owners.OnHello(worker_id, node_id, job, listen_address, is_driver, conn.id());
 //   owners.OnClosed(conn.id());        // its connection closed: probe from now on
 //   owners.NodeDied(node_id);          // the head declared its node dead: gone now
 //   owners.EndJob(job);                // its job ended: nothing left to free

@@ -12,7 +12,7 @@ namespace lumen::runtime {
 int HeldReplies::MaxFrames() {
   static const int max = [] {
     const char* v = std::getenv("LUMEN_HOLD_REPLIES");
-    return v != nullptr && *v != '\0' ? std::max(0, std::atoi(v)) : 8;
+    return v != nullptr && *v != '\0' ? std::max(0, std::atoi(v)) : 0;
   }();
   return max;
 }
@@ -21,9 +21,10 @@ bool HeldReplies::For(const std::weak_ptr<Connection>& to) const {
   return count_ > 0 && !to_.owner_before(to) && !to.owner_before(to_);
 }
 
-bool HeldReplies::TryHold(const std::weak_ptr<Connection>& to, std::string_view frame) {
+bool HeldReplies::TryHold(const std::weak_ptr<Connection>& to, std::string_view frame,
+                          int max_frames) {
   if (count_ > 0 && !For(to)) return false;
-  if (count_ >= MaxFrames() || frames_.size() + frame.size() > kMaxBytes) return false;
+  if (count_ >= max_frames || frames_.size() + frame.size() > kMaxBytes) return false;
   if (count_ == 0) to_ = to;
   frames_.append(frame);
   ++count_;

@@ -17,6 +17,15 @@
 // at most; a task known to be short that blocks outside the runtime (a
 // sleep, a file, its own socket) holds up to MaxFrames() earlier replies
 // until it returns, as it holds the tasks its owner pipelined behind it.
+//
+// Off by default (LUMEN_HOLD_REPLIES=0) until a held reply has a time bound
+// (stop 29's review): the flush is per executor thread, so a known-short task
+// that waits on a thread of its own (a Get from std::async), or outside the
+// runtime on something its owner does only after it has the held results
+// (a file, a socket), would wait forever; and a worker that dies while it
+// holds replies loses finished results (their tasks run again, or fail
+// without retries). The fix is a flush from the io thread a bounded time
+// after the first reply of a batch is held.
 // Not thread-safe: one per executor thread. Internal to core/worker.
 #pragma once
 
@@ -35,15 +44,16 @@ class HeldReplies {
  public:
   static constexpr size_t kMaxBytes = 32 << 10;
   // How many replies one write may carry at most: LUMEN_HOLD_REPLIES
-  // (default 8; 0 holds none, each reply is written at once). Read once.
+  // (default 0: off, each reply is written at once; see "Off by default"
+  // above). Read once.
   static int MaxFrames();
 
   bool empty() const { return count_ == 0; }
   int count() const { return count_; }
   // Appends `frame` (for `to`) to what is held and returns true, unless that
-  // would mix connections or pass MaxFrames() or kMaxBytes (then nothing
+  // would mix connections or pass `max_frames` or kMaxBytes (then nothing
   // changes and it returns false: send what is held, then the frame).
-  bool TryHold(const std::weak_ptr<Connection>& to, std::string_view frame);
+  bool TryHold(const std::weak_ptr<Connection>& to, std::string_view frame, int max_frames);
   // Whether what is held goes to `to` (false when nothing is held).
   bool For(const std::weak_ptr<Connection>& to) const;
   // Takes the held frames, in order, and their connection; leaves it empty.

@@ -302,7 +302,7 @@ void TaskExecutor::Execute(TaskToRun& task) {
     if (held_replies != nullptr && task.kind == proto::TaskKind::NORMAL &&
         receiver_.queued() > 0 &&
         task_durations.KnownShort(task.function, options_.short_task_micros) &&
-        held_replies->TryHold(task.reply_to, frame)) {
+        held_replies->TryHold(task.reply_to, frame, options_.hold_replies)) {
       return;
     }
     SendWithHeld(task.reply_to, std::move(frame));

@@ -81,6 +81,8 @@ class TaskExecutor {
     // A function whose tasks took less than this on average on a thread is
     // short there: its replies may be held back (held_replies.h).
     double short_task_micros = TaskDurations::kShortMicros;
+    // The most replies one write carries (held_replies.h; 0: none held).
+    int hold_replies = HeldReplies::MaxFrames();
     // Looks a function up by name (nullptr: not registered).
     std::function<const internal::RemoteFunction*(std::string_view)> find_function =
         internal::FindRemoteFunction;

@@ -189,6 +189,7 @@ TEST_CASE("kv: over-limit requests fail with the limit's name and value, the hea
 // flush it fails unless nothing happened to be held when the waiting task
 // started.)
 TEST_CASE("kv: a task's Wait sends the replies its worker held back first") {
+  ScopedEnv hold("LUMEN_HOLD_REPLIES", "8");  // off by default; the workers inherit it
   lumen::Config config = ScopedCluster::DefaultConfig();
   config.num_cpus = 1;  // one worker runs every task, in order
   ScopedCluster cluster(config);

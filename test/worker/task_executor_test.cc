@@ -466,7 +466,7 @@ TEST_CASE("Run holds the replies of short tasks while more wait and sends them t
           "[worker][executor]") {
   // Invariant: while tasks wait in the receive queue, the replies of tasks
   // known to be short are held and leave in one write with the next reply
-  // (at most HeldReplies::MaxFrames() + 1 together; 8 by default), in task order; they go before
+  // (at most hold_replies + 1 together; 8 here), in task order; they go before
   // a task not known to be short runs, and when the queue is empty. Every
   // task is replied to exactly once.
   FakeHost host;
@@ -475,6 +475,7 @@ TEST_CASE("Run holds the replies of short tasks while more wait and sends them t
   // Short whatever this machine's load makes a run take: what is checked is
   // which replies are held, not the timing.
   options.short_task_micros = 1e12;
+  options.hold_replies = 8;  // off by default (held_replies.h)
   TaskExecutor executor(host, receiver, options);
   auto first = Task("executor_test.Sum", {1});
   executor.Execute(first);  // Sum is known (and short) on this thread from now on
@@ -503,7 +504,7 @@ TEST_CASE("Run holds the replies of short tasks while more wait and sends them t
   // Five short tasks queued: one write.
   run(std::vector<std::string>(5, "executor_test.Sum"));
   CHECK(host.sends == 1);
-  // More than MaxFrames(): a write per MaxFrames() + 1 at most.
+  // More than hold_replies: a write per hold_replies + 1 at most.
   run(std::vector<std::string>(20, "executor_test.Sum"));
   CHECK(host.sends == 3);  // 9, 9, 2
   // A task never seen on this thread: what is held goes before it runs (its
