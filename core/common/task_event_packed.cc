@@ -219,38 +219,58 @@ struct Segment {
   size_t name_count = 0;                // ForEachTally's: names.size() without them
 };
 
-// Reads the record at `p` (before `end`, its segment's end) into `v` and its
-// folded times into `folded`; returns its end, or null with `status` set.
-const char* ReadRecord(const char* p, const char* end, Segment& seg, View* v, uint8_t* flags_out,
-                       std::array<int64_t, 2>* folded, absl::Status* status) {
+// A record's fixed start, checked: kind byte, flags, attempt, time (the
+// segment's clock advanced), and that its ids fit before `end`. Returns where
+// the ids begin, or null with `status` set.
+struct RecordHeader {
+  uint8_t kind_byte = 0, flags = 0;
+  uint64_t attempt = 0;
+  int64_t time_us = 0;
+};
+const char* ReadHeader(const char* p, const char* end, Segment& seg, RecordHeader* h,
+                       absl::Status* status) {
   if (end - p < 2) {
     *status = CutShort();
     return nullptr;
   }
-  uint8_t kind_byte, flags;
-  p = Get(p, &kind_byte);
-  p = Get(p, &flags);
-  const uint8_t kind = kind_byte & kKindMask;
-  if (kind >= kNumTaskEventKinds || (kind_byte & ~(kKindMask | kSelfIds)) != 0) {
-    *status = absl::DataLossError(absl::StrCat("a packed task event has the unknown kind ", kind_byte));
+  h->kind_byte = static_cast<uint8_t>(p[0]);
+  h->flags = static_cast<uint8_t>(p[1]);
+  p += 2;
+  const uint8_t kind = h->kind_byte & kKindMask;
+  if (kind >= kNumTaskEventKinds || (h->kind_byte & ~(kKindMask | kSelfIds)) != 0) {
+    *status = absl::DataLossError(
+        absl::StrCat("a packed task event has the unknown kind ", h->kind_byte));
     return nullptr;
   }
-  uint64_t attempt, delta;
-  if ((p = GetVarint(p, end, &attempt)) == nullptr || (p = GetVarint(p, end, &delta)) == nullptr) {
+  uint64_t delta;
+  if ((p = GetVarint(p, end, &h->attempt)) == nullptr ||
+      (p = GetVarint(p, end, &delta)) == nullptr) {
     *status = CutShort();
     return nullptr;
   }
-  const size_t ids = ((flags & kHasTask) ? kIdSize : 0) + ((flags & kHasNode) ? kIdSize : 0) +
-                     ((flags & kHasWorker) ? kIdSize : 0);
+  const size_t ids = ((h->flags & kHasTask) ? kIdSize : 0) +
+                     ((h->flags & kHasNode) ? kIdSize : 0) +
+                     ((h->flags & kHasWorker) ? kIdSize : 0);
   if (static_cast<size_t>(end - p) < ids) {
     *status = CutShort();
     return nullptr;
   }
-  v->kind = static_cast<TaskEventKind>(kind);
+  h->time_us = seg.last_time_us = WrappingAdd(seg.last_time_us, UnZigZag(delta));
+  return p;
+}
+
+// Reads the record at `p` (before `end`, its segment's end) into `v` and its
+// folded times into `folded`; returns its end, or null with `status` set.
+const char* ReadRecord(const char* p, const char* end, Segment& seg, View* v, uint8_t* flags_out,
+                       std::array<int64_t, 2>* folded, absl::Status* status) {
+  RecordHeader h;
+  if ((p = ReadHeader(p, end, seg, &h, status)) == nullptr) return nullptr;
+  const uint8_t kind_byte = h.kind_byte, flags = h.flags;
+  v->kind = static_cast<TaskEventKind>(kind_byte & kKindMask);
   v->actor_call = (flags & kActorCall) != 0;
-  v->attempt = static_cast<uint32_t>(attempt);
+  v->attempt = static_cast<uint32_t>(h.attempt);
   v->pid = seg.pid;
-  v->time_us = seg.last_time_us = WrappingAdd(seg.last_time_us, UnZigZag(delta));
+  v->time_us = h.time_us;
   if (flags & kHasTask) v->task_id = std::string_view(p, kIdSize), p += kIdSize;
   if (kind_byte & kSelfIds) {
     v->node = seg.node;
@@ -394,32 +414,13 @@ namespace {
 const char* TallyRecord(const char* p, const char* end, Segment& seg, TaskEventKind* kind_out,
                         int64_t* duration_us, uint64_t* bytes, uint8_t* flags_out,
                         std::array<int64_t, 2>* folded, absl::Status* status) {
-  if (end - p < 2) {
-    *status = CutShort();
-    return nullptr;
-  }
-  const auto kind_byte = static_cast<uint8_t>(p[0]);
-  const auto flags = static_cast<uint8_t>(p[1]);
-  p += 2;
-  const uint8_t kind = kind_byte & kKindMask;
-  if (kind >= kNumTaskEventKinds || (kind_byte & ~(kKindMask | kSelfIds)) != 0) {
-    *status = absl::DataLossError(absl::StrCat("a packed task event has the unknown kind ", kind_byte));
-    return nullptr;
-  }
-  uint64_t attempt, delta;
-  if ((p = GetVarint(p, end, &attempt)) == nullptr || (p = GetVarint(p, end, &delta)) == nullptr) {
-    *status = CutShort();
-    return nullptr;
-  }
-  const size_t ids = ((flags & kHasTask) ? kIdSize : 0) + ((flags & kHasNode) ? kIdSize : 0) +
-                     ((flags & kHasWorker) ? kIdSize : 0);
-  if (static_cast<size_t>(end - p) < ids) {
-    *status = CutShort();
-    return nullptr;
-  }
-  p += ids;
-  const int64_t time_us = seg.last_time_us = WrappingAdd(seg.last_time_us, UnZigZag(delta));
-  *kind_out = static_cast<TaskEventKind>(kind);
+  RecordHeader h;
+  if ((p = ReadHeader(p, end, seg, &h, status)) == nullptr) return nullptr;
+  const uint8_t flags = h.flags;
+  p += ((flags & kHasTask) ? kIdSize : 0) + ((flags & kHasNode) ? kIdSize : 0) +
+       ((flags & kHasWorker) ? kIdSize : 0);  // ReadHeader checked they fit
+  const int64_t time_us = h.time_us;
+  *kind_out = static_cast<TaskEventKind>(h.kind_byte & kKindMask);
   *duration_us = 0;
   *bytes = 0;
   if (flags & kHasExtra) {
