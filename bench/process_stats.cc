@@ -8,6 +8,8 @@
 #include <sstream>
 #include <string>
 
+#include "lumen/common/process.h"
+
 namespace lumen::bench {
 namespace {
 
@@ -25,6 +27,7 @@ long FieldKiB(const std::string& path, const std::string& key) {
   return 0;
 }
 
+
 }  // namespace
 
 long PeakRssKiB(pid_t pid) { return FieldKiB(ProcPath(pid, "status"), "VmHWM:"); }
@@ -40,8 +43,7 @@ bool ResetPeakRss(pid_t pid) {
 }
 
 double CpuSeconds(pid_t pid) {
-  std::ifstream in(ProcPath(pid, "stat"));
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string text = ReadProcFile(ProcPath(pid, "stat"));
   // Fields after the command name (which may hold spaces) start after ')'.
   size_t close = text.rfind(')');
   if (close == std::string::npos) return 0;

@@ -5,7 +5,6 @@
 #include <chrono>
 #include <exception>
 #include <fstream>
-#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
@@ -13,6 +12,7 @@
 #include "bench/check.h"
 #include "bench/process_stats.h"
 #include "bench/store_put.h"
+#include "lumen/common/process.h"
 #include "lumen/lumen.h"
 
 namespace lumen::bench {
@@ -59,8 +59,7 @@ SmallObjectCost MeasureSmallObjects(pid_t daemon, long n, int threads) {
 
 pid_t EmbeddedNodeDaemon() {
   for (pid_t child : ChildrenOf(::getpid())) {
-    std::ifstream in("/proc/" + std::to_string(child) + "/environ", std::ios::binary);
-    std::string env((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::string env = ReadProcFile("/proc/" + std::to_string(child) + "/environ");
     if (env.find(std::string("LUMEN_ROLE=node\0", 16)) != std::string::npos) return child;
   }
   return 0;

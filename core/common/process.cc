@@ -191,6 +191,17 @@ bool ProcessAlive(pid_t pid) {
   return line[close_paren + 2] != 'Z';
 }
 
+std::string ReadProcFile(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  std::string text;
+  char buffer[4096];
+  ssize_t n;
+  while ((n = ::read(fd, buffer, sizeof buffer)) > 0) text.append(buffer, static_cast<size_t>(n));
+  ::close(fd);
+  return n < 0 ? std::string() : text;
+}
+
 std::string TempRoot() {
   const char* env = std::getenv("TMPDIR");
   std::string tmp = env != nullptr ? env : "";

@@ -6,7 +6,6 @@
 #include <sys/wait.h>
 
 #include <fstream>
-#include <iterator>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -83,8 +82,7 @@ void PosixProcessLauncher::Kill(pid_t pid) { ::kill(pid, SIGKILL); }
 bool PosixProcessLauncher::IsExiting(pid_t pid) {
   // /proc/<pid>/stat: the state after the command name, and the kernel's
   // PF_EXITING flag.
-  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string stat = ReadProcFile(absl::StrCat("/proc/", pid, "/stat"));
   size_t comm_end = stat.rfind(')');
   if (comm_end == std::string::npos) return true;  // gone
   std::istringstream fields(stat.substr(comm_end + 1));

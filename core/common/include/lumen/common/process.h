@@ -53,6 +53,11 @@ bool WaitForChildExit(pid_t pid, int timeout_ms);
 // True if a process with this pid exists (and is not a zombie we could see).
 bool ProcessAlive(pid_t pid);
 
+// The whole of a small file such as /proc/<pid>/stat, or "" when it cannot be
+// opened or read (a process that exits while its file is read fails the read
+// with ESRCH; libstdc++'s istreambuf_iterator turns that into an exception).
+std::string ReadProcFile(const std::string& path);
+
 // The directory under which session directories live: $TMPDIR or /tmp.
 std::string TempRoot();
 
