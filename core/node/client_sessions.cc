@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "lumen/common/logging.h"
 #include "lumen/common/post.h"
 #include "lumen/common/proto_util.h"
@@ -45,16 +46,21 @@ void ClientSessions::OnHello(Connection& conn, proto::Hello::Reader hello) {
       conn.Close(absl::FailedPreconditionError("this job has ended"));
       return;
     }
+    // Its objects here are recorded under a key that outlives this connection.
+    absl::StatusOr<uint64_t> key = o_.remote_owners->OnHello(
+        client.worker, StringOf(hello.getNodeId()), client.job, hello.getListenAddress().cStr(),
+        client.is_driver, conn.id());
+    if (!key.ok()) {
+      conn.Close(key.status());
+      return;
+    }
+    client.owner_key = *key;
     // A job whose driver runs elsewhere: its workers here run the same binary.
     bool inserted = false;
     Job& job = o_.pool->GetOrAddJob(client.job, &inserted);
     if (inserted) job.remote = true;
     if (job.exe_path.empty()) job.exe_path = hello.getExePath().cStr();
     if (client.is_driver) o_.worker_logs->SetDriver(client.job, conn.id(), hello.getLogToDriver());
-    // Its objects here are recorded under a key that outlives this connection.
-    client.owner_key = o_.remote_owners->OnHello(
-        client.worker, StringOf(hello.getNodeId()), client.job, hello.getListenAddress().cStr(),
-        client.is_driver, conn.id());
   } else {
     client.owner_key = conn.id();
   }
@@ -152,6 +158,11 @@ void ClientSessions::OnClose(Connection& conn, const absl::Status& why) {
 
 void ClientSessions::OnRemoteOwnerGone(const RemoteOwners::Gone& gone) {
   o_.store->OwnerGone(gone.key);
+  // Still connected (its node was declared dead while its link stays up):
+  // nothing more may be recorded under the freed key.
+  if (Connection* conn = gone.conn != 0 ? o_.clients->Find(gone.conn) : nullptr) {
+    conn->Close(absl::UnavailableError(absl::StrCat("remote owner gone: ", gone.why)));
+  }
   if (gone.is_driver) {
     EndJob(gone.job);
     o_.leases->Dispatch();

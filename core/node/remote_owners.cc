@@ -22,9 +22,15 @@ size_t RemoteOwners::disconnected() const {
   return n;
 }
 
-uint64_t RemoteOwners::OnHello(const WorkerId& worker, const std::string& node, const JobId& job,
-                               const std::string& listen_address, bool is_driver, uint64_t conn) {
+absl::StatusOr<uint64_t> RemoteOwners::OnHello(const WorkerId& worker, const std::string& node,
+                                               const JobId& job, const std::string& listen_address,
+                                               bool is_driver, uint64_t conn) {
   io_thread_.Check("RemoteOwners");
+  if (!node.empty() && dead_nodes_.contains(node)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("its node ", NodeId::FromBinary(node).Hex().substr(0, 12),
+                     " was declared dead: this cluster gave up on its processes"));
+  }
   auto [it, inserted] = owners_.try_emplace(worker);
   Owner& owner = it->second;
   if (inserted) {
@@ -74,6 +80,13 @@ void RemoteOwners::EndJob(const JobId& job) {
 void RemoteOwners::NodeDied(const std::string& node) {
   io_thread_.Check("RemoteOwners");
   if (node.empty()) return;
+  if (dead_nodes_.insert(node).second) {
+    dead_node_order_.push_back(node);
+    if (dead_node_order_.size() > kRememberedDeadNodes) {
+      dead_nodes_.erase(dead_node_order_.front());
+      dead_node_order_.pop_front();
+    }
+  }
   std::vector<Gone> gone;
   absl::erase_if(owners_, [&](const auto& entry) {
     const Owner& owner = entry.second;
@@ -81,7 +94,8 @@ void RemoteOwners::NodeDied(const std::string& node) {
     if (owner.conn != 0) by_conn_.erase(owner.conn);
     gone.push_back({owner.key, owner.job, owner.is_driver,
                     absl::StrCat("its node ", NodeId::FromBinary(node).Hex().substr(0, 12),
-                                 " was declared dead")});
+                                 " was declared dead"),
+                    owner.conn});
     return true;
   });
   for (const Gone& g : gone) {

@@ -20,7 +20,7 @@
 //
 //   RemoteOwners owners({.io = &io, .session_dir = dir, .probe_period = 500ms,
 //                        .gone = [&](const RemoteOwners::Gone& g) { store->OwnerGone(g.key); }});
-//   client.owner_key =
+//   absl::StatusOr<uint64_t> key =  // refused: an owner on a node declared dead
 //       owners.OnHello(worker_id, node_id, job, listen_address, is_driver, conn.id());
 //   owners.OnClosed(conn.id());        // its connection closed: probe from now on
 //   owners.NodeDied(node_id);          // the head declared its node dead: gone now
@@ -31,6 +31,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -38,6 +39,8 @@
 #include <boost/asio.hpp>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
 #include "lumen/common/ids.h"
 #include "lumen/common/thread_checker.h"
 
@@ -52,6 +55,10 @@ class RemoteOwners {
     JobId job;
     bool is_driver = false;
     std::string why;
+    // Its connection here while still open (a node declared dead while its
+    // processes' links stay up), else 0: the caller closes it, so nothing
+    // more is recorded under the freed key.
+    uint64_t conn = 0;
   };
   struct Options {
     boost::asio::io_context* io = nullptr;
@@ -69,8 +76,11 @@ class RemoteOwners {
   // A remote owner's hello on connection `conn`: returns the key its objects
   // are recorded under (the id of its first connection here; the same key
   // when it comes back after a link fault). `node`: the node it runs on (its
-  // binary id; empty from a peer that does not say).
-  uint64_t OnHello(const WorkerId& worker, const std::string& node, const JobId& job,
+  // binary id; empty from a peer that does not say). FailedPrecondition for
+  // an owner on a node already declared dead (NodeDied): the cluster gave
+  // up on that process, so what it would own here would never be freed
+  // before its job ends.
+  [[nodiscard]] absl::StatusOr<uint64_t> OnHello(const WorkerId& worker, const std::string& node, const JobId& job,
                    const std::string& listen_address, bool is_driver, uint64_t conn);
   // Its connection `conn` closed: from now on it is probed until it comes
   // back, is found dead (`gone`), or its job ends. Unknown connections: nothing.
@@ -79,7 +89,8 @@ class RemoteOwners {
   void EndJob(const JobId& job);
   // The head declared `node` (binary id) dead: every owner there is gone now,
   // connected or not (a frozen or cut-off host's addresses do not refuse a
-  // probe, they time out).
+  // probe, they time out), and later hellos from there are refused (the
+  // last kRememberedDeadNodes dead nodes are remembered).
   void NodeDied(const std::string& node);
 
   // Owners known, and those disconnected now (for tests and logs).
@@ -96,6 +107,7 @@ class RemoteOwners {
     bool is_driver = false;
     bool probing = false;  // a connect in flight
   };
+  static constexpr size_t kRememberedDeadNodes = 4096;
   void ScheduleProbes();
   void ProbeAll();
   void OnProbed(const WorkerId& worker, uint64_t key, const std::string& error);
@@ -104,6 +116,8 @@ class RemoteOwners {
   ThreadChecker io_thread_;
   absl::flat_hash_map<WorkerId, Owner> owners_;
   absl::flat_hash_map<uint64_t, WorkerId> by_conn_;  // open connections only
+  absl::flat_hash_set<std::string> dead_nodes_;         // binary node ids, from NodeDied
+  std::deque<std::string> dead_node_order_;             // oldest first, to bound dead_nodes_
   boost::asio::steady_timer timer_;
   bool timer_armed_ = false;
   std::shared_ptr<bool> alive_;  // false once destroyed: late connects do nothing

@@ -54,13 +54,14 @@ TEST_CASE("a remote owner whose link closed keeps its key while its address answ
   const WorkerId worker = WorkerId::Random();
   const JobId job = JobId::Random();
 
-  const uint64_t key = owners.OnHello(worker, "", job, address, /*is_driver=*/true, /*conn=*/11);
+  const uint64_t key =
+      owners.OnHello(worker, "", job, address, /*is_driver=*/true, /*conn=*/11).value();
   CHECK(key == 11);
   owners.OnClosed(11);
   CHECK(owners.disconnected() == 1);
   // Accepted probes (the owner lives): nothing is gone over 10 probe periods.
   CHECK_FALSE(RunUntil(io, [&] { return !gone.empty(); }, std::chrono::milliseconds(200)));
-  CHECK(owners.OnHello(worker, "", job, address, true, /*conn=*/12) == key);  // back: same key
+  CHECK(owners.OnHello(worker, "", job, address, true, /*conn=*/12).value() == key);  // back: same key
   CHECK(owners.disconnected() == 0);
 
   owners.OnClosed(12);
@@ -75,7 +76,7 @@ TEST_CASE("a remote owner whose link closed keeps its key while its address answ
 
   // A job's end forgets its owners, connected or not, without a report.
   const WorkerId other = WorkerId::Random();
-  owners.OnHello(other, "", job, "127.0.0.1:1", false, 13);
+  REQUIRE(owners.OnHello(other, "", job, "127.0.0.1:1", false, 13).ok());
   owners.OnClosed(13);
   owners.EndJob(job);
   CHECK(owners.known() == 0);
@@ -83,7 +84,7 @@ TEST_CASE("a remote owner whose link closed keeps its key while its address answ
 }
 
 TEST_CASE("the owners of a node the head declared dead are gone at once, connected or not, and "
-          "no others") {
+          "no others, and later hellos from there are refused") {
   // Invariant (reliability item 4): a frozen or cut-off host's addresses do
   // not refuse a probe (they accept, or time out), so probes alone would keep
   // its owners' objects here until their job ends; the head declaring their
@@ -104,10 +105,12 @@ TEST_CASE("the owners of a node the head declared dead are gone at once, connect
   const std::string dead_node(lumen::NodeId::Random().Binary());
   const std::string other_node(lumen::NodeId::Random().Binary());
   const JobId job = JobId::Random();
-  const uint64_t closed_key = owners.OnHello(WorkerId::Random(), dead_node, job, address, true, 21);
-  const uint64_t open_key = owners.OnHello(WorkerId::Random(), dead_node, job, address, false, 22);
-  owners.OnHello(WorkerId::Random(), other_node, job, address, false, 23);
-  owners.OnHello(WorkerId::Random(), "", job, address, false, 24);
+  const uint64_t closed_key =
+      owners.OnHello(WorkerId::Random(), dead_node, job, address, true, 21).value();
+  const WorkerId open_worker = WorkerId::Random();
+  const uint64_t open_key = owners.OnHello(open_worker, dead_node, job, address, false, 22).value();
+  REQUIRE(owners.OnHello(WorkerId::Random(), other_node, job, address, false, 23).ok());
+  REQUIRE(owners.OnHello(WorkerId::Random(), "", job, address, false, 24).ok());
   owners.OnClosed(21);
   // Its address still accepts: the probes find nothing dead.
   CHECK_FALSE(RunUntil(io, [&] { return !gone.empty(); }, std::chrono::milliseconds(200)));
@@ -123,11 +126,22 @@ TEST_CASE("the owners of a node the head declared dead are gone at once, connect
   for (const auto& g : gone) {
     CHECK(g.job == job);
     CHECK(g.why.find("declared dead") != std::string::npos);
+    // The link still open is named, for the caller to close: nothing more
+    // may be recorded under the freed key; the closed one names none.
+    CHECK(g.conn == (g.key == open_key ? 22u : 0u));
   }
   CHECK(owners.known() == 2);
+  // A process there that connects again (a frozen host thawed, a healed
+  // partition) is refused: the cluster gave up on it. Other nodes' are not.
+  absl::StatusOr<uint64_t> late = owners.OnHello(open_worker, dead_node, job, address, false, 25);
+  REQUIRE_FALSE(late.ok());
+  CHECK(late.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(late.status().message().find("declared dead") != std::string::npos);
+  CHECK(owners.OnHello(WorkerId::Random(), other_node, job, address, false, 26).ok());
+  CHECK(owners.known() == 3);
   // The open link's later close, and the node's death said again, change nothing.
   owners.OnClosed(22);
   owners.NodeDied(dead_node);
   CHECK_FALSE(RunUntil(io, [&] { return gone.size() > 2; }, std::chrono::milliseconds(100)));
-  CHECK(owners.known() == 2);
+  CHECK(owners.known() == 3);
 }
