@@ -2,8 +2,10 @@
 // single_client_tasks_async and 1_1_actor_calls_async on embedded clusters with
 // task events on and off (LUMEN_TASK_EVENTS=0 for the daemons and workers, the
 // driver's recorder switched off), in two rounds (LUMEN_TASK_EVENTS_ROUNDS when
-// set; on first in even rounds, off first in odd ones), so the measurements of
-// each metric come from one run on one machine state.
+// set; on first in even rounds, off first in odd ones), after one untimed
+// warm-up cluster (the process's first cluster pays one-time costs that would
+// fall on whichever setting ran first), so the measurements of each metric
+// come from one run on one machine state.
 //
 //   RunTaskEventsOverhead(out, quick);
 //
