@@ -378,14 +378,6 @@ void CoreWorker::CreateActorOwner() {
       .leaser = *actor_host_, .processes = *actor_host_, .names = *actor_host_});
 }
 
-void CoreWorker::WhenActorSettled(
-    const ObjectId& id, const std::string& failed_address,
-    std::function<void(bool alive, std::string address, std::string death)> cb) {
-  actor_owner_->WhenSettled(id, failed_address, [cb = std::move(cb)](actors::ActorLocation where) {
-    cb(where.alive, std::move(where.address), std::move(where.death));
-  });
-}
-
 std::vector<std::shared_ptr<Connection>> CoreWorker::OnActorNodeDead(const NodeId& node,
                                                                      const absl::Status& why) {
   std::vector<std::shared_ptr<Connection>> channels;

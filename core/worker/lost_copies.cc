@@ -44,46 +44,6 @@ void CoreWorker::OnCopyUnreadable(const ObjectId& id, const NodeId& node, const 
                     node);
 }
 
-void CoreWorker::AnswerWhenReady(Connection& conn, uint64_t request_id, const ObjectId& id) {
-  bool ready = true;
-  bool too_many = false;
-  {
-    ObjectTable::Locked objects(*object_table_);
-    auto it = objects->find(id);
-    if (it != objects->end() && !it->second.ready) {
-      ready = false;
-      // Each parked wait counts against its connection until it runs or
-      // its object goes (the slot is released with the callback).
-      auto& count = parked_waits_[conn.id()];
-      if (!count) count = std::make_shared<std::atomic<size_t>>(0);
-      if (count->load() >= kMaxParkedWaitsPerPeer ||
-          parked_waits_total_->load() >= kMaxParkedWaits) {
-        too_many = true;
-      } else {
-        // Counted per peer and in all (the callbacks of a peer that left
-        // stay until their object is ready or freed).
-        ++*count;
-        ++*parked_waits_total_;
-        std::shared_ptr<void> slot(nullptr, [count, total = parked_waits_total_](void*) {
-          --*count;
-          --*total;
-        });
-        std::weak_ptr<Connection> weak = conn.shared_from_this();
-        it->second.on_ready.push_back([this, weak, request_id, id, slot] {
-          if (auto c = weak.lock()) SendObjectStatus(*c, request_id, id);
-        });
-      }
-    }
-  }
-  if (too_many) {
-    conn.Close(absl::ResourceExhaustedError(absl::StrCat(
-        "too many parked waits for objects (", kMaxParkedWaitsPerPeer, " per peer, ",
-        kMaxParkedWaits, " in all)")));
-    return;
-  }
-  if (ready) SendObjectStatus(conn, request_id, id);
-}
-
 absl::StatusOr<CoreWorker::RecoveredCopy> CoreWorker::RecoverFromOwner(const ObjectId& id,
                                                                       const std::string& owner,
                                                                       const NodeId& node,
@@ -137,7 +97,7 @@ absl::StatusOr<CoreWorker::RecoveredCopy> CoreWorker::RecoverFromOwner(const Obj
             finish(absl::DataLossError(absl::StrCat("object ", id.Hex(), " was freed")));
             return;
           }
-          FillValue(value, it->second);
+          FillValue(value, it->second, listen_address_);
         }
         finish(copy_from(value.asReader()));
       };

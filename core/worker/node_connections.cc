@@ -1,6 +1,8 @@
 // CoreWorker: connections and requests to node daemons (ours and the ones we
 // lease from), the transport of the lease requester (lease_requester.h), and
-// what a node's death means for leases, actors and object copies. io thread.
+// what a node's death means for leases, actors and object copies; the
+// connections we open to other processes' owner services, and what we tell
+// the owners of objects we borrow. io thread.
 #include "lumen/worker/core_worker.h"
 
 #include <sys/socket.h>
@@ -14,9 +16,11 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "core/worker/object_recovery.h"
+#include "core/worker/owner_service.h"
 #include "core/worker/task_event_flusher.h"
 #include "core/worker/worker_state.h"
 #include "lumen/common/codec.h"
+#include "lumen/common/failure_types.h"
 #include "lumen/common/head_client.h"
 #include "lumen/common/logging.h"
 #include "lumen/common/process.h"
@@ -222,6 +226,152 @@ void CoreWorker::NodeLeaseTransport::After(std::chrono::milliseconds delay,
   auto timer = std::make_shared<boost::asio::steady_timer>(core_.io_, delay);
   timer->async_wait(
       [timer, fn = std::move(fn)](const boost::system::error_code&) { fn(); });
+}
+
+// ---------------------------------------------------------------------------
+// Connections to other processes' owner services: requests, borrowing.
+
+void CoreWorker::SendPeerHello(Connection& conn) {
+  OutMessage out;
+  InitHello(out.Init(), proto::Role::PEER);
+  conn.Send(out.builder());
+}
+
+void CoreWorker::WithPeer(const std::string& address, ConnectionUse use) {
+  io_checker_.Check("CoreWorker::WithPeer");
+  WithConnection(connecting_peers_, peers_, address, std::move(use), &CoreWorker::AdoptPeer);
+}
+
+void CoreWorker::WithConnection(
+    absl::flat_hash_map<std::string, std::vector<ConnectionUse>>& waiting,
+    const absl::flat_hash_map<std::string, std::shared_ptr<Connection>>& open,
+    const std::string& address, ConnectionUse use,
+    std::shared_ptr<Connection> (CoreWorker::*adopt)(const std::string&, Socket)) {
+  // Behind a connect in flight: wait in order (an escape before its removeBorrower).
+  if (auto pending = waiting.find(address); pending != waiting.end()) {
+    pending->second.push_back(std::move(use));
+    return;
+  }
+  auto it = open.find(address);
+  if (it != open.end() && !it->second->closed()) {
+    use(it->second);
+    return;
+  }
+  waiting[address].push_back(std::move(use));
+  AsyncConnectToAddress(io_, address, options_.session_dir, options_.timeouts.connect_timeout,
+                        [this, &waiting, &open, address, adopt](absl::StatusOr<Socket> socket) {
+                          OnConnectEnded(waiting, open, address, std::move(socket), adopt);
+                        });
+}
+
+void CoreWorker::OnConnectEnded(
+    absl::flat_hash_map<std::string, std::vector<ConnectionUse>>& waiting,
+    const absl::flat_hash_map<std::string, std::shared_ptr<Connection>>& open,
+    const std::string& address, absl::StatusOr<Socket> socket,
+    std::shared_ptr<Connection> (CoreWorker::*adopt)(const std::string&, Socket)) {
+  auto entry = waiting.extract(address);
+  if (entry.empty() || stopped_) return;  // shutting down: nothing is sent any more
+  absl::StatusOr<std::shared_ptr<Connection>> conn;
+  auto it = open.find(address);
+  if (it != open.end() && !it->second->closed()) {
+    conn = it->second;  // opened meanwhile; the new socket closes
+  } else if (!socket.ok()) {
+    conn = socket.status();
+  } else {
+    conn = (this->*adopt)(address, std::move(*socket));
+  }
+  for (auto& use : entry.mapped()) use(conn);
+}
+
+std::shared_ptr<Connection> CoreWorker::AdoptPeer(const std::string& address, Socket socket) {
+  auto conn = Connection::Create(std::move(socket), RuntimePeerConnectionOptions());
+  conn->Start([this](Connection& c, proto::Envelope::Reader m) {
+                // Replies to our requests; anything else is served as on a
+                // connection the peer opened (owner_service.h).
+                if (!m.isActorState() && !m.isObjectStatus()) {
+                  owner_service_->OnFrame(c, m);
+                  return;
+                }
+                io_checker_.Check("CoreWorker::AdoptPeer");
+                auto it = peer_requests_.find(m.getRequestId());
+                if (it == peer_requests_.end()) return;
+                auto cb = std::move(it->second.callback);
+                peer_requests_.erase(it);
+                cb(m);
+              },
+              [this, address](Connection& c, const absl::Status& why) {
+                peers_.erase(address);
+                // Nothing will answer the requests sent on it: each callback
+                // gets an empty envelope (read as "no answer").
+                std::vector<std::function<void(proto::Envelope::Reader)>> unanswered;
+                absl::erase_if(peer_requests_, [&](auto& entry) {
+                  if (entry.second.conn_id != c.id()) return false;
+                  unanswered.push_back(std::move(entry.second.callback));
+                  return true;
+                });
+                capnp::MallocMessageBuilder empty;
+                auto nothing = empty.initRoot<proto::Envelope>().asReader();
+                for (auto& callback : unanswered) callback(nothing);
+                if (stopped_) return;
+                // The owner is gone: what we were waiting for from it is lost.
+                std::vector<ObjectId> lost;
+                {
+                  ObjectTable::Locked objects(*object_table_);
+                  for (auto& [id, e] : *objects) {
+                    if (!e.owned && !e.ready && e.requested && e.owner_address == address) {
+                      lost.push_back(id);
+                    }
+                  }
+                }
+                for (const auto& orphan : actor_submitter_->LocatingThrough(address)) {
+                  OnActorOwnerUnreachable(orphan.actor, orphan.failed_address,
+                                          absl::StrCat("the actor's owner at ", address,
+                                                       " died: ", why.message()));
+                }
+                for (const auto& id : lost) {
+                  memory_store_->SetFailed(id, Failure{proto::FailureKind::OBJECT_LOST,
+                                              kOwnerDiedErrorType,
+                                              absl::StrCat("the owner of object ", id.Hex(), " at ",
+                                                           address, " died: ", why.message()),
+                                              ""});
+                }
+              });
+  SendPeerHello(*conn);
+  peers_[address] = conn;
+  return conn;
+}
+
+// Borrowing: what the reference counter tells other owners.
+
+void CoreWorker::SendEscapeRef(const ObjectId& id, const std::string& owner) {
+  // A borrowed ref passed on: the owner pins it for the next reader. Sent on the
+  // same connection as (and so before) our own removeBorrower.
+  PostToIo("worker.send_escape_ref", [this, id, owner] {
+    WithPeer(owner, [id](absl::StatusOr<std::shared_ptr<Connection>> conn) {
+      if (!conn.ok()) return;  // the owner is gone; so is the object
+      OutMessage out;
+      out.Init().setEscapeRef(DataOf(id));
+      (*conn)->Send(out.builder());
+    });
+  });
+}
+
+void CoreWorker::SendBorrowerChange(const ObjectId& id, const std::string& owner, bool add) {
+  if (stopped_) return;
+  PostToIo("worker.send_borrower_change", [this, id, owner, add] {
+    WithPeer(owner, [id, add](absl::StatusOr<std::shared_ptr<Connection>> conn) {
+      if (!conn.ok()) return;  // the owner is gone; so is the object
+      OutMessage out;
+      auto env = out.Init();
+      capnp::Data::Reader data = DataOf(id);
+      if (add) {
+        env.setAddBorrower(data);
+      } else {
+        env.setRemoveBorrower(data);
+      }
+      (*conn)->Send(out.builder());
+    });
+  });
 }
 
 }  // namespace lumen::runtime

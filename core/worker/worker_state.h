@@ -17,6 +17,8 @@
 #include "core/worker/lease_requester.h"
 #include "core/worker/memory_store.h"
 #include "core/worker/normal_task_submitter.h"
+#include "core/worker/object_value.h"
+#include "core/worker/owner_service.h"
 #include "core/worker/object_table.h"
 #include "core/worker/pending_task.h"
 #include "core/worker/reference_counter.h"
@@ -33,19 +35,6 @@ inline std::string SchedulingKey(const internal::SchedulingOptions& s) {
   if (s.kind == internal::SchedulingOptions::Kind::kDefault && s.placement_group.empty()) return "";
   return absl::StrCat("|", static_cast<int>(s.kind), ":", s.node.Hex(), ":", s.soft, ":",
                       s.placement_group, ":", s.bundle_index);
-}
-
-inline Failure FailureFromProto(proto::TaskFailure::Reader f) {
-  return Failure{f.getKind(), f.getExceptionType().cStr(), f.getMessage().cStr(),
-                 f.getLocation().cStr(), f.getCancelled()};
-}
-
-inline void FailureToProto(const Failure& failure, proto::TaskFailure::Builder out) {
-  out.setKind(failure.kind);
-  out.setExceptionType(failure.exception_type);
-  out.setMessage(failure.message);
-  out.setLocation(failure.location);
-  out.setCancelled(failure.cancelled);
 }
 
 // Spin briefly before blocking: a cross-CPU wake-up costs tens of microseconds,
@@ -105,6 +94,30 @@ class CoreWorker::NodeLeaseTransport final : public LeaseTransport {
                                                        std::weak_ptr<Connection> node,
                                                        uint64_t conn_id, bool drop);
 
+  CoreWorker& core_;
+};
+
+// The OwnerServiceHost of owner_service_: the runtime's side of what peers
+// ask (object copies, actor identity). io thread only.
+class CoreWorker::ServiceHost final : public OwnerServiceHost {
+ public:
+  // `core` outlives the host (it owns it).
+  explicit ServiceHost(CoreWorker& core) : core_(core) {}
+  bool Post(const char* name, std::function<void()> fn) override {
+    return core_.PostToIo(name, std::move(fn));
+  }
+  void OnObjectLocationAdded(const ObjectId& id, const NodeId& node,
+                             const std::string& address) override {
+    core_.OnObjectLocationAdded(id, node, address);
+  }
+  void OnCopyUnreadable(const ObjectId& id, const NodeId& node, const std::string& why) override {
+    core_.OnCopyUnreadable(id, node, why);
+  }
+  // executor_host.cc: the actor process's identity and its end.
+  void OnKillUnowned(const ObjectId& id) override;
+  void OnBecomeActor(Connection& owner, const ObjectId& id, std::string name) override;
+
+ private:
   CoreWorker& core_;
 };
 

@@ -8,8 +8,9 @@
 //     core_worker.cc       startup, shutdown, dispatch of node-daemon frames
 //     store_provider.cc    create/seal/abort/get/delete in the node's store; Put
 //     object_getter.cc     Get: memory store -> owner -> pull, other copies
-//     owner_service.cc     waits, locations, borrowers, kills from peers
-//     node_connections.cc  connections and requests to node daemons
+//     node_connections.cc  connections and requests to node daemons and to
+//                          other owners' services; borrower messages we send
+//     lost_copies.cc       an unreadable copy: the owner's rebuild, the reader's wait
 //     task_submission.cc   SubmitTask, hand-off to the actor or normal submitter
 //     executor_host.cc     worker mode: ExecutorHost, the TaskExecutor's host
 //     state_rows.cc        `lumen list` rows of what this process owns
@@ -20,7 +21,9 @@
 //     actor_names.cc       the head's actor-name requests (actor_names.h)
 //   Parts with a class of their own:
 //     ObjectTable (object_table.h), ReferenceCounter, MemoryStore,
-//     BorrowerRegistry, DependencyResolver, LeaseRequester,
+//     OwnerService (our listeners and what peers ask: waits, locations,
+//     borrowers, kills, pushed tasks) with its BorrowerRegistry,
+//     DependencyResolver, LeaseRequester,
 //     NormalTaskSubmitter, TaskManager, ObjectRecovery (lineage),
 //     TaskReceiver, TaskExecutor,
 //     HeadRequester, TaskEventFlusher, OutputTagger, WorkerLogPrinter: each
@@ -59,7 +62,6 @@
 #include "lumen/actors/actor_lifecycle.h"
 #include "lumen/actors/actor_owner.h"
 #include "lumen/actors/actor_task_submitter.h"
-#include "lumen/common/accept_retry.h"
 #include "lumen/common/address.h"
 #include "lumen/common/connection.h"
 #include "lumen/common/ids.h"
@@ -73,7 +75,7 @@ namespace lumen::runtime {
 
 class HeadRequester;   // core/worker/head_requester.h
 class LeaseRequester;  // core/worker/lease_requester.h
-class BorrowerRegistry;  // core/worker/borrower_registry.h
+class OwnerService;      // core/worker/owner_service.h
 struct ObjectEntry;       // core/worker/object_table.h
 class ObjectTable;        // core/worker/object_table.h
 class ReferenceCounter;   // core/worker/reference_counter.h
@@ -195,12 +197,6 @@ class CoreWorker {
   void OnNodeFrame(Connection& conn, proto::Envelope::Reader msg);
   // `lumen list actors|tasks|objects`: what this process owns, one row each.
   void SendStateRows(Connection& conn, uint64_t request_id, const std::string& what);
-  // Accept peers on the Unix and TCP listeners until they close.
-  void AcceptUnix();
-  void AcceptTcp();
-  void OnPeerAccepted(Socket socket);
-  void OnPeerFrame(Connection& conn, proto::Envelope::Reader msg);
-  void OnBorrowerChange(uint64_t conn_id, const ObjectId& id, int delta);
   // Tells `owner` we start (add) or stop borrowing `id` (any thread; posted).
   void SendBorrowerChange(const ObjectId& id, const std::string& owner, bool add);
   // Tells `owner` a borrowed ref of `id` was passed on (any thread; posted).
@@ -216,6 +212,7 @@ class CoreWorker {
   // fails with a failed argument's error). Takes ownership of a normal task.
   void OnTaskResolved(PendingTask* task);
   class NodeLeaseTransport;  // worker_state.h
+  class ServiceHost;         // worker_state.h: OwnerService's host
   class SubmitterTransport;  // worker_state.h
   // A connection to the node daemon at `address` (ours when empty or ours).
   // What waits for a connection: it, or the connect's error. io thread.
@@ -243,8 +240,6 @@ class CoreWorker {
   void AskWorkerExitCause(const std::shared_ptr<Connection>& node, const WorkerId& worker,
                           std::function<void(std::string cause)> done);
   void SendLeaseEnd(const std::shared_ptr<Connection>& node, uint64_t lease_id, bool kill);
-  void SendRequeued(Connection& conn, const TaskId& task_id, uint32_t attempt);
-  void SendObjectStatus(Connection& conn, uint64_t request_id, const ObjectId& id);
   void RequestObjectFromOwner(const ObjectId& id, const std::string& owner);
   // Like WithNode, for the owner service of another process at `address`.
   void WithPeer(const std::string& address, ConnectionUse use);
@@ -267,7 +262,6 @@ class CoreWorker {
       std::shared_ptr<Connection> (CoreWorker::*adopt)(const std::string&, Socket));
   // The first frame on a connection we open to another process's owner service.
   static void SendPeerHello(Connection& conn);
-  void FillValue(proto::Value::Builder out, const ObjectEntry& entry);
 
   // Answers every request waiting at a node daemon with an empty envelope (read
   // as "no reply"); with `conn_id`, only those sent on that connection. io thread.
@@ -342,9 +336,6 @@ class CoreWorker {
   // (`why`): that copy is forgotten; with none left, the object is rebuilt
   // (or fails: ObjectRecovery::OnLost).
   void OnCopyUnreadable(const ObjectId& id, const NodeId& node, const std::string& why);
-  // Owner service, io thread: answers `request_id` on `conn` with the
-  // object's status once it is ready or failed (parked until then).
-  void AnswerWhenReady(Connection& conn, uint64_t request_id, const ObjectId& id);
   // Reader side, blocking (not on the io thread): tells `owner` (our own
   // listen address: this process) that `id` could not be read at `node` and
   // waits until it is ready again. Errors: the object failed (its failure's
@@ -363,9 +354,6 @@ class CoreWorker {
   // actor_owner_, its runtime half actor_host_.
   void CreateActorOwner();
   void SendKillActor(Connection& conn, const ObjectId& id, bool no_restart);
-  // actor_owner_->WhenSettled, for the owner service's answer.
-  void WhenActorSettled(const ObjectId& id, const std::string& failed_address,
-                        std::function<void(bool alive, std::string address, std::string death)> cb);
   // `node` was declared dead: the links of our actors there close; returns
   // our calls' channels to those actors, for the caller to close.
   std::vector<std::shared_ptr<Connection>> OnActorNodeDead(const NodeId& node,
@@ -395,12 +383,6 @@ class CoreWorker {
   boost::asio::io_context io_;
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
   std::thread io_thread_;
-  std::unique_ptr<boost::asio::local::stream_protocol::acceptor> acceptor_;
-  std::unique_ptr<boost::asio::ip::tcp::acceptor> tcp_acceptor_;
-  // Keep the accept loops alive through EMFILE and the like (io thread only).
-  AcceptRetry unix_accept_retry_{io_, "driver/worker unix listener"};
-  AcceptRetry tcp_accept_retry_{io_, "driver/worker tcp listener"};
-  std::string unix_path_;     // the Unix half of listen_address_
   std::string node_address_;  // our node daemon's address (TCP and Unix)
   std::shared_ptr<Connection> node_conn_;
   // Sends our task events to the node daemon (io thread; goes before io_).
@@ -453,21 +435,11 @@ class CoreWorker {
   // services (peers_) and to other nodes' daemons (remote_nodes_).
   absl::flat_hash_map<std::string, std::vector<ConnectionUse>> connecting_peers_;
   absl::flat_hash_map<std::string, std::vector<ConnectionUse>> connecting_nodes_;
-  absl::flat_hash_map<uint64_t, std::shared_ptr<Connection>> inbound_;  // by connection id
-  // Caps the accepted connections that have not said hello yet (io thread).
-  // Connections awaiting their hello, capped per listener (TCP, Unix socket).
-  HelloAdmission admission_{ServerLimits::FromEnv(), "owner service"};
-  HelloAdmission local_admission_{ServerLimits::FromEnv(), "owner service"};
-  // Object waits parked per accepted connection (io thread; the counts are
-  // decremented by the parked callbacks, wherever they are destroyed). A peer
-  // over the limit is disconnected.
-  static constexpr size_t kMaxParkedWaitsPerPeer = 1000000;
-  static constexpr size_t kMaxParkedWaits = 2000000;
-  absl::flat_hash_map<uint64_t, std::shared_ptr<std::atomic<size_t>>> parked_waits_;
-  std::shared_ptr<std::atomic<size_t>> parked_waits_total_ =
-      std::make_shared<std::atomic<size_t>>(0);
-  // Objects each inbound peer borrows from us, with counts (dropped if it dies).
-  std::unique_ptr<BorrowerRegistry> borrowers_;
+  // The owner service (owner_service.h): our listeners, the connections
+  // peers opened to us and their frames; its host is our half. Made by
+  // Connect (it needs the worker id); goes before the maps its callbacks use.
+  std::unique_ptr<ServiceHost> service_host_;
+  std::unique_ptr<OwnerService> owner_service_;
 
   // Owner side of actors: the actors this process created (lumen/actors) and
   // the runtime half it asks (io thread only). The host outlives the manager.
