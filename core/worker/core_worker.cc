@@ -17,6 +17,7 @@
 #include "core/worker/actor_host.h"
 #include "core/worker/actor_names.h"
 #include "core/worker/head_requester.h"
+#include "core/worker/outbound_connections.h"
 #include "core/worker/owner_service.h"
 #include "core/worker/dependency_resolver.h"
 #include "core/worker/executor_host.h"
@@ -291,6 +292,21 @@ absl::Status CoreWorker::Connect() {
   int raw = node_socket.release();
   Socket generic(io_, boost::asio::generic::stream_protocol(AF_UNIX, 0), raw);
   node_conn_ = Connection::Create(std::move(generic));
+  connections_host_ = std::make_unique<ConnectionsHost>(*this);
+  connections_ = std::make_unique<OutboundConnections>(
+      io_, *connections_host_,
+      OutboundConnections::Options{
+          .session_dir = options_.session_dir,
+          .connect_timeout = options_.timeouts.connect_timeout,
+          .node_address = node_address_,
+          .worker_id = options_.worker_id,
+          .job_id = options_.job_id,
+          .node_id = node_id_,
+          .exe_path = exe_path_,
+          .listen_address = listen_address_,
+          .is_driver = !options_.is_worker,
+          .log_to_driver = !options_.is_worker && options_.log_to_driver},
+      node_conn_);
   node_conn_->Start([this](Connection& c, proto::Envelope::Reader m) { OnNodeFrame(c, m); },
                     [this](Connection&, const absl::Status& why) { OnNodeLost(why); });
   output_tagger_ =
@@ -310,7 +326,7 @@ absl::Status CoreWorker::Connect() {
 void CoreWorker::OnNodeLost(const absl::Status& why) {
   node_lost_ = true;
   if (!stopped_) LUMEN_LOG(DEBUG) << "lost the node daemon: " << why;
-  FailNodeRequests();
+  connections_->FailNodeRequests();
   // Nothing will arrive any more: fail whatever is still pending.
   std::vector<ObjectId> waiting;
   {
@@ -323,21 +339,6 @@ void CoreWorker::OnNodeLost(const absl::Status& why) {
                                 "lost the connection to the node daemon", ""});
   }
   receiver_->Stop();  // executor threads blocked in Take return and see node_lost_
-}
-
-void CoreWorker::FailNodeRequests(std::optional<uint64_t> conn_id) {
-  std::vector<std::function<void(proto::Envelope::Reader)>> failed;
-  for (auto it = node_requests_.begin(); it != node_requests_.end();) {
-    if (!conn_id || it->second.conn_id == *conn_id) {
-      failed.push_back(std::move(it->second.callback));
-      node_requests_.erase(it++);
-    } else {
-      ++it;
-    }
-  }
-  capnp::MallocMessageBuilder empty;
-  auto reader = empty.initRoot<proto::Envelope>().asReader();
-  for (auto& callback : failed) callback(reader);
 }
 
 CoreWorker::~CoreWorker() {
@@ -369,20 +370,18 @@ void CoreWorker::Stop() {
       }
     });
     owner_service_->StopAccepting();
-    auto remotes = remote_nodes_;  // closing erases from remote_nodes_
-    for (auto& [address, conn] : remotes) conn->Close(absl::CancelledError("shutdown"));
+    connections_->CloseRemoteNodes(absl::CancelledError("shutdown"));
     if (event_flusher_) event_flusher_->FlushBeforeClose();
     if (node_conn_) node_conn_->Close(absl::CancelledError("shutdown"));
     submitter_->CloseAll(absl::CancelledError("shutdown"));
-    auto peers = peers_;  // closing erases from peers_
-    for (auto& [addr, conn] : peers) conn->Close(absl::CancelledError("shutdown"));
+    connections_->ClosePeers(absl::CancelledError("shutdown"));
     owner_service_->CloseInbound();
     CloseActorChannels();
     // Requests to the head in flight (a detached actor's address, a name to
     // free) finish first, each within its deadline.
     head_->WhenIdle([this] {
       // Whoever still waits for a node daemon gets "no reply", not silence.
-      FailNodeRequests();
+      connections_->FailNodeRequests();
       work_.reset();
       io_.stop();
     });
@@ -448,15 +447,10 @@ void CoreWorker::OnNodeFrame(Connection& conn, proto::Envelope::Reader msg) {
     WorkerLogPrinter().Print(msg.getWorkerLogs());
     return;
   }
-  uint64_t request_id = msg.getRequestId();
-  auto it = node_requests_.find(request_id);
-  if (it == node_requests_.end()) {
-    LUMEN_LOG(DEBUG) << "unexpected frame from the node daemon (request " << request_id << ")";
-    return;
+  if (!connections_->TakeNodeReply(msg)) {
+    LUMEN_LOG(DEBUG) << "unexpected frame from the node daemon (request " << msg.getRequestId()
+                     << ")";
   }
-  auto callback = std::move(it->second.callback);
-  node_requests_.erase(it);
-  callback(msg);
 }
 
 }  // namespace lumen::runtime

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "core/worker/object_recovery.h"
+#include "core/worker/outbound_connections.h"
 #include "core/worker/worker_state.h"
 #include "lumen/common/logging.h"
 #include "lumen/common/proto_util.h"
@@ -113,29 +114,28 @@ absl::StatusOr<CoreWorker::RecoveredCopy> CoreWorker::RecoverFromOwner(const Obj
       if (ready) answer_now();
       return;
     }
-    WithPeer(owner, [this, id, node, why, finish, copy_from](absl::StatusOr<std::shared_ptr<Connection>> conn) {
+    connections_->WithPeer(owner, [this, id, node, why, finish, copy_from](
+                                      absl::StatusOr<std::shared_ptr<Connection>> conn) {
       if (!conn.ok()) {
         finish(absl::UnavailableError(absl::StrCat("its owner is unreachable (it died): ",
                                                    conn.status().message())));
         return;
       }
-      uint64_t request_id = next_request_id_++;
-      peer_requests_[request_id] =
-          PeerRequest{(*conn)->id(), [finish, copy_from](proto::Envelope::Reader msg) {
-                        if (!msg.isObjectStatus()) {
-                          finish(absl::UnavailableError("its owner died before it answered"));
-                          return;
-                        }
-                        finish(copy_from(msg.getObjectStatus().getValue()));
-                      }};
-      OutMessage out;
-      auto env = out.Init();
-      env.setRequestId(request_id);
-      auto req = env.initRecoverObject();
-      req.setObjectId(DataOf(id));
-      req.setNodeId(DataOf(node));
-      req.setError(why);
-      (*conn)->Send(out.builder());
+      connections_->SendPeerRequest(
+          **conn,
+          [&](proto::Envelope::Builder env) {
+            auto req = env.initRecoverObject();
+            req.setObjectId(DataOf(id));
+            req.setNodeId(DataOf(node));
+            req.setError(why);
+          },
+          [finish, copy_from](proto::Envelope::Reader msg) {
+            if (!msg.isObjectStatus()) {
+              finish(absl::UnavailableError("its owner died before it answered"));
+              return;
+            }
+            finish(copy_from(msg.getObjectStatus().getValue()));
+          });
     });
   });
   if (!posted) return absl::CancelledError("the runtime is shutting down");

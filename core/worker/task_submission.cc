@@ -241,7 +241,7 @@ void CoreWorker::SubmitterTransport::ConnectWorker(const std::string& address,
             [&core, on_lost = std::move(handlers.on_lost)](Connection&, const absl::Status& why) {
               if (!core.stopped_) on_lost(why);
             });
-        SendPeerHello(*conn);
+        OutboundConnections::SendPeerHello(*conn);
         done(std::make_unique<Worker>(core, std::move(conn)));
       });
 }

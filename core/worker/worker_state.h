@@ -18,6 +18,7 @@
 #include "core/worker/memory_store.h"
 #include "core/worker/normal_task_submitter.h"
 #include "core/worker/object_value.h"
+#include "core/worker/outbound_connections.h"
 #include "core/worker/owner_service.h"
 #include "core/worker/object_table.h"
 #include "core/worker/pending_task.h"
@@ -72,7 +73,7 @@ class CoreWorker::NodeLeaseTransport final : public LeaseTransport {
                         bool grant_or_reject, std::function<bool(proto::Envelope::Reader)> on_reply,
                         SentCallback on_sent) override;
   void OnSpillback(const std::string& address, const NodeId& node) override {
-    core_.remote_node_ids_[address] = node;
+    core_.connections_->RecordNodeId(address, node);
   }
   void After(std::chrono::milliseconds delay, std::function<void()> fn) override;
 
@@ -116,6 +117,26 @@ class CoreWorker::ServiceHost final : public OwnerServiceHost {
   // executor_host.cc: the actor process's identity and its end.
   void OnKillUnowned(const ObjectId& id) override;
   void OnBecomeActor(Connection& owner, const ObjectId& id, std::string name) override;
+
+ private:
+  CoreWorker& core_;
+};
+
+// The OutboundConnectionsHost of connections_: frames that are not replies
+// (node daemons' to OnNodeFrame, owners' to the owner service) and the loss
+// of another owner (node_connections.cc). io thread only.
+class CoreWorker::ConnectionsHost final : public OutboundConnectionsHost {
+ public:
+  // `core` outlives the host (it owns it).
+  explicit ConnectionsHost(CoreWorker& core) : core_(core) {}
+  bool Stopped() const override { return core_.stopped_; }
+  void OnNodeFrame(Connection& conn, proto::Envelope::Reader msg) override {
+    core_.OnNodeFrame(conn, msg);
+  }
+  void OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) override {
+    core_.owner_service_->OnFrame(conn, msg);
+  }
+  void OnOwnerLost(const std::string& address, const absl::Status& why) override;
 
  private:
   CoreWorker& core_;
