@@ -162,7 +162,7 @@ void CoreWorker::NotifyBlocked(bool blocked) {
   // attempt), and the ones that arrive while it waits too.
   for (auto& task : receiver_->SetBlocked(blocked)) {
     std::weak_ptr<Connection> reply_to = task->reply_to;
-    PostToIo("worker.hand_back_queued_task", [this, reply_to, id = task->task_id, attempt = task->attempt] {
+    PostToIo("worker.hand_back_queued_task", [reply_to, id = task->task_id, attempt = task->attempt] {
       if (auto conn = reply_to.lock()) OwnerService::SendRequeued(*conn, id, attempt);
     });
   }
