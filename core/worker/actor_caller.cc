@@ -62,7 +62,7 @@ void CoreWorker::ActorCaller::OpenChannel(const ObjectId& actor, const std::stri
             [core, actor, channel](Connection&, const absl::Status&) {
               if (!core->stopped_) core->OnActorChannelLost(actor, channel);
             });
-        SendPeerHello(*conn);
+        OutboundConnections::SendPeerHello(*conn);
         channels_[channel] = std::move(conn);
         core->actor_submitter_->OnChannelOpened(actor, address, channel);
       });
@@ -99,29 +99,28 @@ void CoreWorker::LocateActor(const ObjectId& id, const std::string& owner,
   // The owner's answer comes on the connection the request went out on; a
   // connect that fails (or times out, Timeouts::connect_timeout) is an
   // unreachable owner.
-  WithPeer(owner, [this, id, failed_address](absl::StatusOr<std::shared_ptr<Connection>> conn) {
+  connections_->WithPeer(owner, [this, id, failed_address](absl::StatusOr<std::shared_ptr<Connection>> conn) {
     if (!conn.ok()) {
       OnActorOwnerUnreachable(id, failed_address,
                               absl::StrCat("the actor's owner is unreachable: ",
                                            conn.status().message()));
       return;
     }
-    uint64_t request_id = next_request_id_++;
-    peer_requests_[request_id] = PeerRequest{(*conn)->id(), [this, id](proto::Envelope::Reader msg) {
-      if (!msg.isActorState()) return;
-      auto state = msg.getActorState();
-      actor_submitter_->OnLocated(
-          id, actors::ActorLocation{state.getAlive(), state.getAddress().cStr(),
-                                    state.getReason().cStr(),
-                                    static_cast<int>(state.getMaxTaskRetries())});
-    }};
-    OutMessage out;
-    auto env = out.Init();
-    env.setRequestId(request_id);
-    auto req = env.initWaitActor();
-    req.setActorId(DataOf(id));
-    req.setFailedAddress(failed_address);
-    (*conn)->Send(out.builder());
+    connections_->SendPeerRequest(
+        **conn,
+        [&](proto::Envelope::Builder env) {
+          auto req = env.initWaitActor();
+          req.setActorId(DataOf(id));
+          req.setFailedAddress(failed_address);
+        },
+        [this, id](proto::Envelope::Reader msg) {
+          if (!msg.isActorState()) return;
+          auto state = msg.getActorState();
+          actor_submitter_->OnLocated(
+              id, actors::ActorLocation{state.getAlive(), state.getAddress().cStr(),
+                                        state.getReason().cStr(),
+                                        static_cast<int>(state.getMaxTaskRetries())});
+        });
   });
 }
 

@@ -108,7 +108,7 @@ void CoreWorker::KillActor(const internal::RefHandle& actor, bool no_restart) {
     }
     // The owner decides (it may restart the actor); connecting to it does not
     // block the io thread (Timeouts::connect_timeout).
-    WithPeer(owner, [this, id, no_restart](absl::StatusOr<std::shared_ptr<Connection>> conn) {
+    connections_->WithPeer(owner, [this, id, no_restart](absl::StatusOr<std::shared_ptr<Connection>> conn) {
       if (conn.ok()) {
         SendKillActor(**conn, id, no_restart);
         return;
@@ -128,7 +128,7 @@ void CoreWorker::KillActor(const internal::RefHandle& actor, bool no_restart) {
           unreachable();
           return;
         }
-        WithPeer(address, [this, id, no_restart,
+        connections_->WithPeer(address, [this, id, no_restart,
                            unreachable](absl::StatusOr<std::shared_ptr<Connection>> conn) {
           if (!conn.ok()) {
             unreachable();
@@ -331,7 +331,7 @@ std::unique_ptr<actors::ActorProcess> CoreWorker::ActorHost::StartProcess(
         state->shared->conn = state->conn;
         state->shared->address = address;
         core->actor_caller_->AddLink(id, state->shared);
-        SendPeerHello(*state->conn);
+        OutboundConnections::SendPeerHello(*state->conn);
         state->conn->SendFramed(frames);
       });
   return std::make_unique<ProcessLink>(core_, std::move(state));
@@ -376,14 +376,6 @@ void CoreWorker::CreateActorOwner() {
   actor_host_ = std::make_unique<ActorHost>(*this);
   actor_owner_ = std::make_unique<actors::ActorOwner>(actors::ActorOwner::Runtime{
       .leaser = *actor_host_, .processes = *actor_host_, .names = *actor_host_});
-}
-
-void CoreWorker::WhenActorSettled(
-    const ObjectId& id, const std::string& failed_address,
-    std::function<void(bool alive, std::string address, std::string death)> cb) {
-  actor_owner_->WhenSettled(id, failed_address, [cb = std::move(cb)](actors::ActorLocation where) {
-    cb(where.alive, std::move(where.address), std::move(where.death));
-  });
 }
 
 std::vector<std::shared_ptr<Connection>> CoreWorker::OnActorNodeDead(const NodeId& node,

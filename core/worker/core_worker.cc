@@ -1,7 +1,6 @@
 // CoreWorker, the composition root: startup (the handshake with the node
 // daemon, the listeners), shutdown, and the dispatch of node-daemon frames.
 #include "lumen/worker/core_worker.h"
-#include "lumen/common/unix_endpoint.h"
 
 #include <sys/socket.h>
 #include <unistd.h>
@@ -17,8 +16,9 @@
 #include "core/worker/actor_caller.h"
 #include "core/worker/actor_host.h"
 #include "core/worker/actor_names.h"
-#include "core/worker/borrower_registry.h"
 #include "core/worker/head_requester.h"
+#include "core/worker/outbound_connections.h"
+#include "core/worker/owner_service.h"
 #include "core/worker/dependency_resolver.h"
 #include "core/worker/executor_host.h"
 #include "core/worker/normal_task_submitter.h"
@@ -84,7 +84,6 @@ CoreWorker::CoreWorker(CoreWorkerOptions options)
   receiver_ = std::make_unique<TaskReceiver>();
   submissions_ = std::make_unique<SubmissionQueue>(SubmissionChunk());
   CreateObjectTracking();
-  borrowers_ = std::make_unique<BorrowerRegistry>();
   lease_transport_ = std::make_unique<NodeLeaseTransport>(*this);
   lease_requester_ = std::make_unique<LeaseRequester>(
       *lease_transport_, LeaseRequester::Options{options_.timeouts.lease_retry_delay,
@@ -188,34 +187,17 @@ absl::StatusOr<std::unique_ptr<CoreWorker>> CoreWorker::Start(CoreWorkerOptions 
 
 absl::Status CoreWorker::Connect() {
   exe_path_ = SelfExecutablePath();
-  // The owner service: peers push tasks here (worker) and ask for objects;
-  // over Unix from this node, over TCP from others.
-  // In the abstract namespace ("@" + the path) unless
-  // LUMEN_ABSTRACT_UNIX_SOCKETS=0: no inode is created on the session's file
-  // system and none removed (~7% of a forked worker's CPU was ext4's inode
-  // allocation for the file); the name still lies under the session dir,
-  // which tells peers of this node to use it.
-  const char* abstract = std::getenv("LUMEN_ABSTRACT_UNIX_SOCKETS");
-  unix_path_ = absl::StrCat(abstract != nullptr && std::string_view(abstract) == "0" ? "" : "@",
-                            options_.session_dir, "/sockets/",
-                            options_.is_worker ? "worker-" : "driver-",
-                            options_.worker_id.Hex().substr(0, 16), ".sock");
-  if (unix_path_.front() != '@') ::unlink(unix_path_.c_str());
-  boost::system::error_code ec;
-  acceptor_ = std::make_unique<boost::asio::local::stream_protocol::acceptor>(io_);
-  acceptor_->open(boost::asio::local::stream_protocol(), ec);
-  if (!ec) SetCloseOnExec(acceptor_->native_handle());
-  if (!ec) acceptor_->bind(UnixEndpoint(unix_path_), ec);
-  if (!ec) acceptor_->listen(128, ec);
-  if (ec) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", unix_path_, ": ", ec.message()));
-  }
-  auto tcp = ListenTcp(io_, options_.node_host, 0);
-  if (!tcp.ok()) return tcp.status();
-  tcp_acceptor_ = std::move(*tcp);
-  listen_address_ = FormatAddress(
-      {absl::StrCat(options_.node_host, ":", tcp_acceptor_->local_endpoint().port()), unix_path_});
+  // The owner service: peers push tasks here (worker) and ask for objects.
+  service_host_ = std::make_unique<ServiceHost>(*this);
+  owner_service_ = std::make_unique<OwnerService>(
+      io_, *object_table_, *refs_, *receiver_, *actor_owner_, *service_host_,
+      OwnerService::Options{.node_host = options_.node_host,
+                            .session_dir = options_.session_dir,
+                            .is_worker = options_.is_worker,
+                            .worker_id = options_.worker_id});
+  auto listening = owner_service_->Listen();
+  if (!listening.ok()) return listening.status();
+  listen_address_ = *std::move(listening);
   shared_listen_address_ = std::make_shared<const std::string>(listen_address_);
   refs_->SetSelfAddress(listen_address_);
 
@@ -224,6 +206,7 @@ absl::Status CoreWorker::Connect() {
   // (it starts at the end of Connect): no event loop waits behind these
   // blocking writes and reads.
   boost::asio::local::stream_protocol::socket node_socket(io_);
+  boost::system::error_code ec;
   node_socket.connect(boost::asio::local::stream_protocol::endpoint(options_.node_socket), ec);
   if (ec) {
     return absl::UnavailableError(absl::StrCat("cannot connect to the node daemon at ",
@@ -309,6 +292,21 @@ absl::Status CoreWorker::Connect() {
   int raw = node_socket.release();
   Socket generic(io_, boost::asio::generic::stream_protocol(AF_UNIX, 0), raw);
   node_conn_ = Connection::Create(std::move(generic));
+  connections_host_ = std::make_unique<ConnectionsHost>(*this);
+  connections_ = std::make_unique<OutboundConnections>(
+      io_, *connections_host_,
+      OutboundConnections::Options{
+          .session_dir = options_.session_dir,
+          .connect_timeout = options_.timeouts.connect_timeout,
+          .node_address = node_address_,
+          .worker_id = options_.worker_id,
+          .job_id = options_.job_id,
+          .node_id = node_id_,
+          .exe_path = exe_path_,
+          .listen_address = listen_address_,
+          .is_driver = !options_.is_worker,
+          .log_to_driver = !options_.is_worker && options_.log_to_driver},
+      node_conn_);
   node_conn_->Start([this](Connection& c, proto::Envelope::Reader m) { OnNodeFrame(c, m); },
                     [this](Connection&, const absl::Status& why) { OnNodeLost(why); });
   output_tagger_ =
@@ -316,9 +314,6 @@ absl::Status CoreWorker::Connect() {
   event_flusher_ = std::make_unique<TaskEventFlusher>(
       io_, TaskEvents(), options_.timeouts.task_event_flush_period, node_conn_);
   boost::asio::post(io_, [this] { event_flusher_->Start(); });
-
-  AcceptUnix();
-  AcceptTcp();
 
   work_.emplace(io_.get_executor());
   io_thread_ = std::thread([this] {
@@ -328,38 +323,10 @@ absl::Status CoreWorker::Connect() {
   return absl::OkStatus();
 }
 
-// The accept loops: each accepted socket goes to OnPeerAccepted and the next
-// accept starts; an accept error (EMFILE, ECONNABORTED, ...) retries after a
-// short delay (AcceptRetry); only a closed acceptor (Stop) ends the loop. The
-// handlers hold only `this` (the io context and its handlers go before the
-// CoreWorker).
-void CoreWorker::AcceptUnix() {
-  acceptor_->async_accept(
-      [this](const boost::system::error_code& ec, boost::asio::local::stream_protocol::socket s) {
-        if (!unix_accept_retry_.Accepted(ec, acceptor_->is_open(), [this] { AcceptUnix(); })) {
-          return;
-        }
-        int raw_fd = s.release();
-        OnPeerAccepted(Socket(io_, boost::asio::generic::stream_protocol(AF_UNIX, 0), raw_fd));
-        AcceptUnix();
-      });
-}
-
-void CoreWorker::AcceptTcp() {
-  tcp_acceptor_->async_accept(
-      [this](const boost::system::error_code& ec, boost::asio::ip::tcp::socket s) {
-        if (!tcp_accept_retry_.Accepted(ec, tcp_acceptor_->is_open(), [this] { AcceptTcp(); })) {
-          return;
-        }
-        OnPeerAccepted(AdoptTcp(io_, std::move(s)));
-        AcceptTcp();
-      });
-}
-
 void CoreWorker::OnNodeLost(const absl::Status& why) {
   node_lost_ = true;
   if (!stopped_) LUMEN_LOG(DEBUG) << "lost the node daemon: " << why;
-  FailNodeRequests();
+  connections_->FailNodeRequests();
   // Nothing will arrive any more: fail whatever is still pending.
   std::vector<ObjectId> waiting;
   {
@@ -372,21 +339,6 @@ void CoreWorker::OnNodeLost(const absl::Status& why) {
                                 "lost the connection to the node daemon", ""});
   }
   receiver_->Stop();  // executor threads blocked in Take return and see node_lost_
-}
-
-void CoreWorker::FailNodeRequests(std::optional<uint64_t> conn_id) {
-  std::vector<std::function<void(proto::Envelope::Reader)>> failed;
-  for (auto it = node_requests_.begin(); it != node_requests_.end();) {
-    if (!conn_id || it->second.conn_id == *conn_id) {
-      failed.push_back(std::move(it->second.callback));
-      node_requests_.erase(it++);
-    } else {
-      ++it;
-    }
-  }
-  capnp::MallocMessageBuilder empty;
-  auto reader = empty.initRoot<proto::Envelope>().asReader();
-  for (auto& callback : failed) callback(reader);
 }
 
 CoreWorker::~CoreWorker() {
@@ -417,26 +369,19 @@ void CoreWorker::Stop() {
         names.emplace_back(spec.name, spec.id);
       }
     });
-    boost::system::error_code ignored;
-    if (acceptor_) acceptor_->close(ignored);
-    if (tcp_acceptor_) tcp_acceptor_->close(ignored);
-    unix_accept_retry_.Stop();
-    tcp_accept_retry_.Stop();
-    auto remotes = remote_nodes_;  // closing erases from remote_nodes_
-    for (auto& [address, conn] : remotes) conn->Close(absl::CancelledError("shutdown"));
+    owner_service_->StopAccepting();
+    connections_->CloseRemoteNodes(absl::CancelledError("shutdown"));
     if (event_flusher_) event_flusher_->FlushBeforeClose();
     if (node_conn_) node_conn_->Close(absl::CancelledError("shutdown"));
     submitter_->CloseAll(absl::CancelledError("shutdown"));
-    auto peers = peers_;  // closing erases from peers_
-    for (auto& [addr, conn] : peers) conn->Close(absl::CancelledError("shutdown"));
-    auto inbound = inbound_;
-    for (auto& [id, conn] : inbound) conn->Close(absl::CancelledError("shutdown"));
+    connections_->ClosePeers(absl::CancelledError("shutdown"));
+    owner_service_->CloseInbound();
     CloseActorChannels();
     // Requests to the head in flight (a detached actor's address, a name to
     // free) finish first, each within its deadline.
     head_->WhenIdle([this] {
       // Whoever still waits for a node daemon gets "no reply", not silence.
-      FailNodeRequests();
+      connections_->FailNodeRequests();
       work_.reset();
       io_.stop();
     });
@@ -450,7 +395,7 @@ void CoreWorker::Stop() {
     if (posted) lumen::Post(io_, "worker.shutdown", shutdown);
   }
   if (posted) io_thread_.join();
-  ::unlink(unix_path_.c_str());
+  if (owner_service_) ::unlink(owner_service_->unix_path().c_str());
   // Our actors (but detached ones) end with us: free their names (blocking:
   // this is the thread that called Stop, never the io thread).
   for (const auto& name_and_id : names) {
@@ -502,15 +447,10 @@ void CoreWorker::OnNodeFrame(Connection& conn, proto::Envelope::Reader msg) {
     WorkerLogPrinter().Print(msg.getWorkerLogs());
     return;
   }
-  uint64_t request_id = msg.getRequestId();
-  auto it = node_requests_.find(request_id);
-  if (it == node_requests_.end()) {
-    LUMEN_LOG(DEBUG) << "unexpected frame from the node daemon (request " << request_id << ")";
-    return;
+  if (!connections_->TakeNodeReply(msg)) {
+    LUMEN_LOG(DEBUG) << "unexpected frame from the node daemon (request " << msg.getRequestId()
+                     << ")";
   }
-  auto callback = std::move(it->second.callback);
-  node_requests_.erase(it);
-  callback(msg);
 }
 
 }  // namespace lumen::runtime

@@ -1,7 +1,8 @@
 // CoreWorker, worker mode: the executor's host (the store, argument pulls,
 // replies), the hand-back of queued tasks while the running one blocks, and
-// the end of an actor that exits on purpose. The executor itself is
-// TaskExecutor (task_executor.h).
+// the end of an actor that exits on purpose or is killed, and the actor's
+// identity (set and read by the owner service through ServiceHost). The
+// executor itself is TaskExecutor (task_executor.h).
 #include "core/worker/executor_host.h"
 
 #include <unistd.h>
@@ -12,9 +13,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "core/worker/actor_names.h"
+#include "core/worker/head_requester.h"
 #include "core/worker/output_tagger.h"
 #include "core/worker/task_event_flusher.h"
 #include "core/worker/worker_state.h"
+#include "lumen/common/logging.h"
 #include "lumen/common/proto_util.h"
 #include "lumen/errors.h"
 #include "lumen/objectstore/object_table.h"
@@ -158,8 +162,8 @@ void CoreWorker::NotifyBlocked(bool blocked) {
   // attempt), and the ones that arrive while it waits too.
   for (auto& task : receiver_->SetBlocked(blocked)) {
     std::weak_ptr<Connection> reply_to = task->reply_to;
-    PostToIo("worker.hand_back_queued_task", [this, reply_to, id = task->task_id, attempt = task->attempt] {
-      if (auto conn = reply_to.lock()) SendRequeued(*conn, id, attempt);
+    PostToIo("worker.hand_back_queued_task", [reply_to, id = task->task_id, attempt = task->attempt] {
+      if (auto conn = reply_to.lock()) OwnerService::SendRequeued(*conn, id, attempt);
     });
   }
   SendToNode([blocked](proto::Envelope::Builder env) {
@@ -195,8 +199,7 @@ void CoreWorker::ExitProcessWhenFlushed() {
   // Runs on the io thread: once every queued reply is written (or after
   // exit_flush_timeout, if a peer stops reading), leave.
   static const auto deadline = std::chrono::steady_clock::now() + options_.timeouts.exit_flush_timeout;
-  bool flushed = true;
-  for (auto& [id, conn] : inbound_) flushed &= conn->closed() || conn->idle();
+  bool flushed = owner_service_->InboundFlushed();
   if (!flushed && std::chrono::steady_clock::now() < deadline) {
     auto timer = std::make_shared<boost::asio::steady_timer>(io_, std::chrono::milliseconds(1));
     timer->async_wait([this, timer](const boost::system::error_code&) { ExitProcessWhenFlushed(); });
@@ -206,8 +209,40 @@ void CoreWorker::ExitProcessWhenFlushed() {
   if (event_flusher_) event_flusher_->FlushBeforeClose();
   std::fflush(stdout);
   std::fflush(stderr);
-  ::unlink(unix_path_.c_str());
+  ::unlink(owner_service_->unix_path().c_str());
   std::_Exit(0);
+}
+
+void CoreWorker::ServiceHost::OnBecomeActor(Connection& owner, const ObjectId& id,
+                                            std::string name) {
+  core_.actor_owner_conn_ = owner.weak_from_this();
+  core_.actor_id_ = id;
+  core_.actor_name_ = std::move(name);
+}
+
+void CoreWorker::ServiceHost::OnKillUnowned(const ObjectId& id) {
+  if (!core_.receiver_->is_actor() || id != core_.actor_id_) return;
+  // Told directly (its owner is gone): free the name (without blocking the io
+  // thread; the head call has a deadline) and end.
+  CoreWorker* core = &core_;
+  auto exit_now = [core] {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    ::unlink(core->owner_service_->unix_path().c_str());
+    std::_Exit(0);
+  };
+  const std::string& name = core_.actor_name_;
+  if (name.empty() || core_.options_.head_address.empty()) exit_now();
+  core_.head_->Call(
+      [name, id](proto::Envelope::Builder env) {
+        FillActorName(env.initUnregisterActorName(), name, id);
+      },
+      [exit_now, name](absl::StatusOr<proto::Envelope::Reader> reply) {
+        if (!reply.ok()) {
+          LUMEN_LOG(WARNING) << "cannot free actor name '" << name << "': " << reply.status();
+        }
+        exit_now();
+      });
 }
 
 }  // namespace lumen::runtime

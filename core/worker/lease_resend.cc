@@ -34,7 +34,7 @@ void CoreWorker::NodeLeaseTransport::SendLeaseRequest(
     on_sent(absl::CancelledError("shutting down"));
     return;
   }
-  core_.WithNode(target, [this, shape, grant_or_reject, on_reply = std::move(on_reply),
+  core_.connections_->WithNode(target, [this, shape, grant_or_reject, on_reply = std::move(on_reply),
                           on_sent = std::move(on_sent)](
                              absl::StatusOr<std::shared_ptr<Connection>> conn) mutable {
     if (!conn.ok() || !*conn || (*conn)->closed()) {
@@ -43,7 +43,7 @@ void CoreWorker::NodeLeaseTransport::SendLeaseRequest(
     }
     std::shared_ptr<Connection> node = *std::move(conn);
     auto keyed = std::make_shared<Keyed>();
-    keyed->request_id = core_.next_request_id_++;
+    keyed->request_id = core_.connections_->NextRequestId();
     keyed->on_reply =
         std::make_shared<std::function<bool(proto::Envelope::Reader)>>(std::move(on_reply));
     auto env = keyed->message.initRoot<proto::Envelope>();
@@ -88,8 +88,9 @@ void CoreWorker::NodeLeaseTransport::SendKeyed(const std::shared_ptr<Keyed>& key
     });
     return;
   }
-  core_.node_requests_[keyed->request_id] =
-      NodeRequest{node->id(), Receive(keyed, node, node->id(), fault != InjectedFault::kNone)};
+  core_.connections_->ExpectNodeReply(
+      keyed->request_id, node->id(),
+      Receive(keyed, node, node->id(), fault != InjectedFault::kNone));
   node->Send(keyed->message);
 }
 
@@ -108,8 +109,8 @@ std::function<void(proto::Envelope::Reader)> CoreWorker::NodeLeaseTransport::Rec
     }
     // A "waiting" note: the answer comes later under the same request id.
     if ((*keyed->on_reply)(msg)) {
-      core_.node_requests_[msg.getRequestId()] =
-          NodeRequest{conn_id, Receive(keyed, node, conn_id, drop)};
+      core_.connections_->ExpectNodeReply(msg.getRequestId(), conn_id,
+                                          Receive(keyed, node, conn_id, drop));
     }
   };
 }

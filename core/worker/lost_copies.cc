@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "core/worker/object_recovery.h"
+#include "core/worker/outbound_connections.h"
 #include "core/worker/worker_state.h"
 #include "lumen/common/logging.h"
 #include "lumen/common/proto_util.h"
@@ -42,46 +43,6 @@ void CoreWorker::OnCopyUnreadable(const ObjectId& id, const NodeId& node, const 
                     absl::StrCat("its only copy, on node ", node.Hex(),
                                  ", could not be read (", why, ")"),
                     node);
-}
-
-void CoreWorker::AnswerWhenReady(Connection& conn, uint64_t request_id, const ObjectId& id) {
-  bool ready = true;
-  bool too_many = false;
-  {
-    ObjectTable::Locked objects(*object_table_);
-    auto it = objects->find(id);
-    if (it != objects->end() && !it->second.ready) {
-      ready = false;
-      // Each parked wait counts against its connection until it runs or
-      // its object goes (the slot is released with the callback).
-      auto& count = parked_waits_[conn.id()];
-      if (!count) count = std::make_shared<std::atomic<size_t>>(0);
-      if (count->load() >= kMaxParkedWaitsPerPeer ||
-          parked_waits_total_->load() >= kMaxParkedWaits) {
-        too_many = true;
-      } else {
-        // Counted per peer and in all (the callbacks of a peer that left
-        // stay until their object is ready or freed).
-        ++*count;
-        ++*parked_waits_total_;
-        std::shared_ptr<void> slot(nullptr, [count, total = parked_waits_total_](void*) {
-          --*count;
-          --*total;
-        });
-        std::weak_ptr<Connection> weak = conn.shared_from_this();
-        it->second.on_ready.push_back([this, weak, request_id, id, slot] {
-          if (auto c = weak.lock()) SendObjectStatus(*c, request_id, id);
-        });
-      }
-    }
-  }
-  if (too_many) {
-    conn.Close(absl::ResourceExhaustedError(absl::StrCat(
-        "too many parked waits for objects (", kMaxParkedWaitsPerPeer, " per peer, ",
-        kMaxParkedWaits, " in all)")));
-    return;
-  }
-  if (ready) SendObjectStatus(conn, request_id, id);
 }
 
 absl::StatusOr<CoreWorker::RecoveredCopy> CoreWorker::RecoverFromOwner(const ObjectId& id,
@@ -137,7 +98,7 @@ absl::StatusOr<CoreWorker::RecoveredCopy> CoreWorker::RecoverFromOwner(const Obj
             finish(absl::DataLossError(absl::StrCat("object ", id.Hex(), " was freed")));
             return;
           }
-          FillValue(value, it->second);
+          FillValue(value, it->second, listen_address_);
         }
         finish(copy_from(value.asReader()));
       };
@@ -153,29 +114,28 @@ absl::StatusOr<CoreWorker::RecoveredCopy> CoreWorker::RecoverFromOwner(const Obj
       if (ready) answer_now();
       return;
     }
-    WithPeer(owner, [this, id, node, why, finish, copy_from](absl::StatusOr<std::shared_ptr<Connection>> conn) {
+    connections_->WithPeer(owner, [this, id, node, why, finish, copy_from](
+                                      absl::StatusOr<std::shared_ptr<Connection>> conn) {
       if (!conn.ok()) {
         finish(absl::UnavailableError(absl::StrCat("its owner is unreachable (it died): ",
                                                    conn.status().message())));
         return;
       }
-      uint64_t request_id = next_request_id_++;
-      peer_requests_[request_id] =
-          PeerRequest{(*conn)->id(), [finish, copy_from](proto::Envelope::Reader msg) {
-                        if (!msg.isObjectStatus()) {
-                          finish(absl::UnavailableError("its owner died before it answered"));
-                          return;
-                        }
-                        finish(copy_from(msg.getObjectStatus().getValue()));
-                      }};
-      OutMessage out;
-      auto env = out.Init();
-      env.setRequestId(request_id);
-      auto req = env.initRecoverObject();
-      req.setObjectId(DataOf(id));
-      req.setNodeId(DataOf(node));
-      req.setError(why);
-      (*conn)->Send(out.builder());
+      connections_->SendPeerRequest(
+          **conn,
+          [&](proto::Envelope::Builder env) {
+            auto req = env.initRecoverObject();
+            req.setObjectId(DataOf(id));
+            req.setNodeId(DataOf(node));
+            req.setError(why);
+          },
+          [finish, copy_from](proto::Envelope::Reader msg) {
+            if (!msg.isObjectStatus()) {
+              finish(absl::UnavailableError("its owner died before it answered"));
+              return;
+            }
+            finish(copy_from(msg.getObjectStatus().getValue()));
+          });
     });
   });
   if (!posted) return absl::CancelledError("the runtime is shutting down");

@@ -1,6 +1,9 @@
-// CoreWorker: connections and requests to node daemons (ours and the ones we
-// lease from), the transport of the lease requester (lease_requester.h), and
-// what a node's death means for leases, actors and object copies. io thread.
+// CoreWorker: what it asks of node daemons (ours and the ones we lease from)
+// and of other owners over its OutboundConnections (outbound_connections.h):
+// the driver's last flush, a lost worker's exit cause, lease ends, the lease
+// requester's timers; what a node's death means for leases, actors and object
+// copies; what another owner's loss means; and what we tell the owners of
+// objects we borrow. io thread, but for FlushToNodes and the posting senders.
 #include "lumen/worker/core_worker.h"
 
 #include <sys/socket.h>
@@ -14,9 +17,12 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "core/worker/object_recovery.h"
+#include "core/worker/outbound_connections.h"
+#include "core/worker/owner_service.h"
 #include "core/worker/task_event_flusher.h"
 #include "core/worker/worker_state.h"
 #include "lumen/common/codec.h"
+#include "lumen/common/failure_types.h"
 #include "lumen/common/head_client.h"
 #include "lumen/common/logging.h"
 #include "lumen/common/process.h"
@@ -26,20 +32,6 @@
 #include "lumen/objectstore/object_table.h"
 
 namespace lumen::runtime {
-
-uint64_t CoreWorker::SendNodeRequest(Connection& conn,
-                                     const std::function<void(proto::Envelope::Builder)>& fill,
-                                     std::function<void(proto::Envelope::Reader)> callback) {
-  io_checker_.Check("CoreWorker::SendNodeRequest");
-  uint64_t request_id = next_request_id_++;
-  node_requests_[request_id] = NodeRequest{conn.id(), std::move(callback)};
-  OutMessage out;
-  auto env = out.Init();
-  env.setRequestId(request_id);
-  fill(env);
-  conn.Send(out.builder());
-  return request_id;
-}
 
 void CoreWorker::FlushToNodes() {
   if (!io_thread_.joinable()) return;
@@ -54,13 +46,11 @@ void CoreWorker::FlushToNodes() {
     std::vector<std::shared_ptr<Connection>> nodes;
     if (node_conn_ && !node_conn_->closed()) nodes.push_back(node_conn_);
     // Other nodes where we leased workers: their events and output too.
-    for (const auto& [address, conn] : remote_nodes_) {
-      if (conn && !conn->closed()) nodes.push_back(conn);
-    }
+    for (auto& conn : connections_->RemoteNodes()) nodes.push_back(std::move(conn));
     pending->left = nodes.size();
     if (nodes.empty()) pending->done.Notify();
     for (const auto& node : nodes) {
-      SendNodeRequest(
+      connections_->SendNodeRequest(
           *node, [](proto::Envelope::Builder env) {
             env.initWorkerLogs().initQuery().setFlush(true);
           },
@@ -98,7 +88,7 @@ void CoreWorker::AskWorkerExitCause(const std::shared_ptr<Connection>& node,
     if (state->timer) state->timer->cancel();
     done(std::move(cause));
   };
-  state->request_id = SendNodeRequest(
+  state->request_id = connections_->SendNodeRequest(
       *node,
       [&](proto::Envelope::Builder env) {
         auto query = env.initGetWorkerExit();
@@ -115,40 +105,9 @@ void CoreWorker::AskWorkerExitCause(const std::shared_ptr<Connection>& node,
       io_, timeout + std::chrono::milliseconds(200));
   state->timer->async_wait([this, state, finish](const boost::system::error_code& ec) {
     if (ec || !state->done) return;
-    node_requests_.erase(state->request_id);
+    connections_->ForgetNodeRequest(state->request_id);
     finish("");
   });
-}
-
-void CoreWorker::WithNode(const std::string& address, ConnectionUse use) {
-  io_checker_.Check("CoreWorker::WithNode");
-  if (address.empty() || address == node_address_) {
-    if (node_conn_) {
-      use(node_conn_);
-    } else {
-      use(absl::UnavailableError("not connected to the node daemon"));
-    }
-    return;
-  }
-  WithConnection(connecting_nodes_, remote_nodes_, address, std::move(use), &CoreWorker::AdoptNode);
-}
-
-std::shared_ptr<Connection> CoreWorker::AdoptNode(const std::string& address, Socket socket) {
-  auto conn = Connection::Create(std::move(socket));
-  conn->Start([this](Connection& c, proto::Envelope::Reader m) { OnNodeFrame(c, m); },
-              [this](Connection& c, const absl::Status& why) { OnRemoteNodeLost(c, why); });
-  OutMessage out;
-  auto hello = InitHello(out.Init(), proto::Role::REMOTE_OWNER);
-  hello.setWorkerId(DataOf(options_.worker_id));
-  hello.setJobId(DataOf(options_.job_id));
-  hello.setExePath(exe_path_);
-  hello.setListenAddress(listen_address_);
-  hello.setIsDriver(!options_.is_worker);
-  hello.setLogToDriver(!options_.is_worker && options_.log_to_driver);
-  hello.setNodeId(DataOf(node_id_));
-  conn->Send(out.builder());
-  remote_nodes_[address] = conn;
-  return conn;
 }
 
 void CoreWorker::OnRemoteNodeDead(const NodeId& node) {
@@ -164,10 +123,7 @@ void CoreWorker::OnRemoteNodeDead(const NodeId& node) {
   }
   for (auto& channel : OnActorNodeDead(node, why)) doomed.push_back(channel);
   // Requests waiting at that node's daemon are answered by its closing.
-  for (const auto& [address, conn] : remote_nodes_) {
-    auto it = remote_node_ids_.find(address);
-    if (it != remote_node_ids_.end() && it->second == node) doomed.push_back(conn);
-  }
+  for (auto& conn : connections_->RemoteNodesOf(node)) doomed.push_back(std::move(conn));
   for (auto& conn : doomed) conn->Close(why);
   // Copies there are gone: readers are sent to the others; an object with no
   // copy left is rebuilt from its lineage when its task may run again, else
@@ -191,20 +147,6 @@ void CoreWorker::OnRemoteNodeDead(const NodeId& node) {
   }
 }
 
-void CoreWorker::OnRemoteNodeLost(Connection& conn, const absl::Status& why) {
-  for (auto it = remote_nodes_.begin(); it != remote_nodes_.end(); ++it) {
-    if (it->second.get() == &conn) {
-      auto keep = it->second;
-      remote_nodes_.erase(it);
-      ReleaseLater(std::move(keep));
-      break;
-    }
-  }
-  if (stopped_) return;
-  LUMEN_LOG(DEBUG) << "lost a remote node daemon: " << why;
-  FailNodeRequests(conn.id());
-}
-
 void CoreWorker::SendLeaseEnd(const std::shared_ptr<Connection>& node, uint64_t lease_id,
                               bool kill) {
   if (!node || node->closed() || lease_id == 0) return;
@@ -222,6 +164,66 @@ void CoreWorker::NodeLeaseTransport::After(std::chrono::milliseconds delay,
   auto timer = std::make_shared<boost::asio::steady_timer>(core_.io_, delay);
   timer->async_wait(
       [timer, fn = std::move(fn)](const boost::system::error_code&) { fn(); });
+}
+
+// ---------------------------------------------------------------------------
+// Other owners: their loss, and what we tell them of the objects we borrow.
+
+void CoreWorker::ConnectionsHost::OnOwnerLost(const std::string& address,
+                                              const absl::Status& why) {
+  // The owner is gone: what we were waiting for from it is lost.
+  std::vector<ObjectId> lost;
+  {
+    ObjectTable::Locked objects(*core_.object_table_);
+    for (auto& [id, e] : *objects) {
+      if (!e.owned && !e.ready && e.requested && e.owner_address == address) {
+        lost.push_back(id);
+      }
+    }
+  }
+  for (const auto& orphan : core_.actor_submitter_->LocatingThrough(address)) {
+    core_.OnActorOwnerUnreachable(orphan.actor, orphan.failed_address,
+                                  absl::StrCat("the actor's owner at ", address,
+                                               " died: ", why.message()));
+  }
+  for (const auto& id : lost) {
+    core_.memory_store_->SetFailed(
+        id, Failure{proto::FailureKind::OBJECT_LOST, kOwnerDiedErrorType,
+                    absl::StrCat("the owner of object ", id.Hex(), " at ", address,
+                                 " died: ", why.message()),
+                    ""});
+  }
+}
+
+void CoreWorker::SendEscapeRef(const ObjectId& id, const std::string& owner) {
+  // A borrowed ref passed on: the owner pins it for the next reader. Sent on the
+  // same connection as (and so before) our own removeBorrower.
+  PostToIo("worker.send_escape_ref", [this, id, owner] {
+    connections_->WithPeer(owner, [id](absl::StatusOr<std::shared_ptr<Connection>> conn) {
+      if (!conn.ok()) return;  // the owner is gone; so is the object
+      OutMessage out;
+      out.Init().setEscapeRef(DataOf(id));
+      (*conn)->Send(out.builder());
+    });
+  });
+}
+
+void CoreWorker::SendBorrowerChange(const ObjectId& id, const std::string& owner, bool add) {
+  if (stopped_) return;
+  PostToIo("worker.send_borrower_change", [this, id, owner, add] {
+    connections_->WithPeer(owner, [id, add](absl::StatusOr<std::shared_ptr<Connection>> conn) {
+      if (!conn.ok()) return;  // the owner is gone; so is the object
+      OutMessage out;
+      auto env = out.Init();
+      capnp::Data::Reader data = DataOf(id);
+      if (add) {
+        env.setAddBorrower(data);
+      } else {
+        env.setRemoveBorrower(data);
+      }
+      (*conn)->Send(out.builder());
+    });
+  });
 }
 
 }  // namespace lumen::runtime

@@ -79,7 +79,7 @@ CoreWorker::StoreResult CoreWorker::GetOrPull(const ObjectId& id, uint64_t size,
         OnObjectLocationAdded(id, here, here_address);
         return;
       }
-      WithPeer(owner, [id, here, here_address](absl::StatusOr<std::shared_ptr<Connection>> conn) {
+      connections_->WithPeer(owner, [id, here, here_address](absl::StatusOr<std::shared_ptr<Connection>> conn) {
         if (!conn.ok()) return;
         OutMessage out;
         auto location = out.Init().initAddObjectLocation();
@@ -206,7 +206,7 @@ internal::ObjectBytes CoreWorker::PinnedBytes(const ObjectId& id, uint64_t offse
 }
 
 void CoreWorker::RequestObjectFromOwner(const ObjectId& id, const std::string& owner) {
-  WithPeer(owner, [this, id](absl::StatusOr<std::shared_ptr<Connection>> conn) {
+  connections_->WithPeer(owner, [this, id](absl::StatusOr<std::shared_ptr<Connection>> conn) {
     if (!conn.ok()) {
       memory_store_->SetFailed(id, Failure{proto::FailureKind::OBJECT_LOST, kOwnerDiedErrorType,
                                            absl::StrCat("the owner of object ", id.Hex(),
@@ -215,18 +215,13 @@ void CoreWorker::RequestObjectFromOwner(const ObjectId& id, const std::string& o
                                            ""});
       return;
     }
-    uint64_t request_id = next_request_id_++;
-    peer_requests_[request_id] =
-        PeerRequest{(*conn)->id(), [this, id](proto::Envelope::Reader msg) {
-                      if (!msg.isObjectStatus()) return;
-                      memory_store_->SetFromValue(id, msg.getObjectStatus().getValue(),
-                                                  /*owned_result=*/false);
-                    }};
-    OutMessage out;
-    auto env = out.Init();
-    env.setRequestId(request_id);
-    env.setWaitObject(DataOf(id));
-    (*conn)->Send(out.builder());
+    connections_->SendPeerRequest(
+        **conn, [&](proto::Envelope::Builder env) { env.setWaitObject(DataOf(id)); },
+        [this, id](proto::Envelope::Reader msg) {
+          if (!msg.isObjectStatus()) return;
+          memory_store_->SetFromValue(id, msg.getObjectStatus().getValue(),
+                                      /*owned_result=*/false);
+        });
   });
 }
 

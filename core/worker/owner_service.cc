@@ -1,140 +1,154 @@
-// CoreWorker: the owner service (waits, locations, borrowers, kills from
-// peers; pushed tasks in a worker) and the connections to other owners.
-// io thread.
-#include "lumen/worker/core_worker.h"
+// OwnerService: the listeners, hello admission and the frames other processes
+// send to this owner (owner_service.h). io thread.
+#include "core/worker/owner_service.h"
 
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstring>
-#include <typeinfo>
+#include <any>
+#include <cstdlib>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
-#include "core/worker/actor_names.h"
-#include "core/worker/head_requester.h"
-#include "core/worker/borrower_registry.h"
-#include "core/worker/worker_state.h"
+#include "core/worker/object_table.h"
+#include "core/worker/object_value.h"
+#include "core/worker/reference_counter.h"
+#include "core/worker/task_receiver.h"
+#include "lumen/actors/actor_owner.h"
+#include "lumen/common/address.h"
 #include "lumen/common/codec.h"
-#include "lumen/common/failure_types.h"
 #include "lumen/common/head_client.h"
 #include "lumen/common/logging.h"
 #include "lumen/common/process.h"
 #include "lumen/common/proto_util.h"
-#include "lumen/errors.h"
-#include "lumen/objectstore/fd_passing.h"
-#include "lumen/objectstore/object_table.h"
+#include "lumen/common/unix_endpoint.h"
 
 namespace lumen::runtime {
 
-// ---------------------------------------------------------------------------
-// Peers: borrowers asking for objects, owners pushing tasks (worker mode).
+OwnerService::OwnerService(boost::asio::io_context& io, ObjectTable& objects,
+                           ReferenceCounter& refs, TaskReceiver& receiver,
+                           actors::ActorOwner& actor_owner, OwnerServiceHost& host,
+                           Options options)
+    : io_(io),
+      objects_(objects),
+      refs_(refs),
+      receiver_(receiver),
+      actor_owner_(actor_owner),
+      host_(host),
+      options_(std::move(options)) {}
 
-void CoreWorker::SendPeerHello(Connection& conn) {
-  OutMessage out;
-  InitHello(out.Init(), proto::Role::PEER);
-  conn.Send(out.builder());
-}
-
-void CoreWorker::WithPeer(const std::string& address, ConnectionUse use) {
-  io_checker_.Check("CoreWorker::WithPeer");
-  WithConnection(connecting_peers_, peers_, address, std::move(use), &CoreWorker::AdoptPeer);
-}
-
-void CoreWorker::WithConnection(
-    absl::flat_hash_map<std::string, std::vector<ConnectionUse>>& waiting,
-    const absl::flat_hash_map<std::string, std::shared_ptr<Connection>>& open,
-    const std::string& address, ConnectionUse use,
-    std::shared_ptr<Connection> (CoreWorker::*adopt)(const std::string&, Socket)) {
-  // Behind a connect in flight: wait in order (an escape before its removeBorrower).
-  if (auto pending = waiting.find(address); pending != waiting.end()) {
-    pending->second.push_back(std::move(use));
-    return;
+absl::StatusOr<std::string> OwnerService::Listen() {
+  // Peers push tasks here (worker) and ask for objects; over Unix from this
+  // node, over TCP from others. In the abstract namespace ("@" + the path)
+  // unless LUMEN_ABSTRACT_UNIX_SOCKETS=0: no inode is created on the
+  // session's file system and none removed (~7% of a forked worker's CPU was
+  // ext4's inode allocation for the file); the name still lies under the
+  // session dir, which tells peers of this node to use it.
+  const char* abstract = std::getenv("LUMEN_ABSTRACT_UNIX_SOCKETS");
+  unix_path_ = absl::StrCat(abstract != nullptr && std::string_view(abstract) == "0" ? "" : "@",
+                            options_.session_dir, "/sockets/",
+                            options_.is_worker ? "worker-" : "driver-",
+                            options_.worker_id.Hex().substr(0, 16), ".sock");
+  if (unix_path_.front() != '@') ::unlink(unix_path_.c_str());
+  boost::system::error_code ec;
+  acceptor_ = std::make_unique<boost::asio::local::stream_protocol::acceptor>(io_);
+  acceptor_->open(boost::asio::local::stream_protocol(), ec);
+  if (!ec) SetCloseOnExec(acceptor_->native_handle());
+  if (!ec) acceptor_->bind(UnixEndpoint(unix_path_), ec);
+  if (!ec) acceptor_->listen(128, ec);
+  if (ec) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", unix_path_, ": ", ec.message()));
   }
-  auto it = open.find(address);
-  if (it != open.end() && !it->second->closed()) {
-    use(it->second);
-    return;
-  }
-  waiting[address].push_back(std::move(use));
-  AsyncConnectToAddress(io_, address, options_.session_dir, options_.timeouts.connect_timeout,
-                        [this, &waiting, &open, address, adopt](absl::StatusOr<Socket> socket) {
-                          OnConnectEnded(waiting, open, address, std::move(socket), adopt);
-                        });
+  auto tcp = ListenTcp(io_, options_.node_host, 0);
+  if (!tcp.ok()) return tcp.status();
+  tcp_acceptor_ = std::move(*tcp);
+  address_ = FormatAddress(
+      {absl::StrCat(options_.node_host, ":", tcp_acceptor_->local_endpoint().port()), unix_path_});
+  AcceptUnix();
+  AcceptTcp();
+  return address_;
 }
 
-void CoreWorker::OnConnectEnded(
-    absl::flat_hash_map<std::string, std::vector<ConnectionUse>>& waiting,
-    const absl::flat_hash_map<std::string, std::shared_ptr<Connection>>& open,
-    const std::string& address, absl::StatusOr<Socket> socket,
-    std::shared_ptr<Connection> (CoreWorker::*adopt)(const std::string&, Socket)) {
-  auto entry = waiting.extract(address);
-  if (entry.empty() || stopped_) return;  // shutting down: nothing is sent any more
-  absl::StatusOr<std::shared_ptr<Connection>> conn;
-  auto it = open.find(address);
-  if (it != open.end() && !it->second->closed()) {
-    conn = it->second;  // opened meanwhile; the new socket closes
-  } else if (!socket.ok()) {
-    conn = socket.status();
-  } else {
-    conn = (this->*adopt)(address, std::move(*socket));
-  }
-  for (auto& use : entry.mapped()) use(conn);
+// The accept loops: each accepted socket goes to OnAccepted and the next
+// accept starts; an accept error (EMFILE, ECONNABORTED, ...) retries after a
+// short delay (AcceptRetry); only a closed acceptor (StopAccepting) ends the
+// loop. The handlers hold only `this` (the io context and its handlers go
+// before the service's owner).
+void OwnerService::AcceptUnix() {
+  acceptor_->async_accept(
+      [this](const boost::system::error_code& ec, boost::asio::local::stream_protocol::socket s) {
+        if (!unix_accept_retry_.Accepted(ec, acceptor_->is_open(), [this] { AcceptUnix(); })) {
+          return;
+        }
+        int raw_fd = s.release();
+        OnAccepted(Socket(io_, boost::asio::generic::stream_protocol(AF_UNIX, 0), raw_fd));
+        AcceptUnix();
+      });
 }
 
-std::shared_ptr<Connection> CoreWorker::AdoptPeer(const std::string& address, Socket socket) {
-  auto conn = Connection::Create(std::move(socket), RuntimePeerConnectionOptions());
-  conn->Start([this](Connection& c, proto::Envelope::Reader m) { OnPeerFrame(c, m); },
-              [this, address](Connection& c, const absl::Status& why) {
-                peers_.erase(address);
-                // Nothing will answer the requests sent on it: each callback
-                // gets an empty envelope (read as "no answer").
-                std::vector<std::function<void(proto::Envelope::Reader)>> unanswered;
-                absl::erase_if(peer_requests_, [&](auto& entry) {
-                  if (entry.second.conn_id != c.id()) return false;
-                  unanswered.push_back(std::move(entry.second.callback));
-                  return true;
+void OwnerService::AcceptTcp() {
+  tcp_acceptor_->async_accept(
+      [this](const boost::system::error_code& ec, boost::asio::ip::tcp::socket s) {
+        if (!tcp_accept_retry_.Accepted(ec, tcp_acceptor_->is_open(), [this] { AcceptTcp(); })) {
+          return;
+        }
+        OnAccepted(AdoptTcp(io_, std::move(s)));
+        AcceptTcp();
+      });
+}
+
+void OwnerService::StopAccepting() {
+  boost::system::error_code ignored;
+  if (acceptor_) acceptor_->close(ignored);
+  if (tcp_acceptor_) tcp_acceptor_->close(ignored);
+  unix_accept_retry_.Stop();
+  tcp_accept_retry_.Stop();
+}
+
+void OwnerService::CloseInbound() {
+  auto inbound = inbound_;
+  for (auto& [id, conn] : inbound) conn->Close(absl::CancelledError("shutdown"));
+}
+
+bool OwnerService::InboundFlushed() const {
+  bool flushed = true;
+  for (auto& [id, conn] : inbound_) flushed &= conn->closed() || conn->idle();
+  return flushed;
+}
+
+void OwnerService::OnAccepted(Socket socket) {
+  bool local = socket.local_endpoint().protocol().family() == AF_UNIX;
+  auto conn = (local ? local_admission_ : admission_).Admit(std::move(socket), RuntimePeerConnectionOptions());
+  if (!conn) return;
+  inbound_[conn->id()] = conn;
+  conn->context() = false;  // hello not seen yet
+  conn->Start([this](Connection& c, proto::Envelope::Reader m) { OnFrame(c, m); },
+              [this](Connection& c, const absl::Status& why) {
+                auto id = c.id();
+                if (why.code() != absl::StatusCode::kUnavailable &&
+                    why.code() != absl::StatusCode::kCancelled) {
+                  LogRejectedConnection(options_.is_worker ? "worker" : "driver", c.peer(), why);
+                }
+                // A borrower that went away borrows nothing any more.
+                for (const auto& [object, delta] : borrowers_.DropConnection(id)) {
+                  refs_.ApplyBorrowerDelta(object, delta);
+                }
+                host_.Post("worker.forget_inbound_peer", [this, id] {
+                  inbound_.erase(id);
+                  parked_waits_.erase(id);
                 });
-                capnp::MallocMessageBuilder empty;
-                auto nothing = empty.initRoot<proto::Envelope>().asReader();
-                for (auto& callback : unanswered) callback(nothing);
-                if (stopped_) return;
-                // The owner is gone: what we were waiting for from it is lost.
-                std::vector<ObjectId> lost;
-                {
-                  ObjectTable::Locked objects(*object_table_);
-                  for (auto& [id, e] : *objects) {
-                    if (!e.owned && !e.ready && e.requested && e.owner_address == address) {
-                      lost.push_back(id);
-                    }
-                  }
-                }
-                for (const auto& orphan : actor_submitter_->LocatingThrough(address)) {
-                  OnActorOwnerUnreachable(orphan.actor, orphan.failed_address,
-                                          absl::StrCat("the actor's owner at ", address,
-                                                       " died: ", why.message()));
-                }
-                for (const auto& id : lost) {
-                  memory_store_->SetFailed(id, Failure{proto::FailureKind::OBJECT_LOST,
-                                              kOwnerDiedErrorType,
-                                              absl::StrCat("the owner of object ", id.Hex(), " at ",
-                                                           address, " died: ", why.message()),
-                                              ""});
-                }
               });
-  SendPeerHello(*conn);
-  peers_[address] = conn;
-  return conn;
 }
 
-void CoreWorker::SendObjectStatus(Connection& conn, uint64_t request_id, const ObjectId& id) {
+void OwnerService::SendObjectStatus(Connection& conn, uint64_t request_id, const ObjectId& id) {
   OutMessage out;
   auto env = out.Init();
   env.setRequestId(request_id);
   auto value = env.initObjectStatus().initValue();
   {
-    ObjectTable::Locked objects(*object_table_);
+    ObjectTable::Locked objects(objects_);
     auto it = objects->find(id);
     if (it == objects->end()) {
       FailureToProto(Failure{proto::FailureKind::OBJECT_LOST, "",
@@ -143,13 +157,13 @@ void CoreWorker::SendObjectStatus(Connection& conn, uint64_t request_id, const O
                              ""},
                      value.initError());
     } else {
-      FillValue(value, it->second);
+      FillValue(value, it->second, address_);
     }
   }
   conn.Send(out.builder());
 }
 
-void CoreWorker::SendRequeued(Connection& conn, const TaskId& task_id, uint32_t attempt) {
+void OwnerService::SendRequeued(Connection& conn, const TaskId& task_id, uint32_t attempt) {
   OutMessage out;
   auto r = out.Init().initTaskReply();
   r.setTaskId(DataOf(task_id));
@@ -158,32 +172,49 @@ void CoreWorker::SendRequeued(Connection& conn, const TaskId& task_id, uint32_t 
   conn.Send(out.builder());
 }
 
-void CoreWorker::OnPeerAccepted(Socket socket) {
-  bool local = socket.local_endpoint().protocol().family() == AF_UNIX;
-  auto conn = (local ? local_admission_ : admission_).Admit(std::move(socket), RuntimePeerConnectionOptions());
-  if (!conn) return;
-  inbound_[conn->id()] = conn;
-  conn->context() = false;  // hello not seen yet
-  conn->Start([this](Connection& c, proto::Envelope::Reader m) { OnPeerFrame(c, m); },
-              [this](Connection& c, const absl::Status& why) {
-                auto id = c.id();
-                if (why.code() != absl::StatusCode::kUnavailable &&
-                    why.code() != absl::StatusCode::kCancelled) {
-                  LogRejectedConnection(options_.is_worker ? "worker" : "driver", c.peer(), why);
-                }
-                // A borrower that went away borrows nothing any more.
-                for (const auto& [object, delta] : borrowers_->DropConnection(id)) {
-                  refs_->ApplyBorrowerDelta(object, delta);
-                }
-                PostToIo("worker.forget_inbound_peer", [this, id] {
-                  inbound_.erase(id);
-                  parked_waits_.erase(id);
-                });
-              });
+void OwnerService::AnswerWhenReady(Connection& conn, uint64_t request_id, const ObjectId& id) {
+  io_thread_.Check("OwnerService::AnswerWhenReady");
+  bool ready = true;
+  bool too_many = false;
+  {
+    ObjectTable::Locked objects(objects_);
+    auto it = objects->find(id);
+    if (it != objects->end() && !it->second.ready) {
+      ready = false;
+      // Each parked wait counts against its connection until it runs or
+      // its object goes (the slot is released with the callback).
+      auto& count = parked_waits_[conn.id()];
+      if (!count) count = std::make_shared<std::atomic<size_t>>(0);
+      if (count->load() >= kMaxParkedWaitsPerPeer ||
+          parked_waits_total_->load() >= kMaxParkedWaits) {
+        too_many = true;
+      } else {
+        // Counted per peer and in all (the callbacks of a peer that left
+        // stay until their object is ready or freed).
+        ++*count;
+        ++*parked_waits_total_;
+        std::shared_ptr<void> slot(nullptr, [count, total = parked_waits_total_](void*) {
+          --*count;
+          --*total;
+        });
+        std::weak_ptr<Connection> weak = conn.shared_from_this();
+        it->second.on_ready.push_back([this, weak, request_id, id, slot] {
+          if (auto c = weak.lock()) SendObjectStatus(*c, request_id, id);
+        });
+      }
+    }
+  }
+  if (too_many) {
+    conn.Close(absl::ResourceExhaustedError(absl::StrCat(
+        "too many parked waits for objects (", kMaxParkedWaitsPerPeer, " per peer, ",
+        kMaxParkedWaits, " in all)")));
+    return;
+  }
+  if (ready) SendObjectStatus(conn, request_id, id);
 }
 
-void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
-  io_checker_.Check("CoreWorker::OnPeerFrame");
+void OwnerService::OnFrame(Connection& conn, proto::Envelope::Reader msg) {
+  io_thread_.Check("OwnerService::OnFrame");
   // An accepted connection (context: hello seen) speaks only after its hello.
   if (conn.context().has_value() && !std::any_cast<bool>(conn.context()) && !msg.isHello()) {
     conn.Close(absl::PermissionDeniedError("first frame was not a hello"));
@@ -207,16 +238,10 @@ void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
       conn.AcceptHello();
       return;
     case proto::Envelope::ACTOR_STATE:
-    case proto::Envelope::OBJECT_STATUS: {
-      // Only on connections we opened (to an owner), never on accepted ones.
-      if (conn.context().has_value()) return;
-      auto it = peer_requests_.find(msg.getRequestId());
-      if (it == peer_requests_.end()) return;
-      auto cb = std::move(it->second.callback);
-      peer_requests_.erase(it);
-      cb(msg);
+    case proto::Envelope::OBJECT_STATUS:
+      // Replies: taken by the opener of a connection we opened; never sent
+      // on an accepted one.
       return;
-    }
     default:
       break;
   }
@@ -228,9 +253,9 @@ void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
   switch (msg.which()) {
     case proto::Envelope::ADD_OBJECT_LOCATION: {
       auto location = msg.getAddObjectLocation();
-      OnObjectLocationAdded(IdFrom<ObjectId>(location.getObjectId()),
-                            IdFrom<NodeId>(location.getNodeId()),
-                            location.getNodeAddress().cStr());
+      host_.OnObjectLocationAdded(IdFrom<ObjectId>(location.getObjectId()),
+                                  IdFrom<NodeId>(location.getNodeId()),
+                                  location.getNodeAddress().cStr());
       return;
     }
     case proto::Envelope::WAIT_OBJECT: {
@@ -243,7 +268,7 @@ void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
       // it when none is left), then answer as a wait.
       auto req = msg.getRecoverObject();
       ObjectId id = IdFrom<ObjectId>(req.getObjectId());
-      OnCopyUnreadable(id, IdFrom<NodeId>(req.getNodeId()), req.getError().cStr());
+      host_.OnCopyUnreadable(id, IdFrom<NodeId>(req.getNodeId()), req.getError().cStr());
       AnswerWhenReady(conn, msg.getRequestId(), id);
       return;
     }
@@ -253,165 +278,106 @@ void CoreWorker::OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) {
       ObjectId id = IdFrom<ObjectId>(data);
       uint64_t request_id = msg.getRequestId();
       std::weak_ptr<Connection> weak = conn.shared_from_this();
-      WhenActorSettled(id, req.getFailedAddress().cStr(),
-                       [this, id, weak, request_id](bool alive, std::string address,
-                                                    std::string death) {
-                         auto c = weak.lock();
-                         if (!c) return;
-                         int retries = actor_owner_->MaxTaskRetries(id);
-                         OutMessage out;
-                         auto env = out.Init();
-                         env.setRequestId(request_id);
-                         auto state = env.initActorState();
-                         state.setAlive(alive);
-                         state.setAddress(address);
-                         state.setDead(!alive);
-                         state.setReason(death);
-                         state.setMaxTaskRetries(retries);
-                         c->Send(out.builder());
-                       });
+      actor_owner_.WhenSettled(
+          id, req.getFailedAddress().cStr(),
+          [this, id, weak, request_id](actors::ActorLocation where) {
+            auto c = weak.lock();
+            if (!c) return;
+            int retries = actor_owner_.MaxTaskRetries(id);
+            OutMessage out;
+            auto env = out.Init();
+            env.setRequestId(request_id);
+            auto state = env.initActorState();
+            state.setAlive(where.alive);
+            state.setAddress(where.address);
+            state.setDead(!where.alive);
+            state.setReason(where.death);
+            state.setMaxTaskRetries(retries);
+            c->Send(out.builder());
+          });
       return;
     }
     case proto::Envelope::KILL_ACTOR: {
       auto data = msg.getKillActor();
       ObjectId id = IdFrom<ObjectId>(data);
-      if (actor_owner_->Owns(id)) {
-        actor_owner_->Kill(id, msg.getRequestId() != 0, "killed by lumen::ActorHandle::Kill()");
-      } else if (receiver_->is_actor() && id == actor_id_) {
-        // Told directly (its owner is gone): free the name (without blocking
-        // the io thread; the head call has a deadline) and end.
-        auto exit_now = [this] {
-          std::fflush(stdout);
-          std::fflush(stderr);
-          ::unlink(unix_path_.c_str());
-          std::_Exit(0);
-        };
-        if (actor_name_.empty() || options_.head_address.empty()) exit_now();
-        head_->Call(
-            [name = actor_name_, id](proto::Envelope::Builder env) {
-              FillActorName(env.initUnregisterActorName(), name, id);
-            },
-            [exit_now, name = actor_name_](absl::StatusOr<proto::Envelope::Reader> reply) {
-              if (!reply.ok()) {
-                LUMEN_LOG(WARNING) << "cannot free actor name '" << name << "': " << reply.status();
-              }
-              exit_now();
-            });
+      if (actor_owner_.Owns(id)) {
+        actor_owner_.Kill(id, msg.getRequestId() != 0, "killed by lumen::ActorHandle::Kill()");
+      } else {
+        host_.OnKillUnowned(id);
       }
       return;
     }
     case proto::Envelope::ESCAPE_REF: {
       auto data = msg.getEscapeRef();
-      ObjectId id = IdFrom<ObjectId>(data);
-      refs_->OnEscapeRef(id);
+      refs_.OnEscapeRef(IdFrom<ObjectId>(data));
       return;
     }
     case proto::Envelope::ADD_BORROWER:
     case proto::Envelope::REMOVE_BORROWER: {
       bool add = msg.isAddBorrower();
       auto data = add ? msg.getAddBorrower() : msg.getRemoveBorrower();
-      OnBorrowerChange(conn.id(),
-                       IdFrom<ObjectId>(data),
-                       add ? 1 : -1);
+      ObjectId id = IdFrom<ObjectId>(data);
+      int delta = borrowers_.Apply(conn.id(), id, add ? 1 : -1);
+      if (delta != 0) refs_.ApplyBorrowerDelta(id, delta);
       return;
     }
-    case proto::Envelope::PUSH_TASK: {
+    case proto::Envelope::PUSH_TASK:
       if (!options_.is_worker) {
         conn.Close(absl::FailedPreconditionError("a driver does not run tasks"));
         return;
       }
-      auto spec = msg.getPushTask();
-      auto task = std::make_unique<TaskToRun>();
-      task->reply_to = conn.shared_from_this();
-      auto tid = spec.getTaskId();
-      task->task_id = IdFrom<TaskId>(tid);
-      task->attempt = spec.getAttempt();
-      task->function = spec.getFunction().cStr();
-      task->kind = spec.getKind();
-      task->max_concurrency = std::max<uint32_t>(1, spec.getMaxConcurrency());
-      for (int id : spec.getGpuIds()) task->gpu_ids.push_back(id);
-      if (task->kind == proto::TaskKind::ACTOR_CREATION) {
-        // The connection the actor was created over is its owner's: tell it
-        // when we exit on purpose.
-        actor_owner_conn_ = conn.weak_from_this();
-        auto aid = spec.getActorId();
-        actor_id_ = IdFrom<ObjectId>(aid);
-        actor_name_ = spec.getActorName().cStr();
-        receiver_->BecomeActor();
-      }
-      for (auto arg : spec.getArgs()) {
-        TaskToRun::Arg a;
-        switch (arg.which()) {
-          case proto::Value::INLINE: {
-            auto d = arg.getInline();
-            a.value.assign(reinterpret_cast<const char*>(d.begin()), d.size());
-            break;
-          }
-          case proto::Value::STORED: {
-            auto d = arg.getStored().getObjectId();
-            a.is_stored = true;
-            a.stored = IdFrom<ObjectId>(d);
-            a.size = arg.getStored().getSize();
-            a.node = IdFrom<NodeId>(arg.getStored().getNodeId());
-            a.node_address = arg.getStored().getNodeAddress().cStr();
-            a.owner = arg.getStored().getOwnerAddress().cStr();
-            break;
-          }
-          case proto::Value::ERROR:
-            break;
-        }
-        task->args.push_back(std::move(a));
-      }
-      // Queued for the executor; handed back while a plain worker's running
-      // task blocks; dropped while an actor exits (its caller sees it die).
-      if (auto back = receiver_->Receive(std::move(task))) {
-        SendRequeued(conn, back->task_id, back->attempt);
-      }
+      OnPushTask(conn, msg.getPushTask());
       return;
-    }
     default:
       LUMEN_LOG(DEBUG) << "ignoring unexpected frame from a peer";
   }
 }
 
-// ---------------------------------------------------------------------------
-// Borrowing: what the reference counter tells other owners, and what borrowers
-// tell us.
-
-void CoreWorker::SendEscapeRef(const ObjectId& id, const std::string& owner) {
-  // A borrowed ref passed on: the owner pins it for the next reader. Sent on the
-  // same connection as (and so before) our own removeBorrower.
-  PostToIo("worker.send_escape_ref", [this, id, owner] {
-    WithPeer(owner, [id](absl::StatusOr<std::shared_ptr<Connection>> conn) {
-      if (!conn.ok()) return;  // the owner is gone; so is the object
-      OutMessage out;
-      out.Init().setEscapeRef(DataOf(id));
-      (*conn)->Send(out.builder());
-    });
-  });
-}
-
-void CoreWorker::SendBorrowerChange(const ObjectId& id, const std::string& owner, bool add) {
-  if (stopped_) return;
-  PostToIo("worker.send_borrower_change", [this, id, owner, add] {
-    WithPeer(owner, [id, add](absl::StatusOr<std::shared_ptr<Connection>> conn) {
-      if (!conn.ok()) return;  // the owner is gone; so is the object
-      OutMessage out;
-      auto env = out.Init();
-      capnp::Data::Reader data = DataOf(id);
-      if (add) {
-        env.setAddBorrower(data);
-      } else {
-        env.setRemoveBorrower(data);
+void OwnerService::OnPushTask(Connection& conn, proto::TaskSpec::Reader spec) {
+  auto task = std::make_unique<TaskToRun>();
+  task->reply_to = conn.shared_from_this();
+  auto tid = spec.getTaskId();
+  task->task_id = IdFrom<TaskId>(tid);
+  task->attempt = spec.getAttempt();
+  task->function = spec.getFunction().cStr();
+  task->kind = spec.getKind();
+  task->max_concurrency = std::max<uint32_t>(1, spec.getMaxConcurrency());
+  for (int id : spec.getGpuIds()) task->gpu_ids.push_back(id);
+  if (task->kind == proto::TaskKind::ACTOR_CREATION) {
+    // The connection the actor was created over is its owner's: told when
+    // we exit on purpose.
+    auto aid = spec.getActorId();
+    host_.OnBecomeActor(conn, IdFrom<ObjectId>(aid), spec.getActorName().cStr());
+    receiver_.BecomeActor();
+  }
+  for (auto arg : spec.getArgs()) {
+    TaskToRun::Arg a;
+    switch (arg.which()) {
+      case proto::Value::INLINE: {
+        auto d = arg.getInline();
+        a.value.assign(reinterpret_cast<const char*>(d.begin()), d.size());
+        break;
       }
-      (*conn)->Send(out.builder());
-    });
-  });
-}
-
-void CoreWorker::OnBorrowerChange(uint64_t conn_id, const ObjectId& id, int delta) {
-  delta = borrowers_->Apply(conn_id, id, delta);
-  if (delta != 0) refs_->ApplyBorrowerDelta(id, delta);
+      case proto::Value::STORED: {
+        auto d = arg.getStored().getObjectId();
+        a.is_stored = true;
+        a.stored = IdFrom<ObjectId>(d);
+        a.size = arg.getStored().getSize();
+        a.node = IdFrom<NodeId>(arg.getStored().getNodeId());
+        a.node_address = arg.getStored().getNodeAddress().cStr();
+        a.owner = arg.getStored().getOwnerAddress().cStr();
+        break;
+      }
+      case proto::Value::ERROR:
+        break;
+    }
+    task->args.push_back(std::move(a));
+  }
+  // Queued for the executor; handed back while a plain worker's running
+  // task blocks; dropped while an actor exits (its caller sees it die).
+  if (auto back = receiver_.Receive(std::move(task))) {
+    SendRequeued(conn, back->task_id, back->attempt);
+  }
 }
 
 }  // namespace lumen::runtime

@@ -64,7 +64,7 @@ CoreWorker::StoreResult CoreWorker::CallNode(std::function<void(proto::Envelope:
       done.Notify();
       return;
     }
-    SendNodeRequest(*node_conn_, fill, [&](proto::Envelope::Reader msg) {
+    connections_->SendNodeRequest(*node_conn_, fill, [&](proto::Envelope::Reader msg) {
       if (!msg.isStoreReply()) {
         result.status = absl::UnavailableError("no reply from the node daemon");
       } else {
@@ -93,7 +93,7 @@ void CoreWorker::DeleteCopies(const ObjectId& id, std::vector<std::string> node_
   if (node_addresses.empty()) node_addresses.push_back("");  // our node
   PostToIo("worker.delete_copies", [this, id, node_addresses = std::move(node_addresses)] {
     for (const auto& address : node_addresses) {
-      WithNode(address, [id](absl::StatusOr<std::shared_ptr<Connection>> conn) {
+      connections_->WithNode(address, [id](absl::StatusOr<std::shared_ptr<Connection>> conn) {
         if (!conn.ok() || !*conn || (*conn)->closed()) return;
         OutMessage out;
         out.Init().initStoreDelete().setObjectId(DataOf(id));

@@ -138,27 +138,6 @@ void CoreWorker::OnTaskResolved(PendingTask* raw) {
   submitter_->Submit(std::move(task));
 }
 
-void CoreWorker::FillValue(proto::Value::Builder out, const ObjectEntry& entry) {
-  switch (entry.kind) {
-    case ObjectEntry::Kind::kInline:
-      out.setInline(BytesOf(*entry.value));
-      break;
-    case ObjectEntry::Kind::kStored: {
-      auto stored = out.initStored();
-      stored.setSize(entry.stored_size);
-      if (!entry.locations.empty()) {
-        stored.setNodeId(DataOf(entry.locations.front().first));
-        stored.setNodeAddress(entry.locations.front().second);
-      }
-      stored.setOwnerAddress(entry.owned ? listen_address_ : entry.owner_address);
-      break;
-    }
-    case ObjectEntry::Kind::kFailed:
-      FailureToProto(*entry.failure, out.initError());
-      break;
-  }
-}
-
 void CoreWorker::FillTaskSpec(proto::TaskSpec::Builder spec, const PendingTask& task) {
   spec.setTaskId(DataOf(task.task_id));
   spec.setFunction(task.function);
@@ -191,7 +170,7 @@ void CoreWorker::FillTaskSpec(proto::TaskSpec::Builder spec, const PendingTask& 
                      args[i].initError());
       continue;
     }
-    FillValue(args[i], it->second);
+    FillValue(args[i], it->second, listen_address_);
     if (it->second.kind == ObjectEntry::Kind::kStored) {
       args[i].getStored().setObjectId(DataOf(arg.ref->id()));
     }
@@ -262,7 +241,7 @@ void CoreWorker::SubmitterTransport::ConnectWorker(const std::string& address,
             [&core, on_lost = std::move(handlers.on_lost)](Connection&, const absl::Status& why) {
               if (!core.stopped_) on_lost(why);
             });
-        SendPeerHello(*conn);
+        OutboundConnections::SendPeerHello(*conn);
         done(std::make_unique<Worker>(core, std::move(conn)));
       });
 }

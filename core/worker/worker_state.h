@@ -17,6 +17,9 @@
 #include "core/worker/lease_requester.h"
 #include "core/worker/memory_store.h"
 #include "core/worker/normal_task_submitter.h"
+#include "core/worker/object_value.h"
+#include "core/worker/outbound_connections.h"
+#include "core/worker/owner_service.h"
 #include "core/worker/object_table.h"
 #include "core/worker/pending_task.h"
 #include "core/worker/reference_counter.h"
@@ -33,19 +36,6 @@ inline std::string SchedulingKey(const internal::SchedulingOptions& s) {
   if (s.kind == internal::SchedulingOptions::Kind::kDefault && s.placement_group.empty()) return "";
   return absl::StrCat("|", static_cast<int>(s.kind), ":", s.node.Hex(), ":", s.soft, ":",
                       s.placement_group, ":", s.bundle_index);
-}
-
-inline Failure FailureFromProto(proto::TaskFailure::Reader f) {
-  return Failure{f.getKind(), f.getExceptionType().cStr(), f.getMessage().cStr(),
-                 f.getLocation().cStr(), f.getCancelled()};
-}
-
-inline void FailureToProto(const Failure& failure, proto::TaskFailure::Builder out) {
-  out.setKind(failure.kind);
-  out.setExceptionType(failure.exception_type);
-  out.setMessage(failure.message);
-  out.setLocation(failure.location);
-  out.setCancelled(failure.cancelled);
 }
 
 // Spin briefly before blocking: a cross-CPU wake-up costs tens of microseconds,
@@ -83,7 +73,7 @@ class CoreWorker::NodeLeaseTransport final : public LeaseTransport {
                         bool grant_or_reject, std::function<bool(proto::Envelope::Reader)> on_reply,
                         SentCallback on_sent) override;
   void OnSpillback(const std::string& address, const NodeId& node) override {
-    core_.remote_node_ids_[address] = node;
+    core_.connections_->RecordNodeId(address, node);
   }
   void After(std::chrono::milliseconds delay, std::function<void()> fn) override;
 
@@ -105,6 +95,50 @@ class CoreWorker::NodeLeaseTransport final : public LeaseTransport {
                                                        std::weak_ptr<Connection> node,
                                                        uint64_t conn_id, bool drop);
 
+  CoreWorker& core_;
+};
+
+// The OwnerServiceHost of owner_service_: the runtime's side of what peers
+// ask (object copies, actor identity). io thread only.
+class CoreWorker::ServiceHost final : public OwnerServiceHost {
+ public:
+  // `core` outlives the host (it owns it).
+  explicit ServiceHost(CoreWorker& core) : core_(core) {}
+  bool Post(const char* name, std::function<void()> fn) override {
+    return core_.PostToIo(name, std::move(fn));
+  }
+  void OnObjectLocationAdded(const ObjectId& id, const NodeId& node,
+                             const std::string& address) override {
+    core_.OnObjectLocationAdded(id, node, address);
+  }
+  void OnCopyUnreadable(const ObjectId& id, const NodeId& node, const std::string& why) override {
+    core_.OnCopyUnreadable(id, node, why);
+  }
+  // executor_host.cc: the actor process's identity and its end.
+  void OnKillUnowned(const ObjectId& id) override;
+  void OnBecomeActor(Connection& owner, const ObjectId& id, std::string name) override;
+
+ private:
+  CoreWorker& core_;
+};
+
+// The OutboundConnectionsHost of connections_: frames that are not replies
+// (node daemons' to OnNodeFrame, owners' to the owner service) and the loss
+// of another owner (node_connections.cc). io thread only.
+class CoreWorker::ConnectionsHost final : public OutboundConnectionsHost {
+ public:
+  // `core` outlives the host (it owns it).
+  explicit ConnectionsHost(CoreWorker& core) : core_(core) {}
+  bool Stopped() const override { return core_.stopped_; }
+  void OnNodeFrame(Connection& conn, proto::Envelope::Reader msg) override {
+    core_.OnNodeFrame(conn, msg);
+  }
+  void OnPeerFrame(Connection& conn, proto::Envelope::Reader msg) override {
+    core_.owner_service_->OnFrame(conn, msg);
+  }
+  void OnOwnerLost(const std::string& address, const absl::Status& why) override;
+
+ private:
   CoreWorker& core_;
 };
 

@@ -8,24 +8,34 @@
 //     core_worker.cc       startup, shutdown, dispatch of node-daemon frames
 //     store_provider.cc    create/seal/abort/get/delete in the node's store; Put
 //     object_getter.cc     Get: memory store -> owner -> pull, other copies
-//     owner_service.cc     waits, locations, borrowers, kills from peers
-//     node_connections.cc  connections and requests to node daemons
+//     lost_copies.cc       an unreadable copy: the owner's rebuild, the reader's wait
+//     node_connections.cc  what we ask of node daemons and other owners (flush,
+//                          exit causes, lease ends, borrower messages); a
+//                          node's or another owner's loss; ConnectionsHost
 //     task_submission.cc   SubmitTask, hand-off to the actor or normal submitter
-//     executor_host.cc     worker mode: ExecutorHost, the TaskExecutor's host
+//     task_cancel.cc       lumen::Cancel
+//     lease_resend.cc      NodeLeaseTransport: keyed lease requests, resent
+//     executor_host.cc     worker mode: ExecutorHost, the TaskExecutor's host;
+//                          the actor process's identity and end (ServiceHost)
 //     state_rows.cc        `lumen list` rows of what this process owns
 //     actor_owner.cc       actor entry points; ActorHost (actor_host.h), the
 //                          runtime half of lumen/actors' ActorOwner
 //     actor_caller.cc      ActorCaller (actor_caller.h), the runtime half of
 //                          lumen/actors' ActorTaskSubmitter
 //     actor_names.cc       the head's actor-name requests (actor_names.h)
-//   Parts with a class of their own:
+//   Parts with a class of their own, each in its .h/.cc pair:
 //     ObjectTable (object_table.h), ReferenceCounter, MemoryStore,
-//     BorrowerRegistry, DependencyResolver, LeaseRequester,
-//     NormalTaskSubmitter, TaskManager, ObjectRecovery (lineage),
-//     TaskReceiver, TaskExecutor,
-//     HeadRequester, TaskEventFlusher, OutputTagger, WorkerLogPrinter: each
-//     in its .h/.cc pair; PendingTask and ActorRecord (pending_task.h) and the
-//     private state types (worker_state.h) are data.
+//     OwnerService (our listeners, hello admission, and what peers ask:
+//     waits, locations, borrowers, kills, pushed tasks) with its
+//     BorrowerRegistry, OutboundConnections (the connections we open to node
+//     daemons and other owners, and the requests awaiting replies on them),
+//     DependencyResolver, LeaseRequester, NormalTaskSubmitter, TaskManager,
+//     ObjectRecovery (lineage), SubmissionQueue, TaskReceiver, TaskExecutor,
+//     HeldReplies, HeadRequester, TaskEventFlusher, OutputTagger,
+//     WorkerLogPrinter, CallSites; ShardedNodeMap (sharded_node_map.h).
+//   Data and pure helpers: PendingTask and ActorRecord (pending_task.h), an
+//     object's value on the wire (object_value.h), the private state types
+//     and the hosts and transports CoreWorker implements (worker_state.h).
 //   The API's runtime glue: function_registry.cc (remote functions, actor
 //   factories and methods by name) and ref_handle.cc (internal::RefHandle).
 //
@@ -59,7 +69,6 @@
 #include "lumen/actors/actor_lifecycle.h"
 #include "lumen/actors/actor_owner.h"
 #include "lumen/actors/actor_task_submitter.h"
-#include "lumen/common/accept_retry.h"
 #include "lumen/common/address.h"
 #include "lumen/common/connection.h"
 #include "lumen/common/ids.h"
@@ -73,7 +82,8 @@ namespace lumen::runtime {
 
 class HeadRequester;   // core/worker/head_requester.h
 class LeaseRequester;  // core/worker/lease_requester.h
-class BorrowerRegistry;  // core/worker/borrower_registry.h
+class OwnerService;      // core/worker/owner_service.h
+class OutboundConnections;  // core/worker/outbound_connections.h
 struct ObjectEntry;       // core/worker/object_table.h
 class ObjectTable;        // core/worker/object_table.h
 class ReferenceCounter;   // core/worker/reference_counter.h
@@ -177,11 +187,6 @@ class CoreWorker {
  private:
   class ActorCaller;  // actor_caller.h
   class ActorHost;    // actor_host.h
-  // A request to a peer's owner service, answered on the connection it went out on.
-  struct PeerRequest {
-    uint64_t conn_id = 0;
-    std::function<void(proto::Envelope::Reader)> callback;
-  };
   struct StoreResult {
     absl::Status status;
     uint64_t offset = 0;
@@ -195,12 +200,6 @@ class CoreWorker {
   void OnNodeFrame(Connection& conn, proto::Envelope::Reader msg);
   // `lumen list actors|tasks|objects`: what this process owns, one row each.
   void SendStateRows(Connection& conn, uint64_t request_id, const std::string& what);
-  // Accept peers on the Unix and TCP listeners until they close.
-  void AcceptUnix();
-  void AcceptTcp();
-  void OnPeerAccepted(Socket socket);
-  void OnPeerFrame(Connection& conn, proto::Envelope::Reader msg);
-  void OnBorrowerChange(uint64_t conn_id, const ObjectId& id, int delta);
   // Tells `owner` we start (add) or stop borrowing `id` (any thread; posted).
   void SendBorrowerChange(const ObjectId& id, const std::string& owner, bool add);
   // Tells `owner` a borrowed ref of `id` was passed on (any thread; posted).
@@ -216,63 +215,23 @@ class CoreWorker {
   // fails with a failed argument's error). Takes ownership of a normal task.
   void OnTaskResolved(PendingTask* task);
   class NodeLeaseTransport;  // worker_state.h
+  class ServiceHost;         // worker_state.h: OwnerService's host
+  class ConnectionsHost;     // worker_state.h: OutboundConnections' host
   class SubmitterTransport;  // worker_state.h
-  // A connection to the node daemon at `address` (ours when empty or ours).
-  // What waits for a connection: it, or the connect's error. io thread.
-  using ConnectionUse = std::function<void(absl::StatusOr<std::shared_ptr<Connection>>)>;
-  // Runs `use` with our connection to the node daemon at `address` (ours when
-  // empty or ours): at once when it is open, else once a non-blocking connect
-  // (Timeouts::connect_timeout) ends, in the order asked; with the connect's
-  // error if it fails. io thread.
-  void WithNode(const std::string& address, ConnectionUse use);
-  // A new connection to the remote daemon at `address`: started, hello sent, kept.
-  std::shared_ptr<Connection> AdoptNode(const std::string& address, Socket socket);
-  void OnRemoteNodeLost(Connection& conn, const absl::Status& why);
+  // The cluster declared `node` dead: leases, actors, requests and object
+  // copies there go (node_connections.cc).
   void OnRemoteNodeDead(const NodeId& node);
-  // Returns the request's id.
   // Driver, before Stop: sends its task events to its node, and has every node
   // it uses forward what its workers wrote so far; waits for their answers
   // (at most exit_flush_timeout). Not on the io thread.
   void FlushToNodes();
-  uint64_t SendNodeRequest(Connection& conn,
-                           const std::function<void(proto::Envelope::Builder)>& fill,
-                           std::function<void(proto::Envelope::Reader)> callback);
   // Asks the node daemon `node` how worker `worker` ended. `done` runs once on
   // the io thread with the cause ("killed by signal 11 (SIGSEGV)"), or with ""
   // when the daemon does not know within options_.worker_exit_cause_timeout.
   void AskWorkerExitCause(const std::shared_ptr<Connection>& node, const WorkerId& worker,
                           std::function<void(std::string cause)> done);
   void SendLeaseEnd(const std::shared_ptr<Connection>& node, uint64_t lease_id, bool kill);
-  void SendRequeued(Connection& conn, const TaskId& task_id, uint32_t attempt);
-  void SendObjectStatus(Connection& conn, uint64_t request_id, const ObjectId& id);
   void RequestObjectFromOwner(const ObjectId& id, const std::string& owner);
-  // Like WithNode, for the owner service of another process at `address`.
-  void WithPeer(const std::string& address, ConnectionUse use);
-  // A new connection to the owner service at `address`: started, hello sent, kept.
-  std::shared_ptr<Connection> AdoptPeer(const std::string& address, Socket socket);
-  // WithNode's and WithPeer's shared part: `use` runs with the open connection
-  // to `address` in `open`, or waits in `waiting` behind a connect (started
-  // here when none is in flight; its socket adopted by `adopt`). io thread.
-  void WithConnection(absl::flat_hash_map<std::string, std::vector<ConnectionUse>>& waiting,
-                      const absl::flat_hash_map<std::string, std::shared_ptr<Connection>>& open,
-                      const std::string& address, ConnectionUse use,
-                      std::shared_ptr<Connection> (CoreWorker::*adopt)(const std::string&, Socket));
-  // Runs what waits in `waiting` for `address` once its connect ended: with
-  // the open connection in `open` (maybe made meanwhile), the new socket
-  // adopted by `adopt`, or the error. io thread.
-  void OnConnectEnded(
-      absl::flat_hash_map<std::string, std::vector<ConnectionUse>>& waiting,
-      const absl::flat_hash_map<std::string, std::shared_ptr<Connection>>& open,
-      const std::string& address, absl::StatusOr<Socket> socket,
-      std::shared_ptr<Connection> (CoreWorker::*adopt)(const std::string&, Socket));
-  // The first frame on a connection we open to another process's owner service.
-  static void SendPeerHello(Connection& conn);
-  void FillValue(proto::Value::Builder out, const ObjectEntry& entry);
-
-  // Answers every request waiting at a node daemon with an empty envelope (read
-  // as "no reply"); with `conn_id`, only those sent on that connection. io thread.
-  void FailNodeRequests(std::optional<uint64_t> conn_id = std::nullopt);
-
   // any thread
   // Runs `fn` on the io thread under `name` (a string literal saying what it
   // does, "worker.what_it_does": a slow handler is logged with it); false (and
@@ -342,9 +301,6 @@ class CoreWorker {
   // (`why`): that copy is forgotten; with none left, the object is rebuilt
   // (or fails: ObjectRecovery::OnLost).
   void OnCopyUnreadable(const ObjectId& id, const NodeId& node, const std::string& why);
-  // Owner service, io thread: answers `request_id` on `conn` with the
-  // object's status once it is ready or failed (parked until then).
-  void AnswerWhenReady(Connection& conn, uint64_t request_id, const ObjectId& id);
   // Reader side, blocking (not on the io thread): tells `owner` (our own
   // listen address: this process) that `id` could not be read at `node` and
   // waits until it is ready again. Errors: the object failed (its failure's
@@ -363,9 +319,6 @@ class CoreWorker {
   // actor_owner_, its runtime half actor_host_.
   void CreateActorOwner();
   void SendKillActor(Connection& conn, const ObjectId& id, bool no_restart);
-  // actor_owner_->WhenSettled, for the owner service's answer.
-  void WhenActorSettled(const ObjectId& id, const std::string& failed_address,
-                        std::function<void(bool alive, std::string address, std::string death)> cb);
   // `node` was declared dead: the links of our actors there close; returns
   // our calls' channels to those actors, for the caller to close.
   std::vector<std::shared_ptr<Connection>> OnActorNodeDead(const NodeId& node,
@@ -395,12 +348,6 @@ class CoreWorker {
   boost::asio::io_context io_;
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
   std::thread io_thread_;
-  std::unique_ptr<boost::asio::local::stream_protocol::acceptor> acceptor_;
-  std::unique_ptr<boost::asio::ip::tcp::acceptor> tcp_acceptor_;
-  // Keep the accept loops alive through EMFILE and the like (io thread only).
-  AcceptRetry unix_accept_retry_{io_, "driver/worker unix listener"};
-  AcceptRetry tcp_accept_retry_{io_, "driver/worker tcp listener"};
-  std::string unix_path_;     // the Unix half of listen_address_
   std::string node_address_;  // our node daemon's address (TCP and Unix)
   std::shared_ptr<Connection> node_conn_;
   // Sends our task events to the node daemon (io thread; goes before io_).
@@ -434,40 +381,19 @@ class CoreWorker {
   // io thread only (checked by io_checker_ in debug builds at the io entry
   // points: frames from the node and from peers, submissions, actor lookups)
   ThreadChecker io_checker_;
-  uint64_t next_request_id_ = 1;
-  struct NodeRequest {
-    uint64_t conn_id = 0;  // the node connection it went out on
-    std::function<void(proto::Envelope::Reader)> callback;
-  };
-  absl::flat_hash_map<uint64_t, NodeRequest> node_requests_;
-  // Node daemons of other nodes we lease from or free objects on, by address.
-  absl::flat_hash_map<std::string, std::shared_ptr<Connection>> remote_nodes_;
-  absl::flat_hash_map<std::string, NodeId> remote_node_ids_;  // address -> node, from spillbacks
+  // The connections we open (to node daemons, to other owners' services)
+  // and the requests awaiting replies on them (outbound_connections.h); its
+  // host is our half. Made by Connect (it needs the node's identity).
+  std::unique_ptr<ConnectionsHost> connections_host_;
+  std::unique_ptr<OutboundConnections> connections_;
   // Leases for tasks and actors (lease_requester.h) over our node connections.
   std::unique_ptr<NodeLeaseTransport> lease_transport_;
   std::unique_ptr<LeaseRequester> lease_requester_;
-  // Dropped with the connection they went out on.
-  absl::flat_hash_map<uint64_t, PeerRequest> peer_requests_;
-  absl::flat_hash_map<std::string, std::shared_ptr<Connection>> peers_;  // by address
-  // What waits for connects in flight, by address (io thread): to owner
-  // services (peers_) and to other nodes' daemons (remote_nodes_).
-  absl::flat_hash_map<std::string, std::vector<ConnectionUse>> connecting_peers_;
-  absl::flat_hash_map<std::string, std::vector<ConnectionUse>> connecting_nodes_;
-  absl::flat_hash_map<uint64_t, std::shared_ptr<Connection>> inbound_;  // by connection id
-  // Caps the accepted connections that have not said hello yet (io thread).
-  // Connections awaiting their hello, capped per listener (TCP, Unix socket).
-  HelloAdmission admission_{ServerLimits::FromEnv(), "owner service"};
-  HelloAdmission local_admission_{ServerLimits::FromEnv(), "owner service"};
-  // Object waits parked per accepted connection (io thread; the counts are
-  // decremented by the parked callbacks, wherever they are destroyed). A peer
-  // over the limit is disconnected.
-  static constexpr size_t kMaxParkedWaitsPerPeer = 1000000;
-  static constexpr size_t kMaxParkedWaits = 2000000;
-  absl::flat_hash_map<uint64_t, std::shared_ptr<std::atomic<size_t>>> parked_waits_;
-  std::shared_ptr<std::atomic<size_t>> parked_waits_total_ =
-      std::make_shared<std::atomic<size_t>>(0);
-  // Objects each inbound peer borrows from us, with counts (dropped if it dies).
-  std::unique_ptr<BorrowerRegistry> borrowers_;
+  // The owner service (owner_service.h): our listeners, the connections
+  // peers opened to us and their frames; its host is our half. Made by
+  // Connect (it needs the worker id); goes before the maps its callbacks use.
+  std::unique_ptr<ServiceHost> service_host_;
+  std::unique_ptr<OwnerService> owner_service_;
 
   // Owner side of actors: the actors this process created (lumen/actors) and
   // the runtime half it asks (io thread only). The host outlives the manager.
