@@ -3,12 +3,14 @@
 //
 //   lumen::CopyBytes(store_base + offset, array.data(), bytes);
 //
-// glibc's memcpy (2.36, AMD Zen 3 here) copies a buffer larger than its
-// non-temporal threshold (about 100 MiB on this machine) at ~6-14 GB/s when
-// source and destination share their offset within a page, but at only
-// ~2-3.5 GB/s when they do not: a Put of a std::vector (its data at 16 bytes
-// into a page) into the store (arrays 64-byte aligned in the object) is the
-// second case, so an 800 MiB put ran at a quarter of memcpy_gigabytes.
+// glibc's memcpy (2.36, AMD EPYC Zen 3 here) copies 800 MiB at 8-10 GB/s
+// when the destination's offset within its page equals the source's, or is
+// 16 bytes before it or 2 KiB after it, but at 2.1-3.6 GB/s when it is 48 or
+// 112 bytes after it (bench/copy_alignment). A Put of a std::vector is that
+// case: the vector's data starts 16 bytes into a page (malloc's header), its
+// array in the store 64 or 128 bytes into one (objects 64-byte aligned, the
+// array after a 64-byte header), so an 800 MiB put ran at a quarter of
+// memcpy_gigabytes (two vectors, both 16 bytes into a page).
 // CopyBytes copies n >= kStreamCopyBytes with 16-byte loads and non-temporal
 // stores to a 64-byte aligned destination (SSE2, every x86-64), which runs at
 // the speed of glibc's best case for any alignment; smaller copies, and every
