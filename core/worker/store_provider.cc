@@ -18,6 +18,7 @@
 #include "lumen/common/logging.h"
 #include "lumen/common/process.h"
 #include "lumen/common/proto_util.h"
+#include "lumen/common/stream_copy.h"
 #include "lumen/errors.h"
 #include "lumen/objectstore/fd_passing.h"
 #include "lumen/objectstore/object_table.h"
@@ -126,7 +127,7 @@ std::shared_ptr<internal::RefHandle> CoreWorker::PutEncoded(std::string encoded,
                                                           const std::source_location& where) {
   if (encoded.size() > options_.inline_limit) {
     return PutWithWriter(
-        encoded.size(), [&](uint8_t* out) { std::memcpy(out, encoded.data(), encoded.size()); },
+        encoded.size(), [&](uint8_t* out) { CopyBytes(out, encoded.data(), encoded.size()); },
         where);
   }
   ObjectId id = ObjectId::ForPut();

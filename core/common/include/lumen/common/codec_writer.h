@@ -14,6 +14,8 @@
 #include <cstring>
 #include <string>
 
+#include "lumen/common/stream_copy.h"
+
 namespace lumen::codec {
 
 // ---------------------------------------------------------------------------
@@ -50,7 +52,15 @@ class Writer {
       return;
     }
     if (buffer_ != nullptr && !Fits(n)) return;
-    if (buffer_ != nullptr) std::memcpy(buffer_ + pos_, data, n);
+    if (buffer_ != nullptr) {
+      // A large array into a fixed buffer (the store): CopyBytes keeps it at
+      // memory speed whatever its alignment against the buffer's.
+      if (n >= kStreamCopyBytes) {
+        CopyBytes(buffer_ + pos_, data, n);
+      } else {
+        std::memcpy(buffer_ + pos_, data, n);
+      }
+    }
     pos_ += n;
   }
 
