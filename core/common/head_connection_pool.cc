@@ -34,7 +34,8 @@ HeadConnectionPool& HeadConnectionPool::Instance() {
   return *pool;
 }
 
-int HeadConnectionPool::Take(const std::string& address) {
+int HeadConnectionPool::Take(const std::string& address, int64_t* reply_ms) {
+  if (reply_ms != nullptr) *reply_ms = 0;
   const pid_t self = Self();
   std::vector<int> stale;
   int fd = -1;
@@ -49,6 +50,7 @@ int HeadConnectionPool::Take(const std::string& address) {
       if (last.owner != self) continue;  // the parent's, inherited over a fork
       if (StillOpen(last.fd)) {
         fd = last.fd;
+        if (reply_ms != nullptr) *reply_ms = last.reply_ms;
         break;
       }
       stale.push_back(last.fd);
@@ -58,13 +60,13 @@ int HeadConnectionPool::Take(const std::string& address) {
   return fd;
 }
 
-void HeadConnectionPool::Give(const std::string& address, int fd) {
+void HeadConnectionPool::Give(const std::string& address, int fd, int64_t reply_ms) {
   if (fd < 0) return;
   {
     absl::MutexLock lock(&mu_);
     auto& idle = idle_[address];
     if (idle.size() < kIdlePerAddress) {
-      idle.push_back({fd, Self()});
+      idle.push_back({fd, Self(), reply_ms});
       return;
     }
   }

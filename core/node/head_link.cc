@@ -1,6 +1,7 @@
 #include "core/node/head_link.h"
 
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 
@@ -9,8 +10,11 @@
 #include "lumen/common/address.h"
 #include "lumen/common/fault_injector.h"
 #include "lumen/common/head_client.h"
+#include "lumen/common/head_local_socket.h"
 #include "lumen/common/logging.h"
+#include "lumen/common/process.h"
 #include "lumen/common/proto_util.h"
+#include "lumen/common/unix_endpoint.h"
 
 namespace lumen::node {
 
@@ -185,6 +189,29 @@ void HeadLink::Connect() {
           OnConnected(Socket(io_, asio::generic::stream_protocol(AF_UNIX, 0), fd));
         });
     return;
+  }
+  // A head on this host's loopback: its local socket first, when it has one
+  // (lumen/common/head_local_socket.h). A Unix connect completes or fails at
+  // once; non-blocking, a full backlog falls back to TCP too.
+  if (std::string local = HeadLocalSocketToTry(endpoint.tcp); !local.empty()) {
+    asio::local::stream_protocol::socket s(io_);
+    boost::system::error_code ec;
+    s.open(asio::local::stream_protocol(), ec);
+    if (!ec) s.non_blocking(true, ec);
+    if (!ec) s.connect(UnixEndpoint(local), ec);
+    if (!ec) {
+      SetCloseOnExec(s.native_handle());
+      // Completed: on with it from the loop, as an asynchronous connect would.
+      asio::post(io_, [this, attempt, fd = s.release()] {
+        if (attempt != attempt_ || stopped_) {
+          ::close(fd);
+          return;
+        }
+        connect_deadline_.cancel();
+        OnConnected(Socket(io_, asio::generic::stream_protocol(AF_UNIX, 0), fd));
+      });
+      return;
+    }
   }
   auto colon = endpoint.tcp.rfind(':');
   if (colon == std::string::npos) {

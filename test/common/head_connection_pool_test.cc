@@ -61,8 +61,8 @@ class FakeHead {
         if (!lumen::ReadFrameBlocking(fd, 1 << 20, &words).ok()) break;
         OutMessage out;
         out.Init().setAck();
+        ++served_;  // before the reply: the caller may check it as soon as it has the reply
         if (!lumen::WriteFrameBlocking(fd, out.builder()).ok()) break;
-        ++served_;
       }
       ::close(fd);
     }
@@ -151,4 +151,121 @@ TEST_CASE("A forked child never takes a connection its parent pooled") {
   CHECK(pool.Take(address) == fds[0]);
   ::close(fds[0]);
   ::close(fds[1]);
+}
+
+namespace {
+
+// Serves one connection: hello, then answers each request with `reply`
+// (written whole), followed by `trailer` bytes when given.
+class ScriptedHead {
+ public:
+  ScriptedHead(std::string name_in_reply, std::string trailer)
+      : name_(std::move(name_in_reply)), trailer_(std::move(trailer)) {
+    listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+    REQUIRE(::listen(listen_fd_, 8) == 0);
+    socklen_t len = sizeof(addr);
+    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    address_ = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+    thread_ = std::thread([this] {
+      for (;;) {
+        int fd = ::accept(listen_fd_, nullptr, nullptr);
+        if (fd < 0) return;
+        ++accepted_;
+        std::vector<capnp::word> words;
+        bool ok = lumen::ReadFrameBlocking(fd, 1 << 20, &words).ok();
+        while (ok && lumen::ReadFrameBlocking(fd, 1 << 20, &words).ok()) {
+          OutMessage out;
+          out.Init().initPlacementGroupState().setName(name_);
+          std::string frame;
+          lumen::AppendFrame(out.builder(), &frame);
+          frame += trailer_;
+          ok = ::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(frame.size());
+        }
+        ::close(fd);
+      }
+    });
+  }
+  ~ScriptedHead() {
+    ::shutdown(listen_fd_, SHUT_RDWR);
+    thread_.join();
+    ::close(listen_fd_);
+  }
+  const std::string& address() const { return address_; }
+  int accepted() const { return accepted_.load(); }
+
+ private:
+  std::string name_, trailer_;
+  int listen_fd_ = -1;
+  std::string address_;
+  std::atomic<int> accepted_{0};
+  std::thread thread_;
+};
+
+// The name in the head's reply to one CallHead with `timeout`.
+std::string CallForName(const std::string& address, std::chrono::milliseconds timeout) {
+  auto reply = lumen::runtime::CallHead(
+      address, [](lumen::proto::Envelope::Builder env) { env.setGetNodes(); }, timeout);
+  REQUIRE(reply.ok());
+  std::string name;
+  REQUIRE(lumen::runtime::ReadReply(*reply, "the head", [&](lumen::proto::Envelope::Reader env) {
+            name = env.getPlacementGroupState().getName().cStr();
+            return absl::OkStatus();
+          }).ok());
+  return name;
+}
+
+int64_t ReceiveTimeoutMs(int fd) {
+  timeval tv{};
+  socklen_t len = sizeof(tv);
+  REQUIRE(::getsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, &len) == 0);
+  return static_cast<int64_t>(tv.tv_sec) * 1000 + tv.tv_usec / 1000;
+}
+
+}  // namespace
+
+TEST_CASE("A pooled connection keeps the reply timeout its last call set, and a call with "
+          "another one sets its own") {
+  // CallHead sets SO_RCVTIMEO only when the pooled connection's differs
+  // (one system call per call less): the timeout in force must still be the
+  // caller's.
+  HeadConnectionPool& pool = HeadConnectionPool::Instance();
+  pool.Clear();
+  ScriptedHead head("small", "");
+  for (int64_t ms : {1500, 1500, 2700, 1500}) {
+    CHECK(CallForName(head.address(), std::chrono::milliseconds(ms)) == "small");
+    int64_t remembered = -1;
+    int fd = pool.Take(head.address(), &remembered);
+    REQUIRE(fd >= 0);
+    CHECK(remembered == ms);
+    CHECK(ReceiveTimeoutMs(fd) == ms);
+    pool.Give(head.address(), fd, remembered);
+  }
+  CHECK(head.accepted() == 1);
+  pool.Clear();
+}
+
+TEST_CASE("CallHead reads a reply longer than its first receive whole") {
+  HeadConnectionPool::Instance().Clear();
+  const std::string long_name(3 * 4096 + 13, 'x');
+  ScriptedHead head(long_name, "");
+  for (int i = 0; i < 3; ++i) {
+    CHECK(CallForName(head.address(), std::chrono::seconds(5)) == long_name);
+  }
+  CHECK(head.accepted() == 1);
+  HeadConnectionPool::Instance().Clear();
+}
+
+TEST_CASE("A connection on which the head sent bytes after its reply is not reused") {
+  HeadConnectionPool::Instance().Clear();
+  ScriptedHead head("small", std::string(8, '\0'));
+  for (int i = 0; i < 3; ++i) {
+    CHECK(CallForName(head.address(), std::chrono::seconds(5)) == "small");
+  }
+  CHECK(head.accepted() == 3);
+  CHECK(HeadConnectionPool::Instance().IdleCount(head.address()) == 0);
+  HeadConnectionPool::Instance().Clear();
 }

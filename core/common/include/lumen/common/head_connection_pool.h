@@ -22,6 +22,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -38,11 +39,14 @@ class HeadConnectionPool {
   static HeadConnectionPool& Instance();
 
   // An idle, still open connection to `address` (blocking descriptor, hello
-  // already sent), now the caller's; -1 when there is none.
-  int Take(const std::string& address);
+  // already sent), now the caller's; -1 when there is none. `reply_ms`, when
+  // given, gets the receive timeout its last user set on it (Give's), 0 when
+  // none was set: a caller with the same timeout need not set it again.
+  int Take(const std::string& address, int64_t* reply_ms = nullptr);
   // `fd`, a connection to `address` with nothing in flight, is kept for a
   // later Take (the caller no longer owns it); closed when enough are idle.
-  void Give(const std::string& address, int fd);
+  // `reply_ms`: the receive timeout (SO_RCVTIMEO) set on it, 0 when unknown.
+  void Give(const std::string& address, int fd, int64_t reply_ms = 0);
   // Closes every idle connection this process gave (lumen::Shutdown).
   void Clear();
   // Idle connections kept for `address` (tests).
@@ -51,7 +55,8 @@ class HeadConnectionPool {
  private:
   struct Idle {
     int fd;
-    pid_t owner;  // the process that gave it (a forked child leaves it alone)
+    pid_t owner;       // the process that gave it (a forked child leaves it alone)
+    int64_t reply_ms;  // its SO_RCVTIMEO in ms, 0 when unknown
   };
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::vector<Idle>> idle_ ABSL_GUARDED_BY(mu_);
