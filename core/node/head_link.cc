@@ -1,5 +1,6 @@
 #include "core/node/head_link.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -94,6 +95,13 @@ void HeadLink::OnLost(const absl::Status& why) {
   registered_ = false;
   report_timer_.cancel();
   if (stopped_) return;
+  if (options_.parent_fd >= 0) {
+    // Readable: closed by the driver that started the cluster, whose head
+    // stops with it (a send to it fails at once on its Unix socket, before
+    // this node has read that close and stopped).
+    pollfd p{.fd = options_.parent_fd, .events = POLLIN, .revents = 0};
+    if (::poll(&p, 1, 0) > 0) return;
+  }
   if (was_registered && !head_persistent_) {
     // A reset link looks the same as a lost head: try to come back as this
     // node for as long as the head keeps a disconnected node (its grace).
