@@ -117,14 +117,16 @@ int ConnectLocally(const std::string& name, const timeval& limit) {
 
 // A new connection to the head, hello sent: a blocking descriptor (close on
 // exec) that the caller owns. Over the head's local socket when it has one
-// for this address (lumen/common/head_local_socket.h), else over TCP.
-absl::StatusOr<int> ConnectToHead(const std::string& head_address) {
+// for this address (lumen/common/head_local_socket.h; `*local` says so), else
+// over TCP.
+absl::StatusOr<int> ConnectToHead(const std::string& head_address, bool* local = nullptr) {
   // A head that stops answering must not freeze the caller.
   timeval limit{5, 0};
   int fd = -1;
-  if (std::string local = HeadLocalSocketToTry(head_address); !local.empty()) {
-    fd = ConnectLocally(local, limit);
+  if (std::string name = HeadLocalSocketToTry(head_address); !name.empty()) {
+    fd = ConnectLocally(name, limit);
   }
+  if (local != nullptr) *local = fd >= 0;
   if (fd < 0) {
     auto colon = head_address.rfind(':');
     boost::asio::io_context io;
@@ -214,22 +216,31 @@ absl::StatusOr<std::vector<capnp::word>> CallHeadOnce(const std::string& head_ad
     return absl::UnavailableError("injected fault: the request failed before it was sent");
   }
   HeadConnectionPool& pool = HeadConnectionPool::Instance();
-  int64_t set_ms = 0;  // the receive timeout the connection has already
-  int fd = pool.Take(head_address, &set_ms);
-  if (fd < 0) {
-    auto connected = ConnectToHead(head_address);
-    if (!connected.ok()) return connected.status();
-    fd = *connected;
-  }
-  int64_t reply_ms = std::max<int64_t>(1, reply_timeout.count());
-  if (set_ms != reply_ms) {  // a pooled connection mostly has it from its last call
-    timeval reply_limit{static_cast<time_t>(reply_ms / 1000),
-                        static_cast<suseconds_t>((reply_ms % 1000) * 1000)};
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &reply_limit, sizeof(reply_limit));
-  }
-  if (auto s = WriteFrameBlocking(fd, request); !s.ok()) {
+  const int64_t reply_ms = std::max<int64_t>(1, reply_timeout.count());
+  int fd = -1;
+  bool local = false;  // a Unix stream: a write to it fails once the head closed it
+  for (;;) {
+    int64_t set_ms = 0;     // the receive timeout the connection has already
+    bool unpolled = false;  // pooled, and not polled for a close (Take)
+    fd = pool.Take(head_address, &set_ms, &unpolled);
+    local = unpolled;
+    if (fd < 0) {
+      auto connected = ConnectToHead(head_address, &local);
+      if (!connected.ok()) return connected.status();
+      fd = *connected;
+    }
+    if (set_ms != reply_ms) {  // a pooled connection mostly has it from its last call
+      timeval reply_limit{static_cast<time_t>(reply_ms / 1000),
+                          static_cast<suseconds_t>((reply_ms % 1000) * 1000)};
+      ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &reply_limit, sizeof(reply_limit));
+    }
+    absl::Status written = WriteFrameBlocking(fd, request);
+    if (written.ok()) break;
     ::close(fd);
-    return s;
+    // A pooled local connection the head closed meanwhile (a restart, a
+    // stop): the head got nothing of the request; another, as the poll Take
+    // does for TCP ones would have found.
+    if (!unpolled) return written;
   }
   *sent = true;
   if (fault == InjectedFault::kFailInFlight) {
@@ -248,7 +259,7 @@ absl::StatusOr<std::vector<capnp::word>> CallHeadOnce(const std::string& head_ad
   if (extra) {
     ::close(fd);  // the head sent something unasked: not reusable
   } else {
-    pool.Give(head_address, fd, reply_ms);  // read whole: nothing in flight on it
+    pool.Give(head_address, fd, reply_ms, local);  // read whole: nothing in flight on it
   }
   if (fault == InjectedFault::kDropReply) {
     return absl::UnavailableError("injected fault: the head's reply was dropped");

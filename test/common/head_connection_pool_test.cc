@@ -7,15 +7,19 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cstddef>
+#include <cstring>
 #include <thread>
 
 #include "lumen/common/connection.h"
 #include "lumen/common/head_client.h"
 #include "lumen/common/head_connection_pool.h"
+#include "lumen/common/head_local_socket.h"
 
 #include <catch2/catch.hpp>
 
@@ -159,8 +163,12 @@ namespace {
 // (written whole), followed by `trailer` bytes when given.
 class ScriptedHead {
  public:
-  ScriptedHead(std::string name_in_reply, std::string trailer)
-      : name_(std::move(name_in_reply)), trailer_(std::move(trailer)) {
+  // `local`: listens on the head's local socket too (and serves only there);
+  // `close_after_reply`: closes each connection after its first reply.
+  ScriptedHead(std::string name_in_reply, std::string trailer, bool local = false,
+               bool close_after_reply = false)
+      : name_(std::move(name_in_reply)), trailer_(std::move(trailer)),
+        close_after_reply_(close_after_reply) {
     listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
@@ -170,20 +178,35 @@ class ScriptedHead {
     socklen_t len = sizeof(addr);
     ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
     address_ = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
-    thread_ = std::thread([this] {
+    int serve_fd = listen_fd_;
+    if (local) {
+      local_fd_ = ::socket(AF_UNIX, SOCK_STREAM, 0);
+      const std::string name = lumen::HeadLocalSocketName(address_);
+      sockaddr_un un{};
+      un.sun_family = AF_UNIX;
+      std::memcpy(un.sun_path, name.data(), name.size());
+      un.sun_path[0] = '\0';
+      REQUIRE(::bind(local_fd_, reinterpret_cast<sockaddr*>(&un),
+                     static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + name.size())) == 0);
+      REQUIRE(::listen(local_fd_, 8) == 0);
+      serve_fd = local_fd_;
+    }
+    thread_ = std::thread([this, serve_fd] {
       for (;;) {
-        int fd = ::accept(listen_fd_, nullptr, nullptr);
+        int fd = ::accept(serve_fd, nullptr, nullptr);
         if (fd < 0) return;
         ++accepted_;
         std::vector<capnp::word> words;
         bool ok = lumen::ReadFrameBlocking(fd, 1 << 20, &words).ok();
         while (ok && lumen::ReadFrameBlocking(fd, 1 << 20, &words).ok()) {
+          ++served_;
           OutMessage out;
           out.Init().initPlacementGroupState().setName(name_);
           std::string frame;
           lumen::AppendFrame(out.builder(), &frame);
           frame += trailer_;
           ok = ::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(frame.size());
+          if (close_after_reply_) break;
         }
         ::close(fd);
       }
@@ -191,17 +214,23 @@ class ScriptedHead {
   }
   ~ScriptedHead() {
     ::shutdown(listen_fd_, SHUT_RDWR);
+    if (local_fd_ >= 0) ::shutdown(local_fd_, SHUT_RDWR);
     thread_.join();
     ::close(listen_fd_);
+    if (local_fd_ >= 0) ::close(local_fd_);
   }
+  int served() const { return served_.load(); }
   const std::string& address() const { return address_; }
   int accepted() const { return accepted_.load(); }
 
  private:
   std::string name_, trailer_;
+  bool close_after_reply_;
   int listen_fd_ = -1;
+  int local_fd_ = -1;
   std::string address_;
   std::atomic<int> accepted_{0};
+  std::atomic<int> served_{0};
   std::thread thread_;
 };
 
@@ -268,4 +297,32 @@ TEST_CASE("A connection on which the head sent bytes after its reply is not reus
   CHECK(head.accepted() == 3);
   CHECK(HeadConnectionPool::Instance().IdleCount(head.address()) == 0);
   HeadConnectionPool::Instance().Clear();
+}
+
+TEST_CASE("A pooled local connection is handed out unpolled, and one the head closed is "
+          "replaced when the request's write fails") {
+  // Invariant: a Unix stream the head closed fails the next write (EPIPE)
+  // with nothing delivered, so CallHead skips Take's poll for it and, when
+  // the write fails, takes a new connection for the same request: every call
+  // answered, each request served once.
+  HeadConnectionPool& pool = HeadConnectionPool::Instance();
+  pool.Clear();
+  ScriptedHead head("local", "", /*local=*/true, /*close_after_reply=*/true);
+  for (int i = 0; i < 5; ++i) {
+    CHECK(CallForName(head.address(), std::chrono::seconds(5)) == "local");
+    // Wait until the head's close is visible here, then give it back: the
+    // next call gets it unpolled and must notice on its write.
+    bool write_checks = false;
+    int fd = pool.Take(head.address(), nullptr, &write_checks);
+    REQUIRE(fd >= 0);
+    CHECK(write_checks);
+    pollfd p{.fd = fd, .events = POLLRDHUP, .revents = 0};
+    REQUIRE(::poll(&p, 1, 5000) == 1);
+    pool.Give(head.address(), fd, 5000, write_checks);
+  }
+  CHECK(head.accepted() == 5);
+  CHECK(head.served() == 5);
+  // A taker that cannot handle the failed write gets it polled: dropped.
+  CHECK(pool.Take(head.address()) == -1);
+  pool.Clear();
 }
