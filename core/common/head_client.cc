@@ -1,8 +1,13 @@
 #include "lumen/common/head_client.h"
 
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <boost/asio.hpp>
+#include <cerrno>
+#include <cstddef>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -15,6 +20,7 @@
 #include "lumen/common/control_retry.h"
 #include "lumen/common/fault_injector.h"
 #include "lumen/common/head_connection_pool.h"
+#include "lumen/common/head_local_socket.h"
 #include "lumen/common/process.h"
 #include "lumen/common/proto_util.h"
 #include "lumen/common/task_event_wire.h"
@@ -90,23 +96,52 @@ proto::Hello::Builder InitHello(proto::Envelope::Builder env, proto::Role role) 
 
 namespace {
 
+// A blocking connection to the head's local socket `name` (close on exec,
+// SO_SNDTIMEO `limit`); -1 when there is none to connect to.
+int ConnectLocally(const std::string& name, const timeval& limit) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (name.size() > sizeof(addr.sun_path)) return -1;
+  std::memcpy(addr.sun_path, name.data(), name.size());
+  addr.sun_path[0] = '\0';  // abstract: '@' names it in UnixEndpoint's notation
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));
+  const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + name.size());
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), len) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 // A new connection to the head, hello sent: a blocking descriptor (close on
-// exec) that the caller owns.
-absl::StatusOr<int> ConnectToHead(const std::string& head_address) {
-  auto colon = head_address.rfind(':');
-  boost::asio::io_context io;
-  boost::asio::ip::tcp::resolver resolver(io);
-  boost::system::error_code ec;
-  auto endpoints = resolver.resolve(head_address.substr(0, colon), head_address.substr(colon + 1), ec);
-  boost::asio::ip::tcp::socket socket(io);
-  if (!ec) boost::asio::connect(socket, endpoints, ec);
-  if (ec) return absl::UnavailableError(absl::StrCat("cannot reach the head at ", head_address, ": ", ec.message()));
-  int fd = socket.release(ec);
-  if (ec) return absl::UnavailableError(absl::StrCat("cannot reach the head at ", head_address, ": ", ec.message()));
-  SetCloseOnExec(fd);
+// exec) that the caller owns. Over the head's local socket when it has one
+// for this address (lumen/common/head_local_socket.h; `*local` says so), else
+// over TCP.
+absl::StatusOr<int> ConnectToHead(const std::string& head_address, bool* local = nullptr) {
   // A head that stops answering must not freeze the caller.
   timeval limit{5, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));
+  int fd = -1;
+  if (std::string name = HeadLocalSocketToTry(head_address); !name.empty()) {
+    fd = ConnectLocally(name, limit);
+  }
+  if (local != nullptr) *local = fd >= 0;
+  if (fd < 0) {
+    auto colon = head_address.rfind(':');
+    boost::asio::io_context io;
+    boost::asio::ip::tcp::resolver resolver(io);
+    boost::system::error_code ec;
+    auto endpoints =
+        resolver.resolve(head_address.substr(0, colon), head_address.substr(colon + 1), ec);
+    boost::asio::ip::tcp::socket socket(io);
+    if (!ec) boost::asio::connect(socket, endpoints, ec);
+    if (ec) return absl::UnavailableError(absl::StrCat("cannot reach the head at ", head_address, ": ", ec.message()));
+    fd = socket.release(ec);
+    if (ec) return absl::UnavailableError(absl::StrCat("cannot reach the head at ", head_address, ": ", ec.message()));
+    SetCloseOnExec(fd);
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));
+  }
   OutMessage out;
   InitHello(out.Init(), proto::Role::CLI);
   if (auto s = WriteFrameBlocking(fd, out.builder()); !s.ok()) {
@@ -114,6 +149,58 @@ absl::StatusOr<int> ConnectToHead(const std::string& head_address) {
     return s;
   }
   return fd;
+}
+
+// As ReadFrameBlocking, for a pooled head connection: the head sends the one
+// reply to the one request in flight and nothing after it, so the header and a
+// payload of up to kReplyReadAheadBytes come in one receive, not two.
+// `*extra` says whether bytes followed the reply (the connection is then not
+// reusable; the old two-receive read left them for the next Take to find).
+constexpr size_t kReplyReadAheadBytes = 4096;
+absl::Status ReadReplyBlocking(int fd, size_t max_frame_bytes, std::vector<capnp::word>* words,
+                               bool* extra) {
+  *extra = false;
+  alignas(capnp::word) char buffer[kFrameHeaderBytes + kReplyReadAheadBytes];
+  size_t got = 0;
+  while (got < kFrameHeaderBytes) {
+    ssize_t n = ::recv(fd, buffer + got, sizeof(buffer) - got, 0);
+    if (n == 0) return absl::UnavailableError("connection closed by peer");
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      // A blocking descriptor with SO_RCVTIMEO: the reply did not come in time.
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return absl::DeadlineExceededError("no reply in time");
+      return absl::UnavailableError(absl::StrCat("recv failed: ", std::strerror(errno)));
+    }
+    got += static_cast<size_t>(n);
+  }
+  auto len = ParseFrameHeader(reinterpret_cast<const uint8_t*>(buffer), max_frame_bytes);
+  if (!len.ok()) return len.status();
+  const size_t have = got - kFrameHeaderBytes;  // payload bytes already here
+  if (have >= *len) {
+    *extra = have > *len;
+    words->resize(*len / sizeof(capnp::word));
+    std::memcpy(words->data(), buffer + kFrameHeaderBytes, *len);
+    return absl::OkStatus();
+  }
+  // A larger reply: the rest as ReadFrameBlocking reads a frame (growing with
+  // what arrives), after the part already here.
+  std::string all(buffer + kFrameHeaderBytes, have);
+  size_t need = *len - have;
+  while (need > 0) {
+    char chunk[1 << 14];
+    ssize_t n = ::recv(fd, chunk, std::min(sizeof(chunk), need), 0);
+    if (n == 0) return absl::UnavailableError("connection closed by peer");
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return absl::DeadlineExceededError("no reply in time");
+      return absl::UnavailableError(absl::StrCat("recv failed: ", std::strerror(errno)));
+    }
+    all.append(chunk, static_cast<size_t>(n));
+    need -= static_cast<size_t>(n);
+  }
+  words->resize(*len / sizeof(capnp::word));
+  std::memcpy(words->data(), all.data(), all.size());
+  return absl::OkStatus();
 }
 
 // One attempt of CallHead: an idle connection of HeadConnectionPool (or a new
@@ -129,19 +216,31 @@ absl::StatusOr<std::vector<capnp::word>> CallHeadOnce(const std::string& head_ad
     return absl::UnavailableError("injected fault: the request failed before it was sent");
   }
   HeadConnectionPool& pool = HeadConnectionPool::Instance();
-  int fd = pool.Take(head_address);
-  if (fd < 0) {
-    auto connected = ConnectToHead(head_address);
-    if (!connected.ok()) return connected.status();
-    fd = *connected;
-  }
-  int64_t reply_ms = std::max<int64_t>(1, reply_timeout.count());
-  timeval reply_limit{static_cast<time_t>(reply_ms / 1000),
-                      static_cast<suseconds_t>((reply_ms % 1000) * 1000)};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &reply_limit, sizeof(reply_limit));
-  if (auto s = WriteFrameBlocking(fd, request); !s.ok()) {
+  const int64_t reply_ms = std::max<int64_t>(1, reply_timeout.count());
+  int fd = -1;
+  bool local = false;  // a Unix stream: a write to it fails once the head closed it
+  for (;;) {
+    int64_t set_ms = 0;     // the receive timeout the connection has already
+    bool unpolled = false;  // pooled, and not polled for a close (Take)
+    fd = pool.Take(head_address, &set_ms, &unpolled);
+    local = unpolled;
+    if (fd < 0) {
+      auto connected = ConnectToHead(head_address, &local);
+      if (!connected.ok()) return connected.status();
+      fd = *connected;
+    }
+    if (set_ms != reply_ms) {  // a pooled connection mostly has it from its last call
+      timeval reply_limit{static_cast<time_t>(reply_ms / 1000),
+                          static_cast<suseconds_t>((reply_ms % 1000) * 1000)};
+      ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &reply_limit, sizeof(reply_limit));
+    }
+    absl::Status written = WriteFrameBlocking(fd, request);
+    if (written.ok()) break;
     ::close(fd);
-    return s;
+    // A pooled local connection the head closed meanwhile (a restart, a
+    // stop): the head got nothing of the request; another, as the poll Take
+    // does for TCP ones would have found.
+    if (!unpolled) return written;
   }
   *sent = true;
   if (fault == InjectedFault::kFailInFlight) {
@@ -151,11 +250,17 @@ absl::StatusOr<std::vector<capnp::word>> CallHeadOnce(const std::string& head_ad
   std::vector<capnp::word> words;
   // Closed before the reply: the head restarted, or it refused our token
   // (CallHead tells them apart by repetition).
-  if (auto s = ReadFrameBlocking(fd, 64 << 20, &words); !s.ok()) {
+  // The only reply due on this connection: header and payload in one receive.
+  bool extra = false;
+  if (auto s = ReadReplyBlocking(fd, 64 << 20, &words, &extra); !s.ok()) {
     ::close(fd);
     return s;
   }
-  pool.Give(head_address, fd);  // read whole: nothing in flight on it
+  if (extra) {
+    ::close(fd);  // the head sent something unasked: not reusable
+  } else {
+    pool.Give(head_address, fd, reply_ms, local);  // read whole: nothing in flight on it
+  }
   if (fault == InjectedFault::kDropReply) {
     return absl::UnavailableError("injected fault: the head's reply was dropped");
   }

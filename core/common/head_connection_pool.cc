@@ -34,7 +34,9 @@ HeadConnectionPool& HeadConnectionPool::Instance() {
   return *pool;
 }
 
-int HeadConnectionPool::Take(const std::string& address) {
+int HeadConnectionPool::Take(const std::string& address, int64_t* reply_ms, bool* write_checks) {
+  if (reply_ms != nullptr) *reply_ms = 0;
+  if (write_checks != nullptr) *write_checks = false;
   const pid_t self = Self();
   std::vector<int> stale;
   int fd = -1;
@@ -47,8 +49,12 @@ int HeadConnectionPool::Take(const std::string& address) {
       Idle last = idle.back();
       idle.pop_back();
       if (last.owner != self) continue;  // the parent's, inherited over a fork
-      if (StillOpen(last.fd)) {
+      // Unpolled only for a taker that handles the failed write.
+      const bool unpolled = last.write_checks && write_checks != nullptr;
+      if (unpolled || StillOpen(last.fd)) {
         fd = last.fd;
+        if (reply_ms != nullptr) *reply_ms = last.reply_ms;
+        if (write_checks != nullptr) *write_checks = unpolled;
         break;
       }
       stale.push_back(last.fd);
@@ -58,13 +64,14 @@ int HeadConnectionPool::Take(const std::string& address) {
   return fd;
 }
 
-void HeadConnectionPool::Give(const std::string& address, int fd) {
+void HeadConnectionPool::Give(const std::string& address, int fd, int64_t reply_ms,
+                              bool write_checks) {
   if (fd < 0) return;
   {
     absl::MutexLock lock(&mu_);
     auto& idle = idle_[address];
     if (idle.size() < kIdlePerAddress) {
-      idle.push_back({fd, Self()});
+      idle.push_back({fd, Self(), reply_ms, write_checks});
       return;
     }
   }

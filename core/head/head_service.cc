@@ -38,12 +38,14 @@
 #include "lumen/common/accept_retry.h"
 #include "lumen/common/address.h"
 #include "lumen/common/connection.h"
+#include "lumen/common/head_local_socket.h"
 #include "lumen/common/ids.h"
 #include "lumen/common/logging.h"
 #include "lumen/common/process.h"
 #include "lumen/common/proto_util.h"
 #include "lumen/common/thread_checker.h"
 #include "lumen/common/post.h"
+#include "lumen/common/unix_endpoint.h"
 
 namespace lumen::head {
 namespace {
@@ -106,6 +108,8 @@ class HeadService {
   void TellStarter(const std::string& line);
   void Stop();
   void AcceptNext();
+  void ListenLocally();
+  void AcceptNextLocal();
   // Admits an accepted connection and starts reading it.
   void Serve(Socket socket);
   // Health checks: a node silent for `failure_threshold` periods is dead.
@@ -142,6 +146,10 @@ class HeadService {
   asio::ip::tcp::acceptor acceptor_;
   // Keeps the accept loop alive through EMFILE and the like (io thread only).
   AcceptRetry accept_retry_{io_, "head listener"};
+  // The same head for this host's processes, on an abstract Unix socket
+  // (lumen/common/head_local_socket.h); open when bound to loopback.
+  asio::local::stream_protocol::acceptor local_acceptor_{io_};
+  AcceptRetry local_accept_retry_{io_, "head local listener"};
   asio::signal_set signals_;
   std::optional<asio::posix::stream_descriptor> parent_watch_;
   std::string address_;
@@ -202,6 +210,7 @@ int HeadService::Run() {
   if (!RestoreState()) return 1;
   if (!StartHttp()) return 1;
   AcceptNext();
+  ListenLocally();
   CheckHealth();
   TellStarter(absl::StrCat("ready ", address_, "\n"));
   if (options_.ready_fd >= 0) ::close(options_.ready_fd);
@@ -295,6 +304,8 @@ void HeadService::Stop() {
   boost::system::error_code ignored;
   acceptor_.close(ignored);
   accept_retry_.Stop();
+  local_acceptor_.close(ignored);
+  local_accept_retry_.Stop();
   if (http_) http_->Stop();
   io_.stop();
 }
@@ -305,6 +316,39 @@ void HeadService::AcceptNext() {
     Serve(AdoptTcp(io_, std::move(s)));
     AcceptNext();
   });
+}
+
+void HeadService::ListenLocally() {
+  const std::string name = HeadLocalSocketName(address_);
+  if (name.empty()) return;  // beyond loopback: TCP only
+  boost::system::error_code ec;
+  local_acceptor_.open(asio::local::stream_protocol(), ec);
+  if (!ec) SetCloseOnExec(local_acceptor_.native_handle());
+  if (!ec) local_acceptor_.bind(UnixEndpoint(name), ec);
+  if (!ec) local_acceptor_.listen(512, ec);
+  if (ec) {
+    // Taken (another head bound to this address in this namespace is not
+    // possible; a stray process is): clients fall back to TCP.
+    LUMEN_LOG(WARNING) << "head: no local socket " << name << " (" << ec.message()
+                       << "); this host's clients use TCP";
+    boost::system::error_code ignored;
+    local_acceptor_.close(ignored);
+    return;
+  }
+  AcceptNextLocal();
+}
+
+void HeadService::AcceptNextLocal() {
+  local_acceptor_.async_accept(
+      [this](const boost::system::error_code& ec, asio::local::stream_protocol::socket s) {
+        if (!local_accept_retry_.Accepted(ec, local_acceptor_.is_open(),
+                                          [this] { AcceptNextLocal(); })) {
+          return;
+        }
+        int fd = s.release();
+        Serve(Socket(io_, asio::generic::stream_protocol(AF_UNIX, 0), fd));
+        AcceptNextLocal();
+      });
 }
 
 void HeadService::Serve(Socket socket) {

@@ -1,6 +1,8 @@
 #include "core/node/head_link.h"
 
+#include <poll.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 
@@ -9,8 +11,11 @@
 #include "lumen/common/address.h"
 #include "lumen/common/fault_injector.h"
 #include "lumen/common/head_client.h"
+#include "lumen/common/head_local_socket.h"
 #include "lumen/common/logging.h"
+#include "lumen/common/process.h"
 #include "lumen/common/proto_util.h"
+#include "lumen/common/unix_endpoint.h"
 
 namespace lumen::node {
 
@@ -90,6 +95,13 @@ void HeadLink::OnLost(const absl::Status& why) {
   registered_ = false;
   report_timer_.cancel();
   if (stopped_) return;
+  if (options_.parent_fd >= 0) {
+    // Readable: closed by the driver that started the cluster, whose head
+    // stops with it (a send to it fails at once on its Unix socket, before
+    // this node has read that close and stopped).
+    pollfd p{.fd = options_.parent_fd, .events = POLLIN, .revents = 0};
+    if (::poll(&p, 1, 0) > 0) return;
+  }
   if (was_registered && !head_persistent_) {
     // A reset link looks the same as a lost head: try to come back as this
     // node for as long as the head keeps a disconnected node (its grace).
@@ -185,6 +197,29 @@ void HeadLink::Connect() {
           OnConnected(Socket(io_, asio::generic::stream_protocol(AF_UNIX, 0), fd));
         });
     return;
+  }
+  // A head on this host's loopback: its local socket first, when it has one
+  // (lumen/common/head_local_socket.h). A Unix connect completes or fails at
+  // once; non-blocking, a full backlog falls back to TCP too.
+  if (std::string local = HeadLocalSocketToTry(endpoint.tcp); !local.empty()) {
+    asio::local::stream_protocol::socket s(io_);
+    boost::system::error_code ec;
+    s.open(asio::local::stream_protocol(), ec);
+    if (!ec) s.non_blocking(true, ec);
+    if (!ec) s.connect(UnixEndpoint(local), ec);
+    if (!ec) {
+      SetCloseOnExec(s.native_handle());
+      // Completed: on with it from the loop, as an asynchronous connect would.
+      asio::post(io_, [this, attempt, fd = s.release()] {
+        if (attempt != attempt_ || stopped_) {
+          ::close(fd);
+          return;
+        }
+        connect_deadline_.cancel();
+        OnConnected(Socket(io_, asio::generic::stream_protocol(AF_UNIX, 0), fd));
+      });
+      return;
+    }
   }
   auto colon = endpoint.tcp.rfind(':');
   if (colon == std::string::npos) {

@@ -58,6 +58,10 @@ namespace lumen::node {
 struct HeadLinkOptions {
   std::string head_address;  // host:port (or a Unix socket path)
   Timeouts timeouts;         // connect_timeout, head_retry_period, report period
+  // The pipe whose closing stops this node with its cluster (-1: none). A
+  // link lost once it is closed is the cluster stopping (its head goes
+  // first), not worth a warning or a reconnect.
+  int parent_fd = -1;
 };
 
 struct HeadLinkCallbacks {

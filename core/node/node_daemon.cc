@@ -284,7 +284,7 @@ absl::Status NodeDaemon::Setup() {
                          scheduler::NodeResources{*total, leases_->resources().available(), true});
   if (!options_.head_address.empty()) {
     head_ = std::make_unique<HeadLink>(
-        io_, HeadLinkOptions{options_.head_address, options_.timeouts},
+        io_, HeadLinkOptions{options_.head_address, options_.timeouts, options_.parent_fd},
         HeadLinkCallbacks{
             .fill_stats = [this](proto::NodeStats::Builder stats) { FillStats(stats); },
             .on_cluster_view = [this](proto::ClusterView::Reader view) { OnClusterView(view); },
