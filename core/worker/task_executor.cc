@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -29,7 +30,7 @@ thread_local bool this_call_exits = false;
 thread_local std::vector<int> current_gpu_ids;
 // The replies this executor thread holds back (set while Loop runs on it), and
 // how long its tasks took, by function (held_replies.h).
-thread_local HeldReplies* held_replies = nullptr;
+thread_local HeldBatch* held_batch = nullptr;
 thread_local TaskDurations task_durations;
 
 // CUDA_VISIBLE_DEVICES as this process last set it (nullopt: never). Executor
@@ -74,12 +75,16 @@ void TaskExecutor::Run() {
 }
 
 void TaskExecutor::Loop() {
-  HeldReplies held;
-  held_replies = &held;
+  HeldBatch batch;
+  {
+    absl::MutexLock lock(&batches_mu_);
+    batches_.push_back(&batch);
+  }
+  held_batch = &batch;
   bool busy = false;
   while (!host_.ShouldStop()) {
     // Nothing waits: what is held goes now, before any spinning or blocking.
-    if (!held.empty() && !receiver_.HasQueued()) FlushHeldReplies();
+    if (!receiver_.HasQueued()) FlushHeldReplies();
     // Right after a task, spin briefly (the next one is often microseconds
     // away); otherwise block in Take, untimed: an idle worker wakes only for a
     // task or for the receiver's Stop (the runtime stops it when the node
@@ -95,31 +100,93 @@ void TaskExecutor::Loop() {
       continue;
     }
     // Held replies wait only behind tasks known to be short.
-    if (!held.empty() && !task_durations.KnownShort(task->function, options_.short_task_micros)) {
+    if (options_.hold_replies > 0 &&
+        !task_durations.KnownShort(task->function, options_.short_task_micros)) {
       FlushHeldReplies();
     }
     Execute(*task);
   }
   FlushHeldReplies();
-  held_replies = nullptr;
+  held_batch = nullptr;
+  absl::MutexLock lock(&batches_mu_);
+  batches_.erase(std::find(batches_.begin(), batches_.end(), &batch));
 }
 
 void TaskExecutor::FlushHeldReplies() {
-  if (held_replies == nullptr || held_replies->empty()) return;
+  if (held_batch == nullptr) return;
+  absl::MutexLock lock(&held_batch->mu);
+  SendHeldLocked(*held_batch);
+}
+
+void TaskExecutor::SendHeldLocked(HeldBatch& batch) {
+  if (batch.held.empty()) return;
   std::weak_ptr<Connection> to;
-  std::string frames = held_replies->Take(&to);
+  std::string frames = batch.held.Take(&to);
   host_.SendReply(to, std::move(frames));
 }
 
+bool TaskExecutor::Hold(HeldBatch& batch, const std::weak_ptr<Connection>& to,
+                        std::string_view frame) {
+  {
+    absl::MutexLock lock(&batch.mu);
+    const bool first = batch.held.empty();
+    if (!batch.held.TryHold(to, frame, options_.hold_replies)) return false;
+    if (!first) return true;
+    batch.since = std::chrono::steady_clock::now();
+  }
+  // The first of a batch: make sure a timer will send it if this thread does
+  // not in time. While replies are held the timer re-arms itself (one run per
+  // max_hold at most), so a busy worker arms it once, not per batch.
+  if (!watching_.load(std::memory_order_acquire) && !watching_.exchange(true)) {
+    host_.RunAfter(options_.max_hold, [this] { FlushOverdueReplies(); });
+  }
+  return true;
+}
+
+void TaskExecutor::FlushOverdueReplies() {
+  const auto now = std::chrono::steady_clock::now();
+  std::optional<std::chrono::steady_clock::time_point> next;  // the next one due
+  auto scan = [&] {
+    absl::MutexLock lock(&batches_mu_);
+    for (HeldBatch* batch : batches_) {
+      absl::MutexLock batch_lock(&batch->mu);
+      if (batch->held.empty()) continue;
+      const auto due = batch->since + options_.max_hold;
+      if (due <= now) {
+        SendHeldLocked(*batch);
+      } else if (!next || due < *next) {
+        next = due;
+      }
+    }
+  };
+  scan();
+  if (!next) {
+    // Nothing held: disarmed, and the next first hold arms again. A hold
+    // made between the scan and the store saw watching_ still set and did
+    // not: the second scan finds it.
+    watching_.store(false);
+    scan();
+    if (!next || watching_.exchange(true)) return;
+  }
+  host_.RunAfter(std::chrono::ceil<std::chrono::microseconds>(*next - now),
+                 [this] { FlushOverdueReplies(); });
+}
+
 void TaskExecutor::SendWithHeld(const std::weak_ptr<Connection>& to, std::string frame) {
-  if (held_replies != nullptr && held_replies->For(to)) {
+  if (held_batch == nullptr) {
+    host_.SendReply(to, std::move(frame));
+    return;
+  }
+  // Under the batch's lock: a timer's flush of what is held cannot come after.
+  absl::MutexLock lock(&held_batch->mu);
+  if (held_batch->held.For(to)) {
     std::weak_ptr<Connection> same;
-    std::string frames = held_replies->Take(&same);
+    std::string frames = held_batch->held.Take(&same);
     frames.append(frame);
     host_.SendReply(to, std::move(frames));
     return;
   }
-  FlushHeldReplies();  // another owner's: in order, before this one
+  SendHeldLocked(*held_batch);  // another owner's: in order, before this one
   host_.SendReply(to, std::move(frame));
 }
 
@@ -300,10 +367,10 @@ void TaskExecutor::Execute(TaskToRun& task) {
     // their owner queues several here only while they run short (pipelining);
     // an actor's calls queue whatever their length, and an earlier call's
     // result must not wait behind a later call that blocks on something else.
-    if (held_replies != nullptr && task.kind == proto::TaskKind::NORMAL &&
+    if (held_batch != nullptr && task.kind == proto::TaskKind::NORMAL &&
         receiver_.queued() > 0 &&
         task_durations.KnownShort(task.function, options_.short_task_micros) &&
-        held_replies->TryHold(task.reply_to, frame, options_.hold_replies)) {
+        Hold(*held_batch, task.reply_to, frame)) {
       return;
     }
     SendWithHeld(task.reply_to, std::move(frame));
