@@ -22,7 +22,7 @@
 // thread of its own, a file or socket its owner writes only once it has the
 // held results) delays those results by that bound, never forever; and a
 // worker that dies loses at most that much of finished results (their tasks
-// run again, as for a worker that dies while running them).
+// run again, or fail without retries left, as if it died running them).
 //
 // HeldReplies itself is not thread-safe; HeldBatch guards one executor
 // thread's with the mutex that the executor thread and the timer take.
