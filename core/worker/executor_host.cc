@@ -135,6 +135,18 @@ void CoreWorker::ExecutorHost::SendReply(const std::weak_ptr<Connection>& reply_
   }
 }
 
+void CoreWorker::ExecutorHost::RunAfter(std::chrono::microseconds delay,
+                                         std::function<void()> fn) {
+  CoreWorker* core = &core_;
+  // (Refused once the runtime stops: the executor threads flush at their end.)
+  core_.PostToIo("worker.hold_timer", [core, delay, fn = std::move(fn)]() mutable {
+    auto timer = std::make_shared<boost::asio::steady_timer>(core->io_, delay);
+    timer->async_wait([timer, fn = std::move(fn)](const boost::system::error_code& ec) {
+      if (!ec) fn();
+    });
+  });
+}
+
 void CoreWorker::ExecutorHost::SendLastReplyAndExit(const std::weak_ptr<Connection>& reply_to,
                                                     std::string frame) {
   CoreWorker* core = &core_;

@@ -3,6 +3,8 @@
 // Internal to core/worker.
 #pragma once
 
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -25,6 +27,8 @@ class CoreWorker::ExecutorHost final : public TaskExecutorHost {
   // Never returns: the io thread ends the process once the reply is out.
   void SendLastReplyAndExit(const std::weak_ptr<Connection>& reply_to,
                             std::string frame) override;
+  // On the io thread, a timer (held_replies.h).
+  void RunAfter(std::chrono::microseconds delay, std::function<void()> fn) override;
   // Marks the worker's output with the task (and the actor's name, which the
   // io thread set before it queued the actor's creation).
   void TaskStarting(proto::TaskKind kind, const std::string& function) override;

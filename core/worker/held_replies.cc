@@ -12,9 +12,17 @@ namespace lumen::runtime {
 int HeldReplies::MaxFrames() {
   static const int max = [] {
     const char* v = std::getenv("LUMEN_HOLD_REPLIES");
-    return v != nullptr && *v != '\0' ? std::max(0, std::atoi(v)) : 0;
+    return v != nullptr && *v != '\0' ? std::max(0, std::atoi(v)) : 8;
   }();
   return max;
+}
+
+int HeldReplies::MaxHoldMicros() {
+  static const int micros = [] {
+    const char* v = std::getenv("LUMEN_HOLD_REPLIES_MAX_US");
+    return v != nullptr && *v != '\0' ? std::max(1, std::atoi(v)) : 500;
+  }();
+  return micros;
 }
 
 bool HeldReplies::For(const std::weak_ptr<Connection>& to) const {

@@ -13,29 +13,32 @@
 // not known to be short, and before the running task waits in the runtime
 // (Get, Wait, an actor call's result, a key-value or placement group request:
 // CoreWorker::FlushHeldReplies), since what it waits for may need those
-// results at their owner first. So a held reply waits for a few short tasks
-// at most; a task known to be short that blocks outside the runtime (a
-// sleep, a file, its own socket) holds up to MaxFrames() earlier replies
-// until it returns, as it holds the tasks its owner pipelined behind it.
+// results at their owner first.
 //
-// Off by default (LUMEN_HOLD_REPLIES=0) until a held reply has a time bound
-// (stop 29's review): the flush is per executor thread, so a known-short task
-// that waits on a thread of its own (a Get from std::async), or outside the
-// runtime on something its owner does only after it has the held results
-// (a file, a socket), would wait forever; and a worker that dies while it
-// holds replies loses finished results (their tasks run again, or fail
-// without retries). The fix is a flush from the io thread a bounded time
-// after the first reply of a batch is held.
-// Not thread-safe: one per executor thread. Internal to core/worker.
+// And a held reply waits MaxHoldMicros() at most: the first hold of a batch
+// arms a timer of the host (the worker's io thread), which sends every batch
+// held longer than that, whatever its executor thread does meanwhile. So a
+// known-short task that waits where the executor cannot see it (a Get on a
+// thread of its own, a file or socket its owner writes only once it has the
+// held results) delays those results by that bound, never forever; and a
+// worker that dies loses at most that much of finished results (their tasks
+// run again, or fail without retries left, as if it died running them).
+//
+// HeldReplies itself is not thread-safe; HeldBatch guards one executor
+// thread's with the mutex that the executor thread and the timer take.
+// Internal to core/worker.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
 #include "lumen/common/connection.h"
 
 namespace lumen::runtime {
@@ -44,9 +47,11 @@ class HeldReplies {
  public:
   static constexpr size_t kMaxBytes = 32 << 10;
   // How many replies one write may carry at most: LUMEN_HOLD_REPLIES
-  // (default 0: off, each reply is written at once; see "Off by default"
-  // above). Read once.
+  // (default 8; 0: off, each reply is written at once). Read once.
   static int MaxFrames();
+  // How long a reply may be held at most, in microseconds:
+  // LUMEN_HOLD_REPLIES_MAX_US (default 500; at least 1). Read once.
+  static int MaxHoldMicros();
 
   bool empty() const { return count_ == 0; }
   int count() const { return count_; }
@@ -63,6 +68,14 @@ class HeldReplies {
   std::weak_ptr<Connection> to_;
   std::string frames_;
   int count_ = 0;
+};
+
+// One executor thread's held replies, shared with the host's timer.
+struct HeldBatch {
+  absl::Mutex mu;
+  HeldReplies held ABSL_GUARDED_BY(mu);
+  // When the first of what is held was held.
+  std::chrono::steady_clock::time_point since ABSL_GUARDED_BY(mu);
 };
 
 class TaskDurations {

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -29,13 +30,26 @@ thread_local bool this_call_exits = false;
 thread_local std::vector<int> current_gpu_ids;
 // The replies this executor thread holds back (set while Loop runs on it), and
 // how long its tasks took, by function (held_replies.h).
-thread_local HeldReplies* held_replies = nullptr;
+thread_local HeldBatch* held_batch = nullptr;
 thread_local TaskDurations task_durations;
 
 // CUDA_VISIBLE_DEVICES as this process last set it (nullopt: never). Executor
 // threads of a concurrent actor set it at once: one at a time.
 absl::Mutex gpu_env_mu;
 std::optional<std::string> gpu_env_value ABSL_GUARDED_BY(gpu_env_mu);
+
+// LUMEN_EXECUTOR_SPIN_US (default 100): how long an executor thread spins
+// for the next task after one; LUMEN_EXECUTOR_SPIN_ADAPTIVE (default 1): only
+// while the next task came within that on average. Read once.
+std::pair<std::chrono::microseconds, bool> ExecutorSpin() {
+  static const std::pair<std::chrono::microseconds, bool> spin = [] {
+    const char* us = std::getenv("LUMEN_EXECUTOR_SPIN_US");
+    const char* adaptive = std::getenv("LUMEN_EXECUTOR_SPIN_ADAPTIVE");
+    return std::make_pair(std::chrono::microseconds(us != nullptr ? std::max(0, std::atoi(us)) : 100),
+                          adaptive == nullptr || std::atoi(adaptive) != 0);
+  }();
+  return spin;
+}
 
 }  // namespace
 
@@ -74,52 +88,134 @@ void TaskExecutor::Run() {
 }
 
 void TaskExecutor::Loop() {
-  HeldReplies held;
-  held_replies = &held;
+  HeldBatch batch;
+  {
+    absl::MutexLock lock(&batches_mu_);
+    batches_.push_back(&batch);
+  }
+  held_batch = &batch;
   bool busy = false;
+  // How long this thread was idle between a task and the next, when nothing
+  // waited after the first (an exponentially weighted mean, microseconds).
+  double idle_gap_us = 0;
   while (!host_.ShouldStop()) {
+    const bool idle = !receiver_.HasQueued();
     // Nothing waits: what is held goes now, before any spinning or blocking.
-    if (!held.empty() && !receiver_.HasQueued()) FlushHeldReplies();
+    if (idle) FlushHeldReplies();
     // Right after a task, spin briefly (the next one is often microseconds
     // away); otherwise block in Take, untimed: an idle worker wakes only for a
     // task or for the receiver's Stop (the runtime stops it when the node
     // daemon is lost or the worker stops), never on a timer. 10,000 idle
     // actors' workers each waking every 200 ms kept 2 cores saturated.
-    bool spun = busy && SpinFor(std::chrono::microseconds(100), [&] {
-                  return receiver_.HasQueued() || host_.ShouldStop();
-                });
+    // Spin only while the next task has come within the spin's budget on
+    // average: on a busy machine (or a pipeline the owner refills late) a
+    // spin that times out only took the CPU from the threads it waits for.
+    const auto& [spin, adaptive] = ExecutorSpin();
+    const bool timed = busy && idle && adaptive;
+    const auto idle_since = timed ? std::chrono::steady_clock::now()
+                                  : std::chrono::steady_clock::time_point();
+    bool spun = busy && (!idle || !adaptive || idle_gap_us < spin.count()) &&
+                SpinFor(spin, [&] { return receiver_.HasQueued() || host_.ShouldStop(); });
     auto task = spun ? receiver_.TryTake() : receiver_.Take();
+    if (timed && task) {
+      const double gap = std::chrono::duration<double, std::micro>(
+                             std::chrono::steady_clock::now() - idle_since)
+                             .count();
+      idle_gap_us = 0.8 * idle_gap_us + 0.2 * std::min(gap, 4.0 * spin.count());
+    }
     busy = task != nullptr;
     if (!task) {
       FlushHeldReplies();  // another thread took it, or stopping
       continue;
     }
     // Held replies wait only behind tasks known to be short.
-    if (!held.empty() && !task_durations.KnownShort(task->function, options_.short_task_micros)) {
+    if (options_.hold_replies > 0 &&
+        !task_durations.KnownShort(task->function, options_.short_task_micros)) {
       FlushHeldReplies();
     }
     Execute(*task);
   }
   FlushHeldReplies();
-  held_replies = nullptr;
+  held_batch = nullptr;
+  absl::MutexLock lock(&batches_mu_);
+  batches_.erase(std::find(batches_.begin(), batches_.end(), &batch));
 }
 
 void TaskExecutor::FlushHeldReplies() {
-  if (held_replies == nullptr || held_replies->empty()) return;
+  if (held_batch == nullptr) return;
+  absl::MutexLock lock(&held_batch->mu);
+  SendHeldLocked(*held_batch);
+}
+
+void TaskExecutor::SendHeldLocked(HeldBatch& batch) {
+  if (batch.held.empty()) return;
   std::weak_ptr<Connection> to;
-  std::string frames = held_replies->Take(&to);
+  std::string frames = batch.held.Take(&to);
   host_.SendReply(to, std::move(frames));
 }
 
+bool TaskExecutor::Hold(HeldBatch& batch, const std::weak_ptr<Connection>& to,
+                        std::string_view frame) {
+  {
+    absl::MutexLock lock(&batch.mu);
+    const bool first = batch.held.empty();
+    if (!batch.held.TryHold(to, frame, options_.hold_replies)) return false;
+    if (!first) return true;
+    batch.since = std::chrono::steady_clock::now();
+  }
+  // The first of a batch: make sure a timer will send it if this thread does
+  // not in time. While replies are held the timer re-arms itself (one run per
+  // max_hold at most), so a busy worker arms it once, not per batch.
+  if (!watching_.load(std::memory_order_acquire) && !watching_.exchange(true)) {
+    host_.RunAfter(options_.max_hold, [this] { FlushOverdueReplies(); });
+  }
+  return true;
+}
+
+void TaskExecutor::FlushOverdueReplies() {
+  const auto now = std::chrono::steady_clock::now();
+  std::optional<std::chrono::steady_clock::time_point> next;  // the next one due
+  auto scan = [&] {
+    absl::MutexLock lock(&batches_mu_);
+    for (HeldBatch* batch : batches_) {
+      absl::MutexLock batch_lock(&batch->mu);
+      if (batch->held.empty()) continue;
+      const auto due = batch->since + options_.max_hold;
+      if (due <= now) {
+        SendHeldLocked(*batch);
+      } else if (!next || due < *next) {
+        next = due;
+      }
+    }
+  };
+  scan();
+  if (!next) {
+    // Nothing held: disarmed, and the next first hold arms again. A hold
+    // made between the scan and the store saw watching_ still set and did
+    // not: the second scan finds it.
+    watching_.store(false);
+    scan();
+    if (!next || watching_.exchange(true)) return;
+  }
+  host_.RunAfter(std::chrono::ceil<std::chrono::microseconds>(*next - now),
+                 [this] { FlushOverdueReplies(); });
+}
+
 void TaskExecutor::SendWithHeld(const std::weak_ptr<Connection>& to, std::string frame) {
-  if (held_replies != nullptr && held_replies->For(to)) {
+  if (held_batch == nullptr) {
+    host_.SendReply(to, std::move(frame));
+    return;
+  }
+  // Under the batch's lock: a timer's flush of what is held cannot come after.
+  absl::MutexLock lock(&held_batch->mu);
+  if (held_batch->held.For(to)) {
     std::weak_ptr<Connection> same;
-    std::string frames = held_replies->Take(&same);
+    std::string frames = held_batch->held.Take(&same);
     frames.append(frame);
     host_.SendReply(to, std::move(frames));
     return;
   }
-  FlushHeldReplies();  // another owner's: in order, before this one
+  SendHeldLocked(*held_batch);  // another owner's: in order, before this one
   host_.SendReply(to, std::move(frame));
 }
 
@@ -300,10 +396,10 @@ void TaskExecutor::Execute(TaskToRun& task) {
     // their owner queues several here only while they run short (pipelining);
     // an actor's calls queue whatever their length, and an earlier call's
     // result must not wait behind a later call that blocks on something else.
-    if (held_replies != nullptr && task.kind == proto::TaskKind::NORMAL &&
+    if (held_batch != nullptr && task.kind == proto::TaskKind::NORMAL &&
         receiver_.queued() > 0 &&
         task_durations.KnownShort(task.function, options_.short_task_micros) &&
-        held_replies->TryHold(task.reply_to, frame, options_.hold_replies)) {
+        Hold(*held_batch, task.reply_to, frame)) {
       return;
     }
     SendWithHeld(task.reply_to, std::move(frame));

@@ -16,6 +16,8 @@
 // core/worker.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -65,6 +67,10 @@ class TaskExecutorHost {
   // returns to the executor thread.
   virtual void SendLastReplyAndExit(const std::weak_ptr<Connection>& reply_to,
                                     std::string frame) = 0;
+  // Calls `fn` once, `delay` from now, on a thread other than the executor's
+  // (the worker's io thread); never, once the runtime stops. The bound on
+  // held replies (held_replies.h).
+  virtual void RunAfter(std::chrono::microseconds delay, std::function<void()> fn) = 0;
   // A task of `kind` named `function` is about to run on this executor
   // thread (the worker marks its output with it for log forwarding).
   virtual void TaskStarting(proto::TaskKind /*kind*/, const std::string& /*function*/) {}
@@ -83,6 +89,8 @@ class TaskExecutor {
     double short_task_micros = TaskDurations::kShortMicros;
     // The most replies one write carries (held_replies.h; 0: none held).
     int hold_replies = HeldReplies::MaxFrames();
+    // How long a reply may be held at most (held_replies.h).
+    std::chrono::microseconds max_hold{HeldReplies::MaxHoldMicros()};
     // Looks a function up by name (nullptr: not registered).
     std::function<const internal::RemoteFunction*(std::string_view)> find_function =
         internal::FindRemoteFunction;
@@ -106,6 +114,10 @@ class TaskExecutor {
   // threads): the running task is about to block (in Get), and the owner may
   // need those results first.
   void FlushHeldReplies();
+  // Sends what any executor thread has held for max_hold or longer; calls
+  // itself again (host.RunAfter) while replies are held. The host's timer
+  // thread; armed by the first hold of a batch.
+  void FlushOverdueReplies();
 
   // The actor call running on this thread asked to exit after it returns.
   // FailedPrecondition outside an actor method.
@@ -122,6 +134,12 @@ class TaskExecutor {
   // Sends `frame` for `to` with whatever this thread holds (one write when
   // both go to the same connection).
   void SendWithHeld(const std::weak_ptr<Connection>& to, std::string frame);
+  // Holds `frame` in `batch` (false: not held, send it) and arms the timer
+  // that bounds the hold.
+  bool Hold(HeldBatch& batch, const std::weak_ptr<Connection>& to, std::string_view frame);
+  // Sends what `batch` holds. Its replies leave under its lock, so that the
+  // executor thread's next reply cannot pass them.
+  void SendHeldLocked(HeldBatch& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(batch.mu);
   // Calls the task's function; its encoded result, or why it failed.
   void Invoke(TaskToRun& task, const std::string& location, std::string* result,
               std::optional<actors::TaskFailure>* failure);
@@ -143,6 +161,12 @@ class TaskExecutor {
   // A concurrent actor's further executor threads (started by its creation).
   absl::Mutex threads_mu_;
   std::vector<std::thread> threads_ ABSL_GUARDED_BY(threads_mu_);
+  // The held replies of each thread in Loop, for FlushOverdueReplies; locked
+  // before a batch's mu.
+  absl::Mutex batches_mu_;
+  std::vector<HeldBatch*> batches_ ABSL_GUARDED_BY(batches_mu_);
+  // Whether FlushOverdueReplies is due to run (armed, not yet disarmed).
+  std::atomic<bool> watching_{false};
 };
 
 }  // namespace lumen::runtime

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdlib>
+#include <future>
 #include <string>
 #include <optional>
 #include <tuple>
@@ -49,6 +50,13 @@ int EchoAfterKey(int x, std::string key, std::string ns) {
   return x;
 }
 
+// The same, but waits for the key on a thread of its own (std::async): the
+// executor's thread blocks outside the runtime, where it cannot flush what it
+// holds.
+int EchoAfterKeyOffThread(int x, std::string key, std::string ns) {
+  return std::async(std::launch::async, [&] { return EchoAfterKey(x, key, ns); }).get();
+}
+
 // Restores an environment variable at scope exit.
 class ScopedEnv {
  public:
@@ -71,7 +79,8 @@ class ScopedEnv {
 
 }  // namespace
 
-LUMEN_REMOTE(PutFromTask, PutAndStamp, Waiter::Create, &Waiter::WaitFor, Echo, EchoAfterKey);
+LUMEN_REMOTE(PutFromTask, PutAndStamp, Waiter::Create, &Waiter::WaitFor, Echo, EchoAfterKey,
+             EchoAfterKeyOffThread);
 
 using lumen::test::ScopedCluster;
 
@@ -189,7 +198,10 @@ TEST_CASE("kv: over-limit requests fail with the limit's name and value, the hea
 // flush it fails unless nothing happened to be held when the waiting task
 // started.)
 TEST_CASE("kv: a task's Wait sends the replies its worker held back first") {
-  ScopedEnv hold("LUMEN_HOLD_REPLIES", "8");  // off by default; the workers inherit it
+  // The default hold, with a bound (60 s) past the Gets' deadlines: what is
+  // tested is the Wait's flush, not the timer's. The workers inherit both.
+  ScopedEnv hold("LUMEN_HOLD_REPLIES", "8");
+  ScopedEnv bound("LUMEN_HOLD_REPLIES_MAX_US", "60000000");
   lumen::Config config = ScopedCluster::DefaultConfig();
   config.num_cpus = 1;  // one worker runs every task, in order
   ScopedCluster cluster(config);
@@ -210,6 +222,41 @@ TEST_CASE("kv: a task's Wait sends the replies its worker held back first") {
     first.push_back(lumen::Task(EchoAfterKey).Remote(i, std::string(), ns));
   }
   auto waiting = lumen::Task(EchoAfterKey).Remote(100, std::string("go"), ns);
+  for (int i = 0; i < kShort; ++i) {
+    after.push_back(lumen::Task(EchoAfterKey).Remote(i, std::string(), ns));
+  }
+  for (int i = 0; i < kShort; ++i) CHECK(*lumen::Get(first[i], std::chrono::seconds(10)) == i);
+  lumen::kv::Put("go", "1", ns);
+  CHECK(*lumen::Get(waiting, std::chrono::seconds(30)) == 100);
+  for (int i = 0; i < kShort; ++i) CHECK(*lumen::Get(after[i], std::chrono::seconds(30)) == i);
+}
+
+// Invariant: a held reply goes within LUMEN_HOLD_REPLIES_MAX_US whatever its
+// worker does. Here the task behind the held ones waits for "go" on a thread
+// of its own, so its executor thread cannot send what it holds; the driver
+// puts "go" only once it has those results. Before held replies had a time
+// bound this deadlocked (the Gets below timed out).
+TEST_CASE("kv: replies held while a task waits on a thread of its own leave within the bound") {
+  ScopedEnv hold("LUMEN_HOLD_REPLIES", "8");
+  ScopedEnv bound("LUMEN_HOLD_REPLIES_MAX_US", "500");
+  lumen::Config config = ScopedCluster::DefaultConfig();
+  config.num_cpus = 1;  // one worker runs every task, in order
+  ScopedCluster cluster(config);
+  const std::string ns = "held-off-thread";
+  for (int round = 0; round < 3; ++round) {  // both functions known short
+    std::vector<lumen::ObjectRef<int>> refs;
+    for (int i = 0; i < 50; ++i) {
+      refs.push_back(lumen::Task(EchoAfterKey).Remote(i, std::string(), ns));
+      refs.push_back(lumen::Task(EchoAfterKeyOffThread).Remote(i, std::string(), ns));
+    }
+    for (int i = 0; i < 100; ++i) REQUIRE(*lumen::Get(refs[i], std::chrono::seconds(30)) == i / 2);
+  }
+  constexpr int kShort = 40;
+  std::vector<lumen::ObjectRef<int>> first, after;
+  for (int i = 0; i < kShort; ++i) {
+    first.push_back(lumen::Task(EchoAfterKey).Remote(i, std::string(), ns));
+  }
+  auto waiting = lumen::Task(EchoAfterKeyOffThread).Remote(100, std::string("go"), ns);
   for (int i = 0; i < kShort; ++i) {
     after.push_back(lumen::Task(EchoAfterKey).Remote(i, std::string(), ns));
   }

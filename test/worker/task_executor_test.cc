@@ -5,12 +5,18 @@
 
 #include <capnp/serialize.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "lumen/common/codec.h"
@@ -82,8 +88,10 @@ Reply Decode(const std::string& frame, bool last) {
 }
 
 // The node's store as a map, with answers the test can script; replies kept.
+// Replies may come from its timer thread too (RunAfter, when run_timers).
 class FakeHost final : public TaskExecutorHost {
  public:
+  ~FakeHost() override { StopTimers(); }
   bool ShouldStop() override { return stop; }
   absl::StatusOr<internal::ObjectBytes> FetchArgument(const TaskToRun::Arg& arg) override {
     ++fetches;
@@ -112,6 +120,8 @@ class FakeHost final : public TaskExecutorHost {
   }
   void SendReply(const std::weak_ptr<Connection>&, std::string frames) override {
     // One write may carry several replies (held_replies.h): split the frames.
+    std::lock_guard<std::mutex> lock(mu);
+    replied.notify_all();
     ++sends;
     size_t at = 0;
     while (at < frames.size()) {
@@ -124,10 +134,39 @@ class FakeHost final : public TaskExecutorHost {
     if (stop_after_replies && replies.size() >= stop_after_replies) stop = true;
   }
   void SendLastReplyAndExit(const std::weak_ptr<Connection>&, std::string frame) override {
+    std::lock_guard<std::mutex> lock(mu);
     replies.push_back(Decode(frame, true));
   }
+  // Runs `fn` on the timer thread when run_timers; otherwise only counts it.
+  void RunAfter(std::chrono::microseconds delay, std::function<void()> fn) override {
+    std::lock_guard<std::mutex> lock(mu);
+    ++timers_armed;
+    if (!run_timers) return;
+    timers.emplace(std::chrono::steady_clock::now() + delay, std::move(fn));
+    if (!timer_thread.joinable()) timer_thread = std::thread([this] { RunTimers(); });
+    timer_changed.notify_all();
+  }
+  // Ends the timer thread (due timers not run). Before the executor goes.
+  void StopTimers() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      timers_stopping = true;
+      timer_changed.notify_all();
+    }
+    if (timer_thread.joinable()) timer_thread.join();
+  }
+  // Whether a reply for `id` came within `limit` (any thread may send it).
+  bool WaitForReply(const TaskId& id, std::chrono::seconds limit) {
+    std::unique_lock<std::mutex> lock(mu);
+    return replied.wait_for(lock, limit, [&] {
+      for (const auto& r : replies) {
+        if (r.task_id == id) return true;
+      }
+      return false;
+    });
+  }
 
-  bool stop = false;
+  std::atomic<bool> stop = false;
   size_t stop_after_replies = 0;  // 0: never
   absl::Status create_answer = absl::OkStatus();
   std::map<ObjectId, std::string> sealed;
@@ -136,10 +175,40 @@ class FakeHost final : public TaskExecutorHost {
   int fetches = 0;
   int sends = 0;  // SendReply calls (writes)
   std::vector<Reply> replies;
+  bool run_timers = false;
+  int timers_armed = 0;  // RunAfter calls
+
+ private:
+  void RunTimers() {
+    std::unique_lock<std::mutex> lock(mu);
+    while (!timers_stopping) {
+      if (timers.empty()) {
+        timer_changed.wait(lock);
+        continue;
+      }
+      auto first = timers.begin();
+      if (timer_changed.wait_until(lock, first->first) != std::cv_status::timeout) continue;
+      auto fn = std::move(first->second);
+      timers.erase(first);
+      lock.unlock();
+      fn();  // may send replies (mu) and arm again
+      lock.lock();
+    }
+  }
+
+  std::mutex mu;  // replies, sends and the timers, once a timer thread runs
+  std::condition_variable replied;
+  std::condition_variable timer_changed;
+  std::multimap<std::chrono::steady_clock::time_point, std::function<void()>> timers;
+  bool timers_stopping = false;
+  std::thread timer_thread;
 };
 
 // Test functions, registered under names no other test uses.
 TaskExecutor* running_executor = nullptr;  // for the exiting actor method
+// For executor_test.AwaitReply: which host, and the task whose reply it waits for.
+FakeHost* awaiting_host = nullptr;
+TaskId awaited_task;
 const bool registered = [] {
   using internal::RemoteFunction;
   auto int_arg = [](const std::vector<internal::ObjectBytes>& args, size_t i) {
@@ -161,6 +230,14 @@ const bool registered = [] {
     return codec::EncodeValue<std::string>(std::string(int_arg(args, 0), 'x'));
   };
   internal::RegisterFunction("executor_test.Big", "executor_test.Big", big);
+  // Waits outside the runtime (not a Get: the executor cannot see it) for
+  // another task's reply to reach the host, 10 s at most: 1 if it came.
+  RemoteFunction await_reply{.kind = RemoteFunction::Kind::kFunction};
+  await_reply.invoke = [](const std::vector<internal::ObjectBytes>&) {
+    return codec::EncodeValue<int>(
+        awaiting_host->WaitForReply(awaited_task, std::chrono::seconds(10)) ? 1 : 0);
+  };
+  internal::RegisterFunction("executor_test.AwaitReply", "executor_test.AwaitReply", await_reply);
   RemoteFunction fails{.kind = RemoteFunction::Kind::kFunction};
   fails.invoke = [](const std::vector<internal::ObjectBytes>&) -> std::string {
     throw std::invalid_argument("no good");
@@ -475,7 +552,7 @@ TEST_CASE("Run holds the replies of short tasks while more wait and sends them t
   // Short whatever this machine's load makes a run take: what is checked is
   // which replies are held, not the timing.
   options.short_task_micros = 1e12;
-  options.hold_replies = 8;  // off by default (held_replies.h)
+  options.hold_replies = 8;
   TaskExecutor executor(host, receiver, options);
   auto first = Task("executor_test.Sum", {1});
   executor.Execute(first);  // Sum is known (and short) on this thread from now on
@@ -511,6 +588,93 @@ TEST_CASE("Run holds the replies of short tasks while more wait and sends them t
   // length is unknown); once it ran short, its own reply may be held.
   run({"executor_test.Sum", "executor_test.Sum", "executor_test.Unseen", "executor_test.Sum"});
   CHECK(host.sends == 2);  // [Sum, Sum] before Unseen runs, then [Unseen, Sum]
+  // Each batch armed the bound's timer (here never run): the first once.
+  CHECK(host.timers_armed == 1);
+}
+
+TEST_CASE("a held reply leaves within max_hold while its task's successor blocks outside the runtime",
+          "[worker][executor]") {
+  // Invariant: a reply is held max_hold at most, whatever the executor thread
+  // does. Here a known-short task waits (not in Get: the executor cannot see
+  // it) for the reply the executor holds from the task before it; only the
+  // host's timer can send that reply. Without the bound AwaitReply gives up
+  // after 10 s and returns 0 (held replies used to deadlock here).
+  FakeHost host;
+  host.run_timers = true;
+  TaskReceiver receiver;
+  auto options = TestOptions();
+  options.short_task_micros = 1e12;
+  options.hold_replies = 8;
+  options.max_hold = std::chrono::microseconds(500);
+  TaskExecutor executor(host, receiver, options);
+  awaiting_host = &host;
+  // Both functions known (and short) on this thread.
+  auto warm_sum = Task("executor_test.Sum", {1});
+  executor.Execute(warm_sum);
+  awaited_task = warm_sum.task_id;
+  auto warm_await = Task("executor_test.AwaitReply", {});
+  executor.Execute(warm_await);
+  REQUIRE(host.replies.size() == 2);
+  REQUIRE(host.replies[1].inline_bytes == codec::EncodeValue<int>(1));
+
+  auto sum = std::make_unique<TaskToRun>(Task("executor_test.Sum", {2, 3}));
+  auto await = std::make_unique<TaskToRun>(Task("executor_test.AwaitReply", {}));
+  const TaskId sum_id = sum->task_id;
+  const TaskId await_id = await->task_id;
+  awaited_task = sum_id;
+  REQUIRE(receiver.Receive(std::move(sum)) == nullptr);
+  REQUIRE(receiver.Receive(std::move(await)) == nullptr);
+  host.sends = 0;
+  host.replies.clear();
+  host.stop_after_replies = 2;
+  const auto start = std::chrono::steady_clock::now();
+  executor.Run();
+  const auto took = std::chrono::steady_clock::now() - start;
+  host.StopTimers();
+  awaiting_host = nullptr;
+  REQUIRE(host.replies.size() == 2);
+  CHECK(host.replies[0].task_id == sum_id);  // held, then sent by the timer
+  CHECK(host.replies[0].inline_bytes == codec::EncodeValue<int>(5));
+  CHECK(host.replies[1].task_id == await_id);
+  CHECK(host.replies[1].inline_bytes == codec::EncodeValue<int>(1));  // it saw Sum's reply
+  CHECK(host.sends == 2);
+  CHECK(host.timers_armed >= 1);
+  CHECK(took < std::chrono::seconds(10));
+}
+
+TEST_CASE("replies the timer and the executor thread send at once stay in order, each once",
+          "[worker][executor]") {
+  // Invariant: with the timer flushing held replies while the executor thread
+  // holds and sends more (a bound of 1 us: it fires all the time), every task
+  // is replied to exactly once, in task order (a connection's replies must
+  // not pass each other).
+  FakeHost host;
+  host.run_timers = true;
+  TaskReceiver receiver;
+  auto options = TestOptions();
+  options.short_task_micros = 1e12;
+  options.hold_replies = 8;
+  options.max_hold = std::chrono::microseconds(1);
+  TaskExecutor executor(host, receiver, options);
+  auto first = Task("executor_test.Sum", {1});
+  executor.Execute(first);
+  host.replies.clear();
+  constexpr int kTasks = 3000;
+  std::vector<TaskId> ids;
+  for (int i = 0; i < kTasks; ++i) {
+    auto task = std::make_unique<TaskToRun>(Task("executor_test.Sum", {i}));
+    ids.push_back(task->task_id);
+    REQUIRE(receiver.Receive(std::move(task)) == nullptr);
+  }
+  host.stop_after_replies = kTasks;
+  executor.Run();
+  host.StopTimers();
+  REQUIRE(host.replies.size() == kTasks);
+  for (int i = 0; i < kTasks; ++i) {
+    REQUIRE(host.replies[i].task_id == ids[i]);
+    REQUIRE(host.replies[i].inline_bytes == codec::EncodeValue<int>(i));
+  }
+  CHECK(host.timers_armed >= 1);
 }
 
 }  // namespace
