@@ -97,7 +97,8 @@ proto::Hello::Builder InitHello(proto::Envelope::Builder env, proto::Role role) 
 namespace {
 
 // A blocking connection to the head's local socket `name` (close on exec,
-// SO_SNDTIMEO `limit`); -1 when there is none to connect to.
+// SO_SNDTIMEO `limit`); -1 when there is none to connect to, or its listener
+// runs as another user.
 int ConnectLocally(const std::string& name, const timeval& limit) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
@@ -108,7 +109,9 @@ int ConnectLocally(const std::string& name, const timeval& limit) {
   if (fd < 0) return -1;
   ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));
   const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + name.size());
-  if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), len) != 0) {
+  // Only a head of our own user: another may have taken the name first.
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), len) != 0 ||
+      !HeadLocalPeerTrusted(fd)) {
     ::close(fd);
     return -1;
   }

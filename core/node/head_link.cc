@@ -207,6 +207,11 @@ void HeadLink::Connect() {
     s.open(asio::local::stream_protocol(), ec);
     if (!ec) s.non_blocking(true, ec);
     if (!ec) s.connect(UnixEndpoint(local), ec);
+    // Only a head of our own user: another may have taken the name first.
+    if (!ec && !HeadLocalPeerTrusted(s.native_handle())) {
+      s.close(ec);
+      ec = asio::error::access_denied;
+    }
     if (!ec) {
       SetCloseOnExec(s.native_handle());
       // Completed: on with it from the loop, as an asynchronous connect would.

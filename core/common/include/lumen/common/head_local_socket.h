@@ -14,9 +14,19 @@
 //   std::string name = HeadLocalSocketName("127.0.0.1:6379");  // "@lumen-head-127.0.0.1:6379"
 //   HeadLocalSocketName("10.0.0.5:6379");                      // "": TCP only
 //
+// Abstract names have no owner and no permissions: any local user could bind
+// the name first (or while the head restarts) and collect the hellos, tokens
+// included. So a client uses a local connection only when its peer runs as
+// the same user (SO_PEERCRED, HeadLocalPeerTrusted); otherwise it closes it
+// and connects over TCP, where no one else can hold the head's port while the
+// head listens on it.
+//
 // LUMEN_HEAD_LOCAL_SOCKET=0 in a client's environment makes it use TCP only
 // (the head listens regardless).
 #pragma once
+
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -40,6 +50,17 @@ inline std::string HeadLocalSocketToTry(const std::string& head_address) {
   const char* off = std::getenv("LUMEN_HEAD_LOCAL_SOCKET");
   if (off != nullptr && std::strcmp(off, "0") == 0) return "";
   return HeadLocalSocketName(head_address);
+}
+
+// True when the process at the other end of the connected Unix socket `fd`
+// runs as this process's effective user (its credentials when it listened).
+inline bool HeadLocalPeerTrusted(int fd) {
+  ucred peer{};
+  socklen_t size = sizeof(peer);
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &size) != 0 || size != sizeof(peer)) {
+    return false;
+  }
+  return peer.uid == ::geteuid();
 }
 
 }  // namespace lumen
