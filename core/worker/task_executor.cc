@@ -39,14 +39,16 @@ absl::Mutex gpu_env_mu;
 std::optional<std::string> gpu_env_value ABSL_GUARDED_BY(gpu_env_mu);
 
 // LUMEN_EXECUTOR_SPIN_US (default 100): how long an executor thread spins
-// for the next task after one; LUMEN_EXECUTOR_SPIN_ADAPTIVE (default 1): only
-// while the next task came within that on average. Read once.
+// for the next task after one; LUMEN_EXECUTOR_SPIN_ADAPTIVE=1 (default 0):
+// only while the next task came within that on average (less CPU on a loaded
+// machine, but idle it made the synchronous round trips 15-25 % slower:
+// doc/benchmark.md, "Adaptive spin, idle"). Read once.
 std::pair<std::chrono::microseconds, bool> ExecutorSpin() {
   static const std::pair<std::chrono::microseconds, bool> spin = [] {
     const char* us = std::getenv("LUMEN_EXECUTOR_SPIN_US");
     const char* adaptive = std::getenv("LUMEN_EXECUTOR_SPIN_ADAPTIVE");
     return std::make_pair(std::chrono::microseconds(us != nullptr ? std::max(0, std::atoi(us)) : 100),
-                          adaptive == nullptr || std::atoi(adaptive) != 0);
+                          adaptive != nullptr && std::atoi(adaptive) != 0);
   }();
   return spin;
 }
