@@ -62,9 +62,9 @@ absl::StatusOr<pid_t> PosixProcessLauncher::Launch(const WorkerLaunch& launch) {
   }
   if (pid.ok()) {
     ++num_forked_;
-  } else {
+  } else if (!absl::IsAborted(pid.status())) {
     pid = SpawnProcess(spawn);
-  }
+  }  // Aborted: the template may have forked it; no second process with its id
   if (!options_.on_output) return pid;
   ::close(out[1]);
   ::close(err[1]);

@@ -39,7 +39,9 @@ struct ProcessExit {
 class ProcessLauncher {
  public:
   virtual ~ProcessLauncher() = default;
-  // Starts the worker; returns its pid. Errors: the spawn's (a bad path, ...).
+  // Starts the worker; returns its pid. Errors: the spawn's (a bad path, ...);
+  // Aborted when it may have started all the same (a fork server's template
+  // took the request and died or did not answer): start it under a new id.
   [[nodiscard]] virtual absl::StatusOr<pid_t> Launch(const WorkerLaunch& launch) = 0;
   // Sends SIGKILL; the process is reaped later through Reap().
   virtual void Kill(pid_t pid) = 0;

@@ -220,7 +220,10 @@ absl::StatusOr<pid_t> WorkerForkServer::ForkFrom(std::list<Template>::iterator i
     std::string why = ready == 0 ? absl::StrCat("no answer within ", options_.reply_timeout.count(), " ms")
                                  : "it exited";
     Retire(it, true, why);
-    return absl::UnavailableError(why);
+    // It took the request: the worker may run all the same (Aborted, not
+    // Unavailable: the caller must not start another under the same id).
+    return absl::AbortedError(
+        absl::StrCat("the worker template took the request, then ", why, ": it may have forked"));
   }
   std::string reply(buf, static_cast<size_t>(n));
   int pid = 0;

@@ -35,10 +35,12 @@
 // for one round trip with the template (a vfork and a fork in it, under 1 ms idle;
 // at most reply_timeout).
 //
-// Known edge: a template that dies or times out after it took a request may
-// still have forked that worker; the caller then execs one with the same
-// worker id, the node accepts whichever says hello first and refuses the
-// other, and at worst that start fails like any worker that died starting.
+// A template that dies or times out after it took a request may still have
+// forked that worker: Fork then returns Aborted, and the caller must not
+// start another process under the same worker id (two processes with one id
+// bind the same socket name, and the exit of one tears down the other's
+// registration); WorkerPool::StartWorker starts it under a new id, and a
+// late twin is refused at its hello (the pool does not know its id).
 #pragma once
 
 #include <sys/types.h>
@@ -71,6 +73,8 @@ class WorkerForker {
   virtual ~WorkerForker() = default;
   // The new worker's pid. Unavailable: no template is ready for this
   // executable (yet, or any more): the caller starts the worker another way.
+  // Aborted: a template took the request and then died or did not answer;
+  // the worker may be running: the caller must not start another with its id.
   [[nodiscard]] virtual absl::StatusOr<pid_t> Fork(const ForkRequest& request) = 0;
   // Kills the templates and waits for them (bounded).
   virtual void Stop() = 0;

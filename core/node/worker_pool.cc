@@ -31,6 +31,13 @@ bool WorkerPool::StartWorker(const JobId& job_id, std::string* why) {
   if (jit == jobs_.end() || jit->second.exe_path.empty()) return true;
   WorkerId id = WorkerId::Random();
   auto pid = options_.launcher->Launch(WorkerLaunch{id, job_id, jit->second.exe_path});
+  if (absl::IsAborted(pid.status())) {
+    // The fork server may have started it after all: once more under a new
+    // id (a late twin with the old one is refused at its hello).
+    LUMEN_LOG(WARNING) << "worker start under a new id: " << pid.status();
+    id = WorkerId::Random();
+    pid = options_.launcher->Launch(WorkerLaunch{id, job_id, jit->second.exe_path});
+  }
   if (!pid.ok()) {
     LUMEN_LOG(ERROR) << "cannot start a worker: " << pid.status();
     if (++jit->second.failed_starts >= kMaxFailedStarts) {

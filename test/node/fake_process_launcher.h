@@ -17,6 +17,10 @@ class FakeLauncher : public ProcessLauncher {
   absl::StatusOr<pid_t> Launch(const WorkerLaunch& launch) override {
     if (fail) return absl::InternalError("exec failed");
     launched.push_back(launch);
+    if (maybe_started > 0) {
+      --maybe_started;
+      return absl::AbortedError("the template took the request, then no answer");
+    }
     return next_pid++;
   }
   void Kill(pid_t pid) override { killed.insert(pid); }
@@ -25,6 +29,7 @@ class FakeLauncher : public ProcessLauncher {
   std::vector<ProcessExit> Reap() override { return std::exchange(exits, {}); }
 
   bool fail = false;                // Launch fails while set
+  int maybe_started = 0;            // this many next Launches return Aborted
   pid_t next_pid = 1000;
   std::vector<WorkerLaunch> launched;
   std::set<pid_t> killed;

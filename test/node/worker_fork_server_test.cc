@@ -235,10 +235,12 @@ class FakeForker : public WorkerForker {
   absl::StatusOr<pid_t> Fork(const ForkRequest& request) override {
     requests.push_back(request);
     if (unavailable) return absl::UnavailableError("no template");
+    if (maybe_forked) return absl::AbortedError("took the request, then no answer");
     return next_pid++;
   }
   void Stop() override {}
   bool unavailable = false;
+  bool maybe_forked = false;
   pid_t next_pid = 4000000;
   std::vector<ForkRequest> requests;
 };
@@ -296,6 +298,31 @@ TEST_CASE("the launcher forks through the fork server and execs when it has no t
   CHECK(outputs[0].first == 4000000);
   CHECK(outputs[1].first == *execd);
   for (const auto& [pid, fd] : outputs) ::close(fd);
+}
+
+TEST_CASE("a worker the template may have forked is not exec'd again under its id",
+          "[fork_server]") {
+  // Invariant: when the fork server took the request and then died or did not
+  // answer (Aborted), the worker may be running: Launch must not exec a second
+  // process with the same worker id (both would bind one socket name, and the
+  // exit of one would tear down the other's registration); it returns Aborted.
+  FakeForker forker;
+  forker.maybe_forked = true;
+  int outputs = 0;
+  PosixProcessLauncher launcher({.socket_path = "/tmp/none.sock",
+                                 .on_output =
+                                     [&](pid_t, const JobId&, int out, int err) {
+                                       ++outputs;
+                                       ::close(out);
+                                       ::close(err);
+                                     },
+                                 .forker = &forker});
+  absl::StatusOr<pid_t> pid = launcher.Launch({WorkerId::Random(), JobId::Random(), "/bin/true"});
+  REQUIRE_FALSE(pid.ok());
+  CHECK(absl::IsAborted(pid.status()));
+  CHECK(forker.requests.size() == 1);
+  CHECK(outputs == 0);  // nothing exec'd
+  CHECK(launcher.num_forked() == 0);
 }
 
 }  // namespace

@@ -214,5 +214,29 @@ TEST_CASE("a refill whose launches keep failing gives up and fails the job's req
   CHECK(node.pool.jobs().at(node.job).failed_starts == 0);  // FailJobRequests ran
 }
 
+TEST_CASE("a worker start the fork server may have done is made again under a new id") {
+  // Invariant: when a launch may have started its worker all the same
+  // (Aborted: the template took the request, then died or did not answer),
+  // the pool starts it once more under a new worker id and tracks only that
+  // one: a late twin with the first id is refused at its hello, and its exit
+  // cannot tear down the new worker's registration.
+  FakeLauncher launcher;
+  WorkerPool pool(WorkerPoolOptions{.launcher = &launcher, .pool_size = 0});
+  const JobId job = JobId::FromBinary(std::string(JobId::kSize, '\x03'));
+  pool.GetOrAddJob(job).exe_path = "/bin/driver";
+  launcher.maybe_started = 1;
+  std::string why;
+  REQUIRE(pool.StartWorker(job, &why));
+  REQUIRE(launcher.launched.size() == 2);
+  const WorkerId twin = launcher.launched[0].worker;
+  const WorkerId started = launcher.launched[1].worker;
+  CHECK(twin != started);
+  CHECK(pool.Find(twin) == nullptr);
+  REQUIRE(pool.Find(started) != nullptr);
+  CHECK_FALSE(pool.OnWorkerHello(twin, 700, "/tmp/twin.sock").ok());
+  CHECK(pool.OnWorkerHello(started, 701, "/tmp/w.sock").ok());
+  CHECK(pool.jobs().at(job).failed_starts == 0);
+}
+
 }  // namespace
 }  // namespace lumen::node
