@@ -11,31 +11,35 @@
 #include <cstddef>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "lumen/common/head_local_socket.h"
 #include "lumen/common/ids.h"
 
 namespace {
 
-// Binds and listens on the abstract name `name` (no leading NUL); returns the fd.
-int ListenAbstract(const std::string& name) {
+// The socket address of the abstract name `name` (no leading NUL) and its length.
+std::pair<sockaddr_un, socklen_t> AbstractAddress(const std::string& name) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   std::memcpy(addr.sun_path + 1, name.data(), name.size());
+  return {addr, static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size())};
+}
+
+// Binds and listens on the abstract name `name`; returns the fd, or -1.
+int ListenAbstract(const std::string& name) {
+  auto [addr, len] = AbstractAddress(name);
   int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
-  const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
   if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 || ::listen(fd, 4) != 0) {
     return -1;
   }
   return fd;
 }
 
+// A connection to the abstract name `name`; the fd, or -1.
 int ConnectAbstract(const std::string& name) {
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path + 1, name.data(), name.size());
+  auto [addr, len] = AbstractAddress(name);
   int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
-  const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
   if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0) return -1;
   return fd;
 }
