@@ -4,13 +4,54 @@
 #include <cstring>
 
 #if defined(__x86_64__)
-#include <emmintrin.h>
+#include <immintrin.h>
 #endif
 
 namespace lumen {
 
+#if defined(__x86_64__)
+namespace {
+
+// As CopyBytes' SSE2 loop below with 32-byte loads and stores (AVX2): on the
+// 2-vCPU Zen 3 VM an 800 MiB copy into a store mapping ran at 16.9-17.1 GB/s
+// against 14.3-14.5 with 16-byte stores, and glibc's memcpy at matching page
+// offsets 16.8-17.5. `d` is 64-byte aligned; returns the bytes copied (whole
+// 128-byte blocks), the fence done.
+__attribute__((target("avx2"))) size_t StreamCopyAvx2(uint8_t* d, const uint8_t* s, size_t n) {
+  size_t i = 0;
+  for (; i + 128 <= n; i += 128) {
+    __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
+    __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 32));
+    __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 64));
+    __m256i e = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 96));
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i), a);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i + 32), b);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i + 64), c);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i + 96), e);
+  }
+  _mm_sfence();
+  return i;
+}
+
+bool HasAvx2() {
+  static const bool has = __builtin_cpu_supports("avx2");
+  return has;
+}
+
+}  // namespace
+#endif
+
 void CopyBytes(void* dst, const void* src, size_t n) {
 #if defined(__x86_64__)
+  if (n >= kStreamCopyBytes && HasAvx2()) {
+    auto* d = static_cast<uint8_t*>(dst);
+    const auto* s = static_cast<const uint8_t*>(src);
+    size_t head = (64 - reinterpret_cast<uintptr_t>(d) % 64) % 64;
+    std::memcpy(d, s, head);
+    size_t done = head + StreamCopyAvx2(d + head, s + head, n - head);
+    std::memcpy(d + done, s + done, n - done);
+    return;
+  }
   if (n >= kStreamCopyBytes) {
     auto* d = static_cast<uint8_t*>(dst);
     const auto* s = static_cast<const uint8_t*>(src);
