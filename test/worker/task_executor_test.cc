@@ -285,6 +285,18 @@ TaskExecutor::Options TestOptions(uint64_t inline_limit = 1024) {
                                .inline_limit = inline_limit};
 }
 
+// Replies held (up to 8, each at most `max_hold`) and every function short,
+// whatever this machine's load makes a run take: the tests check which
+// replies are held, not the timing.
+TaskExecutor::Options HoldingOptions(
+    std::chrono::microseconds max_hold = std::chrono::microseconds(HeldReplies::MaxHoldMicros())) {
+  auto options = TestOptions();
+  options.short_task_micros = 1e12;
+  options.hold_replies = 8;
+  options.max_hold = max_hold;
+  return options;
+}
+
 TaskToRun Task(std::string function, std::vector<int> inline_args,
                proto::TaskKind kind = proto::TaskKind::NORMAL) {
   TaskToRun task;
@@ -548,12 +560,7 @@ TEST_CASE("Run holds the replies of short tasks while more wait and sends them t
   // task is replied to exactly once.
   FakeHost host;
   TaskReceiver receiver;
-  auto options = TestOptions();
-  // Short whatever this machine's load makes a run take: what is checked is
-  // which replies are held, not the timing.
-  options.short_task_micros = 1e12;
-  options.hold_replies = 8;
-  TaskExecutor executor(host, receiver, options);
+  TaskExecutor executor(host, receiver, HoldingOptions());
   auto first = Task("executor_test.Sum", {1});
   executor.Execute(first);  // Sum is known (and short) on this thread from now on
   REQUIRE(host.sends == 1);
@@ -602,11 +609,7 @@ TEST_CASE("a held reply leaves within max_hold while its task's successor blocks
   FakeHost host;
   host.run_timers = true;
   TaskReceiver receiver;
-  auto options = TestOptions();
-  options.short_task_micros = 1e12;
-  options.hold_replies = 8;
-  options.max_hold = std::chrono::microseconds(500);
-  TaskExecutor executor(host, receiver, options);
+  TaskExecutor executor(host, receiver, HoldingOptions(std::chrono::microseconds(500)));
   awaiting_host = &host;
   // Both functions known (and short) on this thread.
   auto warm_sum = Task("executor_test.Sum", {1});
@@ -651,11 +654,7 @@ TEST_CASE("replies the timer and the executor thread send at once stay in order,
   FakeHost host;
   host.run_timers = true;
   TaskReceiver receiver;
-  auto options = TestOptions();
-  options.short_task_micros = 1e12;
-  options.hold_replies = 8;
-  options.max_hold = std::chrono::microseconds(1);
-  TaskExecutor executor(host, receiver, options);
+  TaskExecutor executor(host, receiver, HoldingOptions(std::chrono::microseconds(1)));
   auto first = Task("executor_test.Sum", {1});
   executor.Execute(first);
   host.replies.clear();
