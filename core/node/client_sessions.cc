@@ -19,21 +19,27 @@ void ClientSessions::OnFirstFrame(Connection& conn, proto::Envelope::Reader msg)
   OnHello(conn, msg.getHello());
 }
 
+void ClientSessions::RefuseHello(Connection& conn, const absl::Status& why) {
+  // Tell the peer why, with one non-blocking send (a fresh socket takes it).
+  OutMessage out;
+  auto reply = out.Init().initHelloReply();
+  reply.setOk(false);
+  reply.setError(std::string(why.message()));
+  std::string frame;
+  AppendFrame(out.builder(), &frame);
+  if (!conn.TrySendNow(frame)) LUMEN_LOG(DEBUG) << "hello refusal not sent to " << conn.peer();
+  conn.Close(why);
+}
+
 void ClientSessions::OnHello(Connection& conn, proto::Hello::Reader hello) {
   Client& client = ClientRegistry::Info(conn);
   OutMessage out;
   auto reply = out.Init().initHelloReply();
   if (absl::Status s = o_.clients->CheckHello(hello); !s.ok()) {
     if (s.code() == absl::StatusCode::kFailedPrecondition) {
-      // Tell the peer why, with one non-blocking send (a fresh socket takes it).
-      reply.setOk(false);
-      reply.setError(std::string(s.message()));
-      std::string frame;
-      AppendFrame(out.builder(), &frame);
-      if (!conn.TrySendNow(frame)) LUMEN_LOG(DEBUG) << "hello refusal not sent to " << conn.peer();
-      conn.Close(absl::FailedPreconditionError("protocol version mismatch"));
+      RefuseHello(conn, absl::FailedPreconditionError(s.message()));
     } else {
-      conn.Close(s);
+      conn.Close(s);  // auth: nothing is told to an unauthenticated peer
     }
     return;
   }
@@ -43,7 +49,7 @@ void ClientSessions::OnHello(Connection& conn, proto::Hello::Reader hello) {
   client.is_driver = hello.getIsDriver();
   if (client.role == proto::Role::REMOTE_OWNER) {
     if (o_.cluster->IsEndedJob(client.job)) {
-      conn.Close(absl::FailedPreconditionError("this job has ended"));
+      RefuseHello(conn, absl::FailedPreconditionError("this job has ended"));
       return;
     }
     // Its objects here are recorded under a key that outlives this connection.
@@ -51,7 +57,7 @@ void ClientSessions::OnHello(Connection& conn, proto::Hello::Reader hello) {
         client.worker, StringOf(hello.getNodeId()), client.job, hello.getListenAddress().cStr(),
         client.is_driver, conn.id());
     if (!key.ok()) {
-      conn.Close(key.status());
+      RefuseHello(conn, key.status());
       return;
     }
     client.owner_key = *key;

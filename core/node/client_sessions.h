@@ -73,6 +73,8 @@ class ClientSessions {
 
  private:
   void OnHello(Connection& conn, proto::Hello::Reader hello);
+  // Closes a peer's connection after a hello reply that says why (ok = false).
+  void RefuseHello(Connection& conn, const absl::Status& why);
 
   const ClientSessionsOptions o_;
 };

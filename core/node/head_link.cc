@@ -100,7 +100,7 @@ void HeadLink::OnLost(const absl::Status& why) {
     // stops with it (a send to it fails at once on its Unix socket, before
     // this node has read that close and stopped).
     pollfd p{.fd = options_.parent_fd, .events = POLLIN, .revents = 0};
-    if (::poll(&p, 1, 0) > 0) return;
+    if (::poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP)) != 0) return;
   }
   if (was_registered && !head_persistent_) {
     // A reset link looks the same as a lost head: try to come back as this

@@ -109,8 +109,20 @@ void OutboundConnections::OnConnectEnded(
 std::shared_ptr<Connection> OutboundConnections::AdoptNode(const std::string& address,
                                                            Socket socket) {
   auto conn = Connection::Create(std::move(socket));
-  conn->Start([this](Connection& c, proto::Envelope::Reader m) { host_.OnNodeFrame(c, m); },
-              [this](Connection& c, const absl::Status& why) { OnRemoteNodeLost(c, why); });
+  conn->Start(
+      [this, address](Connection& c, proto::Envelope::Reader m) {
+        if (m.isHelloReply()) {
+          // Sent only to refuse (it closes next): say why, since this
+          // owner's requests to that node fail from now on.
+          if (!m.getHelloReply().getOk()) {
+            LUMEN_LOG(WARNING) << "node daemon at " << address << " refused this owner: "
+                               << m.getHelloReply().getError().cStr();
+          }
+          return;
+        }
+        host_.OnNodeFrame(c, m);
+      },
+      [this](Connection& c, const absl::Status& why) { OnRemoteNodeLost(c, why); });
   OutMessage out;
   auto hello = InitHello(out.Init(), proto::Role::REMOTE_OWNER);
   hello.setWorkerId(DataOf(options_.worker_id));
