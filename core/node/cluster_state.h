@@ -13,12 +13,12 @@
 #pragma once
 
 #include <cstddef>
-#include <deque>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "core/node/recent_set.h"
 #include "lumen/common/ids.h"
 #include "lumen/common/thread_checker.h"
 #include "lumen/proto/lumen.capnp.h"
@@ -26,30 +26,6 @@
 #include "lumen/scheduler/lease_router.h"
 
 namespace lumen::node {
-
-// A set that remembers the last `capacity` keys inserted (FIFO eviction).
-template <class Key>
-class RecentSet {
- public:
-  explicit RecentSet(size_t capacity) : capacity_(capacity) {}
-  // Returns true if `key` was not there.
-  bool Insert(const Key& key) {
-    if (!keys_.insert(key).second) return false;
-    order_.push_back(key);
-    if (order_.size() > capacity_) {
-      keys_.erase(order_.front());
-      order_.pop_front();
-    }
-    return true;
-  }
-  bool Contains(const Key& key) const { return keys_.contains(key); }
-  size_t size() const { return keys_.size(); }
-
- private:
-  size_t capacity_;
-  absl::flat_hash_set<Key> keys_;
-  std::deque<Key> order_;
-};
 
 class ClusterState {
  public:

@@ -26,7 +26,7 @@ absl::StatusOr<uint64_t> RemoteOwners::OnHello(const WorkerId& worker, const std
                                                const JobId& job, const std::string& listen_address,
                                                bool is_driver, uint64_t conn) {
   io_thread_.Check("RemoteOwners");
-  if (!node.empty() && dead_nodes_.contains(node)) {
+  if (!node.empty() && dead_nodes_.Contains(node)) {
     return absl::FailedPreconditionError(
         absl::StrCat("its node ", NodeId::FromBinary(node).Hex().substr(0, 12),
                      " was declared dead: this cluster gave up on its processes"));
@@ -80,13 +80,7 @@ void RemoteOwners::EndJob(const JobId& job) {
 void RemoteOwners::NodeDied(const std::string& node) {
   io_thread_.Check("RemoteOwners");
   if (node.empty()) return;
-  if (dead_nodes_.insert(node).second) {
-    dead_node_order_.push_back(node);
-    if (dead_node_order_.size() > kRememberedDeadNodes) {
-      dead_nodes_.erase(dead_node_order_.front());
-      dead_node_order_.pop_front();
-    }
-  }
+  dead_nodes_.Insert(node);
   std::vector<Gone> gone;
   absl::erase_if(owners_, [&](const auto& entry) {
     const Owner& owner = entry.second;

@@ -31,7 +31,6 @@
 
 #include <chrono>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -39,8 +38,8 @@
 #include <boost/asio.hpp>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
+#include "core/node/recent_set.h"
 #include "lumen/common/ids.h"
 #include "lumen/common/thread_checker.h"
 
@@ -116,8 +115,7 @@ class RemoteOwners {
   ThreadChecker io_thread_;
   absl::flat_hash_map<WorkerId, Owner> owners_;
   absl::flat_hash_map<uint64_t, WorkerId> by_conn_;  // open connections only
-  absl::flat_hash_set<std::string> dead_nodes_;         // binary node ids, from NodeDied
-  std::deque<std::string> dead_node_order_;             // oldest first, to bound dead_nodes_
+  RecentSet<std::string> dead_nodes_{kRememberedDeadNodes};  // binary node ids, from NodeDied
   boost::asio::steady_timer timer_;
   bool timer_armed_ = false;
   std::shared_ptr<bool> alive_;  // false once destroyed: late connects do nothing
