@@ -534,40 +534,21 @@ TEST_CASE("A node daemon refuses lease requests past a client's queue limit") {
   for (const auto& r : refusals) CHECK(r.find("LUMEN_MAX_QUEUED_LEASES_PER_CLIENT") != std::string::npos);
 }
 
-TEST_CASE("A node daemon refuses a hello of another protocol version with a reply saying why, then closes, and keeps serving") {
-  // Invariant: a refused peer learns the reason from a HelloReply (ok = false)
-  // before its connection closes; the daemon goes on serving others.
-  DetachedCluster cluster("");
-  auto refused_hello = [&](uint32_t version) {
-    Fd fd = ConnectUnix(cluster.node_unix);
-    timeval limit{20, 0};
-    ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
-    lumen::OutMessage out;
-    auto hello = lumen::runtime::InitHello(out.Init(), lumen::proto::Role::REMOTE_OWNER);
-    hello.setProtocolVersion(version);
-    hello.setJobId(lumen::DataOf(lumen::JobId::Random()));
-    REQUIRE(lumen::WriteFrameBlocking(fd.get(), out.builder()).ok());
-    std::vector<capnp::word> words;
-    REQUIRE(lumen::ReadFrameBlocking(fd.get(), 1 << 20, &words).ok());
-    capnp::FlatArrayMessageReader reader(kj::arrayPtr(words.data(), words.size()));
-    auto env = reader.getRoot<lumen::proto::Envelope>();
-    REQUIRE(env.isHelloReply());
-    CHECK_FALSE(env.getHelloReply().getOk());
-    std::string error = env.getHelloReply().getError().cStr();
-    char byte = 0;
-    CHECK(::recv(fd.get(), &byte, 1, 0) == 0);  // then EOF (a 20 s receive limit above)
-    return error;
-  };
-  for (uint32_t version : {0u, 99u}) {
-    INFO("protocol version " << version);
-    CHECK(refused_hello(version).find("protocol version") != std::string::npos);
-  }
-  // The daemon still serves: a fresh connection with the right version is welcomed.
-  Fd fd = ConnectUnix(cluster.node_unix);
+// Says hello to the node daemon at `unix_path` as a remote owner of a new job
+// speaking `version`; returns the HelloReply's ok and error, and whether the
+// daemon then closed the connection (EOF, waited for only after a refusal).
+struct HelloOutcome {
+  bool ok = false;
+  std::string error;
+  bool closed = false;
+};
+HelloOutcome RemoteOwnerHello(const std::string& unix_path, uint32_t version) {
+  Fd fd = ConnectUnix(unix_path);
   timeval limit{20, 0};
   ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
   lumen::OutMessage out;
   auto hello = lumen::runtime::InitHello(out.Init(), lumen::proto::Role::REMOTE_OWNER);
+  hello.setProtocolVersion(version);
   hello.setJobId(lumen::DataOf(lumen::JobId::Random()));
   REQUIRE(lumen::WriteFrameBlocking(fd.get(), out.builder()).ok());
   std::vector<capnp::word> words;
@@ -575,7 +556,25 @@ TEST_CASE("A node daemon refuses a hello of another protocol version with a repl
   capnp::FlatArrayMessageReader reader(kj::arrayPtr(words.data(), words.size()));
   auto env = reader.getRoot<lumen::proto::Envelope>();
   REQUIRE(env.isHelloReply());
-  CHECK(env.getHelloReply().getOk());
+  HelloOutcome outcome{env.getHelloReply().getOk(), env.getHelloReply().getError().cStr()};
+  char byte = 0;
+  if (!outcome.ok) outcome.closed = ::recv(fd.get(), &byte, 1, 0) == 0;
+  return outcome;
+}
+
+TEST_CASE("A node daemon refuses a hello of another protocol version with a reply saying why, then closes, and keeps serving") {
+  // Invariant: a refused peer learns the reason from a HelloReply (ok = false)
+  // before its connection closes; the daemon goes on serving others.
+  DetachedCluster cluster("");
+  for (uint32_t version : {0u, 99u}) {
+    INFO("protocol version " << version);
+    HelloOutcome refused = RemoteOwnerHello(cluster.node_unix, version);
+    CHECK_FALSE(refused.ok);
+    CHECK(refused.error.find("protocol version") != std::string::npos);
+    CHECK(refused.closed);
+  }
+  HelloOutcome welcomed = RemoteOwnerHello(cluster.node_unix, lumen::proto::PROTOCOL_VERSION);
+  CHECK(welcomed.ok);
 }
 
 namespace {
