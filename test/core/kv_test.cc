@@ -191,6 +191,28 @@ TEST_CASE("kv: over-limit requests fail with the limit's name and value, the hea
   CHECK(lumen::kv::Put("v3", std::string(1000, 'y'), "full"));
 }
 
+// Short tasks queued ahead of `waiting_fn` (it waits for the key "go" of
+// namespace `ns`, which the driver puts only after it got their results) and
+// more behind it: the owner pipelines tasks to a worker (several wait in its
+// queue, so replies are held) only while 32 or more are ready. Checks that
+// every task finishes with its value.
+void ShortTasksAroundOneWaitingForGo(int (*waiting_fn)(int, std::string, std::string),
+                                     const std::string& ns) {
+  constexpr int kShort = 40;
+  std::vector<lumen::ObjectRef<int>> first, after;
+  for (int i = 0; i < kShort; ++i) {
+    first.push_back(lumen::Task(EchoAfterKey).Remote(i, std::string(), ns));
+  }
+  auto waiting = lumen::Task(waiting_fn).Remote(100, std::string("go"), ns);
+  for (int i = 0; i < kShort; ++i) {
+    after.push_back(lumen::Task(EchoAfterKey).Remote(i, std::string(), ns));
+  }
+  for (int i = 0; i < kShort; ++i) CHECK(*lumen::Get(first[i], std::chrono::seconds(10)) == i);
+  lumen::kv::Put("go", "1", ns);
+  CHECK(*lumen::Get(waiting, std::chrono::seconds(30)) == 100);
+  for (int i = 0; i < kShort; ++i) CHECK(*lumen::Get(after[i], std::chrono::seconds(30)) == i);
+}
+
 // Invariant: a worker holds back the replies of short tasks only while it
 // keeps running tasks; a task that waits (here a key-value Wait for a key its
 // owner puts once it has those replies) sends them first. Held across the
@@ -212,23 +234,7 @@ TEST_CASE("kv: a task's Wait sends the replies its worker held back first") {
     for (int i = 0; i < 50; ++i) refs.push_back(lumen::Task(EchoAfterKey).Remote(i, std::string(), ns));
     for (int i = 0; i < 50; ++i) REQUIRE(*lumen::Get(refs[i], std::chrono::seconds(30)) == i);
   }
-  // Short tasks queued ahead of one that waits for "go", which the driver
-  // puts only after it got their results, and more behind it: the owner
-  // pipelines tasks to a worker (several wait in its queue, so replies are
-  // held) only while 32 or more are ready.
-  constexpr int kShort = 40;
-  std::vector<lumen::ObjectRef<int>> first, after;
-  for (int i = 0; i < kShort; ++i) {
-    first.push_back(lumen::Task(EchoAfterKey).Remote(i, std::string(), ns));
-  }
-  auto waiting = lumen::Task(EchoAfterKey).Remote(100, std::string("go"), ns);
-  for (int i = 0; i < kShort; ++i) {
-    after.push_back(lumen::Task(EchoAfterKey).Remote(i, std::string(), ns));
-  }
-  for (int i = 0; i < kShort; ++i) CHECK(*lumen::Get(first[i], std::chrono::seconds(10)) == i);
-  lumen::kv::Put("go", "1", ns);
-  CHECK(*lumen::Get(waiting, std::chrono::seconds(30)) == 100);
-  for (int i = 0; i < kShort; ++i) CHECK(*lumen::Get(after[i], std::chrono::seconds(30)) == i);
+  ShortTasksAroundOneWaitingForGo(EchoAfterKey, ns);
 }
 
 // Invariant: a held reply goes within LUMEN_HOLD_REPLIES_MAX_US whatever its
@@ -251,17 +257,5 @@ TEST_CASE("kv: replies held while a task waits on a thread of its own leave with
     }
     for (int i = 0; i < 100; ++i) REQUIRE(*lumen::Get(refs[i], std::chrono::seconds(30)) == i / 2);
   }
-  constexpr int kShort = 40;
-  std::vector<lumen::ObjectRef<int>> first, after;
-  for (int i = 0; i < kShort; ++i) {
-    first.push_back(lumen::Task(EchoAfterKey).Remote(i, std::string(), ns));
-  }
-  auto waiting = lumen::Task(EchoAfterKeyOffThread).Remote(100, std::string("go"), ns);
-  for (int i = 0; i < kShort; ++i) {
-    after.push_back(lumen::Task(EchoAfterKey).Remote(i, std::string(), ns));
-  }
-  for (int i = 0; i < kShort; ++i) CHECK(*lumen::Get(first[i], std::chrono::seconds(10)) == i);
-  lumen::kv::Put("go", "1", ns);
-  CHECK(*lumen::Get(waiting, std::chrono::seconds(30)) == 100);
-  for (int i = 0; i < kShort; ++i) CHECK(*lumen::Get(after[i], std::chrono::seconds(30)) == i);
+  ShortTasksAroundOneWaitingForGo(EchoAfterKeyOffThread, ns);
 }
