@@ -28,20 +28,27 @@ namespace {
 using lumen::OutMessage;
 using lumen::runtime::HeadConnectionPool;
 
+// A TCP socket listening on 127.0.0.1 at a free port; sets `*address` to
+// "127.0.0.1:PORT".
+int ListenOnLoopback(std::string* address) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  REQUIRE(::listen(fd, 8) == 0);
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  *address = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  return fd;
+}
+
 // Serves one connection at a time: hello, then acks each request; closes a
 // connection after `close_after` requests (0: never).
 class FakeHead {
  public:
   explicit FakeHead(int close_after) : close_after_(close_after) {
-    listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-    REQUIRE(::listen(listen_fd_, 8) == 0);
-    socklen_t len = sizeof(addr);
-    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-    address_ = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+    listen_fd_ = ListenOnLoopback(&address_);
     thread_ = std::thread([this] { Serve(); });
   }
   ~FakeHead() {
@@ -169,15 +176,7 @@ class ScriptedHead {
                bool close_after_reply = false)
       : name_(std::move(name_in_reply)), trailer_(std::move(trailer)),
         close_after_reply_(close_after_reply) {
-    listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-    REQUIRE(::listen(listen_fd_, 8) == 0);
-    socklen_t len = sizeof(addr);
-    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-    address_ = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+    listen_fd_ = ListenOnLoopback(&address_);
     int serve_fd = listen_fd_;
     if (local) {
       local_fd_ = ::socket(AF_UNIX, SOCK_STREAM, 0);
