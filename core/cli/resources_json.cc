@@ -1,64 +1,34 @@
 #include "lumen/cli/resources_json.h"
 
-#include <cctype>
+#include <boost/json.hpp>
 
 #include "absl/status/status.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace lumen::cli {
 
 absl::StatusOr<std::map<std::string, double>> ParseResourcesJson(std::string_view text) {
-  std::map<std::string, double> out;
-  size_t i = 0;
-  auto skip = [&] {
-    while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
-  };
-  auto error = [](std::string message) { return absl::InvalidArgumentError(std::move(message)); };
-  skip();
-  if (i >= text.size() || text[i] != '{') return error("expected '{'");
-  ++i;
-  skip();
-  if (i < text.size() && text[i] == '}') ++i;
-  else {
-    while (true) {
-      skip();
-      if (i >= text.size() || text[i] != '"') return error("expected a quoted resource name");
-      size_t end = text.find('"', i + 1);
-      if (end == std::string_view::npos) return error("unterminated name");
-      std::string name(text.substr(i + 1, end - i - 1));
-      i = end + 1;
-      skip();
-      if (i >= text.size() || text[i] != ':') {
-        return error(absl::StrCat("expected ':' after \"", name, "\""));
-      }
-      ++i;
-      skip();
-      size_t start = i;
-      while (i < text.size() &&
-             (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.' ||
-              text[i] == 'e' || text[i] == 'E' || text[i] == '-' || text[i] == '+')) {
-        ++i;
-      }
-      double qty = 0;
-      if (!absl::SimpleAtod(std::string(text.substr(start, i - start)), &qty)) {
-        return error(absl::StrCat("resource \"", name, "\" needs a number"));
-      }
-      out[name] = qty;
-      skip();
-      if (i < text.size() && text[i] == ',') {
-        ++i;
-        continue;
-      }
-      if (i < text.size() && text[i] == '}') {
-        ++i;
-        break;
-      }
-      return error(i < text.size() ? "expected ',' or '}'" : "unterminated object");
-    }
+  boost::system::error_code ec;
+  boost::json::stream_parser parser;
+  const size_t used = parser.write(text.data(), text.size(), ec);
+  if (!ec) parser.finish(ec);
+  if (ec) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("not valid JSON at byte ", used, ": ", ec.message()));
   }
-  skip();
-  if (i != text.size()) return error("unexpected text after the closing '}'");
+  const boost::json::value value = parser.release();
+  if (!value.is_object()) {
+    return absl::InvalidArgumentError(
+        "expected a JSON object of resource names to numbers, e.g. {\"ssd\": 1}");
+  }
+  std::map<std::string, double> out;
+  for (const auto& [key, quantity] : value.get_object()) {
+    std::string name(key.data(), key.size());
+    if (!quantity.is_number()) {
+      return absl::InvalidArgumentError(absl::StrCat("resource \"", name, "\" needs a number"));
+    }
+    out[name] = quantity.to_number<double>();
+  }
   return out;
 }
 
