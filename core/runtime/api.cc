@@ -115,7 +115,7 @@ std::vector<ObjectBytes> GetObjects(const std::vector<const RefHandle*>& refs,
   auto core = Core();
   // A driver waiting long for many refs on a terminal shows how far it got.
   if (refs.size() < ProgressBar::kMinRefs || !IsDriverProcess() ||
-      !ProgressBar::StderrIsTerminal()) {
+      !ProgressBar::OnTerminal()) {
     return core->Get(refs, timeout);
   }
   using Clock = std::chrono::steady_clock;

@@ -25,6 +25,8 @@ std::string ProgressBar::Render(size_t ready, double seconds) const {
 
 std::string ProgressBar::Clear() const { return "\r" + std::string(kLineWidth, ' ') + "\r"; }
 
-bool ProgressBar::StderrIsTerminal() { return ::isatty(STDERR_FILENO) == 1; }
+bool ProgressBar::OnTerminal() {
+  return ::isatty(STDOUT_FILENO) == 1 && ::isatty(STDERR_FILENO) == 1;
+}
 
 }  // namespace lumen::internal

@@ -2,7 +2,7 @@
 // refs takes long ("Get: [##########          ] 512/1000 objects ready, 3.2 s").
 //
 //   ProgressBar bar(1000);
-//   if (ProgressBar::StderrIsTerminal()) std::fputs(bar.Render(512, 3.2).c_str(), stderr);
+//   if (ProgressBar::OnTerminal()) std::fputs(bar.Render(512, 3.2).c_str(), stderr);
 //
 // Render is pure; not thread-safe (one per Get, on the calling thread).
 // Internal to the API (core/runtime).
@@ -28,8 +28,10 @@ class ProgressBar {
   // "\r", spaces over the bar, "\r": the terminal line as it was.
   std::string Clear() const;
 
-  // True when this process's stderr is a terminal (a bar makes sense).
-  static bool StderrIsTerminal();
+  // True when this process runs interactively: its stdout is a terminal (the
+  // user watches it; a job writing its output to a file or pipe draws
+  // nothing) and so is its stderr, where the bar is drawn.
+  static bool OnTerminal();
 
  private:
   size_t total_;

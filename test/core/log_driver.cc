@@ -2,13 +2,16 @@
 // task and an actor call that print to stdout and stderr, prints where they
 // ran, and shuts down. `log_driver [quiet] TAG`: quiet sets
 // Config::log_to_driver = false. `log_driver flood N`: times N lines from a
-// task to this driver.
+// task to this driver. `log_driver progress`: one Get of 40 tasks of 100 ms
+// (~2 s on 2 CPUs), long enough for the driver's progress bar.
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "lumen/lumen.h"
 
@@ -27,6 +30,11 @@ int Flood(int lines) {
   return lines;
 }
 
+int Nap(int ms) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  return ms;
+}
+
 class Speaker {
  public:
   static Speaker* Create() { return new Speaker(); }
@@ -39,7 +47,7 @@ class Speaker {
 
 }  // namespace
 
-LUMEN_REMOTE(Shout, Flood, Speaker::Create, &Speaker::Say);
+LUMEN_REMOTE(Shout, Flood, Nap, Speaker::Create, &Speaker::Say);
 
 int main(int argc, char** argv) {
   bool quiet = argc > 2 && std::string(argv[1]) == "quiet";
@@ -56,6 +64,14 @@ int main(int argc, char** argv) {
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     std::fprintf(stderr, "flood: %d lines of 80 bytes printed by a task reached the driver in %.0f ms (%.0f lines/s)\n",
                  n, ms, n / ms * 1000);
+    return 0;
+  }
+  if (argc > 1 && std::string(argv[1]) == "progress") {
+    std::vector<lumen::ObjectRef<int>> naps;
+    for (int i = 0; i < 40; ++i) naps.push_back(lumen::Task(Nap).Remote(100));
+    auto values = lumen::Get(naps);
+    std::cout << "progress-done " << values.size() << std::endl;
+    lumen::Shutdown();
     return 0;
   }
   int task_pid = *lumen::Get(lumen::Task(Shout).Remote(tag));

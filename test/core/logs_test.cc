@@ -151,6 +151,33 @@ TEST_CASE("the task events of a short job reach lumen timeline after its Shutdow
   REQUIRE(RunCommand(cli + " stop", &out) == 0);
 }
 
+// Invariant: a driver's Get of many refs that takes over a second draws a
+// progress bar when the driver runs on a terminal (here a pseudo-terminal
+// from script(1)), and nothing when its stdout is a pipe (a job writing its
+// output elsewhere); the result is the same.
+TEST_CASE("a long Get of many refs draws a progress bar on a terminal and nothing when stdout is a pipe") {
+  const std::string cli = LUMEN_CLI_PATH;
+  lumen::test::StopClustersAtExit guard(cli);
+  std::string out;
+  REQUIRE(RunCommand(cli + " start --head --num-cpus 2 --object-store-memory 134217728", &out) == 0);
+  const std::string driver = std::string("LUMEN_ADDRESS=auto '") + LUMEN_LOG_DRIVER_PATH + "' progress";
+  std::string on_terminal;
+  REQUIRE(RunCommand("script -qec \"" + driver + "\" /dev/null", &on_terminal) == 0);
+  INFO(on_terminal);
+  CHECK(on_terminal.find("progress-done 40") != std::string::npos);
+  CHECK(on_terminal.find("/40 objects ready") != std::string::npos);
+  for (const std::string& piped_run : {driver,  // stdout and stderr to a pipe
+                                       // stdout to a pipe, stderr still the terminal
+                                       "script -qec \"" + driver + " | cat\" /dev/null"}) {
+    std::string piped;
+    REQUIRE(RunCommand(piped_run, &piped) == 0);
+    INFO(piped);
+    CHECK(piped.find("progress-done 40") != std::string::npos);
+    CHECK(piped.find("objects ready") == std::string::npos);
+  }
+  REQUIRE(RunCommand(cli + " stop", &out) == 0);
+}
+
 // Invariant: output of workers on another node than the driver's reaches the
 // driver too (over the connection it opened to that node to lease there),
 // named after that node, and `lumen logs --node` finds it there.
