@@ -34,16 +34,21 @@ void DashboardRoutes::Install() {
   });
 }
 
-void DashboardRoutes::AnswerCluster(HttpServer::Respond respond) {
-  // The node table as it is now; the nodes' answers come later.
-  auto nodes = std::make_shared<capnp::MallocMessageBuilder>();
+void DashboardRoutes::GatherFromLiveNodes(const std::shared_ptr<capnp::MallocMessageBuilder>& nodes,
+                                          NodeStateGatherer::Done done) {
   options_.fill_nodes(*nodes);
   std::vector<NodeStateGatherer::Target> targets;
   for (auto n : nodes->getRoot<proto::ClusterView>().getNodes()) {
     if (n.getAlive()) targets.push_back({IdFrom<NodeId>(n.getNodeId()), n.getAddress().cStr()});
   }
-  gatherer_.Gather(std::move(targets), [this, nodes, respond = std::move(respond)](
-                                           std::vector<NodeAnswer> answers) {
+  gatherer_.Gather(std::move(targets), std::move(done));
+}
+
+void DashboardRoutes::AnswerCluster(HttpServer::Respond respond) {
+  // The node table as it is now; the nodes' answers come later.
+  auto nodes = std::make_shared<capnp::MallocMessageBuilder>();
+  GatherFromLiveNodes(nodes, [this, nodes, respond = std::move(respond)](
+                                 std::vector<NodeAnswer> answers) {
     capnp::MallocMessageBuilder groups;
     options_.fill_groups(groups);
     ClusterSnapshot snapshot{

@@ -19,6 +19,7 @@
 
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include <boost/asio.hpp>
@@ -47,6 +48,11 @@ class DashboardRoutes {
 
   // Registers "/", "/index.html", "/app.js", "/style.css" and "/api/cluster".
   void Install();
+
+  // Writes the node table into `*nodes` (fill_nodes) and asks the live ones
+  // what their processes own (one gathering round, shared with the page's).
+  void GatherFromLiveNodes(const std::shared_ptr<capnp::MallocMessageBuilder>& nodes,
+                           NodeStateGatherer::Done done);
 
  private:
   void AnswerCluster(HttpServer::Respond respond);

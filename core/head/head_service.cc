@@ -119,6 +119,8 @@ class HeadService {
   // The HTTP server with GET /metrics and the dashboard (/, /api/cluster);
   // false when it was asked for and cannot serve.
   bool StartHttp();
+  // The head's own counters for /metrics (Prometheus text).
+  std::string HeadCounters() const;
 
   void OnFrame(Connection& conn, proto::Envelope::Reader msg);
   // The first frame: a hello with our protocol version (and the token when we
@@ -219,19 +221,9 @@ int HeadService::Run() {
   return 0;
 }
 
-bool HeadService::StartHttp() {
-  if (options_.metrics_port < 0) return true;
-  http_ = std::make_unique<HttpServer>(
-      io_, HttpServerOptions{.host = options_.metrics_host,
-                             .port = options_.metrics_port,
-                             .token = options_.token,
-                             .request_timeout = options_.timeouts.http_request_timeout});
-  http_->Route("/metrics", [this](const HttpRequest&) {
-    capnp::MallocMessageBuilder message;
-    auto list = message.initRoot<proto::ClusterView>().initNodes(nodes_.size());
-    nodes_.FillNodes(list);
-    std::string page = RenderMetrics(list.asReader());
-    absl::StrAppend(&page,
+std::string HeadService::HeadCounters() const {
+  std::string page;
+  absl::StrAppend(&page,
                     "# HELP lumen_head_stale_node_messages_total Frames from node incarnations "
                     "declared dead, refused by the head.\n"
                     "# TYPE lumen_head_stale_node_messages_total counter\n"
@@ -262,7 +254,35 @@ bool HeadService::StartHttp() {
                     "# TYPE lumen_head_bundle_requests_resent_total counter\n"
                     "lumen_head_bundle_requests_resent_total ",
                     groups_.manager().resent_phases() + groups_.manager().resent_cancels(), "\n");
-    return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", std::move(page)};
+  return page;
+}
+
+bool HeadService::StartHttp() {
+  if (options_.metrics_port < 0) return true;
+  http_ = std::make_unique<HttpServer>(
+      io_, HttpServerOptions{.host = options_.metrics_host,
+                             .port = options_.metrics_port,
+                             .token = options_.token,
+                             .request_timeout = options_.timeouts.http_request_timeout});
+  // The nodes' last reports and the head's counters now; actors by state
+  // once the live nodes listed what their processes own (as the dashboard).
+  http_->RouteAsync("/metrics", [this](const HttpRequest&, HttpServer::Respond respond) {
+    auto nodes = std::make_shared<capnp::MallocMessageBuilder>();
+    dashboard_->GatherFromLiveNodes(nodes, [nodes, head = HeadCounters(), respond = std::move(respond)](
+                                               std::vector<NodeAnswer> answers) {
+      ActorStateCounts actor_states;
+      for (const NodeAnswer& answer : answers) {
+        for (const runtime::StateRow& row : answer.actors) {
+          for (const auto& [key, value] : row) {
+            if (key == "STATE") ++actor_states[value];
+          }
+        }
+      }
+      std::string page = RenderMetrics(
+          nodes->getRoot<proto::ClusterView>().getNodes().asReader(), &actor_states);
+      page += head;
+      respond(HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", std::move(page)});
+    });
   });
   dashboard_ = std::make_unique<DashboardRoutes>(DashboardRoutes::Options{
       .io = &io_,

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/head/prometheus_writer.h"
+#include "lumen/actors/actor_lifecycle.h"
 #include "lumen/common/ids.h"
 #include "lumen/common/proto_util.h"
 #include "lumen/common/task_events.h"
@@ -71,7 +72,8 @@ void RenderGpuMetrics(PrometheusWriter& out, capnp::List<proto::NodeStats>::Read
 
 }  // namespace
 
-std::string RenderMetrics(capnp::List<proto::NodeStats>::Reader nodes) {
+std::string RenderMetrics(capnp::List<proto::NodeStats>::Reader nodes,
+                          const ActorStateCounts* actor_states) {
   PrometheusWriter out;
   out.Family("lumen_node_info", "gauge", "One per node the head knows: its host and address.");
   for (auto n : nodes) {
@@ -106,6 +108,28 @@ std::string RenderMetrics(capnp::List<proto::NodeStats>::Reader nodes) {
           "Bytes of a node's object store in use.", [](auto n) { return n.getStoreUsed(); });
   PerNode(out, nodes, "lumen_object_store_objects", "gauge", "Objects in a node's object store.",
           [](auto n) { return n.getStoreObjects(); });
+  PerNode(out, nodes, "lumen_object_store_pinned_bytes", "gauge",
+          "Bytes of a node's store held by at least one pin (a reader's view, a primary copy).",
+          [](auto n) { return n.getStoreSummary().getPinnedBytes(); });
+  PerNode(out, nodes, "lumen_object_store_spilled_bytes", "gauge",
+          "Bytes of live objects of a node with a copy on disk now.",
+          [](auto n) { return n.getStoreSummary().getSpilledBytes(); });
+  PerNode(out, nodes, "lumen_object_store_spilled_bytes_total", "counter",
+          "Bytes a node's store wrote to disk (spilled), since it started.",
+          [](auto n) { return n.getStoreSummary().getSpilledTotalBytes(); });
+  PerNode(out, nodes, "lumen_object_store_restored_bytes_total", "counter",
+          "Bytes a node's store read back from disk (restored), since it started.",
+          [](auto n) { return n.getStoreSummary().getRestoredBytes(); });
+
+  if (actor_states != nullptr) {
+    out.Family("lumen_actors", "gauge", "Actors by state, as their owners list them.");
+    ActorStateCounts all = *actor_states;
+    for (auto state : {actors::ActorState::kCreating, actors::ActorState::kAlive,
+                       actors::ActorState::kRestarting, actors::ActorState::kDead}) {
+      all.try_emplace(actors::ActorStateName(state), 0);
+    }
+    for (const auto& [state, count] : all) out.Sample("lumen_actors", {{"state", state}}, count);
+  }
 
   out.Family("lumen_workers", "gauge", "Worker processes of a node, idle or busy (leased).");
   for (auto n : nodes) {

@@ -21,6 +21,15 @@ namespace {
 
 int SquareForMetrics(int x) { return x * x; }
 
+class MetricsCounter {
+ public:
+  static MetricsCounter* Create() { return new MetricsCounter(); }
+  int Add(int x) { return total_ += x; }
+
+ private:
+  int total_ = 0;
+};
+
 
 double Sample(const std::vector<lumen::test::PromFamily>& families, const std::string& name,
               const std::map<std::string, std::string>& labels) {
@@ -49,7 +58,7 @@ bool MachineHasNvml() {
 
 }  // namespace
 
-LUMEN_REMOTE(SquareForMetrics);
+LUMEN_REMOTE(SquareForMetrics, MetricsCounter::Create, &MetricsCounter::Add);
 
 using lumen::test::WaitUntil;
 
@@ -75,6 +84,9 @@ TEST_CASE("the head serves GET /metrics in the Prometheus text format") {
     lumen::Init(config);
     constexpr int kTasks = 10;
     for (int i = 0; i < kTasks; ++i) REQUIRE(*lumen::Get(lumen::Task(SquareForMetrics).Remote(i)) == i * i);
+    // One actor, alive: its owner lists it, and /metrics counts it by state.
+    auto actor = lumen::Actor(MetricsCounter::Create).Remote();
+    REQUIRE(*lumen::Get(actor.Task(&MetricsCounter::Add).Remote(2)) == 2);
 
     std::string page;
     absl::StatusOr<std::vector<lumen::test::PromFamily>> parsed;
@@ -83,7 +95,8 @@ TEST_CASE("the head serves GET /metrics in the Prometheus text format") {
       if (status != 200) return false;
       page = body;
       parsed = lumen::test::ParsePrometheusText(page);
-      return parsed.ok() && Sample(*parsed, "lumen_tasks", {{"state", "FINISHED"}}) >= kTasks;
+      return parsed.ok() && Sample(*parsed, "lumen_tasks", {{"state", "FINISHED"}}) >= kTasks &&
+             Sample(*parsed, "lumen_actors", {{"state", "ALIVE"}}) == 1;
     });
     INFO(page);
     REQUIRE(parsed.ok());
@@ -95,6 +108,8 @@ TEST_CASE("the head serves GET /metrics in the Prometheus text format") {
     REQUIRE(!node.empty());
     CHECK(Sample(*parsed, "lumen_node_resource_total", {{"node", node}, {"resource", "CPU"}}) == 2);
     CHECK(Sample(*parsed, "lumen_object_store_capacity_bytes", {{"node", node}}) > 0);
+    CHECK(Sample(*parsed, "lumen_object_store_pinned_bytes", {{"node", node}}) >= 0);
+    CHECK(Sample(*parsed, "lumen_actors", {{"state", "DEAD"}}) == 0);
     CHECK(Sample(*parsed, "lumen_task_latency_seconds_count", {}) >= kTasks);
     CHECK(lumen::test::HttpGet("127.0.0.1", port, "/nothing-here").first == 404);
     // A node without NVML: no GPU family at all.

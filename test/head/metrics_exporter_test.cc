@@ -61,6 +61,11 @@ void FillNode(proto::NodeStats::Builder n, const NodeId& id, bool alive, uint64_
   buckets.set(kTaskLatencyBuckets.size(), 1);
   totals.setLatencySumSeconds(100.5);
   totals.setPulledBytes(12345);
+  auto store = n.initStoreSummary();
+  store.setPinnedBytes(4096);
+  store.setSpilledBytes(3 << 20);
+  store.setSpilledTotalBytes(5 << 20);
+  store.setRestoredBytes(2 << 20);
 }
 
 // Invariant: the page parses under the format's rules, and each number is the
@@ -71,7 +76,8 @@ TEST_CASE("GET /metrics renders the nodes' reports in the Prometheus text format
   NodeId a = NodeId::Random(), b = NodeId::Random();
   FillNode(nodes[0], a, true, 10, 5);
   FillNode(nodes[1], b, false, 20, 6);
-  std::string page = RenderMetrics(nodes.asReader());
+  const ActorStateCounts actor_states{{"ALIVE", 3}, {"RESTARTING", 1}};
+  std::string page = RenderMetrics(nodes.asReader(), &actor_states);
   INFO(page);
   auto parsed = ParsePrometheusText(page);
   REQUIRE(parsed.ok());
@@ -120,6 +126,27 @@ TEST_CASE("GET /metrics renders the nodes' reports in the Prometheus text format
   CHECK(ValueOf(*FamilyNamed(*parsed, "lumen_transfer_pulled_bytes_total"),
                 "lumen_transfer_pulled_bytes_total", {{"node", nb}}) == 12345);
   CHECK(FamilyNamed(*parsed, "lumen_transfer_pulled_bytes_total")->type == "counter");
+
+  // The store's pins and spilling, per node.
+  CHECK(ValueOf(*FamilyNamed(*parsed, "lumen_object_store_pinned_bytes"),
+                "lumen_object_store_pinned_bytes", {{"node", na}}) == 4096);
+  CHECK(ValueOf(*FamilyNamed(*parsed, "lumen_object_store_spilled_bytes"),
+                "lumen_object_store_spilled_bytes", {{"node", nb}}) == (3 << 20));
+  CHECK(ValueOf(*FamilyNamed(*parsed, "lumen_object_store_spilled_bytes_total"),
+                "lumen_object_store_spilled_bytes_total", {{"node", na}}) == (5 << 20));
+  CHECK(ValueOf(*FamilyNamed(*parsed, "lumen_object_store_restored_bytes_total"),
+                "lumen_object_store_restored_bytes_total", {{"node", na}}) == (2 << 20));
+  // Actors by state: every lifecycle state, 0 where none.
+  const PromFamily* actors = FamilyNamed(*parsed, "lumen_actors");
+  REQUIRE(actors != nullptr);
+  CHECK(ValueOf(*actors, "lumen_actors", {{"state", "ALIVE"}}) == 3);
+  CHECK(ValueOf(*actors, "lumen_actors", {{"state", "RESTARTING"}}) == 1);
+  CHECK(ValueOf(*actors, "lumen_actors", {{"state", "PENDING_CREATION"}}) == 0);
+  CHECK(ValueOf(*actors, "lumen_actors", {{"state", "DEAD"}}) == 0);
+  // Without the owners' lists there is no actor family.
+  auto without = ParsePrometheusText(RenderMetrics(nodes.asReader()));
+  REQUIRE(without.ok());
+  CHECK(FamilyNamed(*without, "lumen_actors") == nullptr);
 }
 
 // Invariant: the GPU families appear only when a node reports GPUs, with one
