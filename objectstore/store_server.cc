@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "lumen/common/logging.h"
 #include "lumen/common/proto_util.h"
+#include "lumen/common/task_events.h"
 
 namespace lumen::objectstore {
 namespace {
@@ -506,16 +507,17 @@ void StoreServer::SpillBatch(std::vector<ObjectTable::Candidate> batch) {
     file_offset += loc->size;
   }
   std::string path = absl::StrCat(spill_path_, "/", next_file_++);
+  const int64_t started_us = TaskEventRecorder::NowMicros();
   worker_->Write(path, std::move(pieces),
-                 [this, path, batch = std::move(batch), ranges](absl::Status status) {
-                   OnSpilled(path, batch, ranges, status);
+                 [this, path, batch = std::move(batch), ranges, started_us](absl::Status status) {
+                   OnSpilled(path, batch, ranges, status, started_us);
                  });
 }
 
 void StoreServer::OnSpilled(const std::string& path,
                             const std::vector<ObjectTable::Candidate>& batch,
                             const std::vector<SpillIndex::Range>& ranges,
-                            const absl::Status& status) {
+                            const absl::Status& status, int64_t started_us) {
   io_thread_.Check("StoreServer");
   std::vector<std::pair<ObjectId, SpillIndex::Range>> written;
   for (size_t i = 0; i < batch.size(); ++i) {
@@ -535,12 +537,21 @@ void StoreServer::OnSpilled(const std::string& path,
     if (limiter->Allow(&suppressed)) LUMEN_LOG(WARNING) << "spilling objects failed: " << status;
   } else {
     index_.AddFile(path, written);
+    uint64_t file_bytes = 0;
     for (const auto& [id, range] : written) {
       ++stats_.spilled_objects;
       stats_.spilled_bytes += range.size;
+      file_bytes += range.size;
       // A reader that pinned it meanwhile keeps it in memory; the disk copy
       // lets it go later without another write.
       table_.Evict(id);
+    }
+    if (!written.empty()) {
+      TaskEvent spilled{.kind = TaskEventKind::kSpill,
+                        .name = absl::StrCat(written.size(), " objects"),
+                        .bytes = file_bytes};
+      spilled.duration_us = TaskEventRecorder::NowMicros() - started_us;
+      TaskEvents().RecordEvent(spilled);
     }
   }
   ServeParked();
@@ -551,6 +562,7 @@ void StoreServer::StartRestore(const ObjectId& id, std::optional<Restore::Waiter
   auto [it, fresh] = restoring_.try_emplace(id);
   if (waiter) it->second.waiters.push_back(std::move(*waiter));
   if (!fresh) return;
+  it->second.started_us = TaskEventRecorder::NowMicros();
   const SpillIndex::Location* at = index_.Find(id);
   Allocate(Parked{kRestoreClient, id, at->size, /*secondary=*/false,
                   std::chrono::steady_clock::now() + options_.full_grace,
@@ -579,7 +591,14 @@ void StoreServer::OnRestored(const ObjectId& id, const absl::Status& read) {
     status = table_.Seal(kRestoreClient, id);
     if (status.ok()) {
       ++stats_.restored_objects;
-      if (const SpillIndex::Location* at = index_.Find(id)) stats_.restored_bytes += at->size;
+      if (const SpillIndex::Location* at = index_.Find(id)) {
+        stats_.restored_bytes += at->size;
+        if (auto r = restoring_.find(id); r != restoring_.end()) {
+          TaskEvent restored{.kind = TaskEventKind::kRestore, .name = id.Hex(), .bytes = at->size};
+          restored.duration_us = TaskEventRecorder::NowMicros() - r->second.started_us;
+          TaskEvents().RecordEvent(restored);
+        }
+      }
     }
   } else {
     (void)table_.Abort(kRestoreClient, id);  // NotFound when it never got memory

@@ -60,21 +60,25 @@ std::string BuildChromeTrace(const std::vector<runtime::NodeTaskEvents>& nodes) 
 
   for (size_t n = 0; n < nodes.size(); ++n) {
     for (const TaskEvent& e : nodes[n].events) {
-      if (e.kind == TaskEventKind::kPull) {
+      if (e.kind == TaskEventKind::kPull || e.kind == TaskEventKind::kSpill ||
+          e.kind == TaskEventKind::kRestore) {
+        // The node daemon's copies: between nodes (pull), to and from disk.
         rows.emplace(std::make_pair(n, e.pid), "node daemon");
         double seconds = static_cast<double>(e.duration_us) / 1e6;
-        json::object slice{{"name", "pull"},
-                           {"cat", "transfer"},
+        const bool pull = e.kind == TaskEventKind::kPull;
+        json::object slice{{"name", pull ? "pull" : e.kind == TaskEventKind::kSpill ? "spill" : "restore"},
+                           {"cat", pull ? "transfer" : "spilling"},
                            {"ph", "X"},
                            {"pid", n + 1},
                            {"tid", e.pid},
                            {"ts", e.time_us - e.duration_us},
                            {"dur", std::max<int64_t>(e.duration_us, 1)}};
-        slice["args"] = json::object{
-            {"object_id", e.name},
+        json::object args{
+            {e.kind == TaskEventKind::kSpill ? "objects" : "object_id", e.name},
             {"bytes", e.bytes},
-            {"from_node", e.node.Hex().substr(0, 12)},
             {"mb_per_s", seconds > 0 ? static_cast<double>(e.bytes) / 1e6 / seconds : 0.0}};
+        if (pull) args["from_node"] = e.node.Hex().substr(0, 12);
+        slice["args"] = std::move(args);
         trace.push_back(std::move(slice));
         continue;
       }

@@ -24,6 +24,8 @@ const char* TaskEventKindName(TaskEventKind kind) {
     case TaskEventKind::kFinished: return "FINISHED";
     case TaskEventKind::kFailed: return "FAILED";
     case TaskEventKind::kPull: return "PULL";
+    case TaskEventKind::kSpill: return "SPILL";
+    case TaskEventKind::kRestore: return "RESTORE";
   }
   return "UNKNOWN";
 }

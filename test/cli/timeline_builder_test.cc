@@ -49,6 +49,11 @@ TEST_CASE("the timeline puts each task on its worker's row with its phases") {
   TaskEvent pull{.kind = TaskEventKind::kPull, .pid = 5, .time_us = 9000, .name = "obj",
                  .node = a.node, .bytes = 2'000'000, .duration_us = 1000};
   b.events.push_back(pull);
+  // Node a's store spilled 3 objects to one file and read one back.
+  a.events.push_back(TaskEvent{.kind = TaskEventKind::kSpill, .pid = 4, .time_us = 11000,
+                               .name = "3 objects", .bytes = 3'000'000, .duration_us = 2000});
+  a.events.push_back(TaskEvent{.kind = TaskEventKind::kRestore, .pid = 4, .time_us = 12000,
+                               .name = "obj2", .bytes = 1'000'000, .duration_us = 500});
 
   json::value root = json::parse(BuildChromeTrace({a, b}));
   const json::array& trace = root.at("traceEvents").as_array();
@@ -94,6 +99,17 @@ TEST_CASE("the timeline puts each task on its worker's row with its phases") {
   REQUIRE(pulled != nullptr);
   CHECK(pulled->at("args").at("bytes").to_number<uint64_t>() == 2'000'000);
   CHECK(pulled->at("args").at("mb_per_s").to_number<double>() == Approx(2000.0));
+  const json::object* spilled = Find(trace, "X", "spill");
+  REQUIRE(spilled != nullptr);
+  CHECK(spilled->at("pid").as_int64() == 1);  // node a
+  CHECK(spilled->at("ts").as_int64() == 9000);
+  CHECK(spilled->at("dur").as_int64() == 2000);
+  CHECK(spilled->at("args").at("objects") == "3 objects");
+  CHECK(spilled->at("args").at("bytes").to_number<uint64_t>() == 3'000'000);
+  const json::object* restored = Find(trace, "X", "restore");
+  REQUIRE(restored != nullptr);
+  CHECK(restored->at("args").at("object_id") == "obj2");
+  CHECK(restored->at("args").at("mb_per_s").to_number<double>() == Approx(2000.0));
 
   // Rows: one process per node, one thread per process that recorded events.
   std::map<std::string, std::string> names;
@@ -111,7 +127,8 @@ TEST_CASE("the timeline puts each task on its worker's row with its phases") {
   CHECK(names["thread_name 1 20"] == "worker pid 20");
   CHECK(names["thread_name 2 30"] == "worker pid 30");
   CHECK(names["thread_name 2 5"] == "node daemon (pid 5)");
-  CHECK(names.size() == 6);
+  CHECK(names["thread_name 1 4"] == "node daemon (pid 4)");  // its spill and restore
+  CHECK(names.size() == 7);
 }
 
 }  // namespace

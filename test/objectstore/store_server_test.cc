@@ -28,6 +28,7 @@
 
 #include "lumen/common/ids.h"
 #include "lumen/common/proto_util.h"
+#include "lumen/common/task_events.h"
 
 namespace lumen::objectstore {
 namespace {
@@ -155,6 +156,7 @@ TEST_CASE("a create that does not fit is parked until spilling makes room, and G
   // Invariant: no referenced object is lost; the parked create gets memory,
   // not an error, and every spilled object reads back byte-identical.
   Harness h(1024 * kKiB);
+  (void)TaskEvents().Drain();  // only this case's events below
   std::vector<ObjectId> ids;
   for (int i = 0; i < 5; ++i) ids.push_back(h.Put(kDriver, 200 * kKiB));
   auto slot = h.Send(kDriver, Op::kCreate, ObjectId::ForPut(), 200 * kKiB);
@@ -171,6 +173,24 @@ TEST_CASE("a create that does not fit is parked until spilling makes room, and G
     REQUIRE(h.GetAndCheck(kReader, id, 200 * kKiB));
     h.Send(kReader, Op::kRelease, id);  // no answer is due
   }
+  // Each spill file and each restore is a task event with its bytes and time
+  // (what `lumen timeline` draws on the node daemon's row).
+  stats = h.store().GetSpillStats();
+  uint64_t spill_events = 0, spilled_bytes = 0, restore_events = 0;
+  for (const TaskEvent& e : TaskEvents().Drain()) {
+    if (e.kind == TaskEventKind::kSpill) {
+      ++spill_events;
+      spilled_bytes += e.bytes;
+      CHECK(e.duration_us >= 0);
+    } else if (e.kind == TaskEventKind::kRestore) {
+      ++restore_events;
+      CHECK(e.bytes == 200 * kKiB);
+    }
+  }
+  CHECK(spill_events == stats.spill_files);
+  CHECK(spilled_bytes == stats.spilled_objects * 200 * kKiB);
+  CHECK(restore_events == stats.restored_objects);
+  CHECK(restore_events >= 1);
 }
 
 TEST_CASE("unreferenced objects and secondary copies go before any primary is spilled",

@@ -236,6 +236,7 @@ class StoreServer {
       ReplyFn reply;
     };
     std::vector<Waiter> waiters;
+    int64_t started_us = 0;  // system clock, for its RESTORE event
   };
 
   StoreServer(StoreOptions options, std::unique_ptr<ShmSegment> segment);
@@ -249,7 +250,8 @@ class StoreServer {
   void MakeRoom();
   void SpillBatch(std::vector<ObjectTable::Candidate> batch);
   void OnSpilled(const std::string& path, const std::vector<ObjectTable::Candidate>& batch,
-                 const std::vector<SpillIndex::Range>& ranges, const absl::Status& status);
+                 const std::vector<SpillIndex::Range>& ranges, const absl::Status& status,
+                 int64_t started_us);  // system clock, when the write began (its SPILL event)
   // Reads a spilled object back; `waiter` (optional) gets the Get answer.
   void StartRestore(const ObjectId& id, std::optional<Restore::Waiter> waiter);
   void OnRestored(const ObjectId& id, const absl::Status& status);

@@ -73,8 +73,10 @@ enum class TaskEventKind : uint8_t {
   kFinished = 7,
   kFailed = 8,
   kPull = 9,
+  kSpill = 10,    // the node's store wrote objects to disk (one event per spill file)
+  kRestore = 11,  // the node's store read a spilled object back (one event per object)
 };
-inline constexpr int kNumTaskEventKinds = 10;
+inline constexpr int kNumTaskEventKinds = 12;
 
 // Upper bounds (seconds) of the task latency histogram's buckets (nodes count
 // into them, the head's /metrics shows them); +Inf follows.
@@ -91,16 +93,17 @@ struct TaskEvent {
   uint32_t attempt = 0;
   int32_t pid = 0;          // the recording process (set by Record)
   int64_t time_us = 0;      // system clock, microseconds since the epoch
-  TaskId task_id;           // nil for PULL and for the node's own LEASE_GRANTED
-  // SUBMITTED: the task's name; STARTED: the function; PULL: the object's hex id;
-  // FAILED: the error message (truncated to 200 characters).
+  TaskId task_id;           // nil for PULL, SPILL, RESTORE and the node's own LEASE_GRANTED
+  // SUBMITTED: the task's name; STARTED: the function; PULL, RESTORE: the
+  // object's hex id; SPILL: "N objects"; FAILED: the error message (truncated
+  // to 200 characters).
   std::string name;
   NodeId node;              // LEASE_GRANTED: the granting node; PULL: the source node
   WorkerId worker;          // LEASE_GRANTED, STARTED: the worker that runs it
   int32_t worker_pid = 0;   // LEASE_GRANTED: the worker's pid
-  uint64_t bytes = 0;       // PULL
-  // PULL: how long the transfer took; FINISHED/FAILED: the task's latency,
-  // submission to end as the owner saw it (0: not known).
+  uint64_t bytes = 0;       // PULL, SPILL, RESTORE: the bytes copied
+  // PULL, SPILL, RESTORE: how long the copy took; FINISHED/FAILED: the task's
+  // latency, submission to end as the owner saw it (0: not known).
   int64_t duration_us = 0;
 };
 
