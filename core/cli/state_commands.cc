@@ -78,13 +78,17 @@ void PrintInfeasible(const std::vector<runtime::NodeView>& nodes) {
 void PrintPending(const std::vector<runtime::NodeView>& nodes) {
   bool header = false;
   for (const auto& n : nodes) {
-    if (!n.alive || n.queued_leases == 0) continue;
+    if (!n.alive || n.pending.empty()) continue;
     if (!header) {
       std::cout << "\nPending demand (waits for busy resources to free up):\n";
       header = true;
     }
-    std::cout << absl::StrFormat("  node %s: %d lease requests wait for a worker\n",
-                                 n.id.Hex().substr(0, 12), n.queued_leases);
+    for (const auto& d : n.pending) {
+      std::cout << "  "
+                << head::DescribePending(static_cast<int>(d.count), d.name, d.resources,
+                                         n.id.Hex().substr(0, 12))
+                << "\n";
+    }
   }
 }
 

@@ -434,12 +434,11 @@ NodeView ToNodeView(proto::NodeStats::Reader n) {
   v.session_dir = n.getSessionDir().cStr();
   v.transfer_address = n.getTransferAddress().cStr();
   v.host = n.getHostAddress().cStr();
-  for (auto d : n.getInfeasible()) {
-    NodeView::Demand demand;
-    demand.resources = ReadResources(d.getResources());
-    demand.count = d.getCount();
-    demand.name = d.getName().cStr();
-    v.infeasible.push_back(std::move(demand));
+  for (auto [from, to] : {std::pair{n.getInfeasible(), &v.infeasible}, std::pair{n.getPending(), &v.pending}}) {
+    for (auto d : from) {
+      to->push_back({.resources = ReadResources(d.getResources()), .count = d.getCount(),
+                     .name = d.getName().cStr()});
+    }
   }
   return v;
 }

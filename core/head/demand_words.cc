@@ -18,6 +18,7 @@ std::string FormatQuantity(const std::string& name, double value) {
 std::string FormatResources(const std::map<std::string, double>& resources) {
   std::string out;
   for (const auto& [name, qty] : resources) {
+    if (qty == 0) continue;  // {CPU: 1}, not {CPU: 1, GPU: 0}
     absl::StrAppend(&out, out.empty() ? "" : ", ", name, ": ", FormatQuantity(name, qty));
   }
   return out;
@@ -51,6 +52,14 @@ std::string DescribeInfeasible(int count, const std::string& name,
   return absl::StrFormat("%d %s (%s) %s {%s}; %s", count, count == 1 ? "task" : "tasks", name,
                          count == 1 ? "needs" : "need",
                          FormatResources(need), WhyInfeasible(alive_totals, need));
+}
+
+std::string DescribePending(int count, const std::string& name,
+                            const std::map<std::string, double>& need, const std::string& node) {
+  return absl::StrFormat("%d %s (%s) %s {%s}; %s for busy resources or a free worker on node %s",
+                         count, count == 1 ? "task" : "tasks", name,
+                         count == 1 ? "needs" : "need", FormatResources(need),
+                         count == 1 ? "it waits" : "they wait", node);
 }
 
 }  // namespace lumen::head

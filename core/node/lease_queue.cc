@@ -104,6 +104,13 @@ void LeaseQueue::RemoveIf(const std::function<bool(const LeaseRequest&)>& remove
   }
 }
 
+void LeaseQueue::ForEachClass(
+    const std::function<void(const LeaseRequest& front, size_t size)>& visit) const {
+  for (const auto& [key, cls] : classes_) {
+    if (!cls->entries.empty()) visit(cls->entries.front().request, cls->entries.size());
+  }
+}
+
 size_t LeaseQueue::queued_of_job(const JobId& job) const {
   auto it = per_job_.find(job);
   return it == per_job_.end() ? 0 : it->second;

@@ -75,6 +75,9 @@ class LeaseQueue {
 
   size_t size() const { return size_; }
   size_t queued_of_job(const JobId& job) const;
+  // Calls `visit` with the front request of each class and the class's size
+  // (what `lumen status` shows as pending demand). O(C).
+  void ForEachClass(const std::function<void(const LeaseRequest& front, size_t size)>& visit) const;
   // The sum of the placements of the queued requests outside placement groups
   // (what they will take from the node's own resources).
   const scheduler::ResourceSet& queued_placement() const { return queued_placement_; }

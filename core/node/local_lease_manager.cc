@@ -578,4 +578,26 @@ std::vector<LocalLeaseManager::Demand> LocalLeaseManager::InfeasibleDemand() con
   return out;
 }
 
+void FillDemand(const std::vector<LocalLeaseManager::Demand>& demand,
+                capnp::List<proto::Demand>::Builder out) {
+  for (size_t i = 0; i < demand.size(); ++i) {
+    out[i].setName(demand[i].name);
+    out[i].setCount(demand[i].count);
+    SetResources(out[i].initResources(demand[i].resources.size()), demand[i].resources);
+  }
+}
+
+std::vector<LocalLeaseManager::Demand> LocalLeaseManager::PendingDemand() const {
+  std::map<std::pair<std::string, std::string>, Demand> demand;
+  queue_.ForEachClass([&](const LeaseRequest& front, size_t size) {
+    Demand& d = demand[{front.name, ResourceShapeKey(front.placement_map)}];
+    d.name = front.name;
+    d.count += static_cast<uint32_t>(size);
+    d.resources = front.placement_map;
+  });
+  std::vector<Demand> out;
+  for (auto& [key, d] : demand) out.push_back(std::move(d));
+  return out;
+}
+
 }  // namespace lumen::node

@@ -35,6 +35,7 @@
 #include "absl/status/status.h"
 #include "lumen/common/ids.h"
 #include "lumen/common/thread_checker.h"
+#include "lumen/proto/lumen.capnp.h"
 #include "lumen/scheduler/gpu_assigner.h"
 #include "lumen/scheduler/lease_router.h"
 #include "lumen/scheduler/resource_set.h"
@@ -142,6 +143,9 @@ class LocalLeaseManager {
   };
   // Parked requests no node can run, grouped by name and shape.
   std::vector<Demand> InfeasibleDemand() const;
+  // Queued requests that fit this node but wait for busy resources or a
+  // worker, grouped by shape and the name of the oldest of each kind.
+  std::vector<Demand> PendingDemand() const;
   void set_draining(bool draining) { draining_ = draining; }
   // While paused nothing is granted (requests wait in the queue); the memory
   // monitor pauses grants after it killed a worker. Dispatch after resuming.
@@ -213,5 +217,9 @@ class LocalLeaseManager {
   bool grants_paused_ = false;
   bool starts_posted_ = false;  // a Dispatch to start more workers is posted
 };
+
+// Writes `demand` into `out` (sized demand.size()): NodeStats.infeasible, .pending.
+void FillDemand(const std::vector<LocalLeaseManager::Demand>& demand,
+                capnp::List<proto::Demand>::Builder out);
 
 }  // namespace lumen::node

@@ -736,14 +736,10 @@ void NodeDaemon::FillStats(proto::NodeStats::Builder stats) {
   stats.setQueuedLeases(leases_->num_queued());
   stats.setActiveLeases(leases_->num_leases());
   stats.setSessionDir(options_.session_dir);
-  // Infeasible demand, grouped by what it needs.
-  std::vector<LocalLeaseManager::Demand> demand = leases_->InfeasibleDemand();
-  auto list = stats.initInfeasible(demand.size());
-  for (size_t i = 0; i < demand.size(); ++i) {
-    list[i].setName(demand[i].name);
-    list[i].setCount(demand[i].count);
-    SetResources(list[i].initResources(demand[i].resources.size()), demand[i].resources);
-  }
+  // Demand grouped by what it needs: no node can run it; waits for busy resources here.
+  auto infeasible = leases_->InfeasibleDemand(), pending = leases_->PendingDemand();
+  FillDemand(infeasible, stats.initInfeasible(infeasible.size()));
+  FillDemand(pending, stats.initPending(pending.size()));
 }
 
 void NodeDaemon::Shutdown(const std::string& why) {

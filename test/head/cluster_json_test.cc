@@ -243,6 +243,11 @@ TEST_CASE("DescribeInfeasible says why no node fits, in words") {
   CHECK(WhyInfeasible(alive, {{"TPU", 1}}) == "no node has TPU");
   CHECK(FormatResources({{"CPU", 0.5}, {"memory", 1024.0 * 1024 * 1024}}) ==
         "CPU: 0.5, memory: 1.0 GiB");
+  // Pending demand fits a node but waits for it.
+  CHECK(DescribePending(3, "Fit", {{"CPU", 1}}, "3f2a01") ==
+        "3 tasks (Fit) need {CPU: 1}; they wait for busy resources or a free worker on node 3f2a01");
+  CHECK(DescribePending(1, "Fit", {{"CPU", 1}, {"GPU", 0}}, "3f2a01") ==
+        "1 task (Fit) needs {CPU: 1}; it waits for busy resources or a free worker on node 3f2a01");
 }
 
 }  // namespace

@@ -175,6 +175,36 @@ TEST_CASE("requests beyond the free CPUs queue until a lease is returned") {
   CHECK(node.launcher.killed.empty());
 }
 
+TEST_CASE("requests waiting for busy CPUs are pending demand grouped by shape, not infeasible") {
+  // Invariant: what `lumen status` lists as pending is exactly the queued
+  // requests (by name and shape, with their count); nothing there is called
+  // infeasible, and granted ones leave it.
+  Node node(2);
+  node.Submit(1, 1, 1);
+  node.Submit(1, 2, 1);
+  node.WorkersConnect();
+  REQUIRE(node.clients.Grants(1).size() == 2);
+  CHECK(node.leases.PendingDemand().empty());
+  node.Submit(2, 3, 1);
+  node.Submit(2, 4, 1);
+  node.Submit(3, 5, 2);
+  auto pending = node.leases.PendingDemand();
+  REQUIRE(pending.size() == 2);
+  std::map<double, uint32_t> count_by_cpus;
+  for (const auto& d : pending) {
+    CHECK(d.name == "task");
+    count_by_cpus[d.resources.at("CPU")] += d.count;
+  }
+  CHECK(count_by_cpus == std::map<double, uint32_t>{{1, 2}, {2, 1}});
+  CHECK(node.leases.InfeasibleDemand().empty());
+
+  node.leases.ReturnLease(1, node.clients.Grants(1)[0].grant.lease_id, /*kill=*/false);
+  node.WorkersConnect();
+  uint32_t left = 0;
+  for (const auto& d : node.leases.PendingDemand()) left += d.count;
+  CHECK(left == 2);
+}
+
 TEST_CASE("a lease returned by someone other than its holder is ignored") {
   // Invariant: only the holder ends a lease.
   Node node(1);

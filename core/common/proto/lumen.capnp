@@ -197,6 +197,7 @@ struct NodeStats {
   dashboard @21 :NodeDashboard;    # only in the answer to getNodeStats: for the head's dashboard
   storeSummary @22 :StoreSummary;  # pins and spilling of its object store (`lumen status`, `lumen memory`)
   gpus @23 :List(GpuStats);        # its GPUs as NVML samples them; empty without NVML (core/node/gpu_monitor.h)
+  pending @24 :List(Demand);       # lease requests that fit here but wait for busy resources or a worker
 }
 
 # One GPU of a node, sampled through NVML when the node reports (NodeStats.gpus).

@@ -53,6 +53,7 @@ struct NodeView {
     std::string name;
   };
   std::vector<Demand> infeasible;  // lease requests no node can run yet
+  std::vector<Demand> pending;     // lease requests that wait for busy resources here
 };
 
 // The token sent in every hello to the head (from Config::token, --token or

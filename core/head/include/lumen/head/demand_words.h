@@ -18,7 +18,7 @@ namespace lumen::head {
 // else the number ("2", "0.5").
 std::string FormatQuantity(const std::string& name, double value);
 
-// "GPU: 1, memory: 4.0 GiB" (in name order).
+// "GPU: 1, memory: 4.0 GiB" (in name order; zero quantities left out).
 std::string FormatResources(const std::map<std::string, double>& resources);
 
 // Why no alive node fits `need`, given each alive node's total resources:
@@ -28,6 +28,11 @@ std::string WhyInfeasible(const std::vector<std::map<std::string, double>>& aliv
                           const std::map<std::string, double>& need);
 
 // "<count> task(s) (<name>) need(s) {<need>}; <why>".
+// Pending demand: "2 tasks (Fit) need {CPU: 1}; they wait for busy resources
+// or a free worker on node 3f2a..." (`node` as it is to be shown).
+std::string DescribePending(int count, const std::string& name,
+                            const std::map<std::string, double>& need, const std::string& node);
+
 std::string DescribeInfeasible(int count, const std::string& name,
                                const std::map<std::string, double>& need,
                                const std::vector<std::map<std::string, double>>& alive_totals);
