@@ -17,6 +17,7 @@
 #include "core/worker/actor_host.h"
 #include "core/worker/actor_names.h"
 #include "core/worker/head_requester.h"
+#include "core/worker/io_poster.h"
 #include "core/worker/outbound_connections.h"
 #include "core/worker/owner_service.h"
 #include "core/worker/dependency_resolver.h"
@@ -24,6 +25,7 @@
 #include "core/worker/normal_task_submitter.h"
 #include "core/worker/object_recovery.h"
 #include "core/worker/output_tagger.h"
+#include "core/worker/store_provider.h"
 #include "core/worker/submission_queue.h"
 #include "core/worker/task_event_flusher.h"
 #include "core/worker/task_manager.h"
@@ -76,11 +78,10 @@ void SetCurrentCoreWorker(std::shared_ptr<CoreWorker> worker) {
 
 CoreWorker::CoreWorker(CoreWorkerOptions options)
     : options_(std::move(options)),
-      releaser_(std::make_shared<PinReleaser>()),
+      poster_(std::make_unique<IoPoster>(io_)),
       generation_(NextGeneration()),
       head_(std::make_unique<HeadRequester>(
           io_, HeadRequester::Options{options_.head_address, options_.timeouts.head_call_timeout})) {
-  releaser_->core = this;
   receiver_ = std::make_unique<TaskReceiver>();
   submissions_ = std::make_unique<SubmissionQueue>(SubmissionChunk());
   CreateObjectTracking();
@@ -106,7 +107,7 @@ void CoreWorker::CreateObjectTracking() {
           .on_freed =
               [this](ReferenceCounter::Freed freed) {
                 if (freed.stored) {
-                  DeleteCopies(freed.id, std::move(freed.copies));
+                  if (store_provider_) store_provider_->DeleteCopies(freed.id, std::move(freed.copies));
                   // Its lineage (if any) goes with it, releasing its task's arguments.
                   PostToIo("worker.forget_lineage",
                            [this, id = freed.id] { recovery_->Forget(id); });
@@ -135,7 +136,7 @@ void CoreWorker::CreateObjectTracking() {
               },
           .delete_orphan_copies =
               [this](const ObjectId& id, std::vector<std::string> copies) {
-                DeleteCopies(id, std::move(copies));
+                if (store_provider_) store_provider_->DeleteCopies(id, std::move(copies));
               },
           .request_from_owner =
               [this](const ObjectId& id, const std::string& owner) {
@@ -279,7 +280,6 @@ absl::Status CoreWorker::Connect() {
   }
   auto segment = objectstore::ShmSegment::Attach(*fd, store_size);
   if (!segment.ok()) return segment.status();
-  store_ = std::move(*segment);
   executor_host_ = std::make_unique<ExecutorHost>(*this);
   executor_ = std::make_unique<TaskExecutor>(
       *executor_host_, *receiver_,
@@ -307,6 +307,9 @@ absl::Status CoreWorker::Connect() {
           .is_driver = !options_.is_worker,
           .log_to_driver = !options_.is_worker && options_.log_to_driver},
       node_conn_);
+  store_provider_ = std::make_unique<StoreProvider>(*poster_, *connections_, node_conn_,
+                                                    *std::move(segment),
+                                                    StoreProvider::Options{.job_id = options_.job_id});
   node_conn_->Start([this](Connection& c, proto::Envelope::Reader m) { OnNodeFrame(c, m); },
                     [this](Connection&, const absl::Status& why) { OnNodeLost(why); });
   output_tagger_ =
@@ -325,6 +328,7 @@ absl::Status CoreWorker::Connect() {
 
 void CoreWorker::OnNodeLost(const absl::Status& why) {
   node_lost_ = true;
+  store_provider_->OnNodeLost();
   if (!stopped_) LUMEN_LOG(DEBUG) << "lost the node daemon: " << why;
   connections_->FailNodeRequests();
   // Nothing will arrive any more: fail whatever is still pending.
@@ -357,10 +361,7 @@ void CoreWorker::Stop() {
   if (!options_.is_worker) FlushToNodes();
   if (stopped_.exchange(true)) return;
   receiver_->Stop();  // executor threads blocked in Take return and see stopped_
-  {
-    absl::MutexLock lock(&releaser_->mu);
-    releaser_->core = nullptr;
-  }
+  if (store_provider_) store_provider_->Stop();
   std::vector<std::pair<std::string, ObjectId>> names;
   auto shutdown = [this, &names] {
     actor_owner_->ForEach([&names](const actors::OwnedActor& actor) {
@@ -386,14 +387,9 @@ void CoreWorker::Stop() {
       io_.stop();
     });
   };
-  bool posted;
-  {
-    // Nothing posted after this handler would run: refuse it (PostToIo).
-    absl::MutexLock lock(&post_mu_);
-    accepting_posts_ = false;
-    posted = io_thread_.joinable();
-    if (posted) lumen::Post(io_, "worker.shutdown", shutdown);
-  }
+  // Nothing posted after this handler would run: refuse it (PostToIo).
+  const bool posted = io_thread_.joinable();
+  poster_->Close("worker.shutdown", shutdown, posted);
   if (posted) io_thread_.join();
   if (owner_service_) ::unlink(owner_service_->unix_path().c_str());
   // Our actors (but detached ones) end with us: free their names (blocking:
@@ -418,10 +414,7 @@ void CoreWorker::Stop() {
 }
 
 bool CoreWorker::PostToIo(const char* name, std::function<void()> fn) {
-  absl::MutexLock lock(&post_mu_);
-  if (!accepting_posts_) return false;
-  lumen::Post(io_, name, std::move(fn));
-  return true;
+  return poster_->Post(name, std::move(fn));
 }
 
 void CoreWorker::OnNodeFrame(Connection& conn, proto::Envelope::Reader msg) {

@@ -50,7 +50,7 @@ int DeferRepliesAtQueued() {
 absl::StatusOr<internal::ObjectBytes> CoreWorker::ExecutorHost::FetchArgument(
     const TaskToRun::Arg& arg) {
   StoreResult got = core_.GetOrPull(arg.stored, arg.size, arg.node, arg.node_address, arg.owner);
-  if (got.status.ok()) return core_.PinnedBytes(arg.stored, got.offset, got.size);
+  if (got.status.ok()) return core_.store_provider_->PinnedBytes(arg.stored, got.offset, got.size);
   // The copy we were sent to could not be read (its node died, or the copy
   // went): as Ray's worker does, ask the owner, which forgets that copy and
   // rebuilds the object from its lineage when none is left, and wait for
@@ -83,17 +83,14 @@ absl::StatusOr<internal::ObjectBytes> CoreWorker::ExecutorHost::FetchArgument(
     node_address = copy->node_address;
     size = copy->size;
     got = core_.GetOrPull(arg.stored, size, node, node_address, arg.owner);
-    if (got.status.ok()) return core_.PinnedBytes(arg.stored, got.offset, got.size);
+    if (got.status.ok()) return core_.store_provider_->PinnedBytes(arg.stored, got.offset, got.size);
   }
   return got.status;
 }
 
 absl::StatusOr<uint8_t*> CoreWorker::ExecutorHost::CreateInStore(const ObjectId& id,
                                                                  uint64_t size) {
-  StoreResult created = core_.CallStore(kCreate, id, size);
-  if (!created.status.ok()) return created.status;
-  core_.store_->PrefaultForWrite(created.offset, size);
-  return core_.store_->writable_base() + created.offset;
+  return core_.store_provider_->CreateWritable(id, size);
 }
 
 void CoreWorker::ExecutorHost::TaskStarting(proto::TaskKind kind, const std::string& function) {
@@ -101,16 +98,14 @@ void CoreWorker::ExecutorHost::TaskStarting(proto::TaskKind kind, const std::str
 }
 
 absl::Status CoreWorker::ExecutorHost::SealInStore(const ObjectId& id, uint64_t size) {
-  return core_.CallStore(kSeal, id, size).status;
+  return core_.store_provider_->Seal(id, size).status;
 }
 
 absl::Status CoreWorker::ExecutorHost::CheckSealed(const ObjectId& id) {
-  StoreResult got = core_.CallStore(kGet, id, 0);
+  StoreResult got = core_.store_provider_->Get(id);
   if (!got.status.ok()) return got.status;
   // The get pinned it: unpin.
-  core_.SendToNode([id](proto::Envelope::Builder env) {
-    env.initStoreRelease().setObjectId(DataOf(id));
-  });
+  core_.store_provider_->Release(id);
   return absl::OkStatus();
 }
 
@@ -178,7 +173,7 @@ void CoreWorker::NotifyBlocked(bool blocked) {
       if (auto conn = reply_to.lock()) OwnerService::SendRequeued(*conn, id, attempt);
     });
   }
-  SendToNode([blocked](proto::Envelope::Builder env) {
+  store_provider_->SendToNode([blocked](proto::Envelope::Builder env) {
     if (blocked) {
       env.setWorkerBlocked();
     } else {

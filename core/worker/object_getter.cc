@@ -50,10 +50,10 @@ void CoreWorker::ThrowFailure(const Failure& f) {
   }
 }
 
-CoreWorker::StoreResult CoreWorker::GetOrPull(const ObjectId& id, uint64_t size,
+StoreResult CoreWorker::GetOrPull(const ObjectId& id, uint64_t size,
                                               const NodeId& node, const std::string& node_address,
                                               const std::string& owner) {
-  StoreResult got = CallStore(kGet, id, 0);
+  StoreResult got = store_provider_->Get(id);
   // NotFound: not here; Unavailable: being pulled here by another reader.
   bool absent = got.status.code() == absl::StatusCode::kNotFound ||
                 got.status.code() == absl::StatusCode::kUnavailable;
@@ -61,22 +61,15 @@ CoreWorker::StoreResult CoreWorker::GetOrPull(const ObjectId& id, uint64_t size,
     return got;
   }
   // Another node has it: our daemon copies it here (once, however many ask).
-  StoreResult pulled = CallNode([&](proto::Envelope::Builder env) {
-    auto pull = env.initPullObject();
-    pull.setObjectId(DataOf(id));
-    pull.setSize(size);
-    pull.setNodeId(DataOf(node));
-    pull.setNodeAddress(node_address);
-    pull.setJobId(DataOf(options_.job_id));
-  });
+  StoreResult pulled = store_provider_->Pull(id, size, node, node_address);
   if (!pulled.status.ok()) return pulled;
-  got = CallStore(kGet, id, 0);
+  got = store_provider_->Get(id);
   if (got.status.ok() && !owner.empty()) {
     NodeId here = node_id_;
     std::string here_address = node_address_;
     PostToIo("worker.report_new_copy", [this, id, owner, here, here_address] {
       if (owner == listen_address_) {
-        OnObjectLocationAdded(id, here, here_address);
+        memory_store_->AddLocation(id, here, here_address);
         return;
       }
       connections_->WithPeer(owner, [id, here, here_address](absl::StatusOr<std::shared_ptr<Connection>> conn) {
@@ -154,7 +147,7 @@ internal::ObjectBytes CoreWorker::ReadyBytes(
     StoreResult got = GetOrPull(id, size, location.first, location.second, owner);
     if (got.status.ok()) {
       // The pin is released when the last reader of these bytes lets go.
-      return PinnedBytes(id, got.offset, got.size);
+      return store_provider_->PinnedBytes(id, got.offset, got.size);
     }
     last_error = std::string(got.status.message());
     if (attempt >= 3) throw ObjectLostError(absl::StrCat("object ", id.Hex(), " is lost: ", last_error));
@@ -186,23 +179,6 @@ internal::ObjectBytes CoreWorker::ReadyBytes(
       }
     }
   }
-}
-
-internal::ObjectBytes CoreWorker::PinnedBytes(const ObjectId& id, uint64_t offset, uint64_t size) {
-  // The pin keeps the mapping alive and gives the object back to the store when
-  // the last reader lets go, even if that happens after Shutdown.
-  std::shared_ptr<objectstore::ShmSegment> segment = store_;
-  std::shared_ptr<PinReleaser> releaser = releaser_;
-  std::shared_ptr<const void> pin(nullptr, [segment, releaser, id](const void*) {
-    absl::MutexLock lock(&releaser->mu);
-    if (releaser->core == nullptr) return;
-    releaser->core->SendToNode([id](proto::Envelope::Builder env) {
-      env.initStoreRelease().setObjectId(DataOf(id));
-    });
-  });
-  return internal::ObjectBytes{
-      std::string_view(reinterpret_cast<const char*>(segment->readonly_base() + offset), size),
-      std::move(pin)};
 }
 
 void CoreWorker::RequestObjectFromOwner(const ObjectId& id, const std::string& owner) {

@@ -23,13 +23,12 @@
 #include "core/worker/object_table.h"
 #include "core/worker/pending_task.h"
 #include "core/worker/reference_counter.h"
+#include "core/worker/store_provider.h"
 #include "core/worker/task_receiver.h"
 #include "lumen/common/proto_util.h"
 #include "lumen/worker/core_worker.h"
 
 namespace lumen::runtime {
-
-enum StoreOp { kCreate, kSeal, kAbort, kGet, kRelease, kDelete };
 
 
 inline std::string SchedulingKey(const internal::SchedulingOptions& s) {
@@ -109,7 +108,7 @@ class CoreWorker::ServiceHost final : public OwnerServiceHost {
   }
   void OnObjectLocationAdded(const ObjectId& id, const NodeId& node,
                              const std::string& address) override {
-    core_.OnObjectLocationAdded(id, node, address);
+    core_.memory_store_->AddLocation(id, node, address);
   }
   void OnCopyUnreadable(const ObjectId& id, const NodeId& node, const std::string& why) override {
     core_.OnCopyUnreadable(id, node, why);

@@ -81,6 +81,9 @@
 namespace lumen::runtime {
 
 class HeadRequester;   // core/worker/head_requester.h
+class IoPoster;        // core/worker/io_poster.h
+class StoreProvider;   // core/worker/store_provider.h
+struct StoreResult;    // core/worker/store_provider.h
 class LeaseRequester;  // core/worker/lease_requester.h
 class OwnerService;      // core/worker/owner_service.h
 class OutboundConnections;  // core/worker/outbound_connections.h
@@ -187,11 +190,6 @@ class CoreWorker {
  private:
   class ActorCaller;  // actor_caller.h
   class ActorHost;    // actor_host.h
-  struct StoreResult {
-    absl::Status status;
-    uint64_t offset = 0;
-    uint64_t size = 0;
-  };
 
   explicit CoreWorker(CoreWorkerOptions options);
   [[nodiscard]] absl::Status Connect();
@@ -262,17 +260,10 @@ class CoreWorker {
   std::vector<ObjectEntry*> KnownEntries(const std::vector<const internal::RefHandle*>& refs) const;
   // The memory store's and reference counter's hooks into the runtime.
   void CreateObjectTracking();
-  StoreResult CallStore(int op, const ObjectId& id, uint64_t size);
-  // One blocking request to our node daemon, answered with a storeReply.
-  StoreResult CallNode(std::function<void(proto::Envelope::Builder)> fill);
   // Pins a stored object in our node's store, first copying it from `node`
   // when it is not here; tells `owner` of the new copy.
   StoreResult GetOrPull(const ObjectId& id, uint64_t size, const NodeId& node,
                         const std::string& node_address, const std::string& owner);
-  void OnObjectLocationAdded(const ObjectId& id, const NodeId& node, const std::string& address);
-  // Any thread: deletes the copies of an object on these nodes ("" is ours).
-  void DeleteCopies(const ObjectId& id, std::vector<std::string> node_addresses);
-  void SendToNode(std::function<void(proto::Envelope::Builder)> fill);
   void OnNodeLost(const absl::Status& why);
   // The bytes of a ready object (pinned when stored), pulling a copy from
   // another node if needed; waits (until `deadline`, else GetTimeoutError)
@@ -280,7 +271,6 @@ class CoreWorker {
   internal::ObjectBytes ReadyBytes(
       const ObjectId& id,
       std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
-  internal::ObjectBytes PinnedBytes(const ObjectId& id, uint64_t offset, uint64_t size);
   [[noreturn]] void ThrowFailure(const Failure& failure);
   void NotifyBlocked(bool blocked);
 
@@ -346,6 +336,8 @@ class CoreWorker {
   std::shared_ptr<const std::string> shared_listen_address_;
   std::string exe_path_;
   boost::asio::io_context io_;
+  // Posts to the io thread; refuses once Stop has begun (PostToIo).
+  std::unique_ptr<IoPoster> poster_;
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
   std::thread io_thread_;
   std::string node_address_;  // our node daemon's address (TCP and Unix)
@@ -354,21 +346,13 @@ class CoreWorker {
   std::unique_ptr<TaskEventFlusher> event_flusher_;
   // Worker: marks its stdout/stderr with the running task's name (executor threads).
   std::unique_ptr<OutputTagger> output_tagger_;
-  // Shared with the pins of zero-copy views, which may outlive this runtime.
-  std::shared_ptr<objectstore::ShmSegment> store_;
-  // Lets a pin released after Stop() find no runtime instead of a dangling one.
-  struct PinReleaser {
-    absl::Mutex mu;
-    CoreWorker* core ABSL_GUARDED_BY(mu) = nullptr;
-  };
-  std::shared_ptr<PinReleaser> releaser_;
   const uint64_t generation_;
   // Requests to the head from the io thread (asynchronous, with a deadline).
   std::unique_ptr<HeadRequester> head_;
-  // Refuses posts once Stop has begun: a handler posted after the io loop's
-  // last one would never run, and its caller would wait forever.
-  absl::Mutex post_mu_;
-  bool accepting_posts_ ABSL_GUARDED_BY(post_mu_) = true;
+  // Create/seal/abort/get/pull/delete in the node's store, and the pins of
+  // the views it hands out (thread-safe). Made by Connect (it needs the
+  // store's segment); goes after the object tracking, whose frees it serves.
+  std::unique_ptr<StoreProvider> store_provider_;
   // What this process knows of each object it owns or borrows (thread-safe,
   // one lock), and the two parts that read and change it. Declared early so
   // they go last: references dropped while the rest is destroyed find them.
