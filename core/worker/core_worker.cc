@@ -23,6 +23,7 @@
 #include "core/worker/dependency_resolver.h"
 #include "core/worker/executor_host.h"
 #include "core/worker/normal_task_submitter.h"
+#include "core/worker/object_getter.h"
 #include "core/worker/object_recovery.h"
 #include "core/worker/output_tagger.h"
 #include "core/worker/store_provider.h"
@@ -140,7 +141,7 @@ void CoreWorker::CreateObjectTracking() {
               },
           .request_from_owner =
               [this](const ObjectId& id, const std::string& owner) {
-                PostToIo("worker.request_object_from_owner", [this, id, owner] { RequestObjectFromOwner(id, owner); });
+                PostToIo("worker.request_object_from_owner", [this, id, owner] { object_getter_->RequestObjectFromOwner(id, owner); });
               },
           .notify_blocked = [this](bool blocked) { NotifyBlocked(blocked); },
       });
@@ -163,7 +164,7 @@ void CoreWorker::CreateObjectTracking() {
       DependencyResolver::Callbacks{
           .request_from_owner =
               [this](const ObjectId& id, const std::string& owner) {
-                RequestObjectFromOwner(id, owner);
+                object_getter_->RequestObjectFromOwner(id, owner);
               },
           .on_resolved = [this](PendingTask* task) { OnTaskResolved(task); },
       });
@@ -310,6 +311,18 @@ absl::Status CoreWorker::Connect() {
   store_provider_ = std::make_unique<StoreProvider>(*poster_, *connections_, node_conn_,
                                                     *std::move(segment),
                                                     StoreProvider::Options{.job_id = options_.job_id});
+  object_getter_ = std::make_unique<ObjectGetter>(
+      *object_table_, *memory_store_, *store_provider_, *connections_, *poster_,
+      ObjectGetter::Options{.node_id = node_id_,
+                            .node_address = node_address_,
+                            .listen_address = listen_address_,
+                            .generation = generation_},
+      ObjectGetter::Callbacks{
+          .flush_held_replies = [this] { FlushHeldReplies(); },
+          .recover_from_owner =
+              [this](const ObjectId& id, const std::string& owner, const NodeId& node,
+                     const std::string& why) { return RecoverFromOwner(id, owner, node, why); },
+      });
   node_conn_->Start([this](Connection& c, proto::Envelope::Reader m) { OnNodeFrame(c, m); },
                     [this](Connection&, const absl::Status& why) { OnNodeLost(why); });
   output_tagger_ =

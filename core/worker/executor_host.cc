@@ -15,6 +15,7 @@
 #include "absl/synchronization/notification.h"
 #include "core/worker/actor_names.h"
 #include "core/worker/head_requester.h"
+#include "core/worker/object_getter.h"
 #include "core/worker/output_tagger.h"
 #include "core/worker/task_event_flusher.h"
 #include "core/worker/worker_state.h"
@@ -49,7 +50,7 @@ int DeferRepliesAtQueued() {
 
 absl::StatusOr<internal::ObjectBytes> CoreWorker::ExecutorHost::FetchArgument(
     const TaskToRun::Arg& arg) {
-  StoreResult got = core_.GetOrPull(arg.stored, arg.size, arg.node, arg.node_address, arg.owner);
+  StoreResult got = core_.object_getter_->GetOrPull(arg.stored, arg.size, arg.node, arg.node_address, arg.owner);
   if (got.status.ok()) return core_.store_provider_->PinnedBytes(arg.stored, got.offset, got.size);
   // The copy we were sent to could not be read (its node died, or the copy
   // went): as Ray's worker does, ask the owner, which forgets that copy and
@@ -82,7 +83,7 @@ absl::StatusOr<internal::ObjectBytes> CoreWorker::ExecutorHost::FetchArgument(
     node = copy->node;
     node_address = copy->node_address;
     size = copy->size;
-    got = core_.GetOrPull(arg.stored, size, node, node_address, arg.owner);
+    got = core_.object_getter_->GetOrPull(arg.stored, size, node, node_address, arg.owner);
     if (got.status.ok()) return core_.store_provider_->PinnedBytes(arg.stored, got.offset, got.size);
   }
   return got.status;

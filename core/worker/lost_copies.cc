@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "core/worker/object_getter.h"
 #include "core/worker/object_recovery.h"
 #include "core/worker/outbound_connections.h"
 #include "core/worker/worker_state.h"
@@ -45,7 +46,7 @@ void CoreWorker::OnCopyUnreadable(const ObjectId& id, const NodeId& node, const 
                     node);
 }
 
-absl::StatusOr<CoreWorker::RecoveredCopy> CoreWorker::RecoverFromOwner(const ObjectId& id,
+absl::StatusOr<RecoveredCopy> CoreWorker::RecoverFromOwner(const ObjectId& id,
                                                                       const std::string& owner,
                                                                       const NodeId& node,
                                                                       const std::string& why) {

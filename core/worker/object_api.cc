@@ -1,9 +1,11 @@
 // CoreWorker's object entry points: Put (inline into the memory store, or
-// through the StoreProvider into the node's store).
+// through the StoreProvider into the node's store), Get and Wait (through the
+// ObjectGetter).
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "core/worker/call_sites.h"
+#include "core/worker/object_getter.h"
 #include "core/worker/store_provider.h"
 #include "core/worker/worker_state.h"
 #include "lumen/common/stream_copy.h"
@@ -59,6 +61,18 @@ std::shared_ptr<internal::RefHandle> CoreWorker::PutWithWriter(
     e.call_site = site;
   });
   return handle;
+}
+
+std::vector<internal::ObjectBytes> CoreWorker::Get(
+    const std::vector<const internal::RefHandle*>& refs,
+    std::optional<std::chrono::milliseconds> timeout) {
+  return object_getter_->Get(refs, timeout);
+}
+
+std::vector<bool> CoreWorker::Wait(const std::vector<const internal::RefHandle*>& refs,
+                                   size_t num_returns,
+                                   std::optional<std::chrono::milliseconds> timeout) {
+  return object_getter_->Wait(refs, num_returns, timeout);
 }
 
 }  // namespace lumen::runtime

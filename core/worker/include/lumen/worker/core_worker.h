@@ -84,6 +84,8 @@ class HeadRequester;   // core/worker/head_requester.h
 class IoPoster;        // core/worker/io_poster.h
 class StoreProvider;   // core/worker/store_provider.h
 struct StoreResult;    // core/worker/store_provider.h
+class ObjectGetter;    // core/worker/object_getter.h
+struct RecoveredCopy;  // core/worker/object_getter.h
 class LeaseRequester;  // core/worker/lease_requester.h
 class OwnerService;      // core/worker/owner_service.h
 class OutboundConnections;  // core/worker/outbound_connections.h
@@ -229,7 +231,6 @@ class CoreWorker {
   void AskWorkerExitCause(const std::shared_ptr<Connection>& node, const WorkerId& worker,
                           std::function<void(std::string cause)> done);
   void SendLeaseEnd(const std::shared_ptr<Connection>& node, uint64_t lease_id, bool kill);
-  void RequestObjectFromOwner(const ObjectId& id, const std::string& owner);
   // any thread
   // Runs `fn` on the io thread under `name` (a string literal saying what it
   // does, "worker.what_it_does": a slow handler is logged with it); false (and
@@ -246,47 +247,15 @@ class CoreWorker {
   void MoveLargeArgumentsToStore(std::vector<internal::TaskArgument>& args);
   // Hands a submitted task (or actor call or creation) to the io thread.
   void Enqueue(std::unique_ptr<PendingTask> task);
-  // Waits until `num_ready` of `refs` are ready or the timeout passes;
-  // `known` as for MemoryStore::AwaitReady.
-  std::vector<ObjectEntry*> AwaitReady(const std::vector<const internal::RefHandle*>& refs,
-                                       size_t num_ready,
-                                       std::optional<std::chrono::milliseconds> timeout,
-                                       const std::vector<ObjectEntry*>& known);
-  // A ref's entry when its handle was made by this runtime, else nullptr (a
-  // handle made by an earlier runtime, before Shutdown and Init, is looked up).
-  ObjectEntry* KnownEntry(const internal::RefHandle& ref) const {
-    return ref.runtime_generation() == generation_ ? ref.entry() : nullptr;
-  }
-  std::vector<ObjectEntry*> KnownEntries(const std::vector<const internal::RefHandle*>& refs) const;
   // The memory store's and reference counter's hooks into the runtime.
   void CreateObjectTracking();
-  // Pins a stored object in our node's store, first copying it from `node`
-  // when it is not here; tells `owner` of the new copy.
-  StoreResult GetOrPull(const ObjectId& id, uint64_t size, const NodeId& node,
-                        const std::string& node_address, const std::string& owner);
   void OnNodeLost(const absl::Status& why);
-  // The bytes of a ready object (pinned when stored), pulling a copy from
-  // another node if needed; waits (until `deadline`, else GetTimeoutError)
-  // while it is being rebuilt from lineage. Throws its failure.
-  internal::ObjectBytes ReadyBytes(
-      const ObjectId& id,
-      std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
-  [[noreturn]] void ThrowFailure(const Failure& failure);
   void NotifyBlocked(bool blocked);
 
   // Lost copies (lost_copies.cc, doc/reliability.md item 4): a reader that
   // could not read a stored object where its owner said it was tells the
   // owner, which forgets that copy and, when none is left, rebuilds the
   // object from its lineage; the reader waits for the answer.
-  //
-  // Where the object is now: a stored copy (node, its address, size) or its
-  // inline bytes.
-  struct RecoveredCopy {
-    NodeId node;
-    std::string node_address;
-    uint64_t size = 0;
-    std::shared_ptr<const std::string> inline_value;  // set: not stored
-  };
   // Owner side, io thread: our object `id` could not be read at `node`
   // (`why`): that copy is forgotten; with none left, the object is rebuilt
   // (or fails: ObjectRecovery::OnLost).
@@ -353,6 +322,9 @@ class CoreWorker {
   // the views it hands out (thread-safe). Made by Connect (it needs the
   // store's segment); goes after the object tracking, whose frees it serves.
   std::unique_ptr<StoreProvider> store_provider_;
+  // Get and Wait: memory store -> owner -> pull, other copies (blocking,
+  // thread-safe; its owner requests on the io thread). Made by Connect.
+  std::unique_ptr<ObjectGetter> object_getter_;
   // What this process knows of each object it owns or borrows (thread-safe,
   // one lock), and the two parts that read and change it. Declared early so
   // they go last: references dropped while the rest is destroyed find them.
