@@ -18,6 +18,7 @@
 #include "core/worker/actor_names.h"
 #include "core/worker/head_requester.h"
 #include "core/worker/io_poster.h"
+#include "core/worker/lost_copies.h"
 #include "core/worker/outbound_connections.h"
 #include "core/worker/owner_service.h"
 #include "core/worker/dependency_resolver.h"
@@ -108,7 +109,9 @@ void CoreWorker::CreateObjectTracking() {
           .on_freed =
               [this](ReferenceCounter::Freed freed) {
                 if (freed.stored) {
-                  if (store_provider_) store_provider_->DeleteCopies(freed.id, std::move(freed.copies));
+                  if (store_provider_) {
+                    store_provider_->DeleteCopies(freed.id, std::move(freed.copies));
+                  }
                   // Its lineage (if any) goes with it, releasing its task's arguments.
                   PostToIo("worker.forget_lineage",
                            [this, id = freed.id] { recovery_->Forget(id); });
@@ -141,7 +144,9 @@ void CoreWorker::CreateObjectTracking() {
               },
           .request_from_owner =
               [this](const ObjectId& id, const std::string& owner) {
-                PostToIo("worker.request_object_from_owner", [this, id, owner] { object_getter_->RequestObjectFromOwner(id, owner); });
+                PostToIo("worker.request_object_from_owner", [this, id, owner] {
+                  object_getter_->RequestObjectFromOwner(id, owner);
+                });
               },
           .notify_blocked = [this](bool blocked) { NotifyBlocked(blocked); },
       });
@@ -308,9 +313,13 @@ absl::Status CoreWorker::Connect() {
           .is_driver = !options_.is_worker,
           .log_to_driver = !options_.is_worker && options_.log_to_driver},
       node_conn_);
-  store_provider_ = std::make_unique<StoreProvider>(*poster_, *connections_, node_conn_,
-                                                    *std::move(segment),
-                                                    StoreProvider::Options{.job_id = options_.job_id});
+  store_provider_ = std::make_unique<StoreProvider>(
+      *poster_, *connections_, node_conn_, *std::move(segment),
+      StoreProvider::Options{.job_id = options_.job_id});
+  lost_copies_ = std::make_unique<LostCopies>(
+      *object_table_, *recovery_, *connections_, *poster_,
+      LostCopies::Options{.listen_address = listen_address_},
+      [this] { return stopped_ || node_lost_; });
   object_getter_ = std::make_unique<ObjectGetter>(
       *object_table_, *memory_store_, *store_provider_, *connections_, *poster_,
       ObjectGetter::Options{.node_id = node_id_,
@@ -321,7 +330,9 @@ absl::Status CoreWorker::Connect() {
           .flush_held_replies = [this] { FlushHeldReplies(); },
           .recover_from_owner =
               [this](const ObjectId& id, const std::string& owner, const NodeId& node,
-                     const std::string& why) { return RecoverFromOwner(id, owner, node, why); },
+                     const std::string& why) {
+                return lost_copies_->RecoverFromOwner(id, owner, node, why);
+              },
       });
   node_conn_->Start([this](Connection& c, proto::Envelope::Reader m) { OnNodeFrame(c, m); },
                     [this](Connection&, const absl::Status& why) { OnNodeLost(why); });

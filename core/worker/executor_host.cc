@@ -15,6 +15,7 @@
 #include "absl/synchronization/notification.h"
 #include "core/worker/actor_names.h"
 #include "core/worker/head_requester.h"
+#include "core/worker/lost_copies.h"
 #include "core/worker/object_getter.h"
 #include "core/worker/output_tagger.h"
 #include "core/worker/task_event_flusher.h"
@@ -50,8 +51,10 @@ int DeferRepliesAtQueued() {
 
 absl::StatusOr<internal::ObjectBytes> CoreWorker::ExecutorHost::FetchArgument(
     const TaskToRun::Arg& arg) {
-  StoreResult got = core_.object_getter_->GetOrPull(arg.stored, arg.size, arg.node, arg.node_address, arg.owner);
-  if (got.status.ok()) return core_.store_provider_->PinnedBytes(arg.stored, got.offset, got.size);
+  ObjectGetter& getter = *core_.object_getter_;
+  StoreProvider& store = *core_.store_provider_;
+  StoreResult got = getter.GetOrPull(arg.stored, arg.size, arg.node, arg.node_address, arg.owner);
+  if (got.status.ok()) return store.PinnedBytes(arg.stored, got.offset, got.size);
   // The copy we were sent to could not be read (its node died, or the copy
   // went): as Ray's worker does, ask the owner, which forgets that copy and
   // rebuilds the object from its lineage when none is left, and wait for
@@ -70,7 +73,7 @@ absl::StatusOr<internal::ObjectBytes> CoreWorker::ExecutorHost::FetchArgument(
     const std::string why(got.status.message());
     // While it waits its CPU goes back to the node (the rebuild may need it).
     core_.NotifyBlocked(true);
-    auto copy = core_.RecoverFromOwner(arg.stored, arg.owner, node, why);
+    auto copy = core_.lost_copies_->RecoverFromOwner(arg.stored, arg.owner, node, why);
     core_.NotifyBlocked(false);
     if (!copy.ok()) {
       return absl::Status(copy.status().code(),
@@ -83,8 +86,8 @@ absl::StatusOr<internal::ObjectBytes> CoreWorker::ExecutorHost::FetchArgument(
     node = copy->node;
     node_address = copy->node_address;
     size = copy->size;
-    got = core_.object_getter_->GetOrPull(arg.stored, size, node, node_address, arg.owner);
-    if (got.status.ok()) return core_.store_provider_->PinnedBytes(arg.stored, got.offset, got.size);
+    got = getter.GetOrPull(arg.stored, size, node, node_address, arg.owner);
+    if (got.status.ok()) return store.PinnedBytes(arg.stored, got.offset, got.size);
   }
   return got.status;
 }

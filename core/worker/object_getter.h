@@ -41,7 +41,7 @@ class OutboundConnections;  // core/worker/outbound_connections.h
 struct ObjectEntry;         // core/worker/object_table.h
 
 // Where an object is now, after its owner was told a copy could not be read
-// (lost_copies.cc): a stored copy (node, its address, size) or its inline bytes.
+// (LostCopies): a stored copy (node, its address, size) or its inline bytes.
 struct RecoveredCopy {
   NodeId node;
   std::string node_address;
@@ -62,7 +62,7 @@ class ObjectGetter {
     // it waits (the objects waited for may need them at their owner first).
     std::function<void()> flush_held_replies;
     // Tells `owner` that `id` could not be read at `node` (`why`) and waits
-    // until it is ready again (CoreWorker::RecoverFromOwner, lost_copies.cc).
+    // until it is ready again (LostCopies::RecoverFromOwner).
     std::function<absl::StatusOr<RecoveredCopy>(const ObjectId& id, const std::string& owner,
                                                 const NodeId& node, const std::string& why)>
         recover_from_owner;

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "core/worker/lease_requester.h"
+#include "core/worker/lost_copies.h"
 #include "core/worker/memory_store.h"
 #include "core/worker/normal_task_submitter.h"
 #include "core/worker/object_value.h"
@@ -111,7 +112,7 @@ class CoreWorker::ServiceHost final : public OwnerServiceHost {
     core_.memory_store_->AddLocation(id, node, address);
   }
   void OnCopyUnreadable(const ObjectId& id, const NodeId& node, const std::string& why) override {
-    core_.OnCopyUnreadable(id, node, why);
+    core_.lost_copies_->OnCopyUnreadable(id, node, why);
   }
   // executor_host.cc: the actor process's identity and its end.
   void OnKillUnowned(const ObjectId& id) override;

@@ -6,9 +6,7 @@
 // parts, and its implementation is split by responsibility over core/worker/:
 //   CoreWorker's own files (its methods, one responsibility each):
 //     core_worker.cc       startup, shutdown, dispatch of node-daemon frames
-//     store_provider.cc    create/seal/abort/get/delete in the node's store; Put
-//     object_getter.cc     Get: memory store -> owner -> pull, other copies
-//     lost_copies.cc       an unreadable copy: the owner's rebuild, the reader's wait
+//     object_api.cc        Put, Get, Wait (through StoreProvider, ObjectGetter)
 //     node_connections.cc  what we ask of node daemons and other owners (flush,
 //                          exit causes, lease ends, borrower messages); a
 //                          node's or another owner's loss; ConnectionsHost
@@ -25,6 +23,10 @@
 //     actor_names.cc       the head's actor-name requests (actor_names.h)
 //   Parts with a class of their own, each in its .h/.cc pair:
 //     ObjectTable (object_table.h), ReferenceCounter, MemoryStore,
+//     StoreProvider (create/seal/abort/get/pull/release/delete in the node's
+//     store; the store's mapping and the pins of the views it hands out),
+//     ObjectGetter (Get/Wait: memory store -> owner -> pull, other copies),
+//     LostCopies (an unreadable copy: the owner's rebuild, the reader's wait),
 //     OwnerService (our listeners, hello admission, and what peers ask:
 //     waits, locations, borrowers, kills, pushed tasks) with its
 //     BorrowerRegistry, OutboundConnections (the connections we open to node
@@ -32,7 +34,8 @@
 //     DependencyResolver, LeaseRequester, NormalTaskSubmitter, TaskManager,
 //     ObjectRecovery (lineage), SubmissionQueue, TaskReceiver, TaskExecutor,
 //     HeldReplies, HeadRequester, TaskEventFlusher, OutputTagger,
-//     WorkerLogPrinter, CallSites; ShardedNodeMap (sharded_node_map.h).
+//     WorkerLogPrinter, CallSites; ShardedNodeMap (sharded_node_map.h) and
+//     IoPoster (io_poster.h: posts to the io thread, refused once stopping).
 //   Data and pure helpers: PendingTask and ActorRecord (pending_task.h), an
 //     object's value on the wire (object_value.h), the private state types
 //     and the hosts and transports CoreWorker implements (worker_state.h).
@@ -85,7 +88,7 @@ class IoPoster;        // core/worker/io_poster.h
 class StoreProvider;   // core/worker/store_provider.h
 struct StoreResult;    // core/worker/store_provider.h
 class ObjectGetter;    // core/worker/object_getter.h
-struct RecoveredCopy;  // core/worker/object_getter.h
+class LostCopies;      // core/worker/lost_copies.h
 class LeaseRequester;  // core/worker/lease_requester.h
 class OwnerService;      // core/worker/owner_service.h
 class OutboundConnections;  // core/worker/outbound_connections.h
@@ -252,22 +255,6 @@ class CoreWorker {
   void OnNodeLost(const absl::Status& why);
   void NotifyBlocked(bool blocked);
 
-  // Lost copies (lost_copies.cc, doc/reliability.md item 4): a reader that
-  // could not read a stored object where its owner said it was tells the
-  // owner, which forgets that copy and, when none is left, rebuilds the
-  // object from its lineage; the reader waits for the answer.
-  // Owner side, io thread: our object `id` could not be read at `node`
-  // (`why`): that copy is forgotten; with none left, the object is rebuilt
-  // (or fails: ObjectRecovery::OnLost).
-  void OnCopyUnreadable(const ObjectId& id, const NodeId& node, const std::string& why);
-  // Reader side, blocking (not on the io thread): tells `owner` (our own
-  // listen address: this process) that `id` could not be read at `node` and
-  // waits until it is ready again. Errors: the object failed (its failure's
-  // message; DataLoss), the owner is unreachable or died (Unavailable), the
-  // runtime stops (Cancelled).
-  absl::StatusOr<RecoveredCopy> RecoverFromOwner(const ObjectId& id, const std::string& owner,
-                                                 const NodeId& node, const std::string& why);
-
   // worker mode (executor_host.cc): the executor's host; the end of an
   // actor that exits on purpose (io thread).
   class ExecutorHost;  // executor_host.h
@@ -325,6 +312,9 @@ class CoreWorker {
   // Get and Wait: memory store -> owner -> pull, other copies (blocking,
   // thread-safe; its owner requests on the io thread). Made by Connect.
   std::unique_ptr<ObjectGetter> object_getter_;
+  // A reader's report of a copy it could not read, and the owner's answer
+  // (lost_copies.h). Made by Connect.
+  std::unique_ptr<LostCopies> lost_copies_;
   // What this process knows of each object it owns or borrows (thread-safe,
   // one lock), and the two parts that read and change it. Declared early so
   // they go last: references dropped while the rest is destroyed find them.
