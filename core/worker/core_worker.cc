@@ -17,13 +17,17 @@
 #include "core/worker/actor_host.h"
 #include "core/worker/actor_names.h"
 #include "core/worker/head_requester.h"
+#include "core/worker/io_poster.h"
+#include "core/worker/lost_copies.h"
 #include "core/worker/outbound_connections.h"
 #include "core/worker/owner_service.h"
 #include "core/worker/dependency_resolver.h"
 #include "core/worker/executor_host.h"
 #include "core/worker/normal_task_submitter.h"
+#include "core/worker/object_getter.h"
 #include "core/worker/object_recovery.h"
 #include "core/worker/output_tagger.h"
+#include "core/worker/store_provider.h"
 #include "core/worker/submission_queue.h"
 #include "core/worker/task_event_flusher.h"
 #include "core/worker/task_manager.h"
@@ -76,11 +80,10 @@ void SetCurrentCoreWorker(std::shared_ptr<CoreWorker> worker) {
 
 CoreWorker::CoreWorker(CoreWorkerOptions options)
     : options_(std::move(options)),
-      releaser_(std::make_shared<PinReleaser>()),
+      poster_(std::make_unique<IoPoster>(io_)),
       generation_(NextGeneration()),
       head_(std::make_unique<HeadRequester>(
           io_, HeadRequester::Options{options_.head_address, options_.timeouts.head_call_timeout})) {
-  releaser_->core = this;
   receiver_ = std::make_unique<TaskReceiver>();
   submissions_ = std::make_unique<SubmissionQueue>(SubmissionChunk());
   CreateObjectTracking();
@@ -106,7 +109,9 @@ void CoreWorker::CreateObjectTracking() {
           .on_freed =
               [this](ReferenceCounter::Freed freed) {
                 if (freed.stored) {
-                  DeleteCopies(freed.id, std::move(freed.copies));
+                  if (store_provider_) {
+                    store_provider_->DeleteCopies(freed.id, std::move(freed.copies));
+                  }
                   // Its lineage (if any) goes with it, releasing its task's arguments.
                   PostToIo("worker.forget_lineage",
                            [this, id = freed.id] { recovery_->Forget(id); });
@@ -135,11 +140,13 @@ void CoreWorker::CreateObjectTracking() {
               },
           .delete_orphan_copies =
               [this](const ObjectId& id, std::vector<std::string> copies) {
-                DeleteCopies(id, std::move(copies));
+                if (store_provider_) store_provider_->DeleteCopies(id, std::move(copies));
               },
           .request_from_owner =
               [this](const ObjectId& id, const std::string& owner) {
-                PostToIo("worker.request_object_from_owner", [this, id, owner] { RequestObjectFromOwner(id, owner); });
+                PostToIo("worker.request_object_from_owner", [this, id, owner] {
+                  object_getter_->RequestObjectFromOwner(id, owner);
+                });
               },
           .notify_blocked = [this](bool blocked) { NotifyBlocked(blocked); },
       });
@@ -162,7 +169,7 @@ void CoreWorker::CreateObjectTracking() {
       DependencyResolver::Callbacks{
           .request_from_owner =
               [this](const ObjectId& id, const std::string& owner) {
-                RequestObjectFromOwner(id, owner);
+                object_getter_->RequestObjectFromOwner(id, owner);
               },
           .on_resolved = [this](PendingTask* task) { OnTaskResolved(task); },
       });
@@ -279,7 +286,6 @@ absl::Status CoreWorker::Connect() {
   }
   auto segment = objectstore::ShmSegment::Attach(*fd, store_size);
   if (!segment.ok()) return segment.status();
-  store_ = std::move(*segment);
   executor_host_ = std::make_unique<ExecutorHost>(*this);
   executor_ = std::make_unique<TaskExecutor>(
       *executor_host_, *receiver_,
@@ -307,6 +313,27 @@ absl::Status CoreWorker::Connect() {
           .is_driver = !options_.is_worker,
           .log_to_driver = !options_.is_worker && options_.log_to_driver},
       node_conn_);
+  store_provider_ = std::make_unique<StoreProvider>(
+      *poster_, *connections_, node_conn_, *std::move(segment),
+      StoreProvider::Options{.job_id = options_.job_id});
+  lost_copies_ = std::make_unique<LostCopies>(
+      *object_table_, *recovery_, *connections_, *poster_,
+      LostCopies::Options{.listen_address = listen_address_},
+      [this] { return stopped_ || node_lost_; });
+  object_getter_ = std::make_unique<ObjectGetter>(
+      *object_table_, *memory_store_, *store_provider_, *connections_, *poster_,
+      ObjectGetter::Options{.node_id = node_id_,
+                            .node_address = node_address_,
+                            .listen_address = listen_address_,
+                            .generation = generation_},
+      ObjectGetter::Callbacks{
+          .flush_held_replies = [this] { FlushHeldReplies(); },
+          .recover_from_owner =
+              [this](const ObjectId& id, const std::string& owner, const NodeId& node,
+                     const std::string& why) {
+                return lost_copies_->RecoverFromOwner(id, owner, node, why);
+              },
+      });
   node_conn_->Start([this](Connection& c, proto::Envelope::Reader m) { OnNodeFrame(c, m); },
                     [this](Connection&, const absl::Status& why) { OnNodeLost(why); });
   output_tagger_ =
@@ -325,6 +352,7 @@ absl::Status CoreWorker::Connect() {
 
 void CoreWorker::OnNodeLost(const absl::Status& why) {
   node_lost_ = true;
+  store_provider_->OnNodeLost();
   if (!stopped_) LUMEN_LOG(DEBUG) << "lost the node daemon: " << why;
   connections_->FailNodeRequests();
   // Nothing will arrive any more: fail whatever is still pending.
@@ -357,10 +385,7 @@ void CoreWorker::Stop() {
   if (!options_.is_worker) FlushToNodes();
   if (stopped_.exchange(true)) return;
   receiver_->Stop();  // executor threads blocked in Take return and see stopped_
-  {
-    absl::MutexLock lock(&releaser_->mu);
-    releaser_->core = nullptr;
-  }
+  if (store_provider_) store_provider_->Stop();
   std::vector<std::pair<std::string, ObjectId>> names;
   auto shutdown = [this, &names] {
     actor_owner_->ForEach([&names](const actors::OwnedActor& actor) {
@@ -386,14 +411,9 @@ void CoreWorker::Stop() {
       io_.stop();
     });
   };
-  bool posted;
-  {
-    // Nothing posted after this handler would run: refuse it (PostToIo).
-    absl::MutexLock lock(&post_mu_);
-    accepting_posts_ = false;
-    posted = io_thread_.joinable();
-    if (posted) lumen::Post(io_, "worker.shutdown", shutdown);
-  }
+  // Nothing posted after this handler would run: refuse it (PostToIo).
+  const bool posted = io_thread_.joinable();
+  poster_->Close("worker.shutdown", shutdown, posted);
   if (posted) io_thread_.join();
   if (owner_service_) ::unlink(owner_service_->unix_path().c_str());
   // Our actors (but detached ones) end with us: free their names (blocking:
@@ -418,10 +438,7 @@ void CoreWorker::Stop() {
 }
 
 bool CoreWorker::PostToIo(const char* name, std::function<void()> fn) {
-  absl::MutexLock lock(&post_mu_);
-  if (!accepting_posts_) return false;
-  lumen::Post(io_, name, std::move(fn));
-  return true;
+  return poster_->Post(name, std::move(fn));
 }
 
 void CoreWorker::OnNodeFrame(Connection& conn, proto::Envelope::Reader msg) {

@@ -15,6 +15,8 @@
 #include "absl/synchronization/notification.h"
 #include "core/worker/actor_names.h"
 #include "core/worker/head_requester.h"
+#include "core/worker/lost_copies.h"
+#include "core/worker/object_getter.h"
 #include "core/worker/output_tagger.h"
 #include "core/worker/task_event_flusher.h"
 #include "core/worker/worker_state.h"
@@ -49,8 +51,10 @@ int DeferRepliesAtQueued() {
 
 absl::StatusOr<internal::ObjectBytes> CoreWorker::ExecutorHost::FetchArgument(
     const TaskToRun::Arg& arg) {
-  StoreResult got = core_.GetOrPull(arg.stored, arg.size, arg.node, arg.node_address, arg.owner);
-  if (got.status.ok()) return core_.PinnedBytes(arg.stored, got.offset, got.size);
+  ObjectGetter& getter = *core_.object_getter_;
+  StoreProvider& store = *core_.store_provider_;
+  StoreResult got = getter.GetOrPull(arg.stored, arg.size, arg.node, arg.node_address, arg.owner);
+  if (got.status.ok()) return store.PinnedBytes(arg.stored, got.offset, got.size);
   // The copy we were sent to could not be read (its node died, or the copy
   // went): as Ray's worker does, ask the owner, which forgets that copy and
   // rebuilds the object from its lineage when none is left, and wait for
@@ -69,7 +73,7 @@ absl::StatusOr<internal::ObjectBytes> CoreWorker::ExecutorHost::FetchArgument(
     const std::string why(got.status.message());
     // While it waits its CPU goes back to the node (the rebuild may need it).
     core_.NotifyBlocked(true);
-    auto copy = core_.RecoverFromOwner(arg.stored, arg.owner, node, why);
+    auto copy = core_.lost_copies_->RecoverFromOwner(arg.stored, arg.owner, node, why);
     core_.NotifyBlocked(false);
     if (!copy.ok()) {
       return absl::Status(copy.status().code(),
@@ -82,18 +86,15 @@ absl::StatusOr<internal::ObjectBytes> CoreWorker::ExecutorHost::FetchArgument(
     node = copy->node;
     node_address = copy->node_address;
     size = copy->size;
-    got = core_.GetOrPull(arg.stored, size, node, node_address, arg.owner);
-    if (got.status.ok()) return core_.PinnedBytes(arg.stored, got.offset, got.size);
+    got = getter.GetOrPull(arg.stored, size, node, node_address, arg.owner);
+    if (got.status.ok()) return store.PinnedBytes(arg.stored, got.offset, got.size);
   }
   return got.status;
 }
 
 absl::StatusOr<uint8_t*> CoreWorker::ExecutorHost::CreateInStore(const ObjectId& id,
                                                                  uint64_t size) {
-  StoreResult created = core_.CallStore(kCreate, id, size);
-  if (!created.status.ok()) return created.status;
-  core_.store_->PrefaultForWrite(created.offset, size);
-  return core_.store_->writable_base() + created.offset;
+  return core_.store_provider_->CreateWritable(id, size);
 }
 
 void CoreWorker::ExecutorHost::TaskStarting(proto::TaskKind kind, const std::string& function) {
@@ -101,16 +102,14 @@ void CoreWorker::ExecutorHost::TaskStarting(proto::TaskKind kind, const std::str
 }
 
 absl::Status CoreWorker::ExecutorHost::SealInStore(const ObjectId& id, uint64_t size) {
-  return core_.CallStore(kSeal, id, size).status;
+  return core_.store_provider_->Seal(id, size).status;
 }
 
 absl::Status CoreWorker::ExecutorHost::CheckSealed(const ObjectId& id) {
-  StoreResult got = core_.CallStore(kGet, id, 0);
+  StoreResult got = core_.store_provider_->Get(id);
   if (!got.status.ok()) return got.status;
   // The get pinned it: unpin.
-  core_.SendToNode([id](proto::Envelope::Builder env) {
-    env.initStoreRelease().setObjectId(DataOf(id));
-  });
+  core_.store_provider_->Release(id);
   return absl::OkStatus();
 }
 
@@ -178,7 +177,7 @@ void CoreWorker::NotifyBlocked(bool blocked) {
       if (auto conn = reply_to.lock()) OwnerService::SendRequeued(*conn, id, attempt);
     });
   }
-  SendToNode([blocked](proto::Envelope::Builder env) {
+  store_provider_->SendToNode([blocked](proto::Envelope::Builder env) {
     if (blocked) {
       env.setWorkerBlocked();
     } else {

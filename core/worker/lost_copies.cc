@@ -1,29 +1,39 @@
-// CoreWorker: lost copies (doc/reliability.md, item 4). A reader (an executor
-// fetching a task's argument, or a Get) that cannot read a stored object where
-// its owner said it was tells the owner (recoverObject) and waits for the
-// answer, as Ray's worker asks the owner and waits for a reconstruction: the
-// owner forgets that copy and, when none is left, rebuilds the object from its
-// lineage (ObjectRecovery) before it answers with the new location.
+// LostCopies: a reader's report of an unreadable copy, and its owner's answer
+// (lost_copies.h, doc/reliability.md item 4).
+#include "core/worker/lost_copies.h"
+
 #include <chrono>
 #include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "core/worker/io_poster.h"
 #include "core/worker/object_recovery.h"
+#include "core/worker/object_table.h"
+#include "core/worker/object_value.h"
 #include "core/worker/outbound_connections.h"
-#include "core/worker/worker_state.h"
+#include "lumen/common/codec.h"
 #include "lumen/common/logging.h"
 #include "lumen/common/proto_util.h"
-#include "lumen/worker/core_worker.h"
 
 namespace lumen::runtime {
 
-void CoreWorker::OnCopyUnreadable(const ObjectId& id, const NodeId& node, const std::string& why) {
-  io_checker_.Check("CoreWorker::OnCopyUnreadable");
+LostCopies::LostCopies(ObjectTable& table, ObjectRecovery& recovery,
+                       OutboundConnections& connections, IoPoster& poster, Options options,
+                       std::function<bool()> stopping)
+    : table_(table),
+      recovery_(recovery),
+      connections_(connections),
+      poster_(poster),
+      options_(std::move(options)),
+      stopping_(std::move(stopping)) {}
+
+void LostCopies::OnCopyUnreadable(const ObjectId& id, const NodeId& node, const std::string& why) {
+  io_thread_.Check("LostCopies::OnCopyUnreadable");
   bool lost = false;
   {
-    ObjectTable::Locked objects(*object_table_);
+    ObjectTable::Locked objects(table_);
     auto it = objects->find(id);
     // Pending (being rebuilt already), failed, inline or freed: nothing to do.
     if (it == objects->end() || !it->second.owned || !it->second.ready ||
@@ -39,16 +49,16 @@ void CoreWorker::OnCopyUnreadable(const ObjectId& id, const NodeId& node, const 
   LUMEN_LOG(INFO) << "object " << id.Hex().substr(0, 12) << ": its last copy, on node "
                   << node.Hex().substr(0, 12) << ", could not be read (" << why
                   << "); rebuilding it from its lineage";
-  recovery_->OnLost({id},
+  recovery_.OnLost({id},
                     absl::StrCat("its only copy, on node ", node.Hex(),
                                  ", could not be read (", why, ")"),
                     node);
 }
 
-absl::StatusOr<CoreWorker::RecoveredCopy> CoreWorker::RecoverFromOwner(const ObjectId& id,
-                                                                      const std::string& owner,
-                                                                      const NodeId& node,
-                                                                      const std::string& why) {
+absl::StatusOr<RecoveredCopy> LostCopies::RecoverFromOwner(const ObjectId& id,
+                                                           const std::string& owner,
+                                                           const NodeId& node,
+                                                           const std::string& why) {
   // Where an owner's objectStatus says the object is; DataLoss with its
   // failure's message when it failed.
   auto copy_from = [](proto::Value::Reader value) -> absl::StatusOr<RecoveredCopy> {
@@ -84,27 +94,29 @@ absl::StatusOr<CoreWorker::RecoveredCopy> CoreWorker::RecoverFromOwner(const Obj
     answer->copy = std::move(copy);
     answer->done.Notify();
   };
-  bool posted = PostToIo("worker.recover_lost_copy", [this, id, owner, node, why, finish, copy_from] {
-    if (owner == listen_address_) {
+  bool posted = poster_.Post("worker.recover_lost_copy", [this, id, owner, node, why, finish,
+                                                          copy_from] {
+    io_thread_.Check("LostCopies::RecoverFromOwner");
+    if (owner == options_.listen_address) {
       // Ours: forget the copy (maybe rebuild), then answer once it is ready.
       OnCopyUnreadable(id, node, why);
       auto answer_now = [this, id, finish, copy_from] {
         capnp::MallocMessageBuilder message;
         auto value = message.initRoot<proto::Value>();
         {
-          ObjectTable::Locked objects(*object_table_);
+          ObjectTable::Locked objects(table_);
           auto it = objects->find(id);
           if (it == objects->end()) {
             finish(absl::DataLossError(absl::StrCat("object ", id.Hex(), " was freed")));
             return;
           }
-          FillValue(value, it->second, listen_address_);
+          FillValue(value, it->second, options_.listen_address);
         }
         finish(copy_from(value.asReader()));
       };
       bool ready = true;
       {
-        ObjectTable::Locked objects(*object_table_);
+        ObjectTable::Locked objects(table_);
         auto it = objects->find(id);
         if (it != objects->end() && !it->second.ready) {
           ready = false;
@@ -114,14 +126,14 @@ absl::StatusOr<CoreWorker::RecoveredCopy> CoreWorker::RecoverFromOwner(const Obj
       if (ready) answer_now();
       return;
     }
-    connections_->WithPeer(owner, [this, id, node, why, finish, copy_from](
+    connections_.WithPeer(owner, [this, id, node, why, finish, copy_from](
                                       absl::StatusOr<std::shared_ptr<Connection>> conn) {
       if (!conn.ok()) {
         finish(absl::UnavailableError(absl::StrCat("its owner is unreachable (it died): ",
                                                    conn.status().message())));
         return;
       }
-      connections_->SendPeerRequest(
+      connections_.SendPeerRequest(
           **conn,
           [&](proto::Envelope::Builder env) {
             auto req = env.initRecoverObject();
@@ -143,7 +155,7 @@ absl::StatusOr<CoreWorker::RecoveredCopy> CoreWorker::RecoverFromOwner(const Obj
   // retries) or failed, or its connection closes; we stop waiting when the
   // runtime stops.
   while (!answer->done.WaitForNotificationWithTimeout(absl::Milliseconds(200))) {
-    if (stopped_ || node_lost_) return absl::CancelledError("the runtime is shutting down");
+    if (stopping_()) return absl::CancelledError("the runtime is shutting down");
   }
   return answer->copy;
 }

@@ -70,6 +70,24 @@ void MemoryStore::SetReady(const ObjectId& id, const std::function<void(ObjectEn
   if (!callbacks.empty()) callbacks_.run_on_ready(id, std::move(callbacks));
 }
 
+void MemoryStore::AddLocation(const ObjectId& id, const NodeId& node,
+                              const std::string& address) {
+  {
+    ObjectTable::Locked objects(table_);
+    auto it = objects->find(id);
+    if (it != objects->end()) {
+      if (!it->second.owned || it->second.kind != ObjectEntry::Kind::kStored) {
+        return;  // not ours to track
+      }
+      for (const auto& [n, a] : it->second.locations)
+        if (n == node) return;
+      it->second.locations.emplace_back(node, address);
+      return;
+    }
+  }
+  callbacks_.delete_orphan_copies(id, {address});  // freed meanwhile: the new copy goes too
+}
+
 void MemoryStore::SetFailed(const ObjectId& id, const Failure& failure) {
   SetReady(id, [&](ObjectEntry& e) { e.SetFailed(failure); });
 }

@@ -82,6 +82,11 @@ class MemoryStore {
   // CallSites, or nullptr) is recorded on a stored value.
   void SetFromValue(const ObjectId& id, proto::Value::Reader value, bool owned_result,
                     const std::string* call_site = nullptr);
+  // Owner side: node `node` (its daemon at `address`) holds a new copy of our
+  // stored object `id` (a reader pulled it there). Ignored for an object we
+  // do not own or that is not stored; a copy of an object freed meanwhile
+  // goes (delete_orphan_copies).
+  void AddLocation(const ObjectId& id, const NodeId& node, const std::string& address);
 
   // Waits until `num_ready` of `ids` are ready or the timeout passes (none:
   // forever); returns their entries (see PendingWait::entries). Throws

@@ -1,35 +1,39 @@
-// CoreWorker: the store provider (create/seal/abort/get/delete against the
-// node's shared-memory store) and Put.
-#include "lumen/worker/core_worker.h"
+// StoreProvider: create/seal/abort/get/pull/release/delete against the node's
+// shared-memory store (store_provider.h).
+#include "core/worker/store_provider.h"
 
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <cstring>
-#include <typeinfo>
-
-#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
-#include "core/worker/call_sites.h"
-#include "core/worker/worker_state.h"
+#include "core/worker/io_poster.h"
+#include "core/worker/outbound_connections.h"
 #include "lumen/common/codec.h"
-#include "lumen/common/head_client.h"
-#include "lumen/common/logging.h"
-#include "lumen/common/process.h"
 #include "lumen/common/proto_util.h"
-#include "lumen/common/stream_copy.h"
-#include "lumen/errors.h"
-#include "lumen/objectstore/fd_passing.h"
-#include "lumen/objectstore/object_table.h"
 
 namespace lumen::runtime {
 
-// ---------------------------------------------------------------------------
-// Node daemon requests
+StoreProvider::StoreProvider(IoPoster& poster, OutboundConnections& connections,
+                             std::shared_ptr<Connection> node_conn,
+                             std::shared_ptr<objectstore::ShmSegment> segment, Options options)
+    : poster_(poster),
+      connections_(connections),
+      node_conn_(std::move(node_conn)),
+      segment_(std::move(segment)),
+      options_(std::move(options)),
+      releaser_(std::make_shared<PinReleaser>()) {
+  absl::MutexLock lock(&releaser_->mu);
+  releaser_->provider = this;
+}
 
-void CoreWorker::SendToNode(std::function<void(proto::Envelope::Builder)> fill) {
-  PostToIo("worker.send_to_node", [this, fill = std::move(fill)] {
+StoreProvider::~StoreProvider() { Stop(); }
+
+void StoreProvider::Stop() {
+  closed_ = true;
+  absl::MutexLock lock(&releaser_->mu);
+  releaser_->provider = nullptr;
+}
+
+void StoreProvider::SendToNode(std::function<void(proto::Envelope::Builder)> fill) {
+  poster_.Post("worker.send_to_node", [this, fill = std::move(fill)] {
+    io_thread_.Check("StoreProvider::SendToNode");
     if (!node_conn_ || node_conn_->closed()) return;
     OutMessage out;
     fill(out.Init());
@@ -37,7 +41,7 @@ void CoreWorker::SendToNode(std::function<void(proto::Envelope::Builder)> fill) 
   });
 }
 
-CoreWorker::StoreResult CoreWorker::CallStore(int op, const ObjectId& id, uint64_t size) {
+StoreResult StoreProvider::CallStore(Op op, const ObjectId& id, uint64_t size) {
   return CallNode([op, id, size](proto::Envelope::Builder env) {
     proto::StoreRequest::Builder req = [&]() {
       switch (op) {
@@ -52,20 +56,21 @@ CoreWorker::StoreResult CoreWorker::CallStore(int op, const ObjectId& id, uint64
   });
 }
 
-CoreWorker::StoreResult CoreWorker::CallNode(std::function<void(proto::Envelope::Builder)> fill) {
+StoreResult StoreProvider::CallNode(std::function<void(proto::Envelope::Builder)> fill) {
   StoreResult result;
-  if (stopped_ || node_lost_) {
+  if (closed_) {
     result.status = absl::UnavailableError("lost the connection to the node daemon");
     return result;
   }
   absl::Notification done;
-  bool posted = PostToIo("worker.call_node", [&] {
+  bool posted = poster_.Post("worker.call_node", [&] {
+    io_thread_.Check("StoreProvider::CallNode");
     if (!node_conn_ || node_conn_->closed()) {
       result.status = absl::UnavailableError("lost the connection to the node daemon");
       done.Notify();
       return;
     }
-    connections_->SendNodeRequest(*node_conn_, fill, [&](proto::Envelope::Reader msg) {
+    connections_.SendNodeRequest(*node_conn_, fill, [&](proto::Envelope::Reader msg) {
       if (!msg.isStoreReply()) {
         result.status = absl::UnavailableError("no reply from the node daemon");
       } else {
@@ -90,11 +95,47 @@ CoreWorker::StoreResult CoreWorker::CallNode(std::function<void(proto::Envelope:
   return result;
 }
 
-void CoreWorker::DeleteCopies(const ObjectId& id, std::vector<std::string> node_addresses) {
+absl::StatusOr<uint8_t*> StoreProvider::CreateWritable(const ObjectId& id, uint64_t size) {
+  StoreResult created = CallStore(kCreate, id, size);
+  if (!created.status.ok()) return created.status;
+  segment_->PrefaultForWrite(created.offset, size);
+  return segment_->writable_base() + created.offset;
+}
+
+StoreResult StoreProvider::Seal(const ObjectId& id, uint64_t size) {
+  return CallStore(kSeal, id, size);
+}
+
+StoreResult StoreProvider::Abort(const ObjectId& id, uint64_t size) {
+  return CallStore(kAbort, id, size);
+}
+
+StoreResult StoreProvider::Get(const ObjectId& id) { return CallStore(kGet, id, 0); }
+
+StoreResult StoreProvider::Pull(const ObjectId& id, uint64_t size, const NodeId& node,
+                                const std::string& node_address) {
+  return CallNode([&](proto::Envelope::Builder env) {
+    auto pull = env.initPullObject();
+    pull.setObjectId(DataOf(id));
+    pull.setSize(size);
+    pull.setNodeId(DataOf(node));
+    pull.setNodeAddress(node_address);
+    pull.setJobId(DataOf(options_.job_id));
+  });
+}
+
+void StoreProvider::Release(const ObjectId& id) {
+  SendToNode([id](proto::Envelope::Builder env) {
+    env.initStoreRelease().setObjectId(DataOf(id));
+  });
+}
+
+void StoreProvider::DeleteCopies(const ObjectId& id, std::vector<std::string> node_addresses) {
   if (node_addresses.empty()) node_addresses.push_back("");  // our node
-  PostToIo("worker.delete_copies", [this, id, node_addresses = std::move(node_addresses)] {
+  poster_.Post("worker.delete_copies", [this, id, node_addresses = std::move(node_addresses)] {
+    io_thread_.Check("StoreProvider::DeleteCopies");
     for (const auto& address : node_addresses) {
-      connections_->WithNode(address, [id](absl::StatusOr<std::shared_ptr<Connection>> conn) {
+      connections_.WithNode(address, [id](absl::StatusOr<std::shared_ptr<Connection>> conn) {
         if (!conn.ok() || !*conn || (*conn)->closed()) return;
         OutMessage out;
         out.Init().initStoreDelete().setObjectId(DataOf(id));
@@ -104,73 +145,20 @@ void CoreWorker::DeleteCopies(const ObjectId& id, std::vector<std::string> node_
   });
 }
 
-void CoreWorker::OnObjectLocationAdded(const ObjectId& id, const NodeId& node,
-                                       const std::string& address) {
-  ObjectTable::Locked objects(*object_table_);
-  auto it = objects->find(id);
-  if (it != objects->end() && (!it->second.owned || it->second.kind != ObjectEntry::Kind::kStored)) {
-    return;  // not ours to track
-  }
-  if (it == objects->end()) {
-    DeleteCopies(id, {address});  // freed meanwhile: the new copy goes too
-    return;
-  }
-  for (const auto& [n, a] : it->second.locations)
-    if (n == node) return;
-  it->second.locations.emplace_back(node, address);
-}
-
-// ---------------------------------------------------------------------------
-// Put / Get / Wait
-
-std::shared_ptr<internal::RefHandle> CoreWorker::PutEncoded(std::string encoded,
-                                                          const std::source_location& where) {
-  if (encoded.size() > options_.inline_limit) {
-    return PutWithWriter(
-        encoded.size(), [&](uint8_t* out) { CopyBytes(out, encoded.data(), encoded.size()); },
-        where);
-  }
-  ObjectId id = ObjectId::ForPut();
-  auto handle = std::make_shared<internal::RefHandle>(id, shared_listen_address_);
-  auto value = std::make_shared<const std::string>(std::move(encoded));
-  memory_store_->SetReady(id, [&](ObjectEntry& e) {
-    e.kind = ObjectEntry::Kind::kInline;
-    e.value = value;
+internal::ObjectBytes StoreProvider::PinnedBytes(const ObjectId& id, uint64_t offset,
+                                                 uint64_t size) {
+  // The pin keeps the mapping alive and gives the object back to the store when
+  // the last reader lets go, even if that happens after Shutdown.
+  std::shared_ptr<objectstore::ShmSegment> segment = segment_;
+  std::shared_ptr<PinReleaser> releaser = releaser_;
+  std::shared_ptr<const void> pin(nullptr, [segment, releaser, id](const void*) {
+    absl::MutexLock lock(&releaser->mu);
+    if (releaser->provider == nullptr) return;
+    releaser->provider->Release(id);
   });
-  return handle;
-}
-
-std::shared_ptr<internal::RefHandle> CoreWorker::PutWithWriter(
-    uint64_t size, const std::function<void(uint8_t*)>& write, const std::source_location& where) {
-  ObjectId id = ObjectId::ForPut();
-  StoreResult created = CallStore(kCreate, id, size);
-  if (!created.status.ok()) {
-    if (created.status.code() == absl::StatusCode::kResourceExhausted) {
-      throw ObjectStoreFullError(std::string(created.status.message()));
-    }
-    throw Error(absl::StrCat("Put failed: ", created.status.message()));
-  }
-  store_->PrefaultForWrite(created.offset, size);
-  try {
-    write(store_->writable_base() + created.offset);
-  } catch (...) {
-    CallStore(kAbort, id, size);  // the half-written object goes
-    throw;
-  }
-  StoreResult sealed = CallStore(kSeal, id, size);
-  if (!sealed.status.ok()) {
-    CallStore(kAbort, id, size);
-    throw Error(absl::StrCat("Put failed: ", sealed.status.message()));
-  }
-  auto handle = std::make_shared<internal::RefHandle>(id, shared_listen_address_);
-  const std::string* site = CallSites::OfPut(where);  // before the table's lock
-  memory_store_->SetReady(id, [&](ObjectEntry& e) {
-    e.kind = ObjectEntry::Kind::kStored;
-    e.stored_size = size;
-    e.locations = {{node_id_, node_address_}};
-    e.call_site = site;
-  });
-  return handle;
+  return internal::ObjectBytes{
+      std::string_view(reinterpret_cast<const char*>(segment->readonly_base() + offset), size),
+      std::move(pin)};
 }
 
 }  // namespace lumen::runtime

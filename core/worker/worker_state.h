@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "core/worker/lease_requester.h"
+#include "core/worker/lost_copies.h"
 #include "core/worker/memory_store.h"
 #include "core/worker/normal_task_submitter.h"
 #include "core/worker/object_value.h"
@@ -23,13 +24,12 @@
 #include "core/worker/object_table.h"
 #include "core/worker/pending_task.h"
 #include "core/worker/reference_counter.h"
+#include "core/worker/store_provider.h"
 #include "core/worker/task_receiver.h"
 #include "lumen/common/proto_util.h"
 #include "lumen/worker/core_worker.h"
 
 namespace lumen::runtime {
-
-enum StoreOp { kCreate, kSeal, kAbort, kGet, kRelease, kDelete };
 
 
 inline std::string SchedulingKey(const internal::SchedulingOptions& s) {
@@ -109,10 +109,10 @@ class CoreWorker::ServiceHost final : public OwnerServiceHost {
   }
   void OnObjectLocationAdded(const ObjectId& id, const NodeId& node,
                              const std::string& address) override {
-    core_.OnObjectLocationAdded(id, node, address);
+    core_.memory_store_->AddLocation(id, node, address);
   }
   void OnCopyUnreadable(const ObjectId& id, const NodeId& node, const std::string& why) override {
-    core_.OnCopyUnreadable(id, node, why);
+    core_.lost_copies_->OnCopyUnreadable(id, node, why);
   }
   // executor_host.cc: the actor process's identity and its end.
   void OnKillUnowned(const ObjectId& id) override;

@@ -172,6 +172,41 @@ TEST_CASE("a value is set once, callbacks are handed over once, orphans go",
   CHECK(rig.orphans_deleted[0].second == std::vector<std::string>{"nodeA"});
 }
 
+TEST_CASE("a new copy is recorded once for our stored objects, ignored for others, and goes when freed",
+          "[worker][memory_store]") {
+  // Invariant: AddLocation records each node's copy of an owned stored object
+  // once; it never touches a borrowed or inline entry; a copy reported for an
+  // object already freed is handed to delete_orphan_copies (else it would
+  // stay in that node's store forever).
+  StoreRig rig;
+  const NodeId here = NodeId::Random(), there = NodeId::Random();
+  ObjectId stored = rig.AddPending();
+  rig.store.SetReady(stored, [&](ObjectEntry& e) {
+    e.kind = ObjectEntry::Kind::kStored;
+    e.locations = {{here, "here"}};
+  });
+  rig.store.AddLocation(stored, there, "there");
+  rig.store.AddLocation(stored, there, "there");
+  REQUIRE(rig.EntryOf(stored)->locations ==
+          std::vector<std::pair<NodeId, std::string>>{{here, "here"}, {there, "there"}});
+
+  ObjectId borrowed = rig.AddPending(/*owned=*/false, "them");
+  rig.store.SetReady(borrowed, [&](ObjectEntry& e) { e.kind = ObjectEntry::Kind::kStored; });
+  ObjectId inline_value = rig.AddPending();
+  rig.MakeReady(inline_value);
+  rig.store.AddLocation(borrowed, there, "there");
+  rig.store.AddLocation(inline_value, there, "there");
+  CHECK(rig.EntryOf(borrowed)->locations.empty());
+  CHECK(rig.EntryOf(inline_value)->locations.empty());
+  CHECK(rig.orphans_deleted.empty());
+
+  ObjectId freed = ObjectId::ForPut();
+  rig.store.AddLocation(freed, there, "there");
+  REQUIRE(rig.orphans_deleted.size() == 1);
+  CHECK(rig.orphans_deleted[0].first == freed);
+  CHECK(rig.orphans_deleted[0].second == std::vector<std::string>{"there"});
+}
+
 TEST_CASE("ReadyWithoutLock tells ready, failed and duplicate entries apart in input order",
           "[worker][memory_store]") {
   // Invariant: without the lock, the mask marks exactly the ready entries (a

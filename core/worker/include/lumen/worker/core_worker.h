@@ -6,9 +6,7 @@
 // parts, and its implementation is split by responsibility over core/worker/:
 //   CoreWorker's own files (its methods, one responsibility each):
 //     core_worker.cc       startup, shutdown, dispatch of node-daemon frames
-//     store_provider.cc    create/seal/abort/get/delete in the node's store; Put
-//     object_getter.cc     Get: memory store -> owner -> pull, other copies
-//     lost_copies.cc       an unreadable copy: the owner's rebuild, the reader's wait
+//     object_api.cc        Put, Get, Wait (through StoreProvider, ObjectGetter)
 //     node_connections.cc  what we ask of node daemons and other owners (flush,
 //                          exit causes, lease ends, borrower messages); a
 //                          node's or another owner's loss; ConnectionsHost
@@ -25,6 +23,10 @@
 //     actor_names.cc       the head's actor-name requests (actor_names.h)
 //   Parts with a class of their own, each in its .h/.cc pair:
 //     ObjectTable (object_table.h), ReferenceCounter, MemoryStore,
+//     StoreProvider (create/seal/abort/get/pull/release/delete in the node's
+//     store; the store's mapping and the pins of the views it hands out),
+//     ObjectGetter (Get/Wait: memory store -> owner -> pull, other copies),
+//     LostCopies (an unreadable copy: the owner's rebuild, the reader's wait),
 //     OwnerService (our listeners, hello admission, and what peers ask:
 //     waits, locations, borrowers, kills, pushed tasks) with its
 //     BorrowerRegistry, OutboundConnections (the connections we open to node
@@ -32,7 +34,8 @@
 //     DependencyResolver, LeaseRequester, NormalTaskSubmitter, TaskManager,
 //     ObjectRecovery (lineage), SubmissionQueue, TaskReceiver, TaskExecutor,
 //     HeldReplies, HeadRequester, TaskEventFlusher, OutputTagger,
-//     WorkerLogPrinter, CallSites; ShardedNodeMap (sharded_node_map.h).
+//     WorkerLogPrinter, CallSites; ShardedNodeMap (sharded_node_map.h) and
+//     IoPoster (io_poster.h: posts to the io thread, refused once stopping).
 //   Data and pure helpers: PendingTask and ActorRecord (pending_task.h), an
 //     object's value on the wire (object_value.h), the private state types
 //     and the hosts and transports CoreWorker implements (worker_state.h).
@@ -81,6 +84,11 @@
 namespace lumen::runtime {
 
 class HeadRequester;   // core/worker/head_requester.h
+class IoPoster;        // core/worker/io_poster.h
+class StoreProvider;   // core/worker/store_provider.h
+struct StoreResult;    // core/worker/store_provider.h
+class ObjectGetter;    // core/worker/object_getter.h
+class LostCopies;      // core/worker/lost_copies.h
 class LeaseRequester;  // core/worker/lease_requester.h
 class OwnerService;      // core/worker/owner_service.h
 class OutboundConnections;  // core/worker/outbound_connections.h
@@ -187,11 +195,6 @@ class CoreWorker {
  private:
   class ActorCaller;  // actor_caller.h
   class ActorHost;    // actor_host.h
-  struct StoreResult {
-    absl::Status status;
-    uint64_t offset = 0;
-    uint64_t size = 0;
-  };
 
   explicit CoreWorker(CoreWorkerOptions options);
   [[nodiscard]] absl::Status Connect();
@@ -231,7 +234,6 @@ class CoreWorker {
   void AskWorkerExitCause(const std::shared_ptr<Connection>& node, const WorkerId& worker,
                           std::function<void(std::string cause)> done);
   void SendLeaseEnd(const std::shared_ptr<Connection>& node, uint64_t lease_id, bool kill);
-  void RequestObjectFromOwner(const ObjectId& id, const std::string& owner);
   // any thread
   // Runs `fn` on the io thread under `name` (a string literal saying what it
   // does, "worker.what_it_does": a slow handler is logged with it); false (and
@@ -248,66 +250,10 @@ class CoreWorker {
   void MoveLargeArgumentsToStore(std::vector<internal::TaskArgument>& args);
   // Hands a submitted task (or actor call or creation) to the io thread.
   void Enqueue(std::unique_ptr<PendingTask> task);
-  // Waits until `num_ready` of `refs` are ready or the timeout passes;
-  // `known` as for MemoryStore::AwaitReady.
-  std::vector<ObjectEntry*> AwaitReady(const std::vector<const internal::RefHandle*>& refs,
-                                       size_t num_ready,
-                                       std::optional<std::chrono::milliseconds> timeout,
-                                       const std::vector<ObjectEntry*>& known);
-  // A ref's entry when its handle was made by this runtime, else nullptr (a
-  // handle made by an earlier runtime, before Shutdown and Init, is looked up).
-  ObjectEntry* KnownEntry(const internal::RefHandle& ref) const {
-    return ref.runtime_generation() == generation_ ? ref.entry() : nullptr;
-  }
-  std::vector<ObjectEntry*> KnownEntries(const std::vector<const internal::RefHandle*>& refs) const;
   // The memory store's and reference counter's hooks into the runtime.
   void CreateObjectTracking();
-  StoreResult CallStore(int op, const ObjectId& id, uint64_t size);
-  // One blocking request to our node daemon, answered with a storeReply.
-  StoreResult CallNode(std::function<void(proto::Envelope::Builder)> fill);
-  // Pins a stored object in our node's store, first copying it from `node`
-  // when it is not here; tells `owner` of the new copy.
-  StoreResult GetOrPull(const ObjectId& id, uint64_t size, const NodeId& node,
-                        const std::string& node_address, const std::string& owner);
-  void OnObjectLocationAdded(const ObjectId& id, const NodeId& node, const std::string& address);
-  // Any thread: deletes the copies of an object on these nodes ("" is ours).
-  void DeleteCopies(const ObjectId& id, std::vector<std::string> node_addresses);
-  void SendToNode(std::function<void(proto::Envelope::Builder)> fill);
   void OnNodeLost(const absl::Status& why);
-  // The bytes of a ready object (pinned when stored), pulling a copy from
-  // another node if needed; waits (until `deadline`, else GetTimeoutError)
-  // while it is being rebuilt from lineage. Throws its failure.
-  internal::ObjectBytes ReadyBytes(
-      const ObjectId& id,
-      std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
-  internal::ObjectBytes PinnedBytes(const ObjectId& id, uint64_t offset, uint64_t size);
-  [[noreturn]] void ThrowFailure(const Failure& failure);
   void NotifyBlocked(bool blocked);
-
-  // Lost copies (lost_copies.cc, doc/reliability.md item 4): a reader that
-  // could not read a stored object where its owner said it was tells the
-  // owner, which forgets that copy and, when none is left, rebuilds the
-  // object from its lineage; the reader waits for the answer.
-  //
-  // Where the object is now: a stored copy (node, its address, size) or its
-  // inline bytes.
-  struct RecoveredCopy {
-    NodeId node;
-    std::string node_address;
-    uint64_t size = 0;
-    std::shared_ptr<const std::string> inline_value;  // set: not stored
-  };
-  // Owner side, io thread: our object `id` could not be read at `node`
-  // (`why`): that copy is forgotten; with none left, the object is rebuilt
-  // (or fails: ObjectRecovery::OnLost).
-  void OnCopyUnreadable(const ObjectId& id, const NodeId& node, const std::string& why);
-  // Reader side, blocking (not on the io thread): tells `owner` (our own
-  // listen address: this process) that `id` could not be read at `node` and
-  // waits until it is ready again. Errors: the object failed (its failure's
-  // message; DataLoss), the owner is unreachable or died (Unavailable), the
-  // runtime stops (Cancelled).
-  absl::StatusOr<RecoveredCopy> RecoverFromOwner(const ObjectId& id, const std::string& owner,
-                                                 const NodeId& node, const std::string& why);
 
   // worker mode (executor_host.cc): the executor's host; the end of an
   // actor that exits on purpose (io thread).
@@ -346,6 +292,8 @@ class CoreWorker {
   std::shared_ptr<const std::string> shared_listen_address_;
   std::string exe_path_;
   boost::asio::io_context io_;
+  // Posts to the io thread; refuses once Stop has begun (PostToIo).
+  std::unique_ptr<IoPoster> poster_;
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
   std::thread io_thread_;
   std::string node_address_;  // our node daemon's address (TCP and Unix)
@@ -354,21 +302,19 @@ class CoreWorker {
   std::unique_ptr<TaskEventFlusher> event_flusher_;
   // Worker: marks its stdout/stderr with the running task's name (executor threads).
   std::unique_ptr<OutputTagger> output_tagger_;
-  // Shared with the pins of zero-copy views, which may outlive this runtime.
-  std::shared_ptr<objectstore::ShmSegment> store_;
-  // Lets a pin released after Stop() find no runtime instead of a dangling one.
-  struct PinReleaser {
-    absl::Mutex mu;
-    CoreWorker* core ABSL_GUARDED_BY(mu) = nullptr;
-  };
-  std::shared_ptr<PinReleaser> releaser_;
   const uint64_t generation_;
   // Requests to the head from the io thread (asynchronous, with a deadline).
   std::unique_ptr<HeadRequester> head_;
-  // Refuses posts once Stop has begun: a handler posted after the io loop's
-  // last one would never run, and its caller would wait forever.
-  absl::Mutex post_mu_;
-  bool accepting_posts_ ABSL_GUARDED_BY(post_mu_) = true;
+  // Create/seal/abort/get/pull/delete in the node's store, and the pins of
+  // the views it hands out (thread-safe). Made by Connect (it needs the
+  // store's segment); goes after the object tracking, whose frees it serves.
+  std::unique_ptr<StoreProvider> store_provider_;
+  // Get and Wait: memory store -> owner -> pull, other copies (blocking,
+  // thread-safe; its owner requests on the io thread). Made by Connect.
+  std::unique_ptr<ObjectGetter> object_getter_;
+  // A reader's report of a copy it could not read, and the owner's answer
+  // (lost_copies.h). Made by Connect.
+  std::unique_ptr<LostCopies> lost_copies_;
   // What this process knows of each object it owns or borrows (thread-safe,
   // one lock), and the two parts that read and change it. Declared early so
   // they go last: references dropped while the rest is destroyed find them.
