@@ -64,6 +64,15 @@ const char* GetVarint(const char* p, const char* end, uint64_t* v) {
   return nullptr;
 }
 
+// The kind of the start a kWithStart record of `kind` stands for, or null.
+const TaskEventKind* StartKind(TaskEventKind kind) {
+  static constexpr TaskEventKind kSubmitted = TaskEventKind::kSubmitted;
+  static constexpr TaskEventKind kStarted = TaskEventKind::kStarted;
+  return kind == TaskEventKind::kFinished      ? &kSubmitted
+         : kind == TaskEventKind::kResultStored ? &kStarted
+                                                : nullptr;
+}
+
 bool Present(const void* id) {
   if (id == nullptr) return false;
   uint64_t w[2];
@@ -137,7 +146,8 @@ void Writer::Append(const Fields& f) {
   if (folded) flags |= kHasFolded;
   if (!name.empty()) flags |= name_index >= 0 ? kNameRef : kNameLiteral;
   char* p = buf;
-  p = Put(p, static_cast<uint8_t>(static_cast<uint8_t>(f.kind) | (self_ids ? kSelfIds : 0)));
+  p = Put(p, static_cast<uint8_t>(static_cast<uint8_t>(f.kind) | (self_ids ? kSelfIds : 0) |
+                                  (f.with_start ? kWithStart : 0)));
   p = Put(p, flags);
   p = PutVarint(p, f.attempt);
   p = PutVarint(p, ZigZag(WrappingSub(f.time_us, last_time_us_)));
@@ -237,7 +247,8 @@ const char* ReadHeader(const char* p, const char* end, Segment& seg, RecordHeade
   h->flags = static_cast<uint8_t>(p[1]);
   p += 2;
   const uint8_t kind = h->kind_byte & kKindMask;
-  if (kind >= kNumTaskEventKinds || (h->kind_byte & ~(kKindMask | kSelfIds)) != 0) {
+  if (kind >= kNumTaskEventKinds || (h->kind_byte & ~(kKindMask | kSelfIds | kWithStart)) != 0 ||
+      ((h->kind_byte & kWithStart) != 0 && StartKind(static_cast<TaskEventKind>(kind)) == nullptr)) {
     *status = absl::DataLossError(
         absl::StrCat("a packed task event has the unknown kind ", h->kind_byte));
     return nullptr;
@@ -376,9 +387,25 @@ absl::Status ForEach(std::string_view records, absl::FunctionRef<void(const View
     View v;
     uint8_t flags = 0;
     std::array<int64_t, 2> folded{};
+    const auto kind_byte = static_cast<uint8_t>(*p);
     p = ReadRecord(p, seg_end, seg, &v, &flags, &folded, &status);
     if (p == nullptr) break;
     ++r;
+    if (kind_byte & kWithStart) {
+      // The part's start first (ReadHeader checked the kind has one).
+      View start{.kind = *StartKind(v.kind), .actor_call = v.actor_call, .attempt = v.attempt,
+                 .pid = v.pid, .time_us = WrappingSub(v.time_us, v.duration_us),
+                 .task_id = v.task_id, .name = v.name};
+      if (start.kind == TaskEventKind::kStarted) {
+        start.node = v.node;
+        start.worker = v.worker;
+        v.node = v.worker = {};
+        v.duration_us = 0;
+      }
+      v.name = {};
+      f(start);
+      ++n;
+    }
     std::array<TaskEventKind, 2> kinds;
     if ((flags & kHasFolded) && FoldedKinds(v.kind, &kinds)) {
       for (int k = 0; k < 2; ++k) {
@@ -486,9 +513,14 @@ absl::Status ForEachTally(std::string_view records, TallyFn f, size_t* record_co
     uint64_t bytes;
     uint8_t flags = 0;
     std::array<int64_t, 2> folded{};
+    const auto kind_byte = static_cast<uint8_t>(*p);
     p = TallyRecord(p, seg_end, seg, &kind, &duration_us, &bytes, &flags, &folded, &status);
     if (p == nullptr) break;
     ++r;
+    if (kind_byte & kWithStart) {
+      f(*StartKind(kind), 0, 0);
+      if (kind == TaskEventKind::kResultStored) duration_us = 0;
+    }
     std::array<TaskEventKind, 2> kinds;
     if ((flags & kHasFolded) && FoldedKinds(kind, &kinds)) {
       for (int k = 0; k < 2; ++k) {

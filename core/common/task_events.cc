@@ -54,6 +54,10 @@ struct TaskEventRecorder::Slot {
     kSinceTick = 1 << 2,     // `since` is SUBMITTED's tick (else: duration_us)
     kLongName = 1 << 3,      // the name is long_names[name_len]
     kSelfIds = 1 << 4,       // node and worker: the process's (TaskEventDetail::self_ids)
+    // FINISHED or RESULT_STORED written over its start's slot (SUBMITTED,
+    // STARTED: TaskEventDetail::start): `since` is the start's tick, the name
+    // the start's; kSinceTick is set too.
+    kWithStart = 1 << 5,
   };
   // Leaves the plain fields as they were: a ring that grows, or a drained one
   // reused, is not zeroed slot by slot (that was a third of a Record).
@@ -74,6 +78,19 @@ struct TaskEventRecorder::Slot {
   uint16_t name_len;
   char name[kInlineName];
 };
+
+namespace {
+
+// a == b, as two 8-byte loads (TaskId's == calls memcmp).
+bool SameId(const TaskId& a, const TaskId& b) {
+  static_assert(TaskId::kSize == 16);
+  uint64_t x[2], y[2];
+  std::memcpy(x, a.data(), 16);
+  std::memcpy(y, b.data(), 16);
+  return ((x[0] ^ y[0]) | (x[1] ^ y[1])) == 0;
+}
+
+}  // namespace
 
 // One recording thread's ring. `locked` guards every other member: the owner
 // thread takes it for each event, a drain for an O(1) swap, so it is contended
@@ -103,22 +120,41 @@ struct TaskEventRecorder::ThreadRing {
   }
   void Unlock() { locked.store(false, std::memory_order_release); }
 
-  // The slot for a new event: the next free one, or the oldest (counted as
-  // dropped) when the ring is full. head moves only once the ring is at
-  // capacity, so below it the events are slots[0, size); `slots` keeps the
-  // slots of earlier drains (size() may exceed `size`) and grows at its end
-  // up to `capacity`.
-  Slot& NextSlot() {
+  // The slot for a new event, and its index: the next free one, or the
+  // oldest (counted as dropped) when the ring is full. head moves only once
+  // the ring is at capacity, so below it the events are slots[0, size);
+  // `slots` keeps the slots of earlier drains (size() may exceed `size`) and
+  // grows at its end up to `capacity`.
+  Slot& NextSlot(size_t* index) {
     std::vector<Slot>& ring = events.slots;
-    if (size < ring.size()) return ring[(head + size++) % ring.size()];  // head is 0 unless full
-    if (ring.size() < capacity) {
+    if (size < ring.size()) {
+      *index = head == 0 ? size : (head + size) % ring.size();  // head is 0 unless full
       ++size;
+      return ring[*index];
+    }
+    if (ring.size() < capacity) {
+      *index = size++;
       return ring.emplace_back();
     }
+    *index = head;
     Slot& oldest = ring[head];
     head = (head + 1) % ring.size();
     dropped.store(dropped.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     return oldest;
+  }
+
+  // The slot of `start`'s SUBMITTED or STARTED (`start_kind`) for `task`'s
+  // `attempt`, if it is still this ring's (no drain since, not overwritten
+  // by a full ring) and not ended yet; null otherwise.
+  Slot* StartSlot(const TaskEventMark& start, TaskEventKind start_kind, const TaskId& task,
+                  uint32_t attempt) {
+    if (start.generation != generation || start.index >= events.slots.size()) return nullptr;
+    Slot& s = events.slots[start.index];
+    if (s.kind != static_cast<uint8_t>(start_kind) || s.attempt != attempt ||
+        (s.flags & (Slot::kTimeIsMicros | Slot::kWithStart)) != 0 || !SameId(s.task, task)) {
+      return nullptr;
+    }
+    return &s;
   }
 
   void SetName(Slot& slot, std::string_view name) {
@@ -146,6 +182,9 @@ struct TaskEventRecorder::ThreadRing {
   Events events;
   size_t head = 0;  // index of the oldest event
   size_t size = 0;
+  // Unique per recorder and per content of `events`: changes at each drain's
+  // swap, so that a TaskEventMark of an earlier one matches no slot.
+  uint64_t generation = 0;
   std::atomic<uint64_t> dropped{0};  // written under `locked`; read by dropped() without it
   // Drained events (their slots kept, to be overwritten) that replace
   // `events` at the next drain, so that a busy thread does not regrow its
@@ -203,6 +242,7 @@ TaskEventRecorder::ThreadRing& TaskEventRecorder::RingOfThisThread() {
   }
   if (!ring) {
     ring = std::make_shared<ThreadRing>(capacity_);
+    ring->generation = ++generations_;
     rings_.push_back(ring);
   }
   if (cache_destroyed) {
@@ -220,10 +260,42 @@ uint64_t TaskEventRecorder::Record(TaskEventKind kind, const TaskId& task, uint3
                                    std::string_view name, const TaskEventDetail& detail) {
   static_assert(sizeof(Slot) <= 128, "a slot is two cache lines at most");
   if (!enabled()) return 0;
-  const uint64_t now = TaskEventClock::Now();
+  const uint64_t now = detail.at_tick != 0 ? detail.at_tick : TaskEventClock::Now();
   ThreadRing& ring = RingOfThisThread();
   ring.Lock();
-  Slot& e = ring.NextSlot();
+  if (detail.start != nullptr &&
+      (kind == TaskEventKind::kFinished || kind == TaskEventKind::kResultStored)) {
+    // The end of the part whose start this thread recorded: over the start's
+    // slot when it is still there, one record for both.
+    Slot* s = ring.StartSlot(*detail.start,
+                             kind == TaskEventKind::kFinished ? TaskEventKind::kSubmitted
+                                                              : TaskEventKind::kStarted,
+                             task, attempt);
+    if (s != nullptr) {
+      // The actor flag is the start's too (the start's event is read from it).
+      s->flags = static_cast<uint8_t>((s->flags & (Slot::kLongName | Slot::kSelfIds | Slot::kActorCall)) |
+                                      (detail.actor_call ? Slot::kActorCall : 0) |
+                                      Slot::kWithStart | Slot::kSinceTick);
+      s->since = s->tick;
+      s->tick = now;
+      s->node = detail.node;
+      s->worker = detail.worker;
+      s->aux[0] = detail.earlier_ticks[0];
+      s->aux[1] = detail.earlier_ticks[1];
+      s->worker_pid = detail.worker_pid;
+      s->kind = static_cast<uint8_t>(kind);
+      ring.Unlock();
+      *detail.start = {};
+      return now;
+    }
+  }
+  size_t index;
+  Slot& e = ring.NextSlot(&index);
+  if (detail.start != nullptr) {
+    *detail.start = kind == TaskEventKind::kSubmitted || kind == TaskEventKind::kStarted
+                        ? TaskEventMark{.generation = ring.generation, .index = index}
+                        : TaskEventMark{};
+  }
   e.tick = now;
   e.flags = static_cast<uint8_t>((detail.actor_call ? Slot::kActorCall : 0) |
                                  (detail.since_tick != 0 ? Slot::kSinceTick : 0) |
@@ -253,7 +325,8 @@ void TaskEventRecorder::RecordEvent(const TaskEvent& event) {
   const uint64_t now = event.time_us == 0 ? TaskEventClock::Now() : 0;
   ThreadRing& ring = RingOfThisThread();
   ring.Lock();
-  Slot& e = ring.NextSlot();
+  size_t index;
+  Slot& e = ring.NextSlot(&index);
   e.tick = event.time_us == 0 ? now : static_cast<uint64_t>(event.time_us);
   e.flags = static_cast<uint8_t>((event.actor_call ? Slot::kActorCall : 0) |
                                  (event.time_us != 0 ? Slot::kTimeIsMicros : 0));
@@ -279,7 +352,9 @@ size_t TaskEventRecorder::DrainPacked(std::string* records) {
     size_t head = 0;
     size_t size = 0;
     size_t next = 0;             // merged so far
-    std::vector<int64_t> times;  // of each event in ring order, microseconds
+    // Of each event in ring order, microseconds: the order they are merged
+    // in (a record written over its start's slot keeps the start's place).
+    std::vector<int64_t> times;
     const Slot& at(size_t i) const { return events.slots[(head + i) % events.slots.size()]; }
   };
   absl::MutexLock lock(&mu_);
@@ -293,6 +368,7 @@ size_t TaskEventRecorder::DrainPacked(std::string* records) {
       std::swap(r->events, r->spare);
       t.head = std::exchange(r->head, 0);
       t.size = std::exchange(r->size, 0);
+      r->generation = ++generations_;
     }
     r->Unlock();
     if (t.size > 0) {
@@ -306,7 +382,9 @@ size_t TaskEventRecorder::DrainPacked(std::string* records) {
     t.times.resize(t.size);
     for (size_t i = 0; i < t.size; ++i) {
       const Slot& s = t.at(i);
-      t.times[i] = (s.flags & Slot::kTimeIsMicros) ? static_cast<int64_t>(s.tick) : scale.ToMicros(s.tick);
+      t.times[i] = (s.flags & Slot::kTimeIsMicros) ? static_cast<int64_t>(s.tick)
+                   : (s.flags & Slot::kWithStart) ? scale.ToMicros(s.since)
+                                                  : scale.ToMicros(s.tick);
     }
   }
   // Merged by time: a task's events may come from several threads (submitted
@@ -334,10 +412,15 @@ size_t TaskEventRecorder::DrainPacked(std::string* records) {
       continue;
     }
     const Slot& s = earliest->at(i);
+    const bool with_start = (s.flags & Slot::kWithStart) != 0;
+    const int64_t time_us = with_start ? scale.ToMicros(s.tick) : earliest->times[i];
     int64_t duration_us = static_cast<int64_t>(s.since);
     // From the two times as converted (not the span rounded on its own), so
     // that it equals the difference of the events' times exactly.
-    if (s.flags & Slot::kSinceTick) duration_us = std::max<int64_t>(1, earliest->times[i] - scale.ToMicros(s.since));
+    if (s.flags & Slot::kSinceTick) {
+      duration_us = std::max<int64_t>(
+          1, time_us - (with_start ? earliest->times[i] : scale.ToMicros(s.since)));
+    }
     const auto kind = static_cast<TaskEventKind>(s.kind);
     std::array<TaskEventKind, 2> folded_kinds;
     std::array<int64_t, 2> folded{};
@@ -354,7 +437,7 @@ size_t TaskEventRecorder::DrainPacked(std::string* records) {
             .actor_call = (s.flags & Slot::kActorCall) != 0,
             .attempt = s.attempt,
             .pid = s.pid,
-            .time_us = earliest->times[i],
+            .time_us = time_us,
             .task = &s.task,
             .node = &s.node,
             .worker = &s.worker,
@@ -363,6 +446,7 @@ size_t TaskEventRecorder::DrainPacked(std::string* records) {
             .bytes = bytes,
             .duration_us = duration_us,
             .folded_us = folded,
+            .with_start = with_start,
             .name = (s.flags & Slot::kLongName)
                         ? std::string_view(earliest->events.long_names[s.name_len])
                         : std::string_view(s.name, s.name_len)});

@@ -157,7 +157,8 @@ void CoreWorker::CreateObjectTracking() {
           .resubmit =
               [this](std::unique_ptr<PendingTask> task) {
                 task->submitted_tick = TaskEvents().Record(TaskEventKind::kSubmitted, task->task_id,
-                                                           task->attempt, task->name(), {});
+                                                           task->attempt, task->name(),
+                                                           {.start = &task->submitted_mark});
                 // Owned by the resolver's callbacks until its arguments are ready.
                 resolver_->Resolve(task.release());
               },

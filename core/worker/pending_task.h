@@ -15,6 +15,7 @@
 #include "lumen/actors/actor_owner_runtime.h"
 #include "lumen/common/connection.h"
 #include "lumen/common/ids.h"
+#include "lumen/common/task_events.h"
 #include "lumen/internal/runtime.h"
 
 namespace lumen::runtime {
@@ -66,6 +67,8 @@ struct PendingTask : actors::ActorCall {
   // The tick of this attempt's SUBMITTED task event (0: not recorded), so
   // that FINISHED/FAILED carry the latency (TaskEventDetail::since_tick).
   uint64_t submitted_tick = 0;
+  // Where SUBMITTED's record went: FINISHED takes it over while it is undrained.
+  TaskEventMark submitted_mark;
   // The ticks of DEPENDENCIES_READY and LEASE_GRANTED (0: not yet), and the
   // lease's node and worker pid: folded into the FINISHED/FAILED record
   // (TaskEventDetail::earlier_ticks) rather than recorded each. lease_tick is

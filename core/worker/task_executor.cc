@@ -333,7 +333,8 @@ std::optional<Failure> TaskExecutor::StoreResult(const ObjectId& id, const std::
 void TaskExecutor::Execute(TaskToRun& task) {
   auto start = std::chrono::steady_clock::now();
   TaskEvents().Record(TaskEventKind::kStarted, task.task_id, task.attempt, task.function,
-                      {.self_ids = true, .actor_call = task.kind != proto::TaskKind::NORMAL});
+                      {.self_ids = true, .actor_call = task.kind != proto::TaskKind::NORMAL,
+                       .start = &task.started_mark});
   std::string location = absl::StrCat("task ", task.function, where_);
   std::string result;
   std::optional<Failure> failure;
@@ -386,7 +387,8 @@ void TaskExecutor::Execute(TaskToRun& task) {
   // Only held replies ask how long a function runs: no lookup per task otherwise.
   if (options_.hold_replies > 0) task_durations.Record(task.function, exec_micros);
   TaskEvents().Record(TaskEventKind::kResultStored, task.task_id, task.attempt, {},
-                      {.earlier_ticks = {task.args_fetched_tick, executed_tick}});
+                      {.earlier_ticks = {task.args_fetched_tick, executed_tick},
+                       .start = &task.started_mark});
   bool exiting = receiver_.is_actor() && this_call_exits;
   this_call_exits = false;
   if (exiting) r.setActorExiting(true);

@@ -12,12 +12,14 @@ namespace lumen::runtime {
 namespace {
 
 // FINISHED/FAILED's details: the latency, and the events folded into it.
-TaskEventDetail EndDetail(const PendingTask& task) {
+// FINISHED takes over SUBMITTED's record when it can (submitted_mark).
+TaskEventDetail EndDetail(PendingTask& task) {
   return {.node = task.lease_node,
           .worker_pid = task.lease_worker_pid,
           .actor_call = task.kind != proto::TaskKind::NORMAL,
           .since_tick = task.submitted_tick,
-          .earlier_ticks = {task.dependencies_ready_tick, task.lease_tick}};
+          .earlier_ticks = {task.dependencies_ready_tick, task.lease_tick},
+          .start = &task.submitted_mark};
 }
 
 }  // namespace

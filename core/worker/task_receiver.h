@@ -30,6 +30,7 @@
 #include "absl/synchronization/mutex.h"
 #include "lumen/common/connection.h"
 #include "lumen/common/ids.h"
+#include "lumen/common/task_events.h"
 
 namespace lumen::runtime {
 
@@ -54,6 +55,8 @@ struct TaskToRun {
   std::vector<Arg> args;
   // The ARGS_FETCHED task event's tick, folded into RESULT_STORED's record.
   uint64_t args_fetched_tick = 0;
+  // Where STARTED's record went: RESULT_STORED takes it over while it is undrained.
+  TaskEventMark started_mark;
 };
 
 class TaskReceiver {

@@ -69,7 +69,9 @@ void CoreWorker::MoveLargeArgumentsToStore(std::vector<internal::TaskArgument>& 
 }
 
 void CoreWorker::Enqueue(std::unique_ptr<PendingTask> task) {
-  task->submitted_tick = TaskEvents().Record(TaskEventKind::kSubmitted, task->task_id, task->attempt, task->kind == proto::TaskKind::NORMAL ? task->name() : task->function, {.actor_call = task->kind != proto::TaskKind::NORMAL});
+  // SUBMITTED's time; recorded on the io thread (DrainSubmissions), where the
+  // task ends, so that FINISHED can take over its record (task_events.h).
+  task->submitted_tick = TaskEvents().Tick();
   // Large values travel through the store, not inside the task's frame.
   MoveLargeArgumentsToStore(task->args);
   // One wake-up of the io thread per burst of submissions.
@@ -93,6 +95,13 @@ void CoreWorker::DrainSubmissions() {
   // pushes), so a burst of submissions never holds the loop for long.
   if (more) PostDrainSubmissions();
   for (auto& task : batch) {
+    if (task->submitted_tick != 0) {
+      TaskEvents().Record(TaskEventKind::kSubmitted, task->task_id, task->attempt,
+                          task->kind == proto::TaskKind::NORMAL ? task->name() : task->function,
+                          {.actor_call = task->kind != proto::TaskKind::NORMAL,
+                           .at_tick = task->submitted_tick,
+                           .start = &task->submitted_mark});
+    }
     if (task->kind == proto::TaskKind::ACTOR_CREATION) {
       actor_owner_->Add(std::move(task->actor_record));
     }

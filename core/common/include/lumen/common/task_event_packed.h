@@ -17,7 +17,7 @@
 //            [16 node id]  flags & kSegmentNode     the recording process's node
 //            [16 worker id] flags & kSegmentWorker  and worker (a worker's own)
 //   record:  u8 kind (low 5 bits; 0x20: kSelfIds, the node and worker are the
-//            segment's) | u8 flags | varint attempt
+//            segment's; 0x40: kWithStart, below) | u8 flags | varint attempt
 //            | zigzag varint time_us - the previous record's (the first: the base's)
 //            [16 task id]                      flags & kHasTask
 //            [16 node id]                      flags & kHasNode
@@ -40,6 +40,14 @@
 // folded LEASE_GRANTED takes the record's node, worker and worker_pid (the
 // record's own event then has none).
 //
+// kWithStart (FINISHED and RESULT_STORED only): the record also stands for
+// the start of its part, SUBMITTED or STARTED, the first of its events: at
+// time_us - duration_us (kHasExtra's; 0 when absent), with the record's name,
+// and for STARTED the segment's node and worker (kSelfIds). The record's own
+// event then has no name, and RESULT_STORED's no node, worker or duration
+// (as when recorded apart). So one record per task and process is the
+// common case (task_events.h).
+//
 // On the wire the blob starts with kVersion (TaskEventBatch.packed); a reader
 // refuses another version with an error naming both. Pure functions,
 // thread-safe; a Writer is one caller's.
@@ -59,9 +67,11 @@
 
 namespace lumen::packed_events {
 
-// The version byte that leads a packed blob on the wire (3: segments, varints
-// and name tables; 2 had a fixed header per record).
-inline constexpr uint8_t kVersion = 3;
+// The version byte that leads a packed blob on the wire (4: kWithStart; 3:
+// segments, varints and name tables; 2 had a fixed header per record). Blobs
+// live in the daemons' memory only, never across versions: readers read this
+// one alone.
+inline constexpr uint8_t kVersion = 4;
 
 enum Flags : uint8_t {
   kActorCall = 1 << 0,
@@ -76,6 +86,7 @@ enum Flags : uint8_t {
 // In a record's kind byte.
 inline constexpr uint8_t kKindMask = 0x1F;
 inline constexpr uint8_t kSelfIds = 0x20;
+inline constexpr uint8_t kWithStart = 0x40;
 // A segment header's first byte, and its flags.
 inline constexpr uint8_t kSegmentMarker = 0xFF;
 enum SegmentFlags : uint8_t {
@@ -105,6 +116,9 @@ struct Fields {
   // FINISHED/FAILED, RESULT_STORED: the times of the events folded into this
   // one (FoldedKinds), 0 for none; written when either is set.
   std::array<int64_t, 2> folded_us{};
+  // FINISHED, RESULT_STORED: the record also stands for its part's start
+  // (kWithStart), at time_us - duration_us, named `name`.
+  bool with_start = false;
   std::string_view name;             // at most 65,535 bytes (longer is cut)
 };
 

@@ -13,13 +13,18 @@
 //   owner:    SUBMITTED -> DEPENDENCIES_READY -> LEASE_GRANTED -> FINISHED | FAILED
 //   executor:                      STARTED -> ARGS_FETCHED -> EXECUTED -> RESULT_STORED
 //
-// Two records per task in each process, not one per event: the events in the
-// middle are taken as ticks (Tick()) that the caller keeps with the task and
-// passes to the record that ends its part (TaskEventDetail::earlier_ticks):
+// One record per task in each process, mostly: the events in the middle are
+// taken as ticks (Tick()) that the caller keeps with the task and passes to
+// the record that ends its part (TaskEventDetail::earlier_ticks):
 // FINISHED/FAILED carries DEPENDENCIES_READY's and LEASE_GRANTED's,
-// RESULT_STORED carries ARGS_FETCHED's and EXECUTED's. Readers see them as
-// events of their own (task_event_packed.h expands them), so SUBMITTED and
-// STARTED still show a pending or running task before it ends.
+// RESULT_STORED carries ARGS_FETCHED's and EXECUTED's. And the record that
+// starts a part (SUBMITTED, STARTED) leaves a TaskEventMark with the task;
+// FINISHED or RESULT_STORED given it (TaskEventDetail::start) rewrites that
+// record in place, one record for the whole part, when no drain took it in
+// between and the same thread records both (else it is a record of its own).
+// Readers see them as events of their own (task_event_packed.h expands them),
+// and a task pending or running at a drain still shows as SUBMITTED or
+// STARTED there, before it ends.
 //
 // The phases follow from consecutive times: dependency wait (SUBMITTED ->
 // DEPENDENCIES_READY), lease wait (-> LEASE_GRANTED), argument fetch (STARTED ->
@@ -112,6 +117,13 @@ struct TaskEvent {
 // ARGS_FETCHED and EXECUTED for RESULT_STORED; false for the other kinds.
 bool FoldedKinds(TaskEventKind kind, std::array<TaskEventKind, 2>* kinds);
 
+// Where a SUBMITTED or STARTED record went (TaskEventDetail::start), for
+// the record that ends the task's part to rewrite it in place. Opaque.
+struct TaskEventMark {
+  uint64_t generation = 0;  // the ring's, at the Record (0: none)
+  uint64_t index = 0;       // the slot
+};
+
 // Extra fields for Record: what a few kinds carry besides the task.
 struct TaskEventDetail {
   // LEASE_GRANTED (also the folded one of FINISHED/FAILED): the node and the
@@ -131,6 +143,13 @@ struct TaskEventDetail {
   // FINISHED/FAILED, RESULT_STORED: the ticks (Tick()) of the events folded
   // into this one (FoldedKinds), 0 for one that did not happen.
   std::array<uint64_t, 2> earlier_ticks{};
+  // SUBMITTED, STARTED: the event's tick when it was taken earlier (Tick();
+  // 0: now).
+  uint64_t at_tick = 0;
+  // SUBMITTED, STARTED: set to where the record went. FINISHED, RESULT_STORED:
+  // the mark its start left; the start's record becomes this one (carrying
+  // both) if it is still in this thread's ring, undrained. Other kinds: unused.
+  TaskEventMark* start = nullptr;
 };
 
 class TaskEventRecorder {
@@ -198,6 +217,7 @@ class TaskEventRecorder {
   WorkerId self_worker_ ABSL_GUARDED_BY(mu_);
   uint64_t retired_dropped_ ABSL_GUARDED_BY(mu_) = 0;  // of rings whose thread ended
   uint64_t drained_dropped_ ABSL_GUARDED_BY(mu_) = 0;  // the oldest beyond capacity_ at a Drain
+  uint64_t generations_ ABSL_GUARDED_BY(mu_) = 0;      // the last ThreadRing::generation given
 };
 
 // This process's recorder (kDefaultCapacity events): enabled unless
