@@ -31,6 +31,8 @@ const char* BundlePhaseName(BundlePhase phase) {
       return "COMMIT";
     case BundlePhase::kCancel:
       return "CANCEL";
+    case BundlePhase::kPrepareCommit:
+      return "PREPARE_COMMIT";
   }
   return "?";
 }
@@ -193,7 +195,9 @@ void PlacementGroupManager::Schedule(const ClusterResourceView& view) {
     SetState(g, GroupState::kPreparing);
     g.error.clear();
     in_flight_[g.id] = 0;
-    if (!SendPhase(g, BundlePhase::kPrepare)) {
+    if (!SendPhase(g, OneNode(g) && options_.limits.one_step_single_node
+                          ? BundlePhase::kPrepareCommit
+                          : BundlePhase::kPrepare)) {
       RollBack(g, "a chosen node is gone");
       continue;
     }
@@ -207,6 +211,7 @@ void PlacementGroupManager::OnBundleReply(uint64_t ticket, const absl::Status& s
   auto it = tickets_.find(ticket);
   if (it == tickets_.end()) return;  // an abandoned attempt's reply
   std::string group_id = std::move(it->second.group_id);
+  const BundlePhase phase = it->second.phase;
   tickets_.erase(it);
   auto fit = in_flight_.find(group_id);
   if (fit == in_flight_.end()) return;  // not possible: its tickets go with it
@@ -222,7 +227,7 @@ void PlacementGroupManager::OnBundleReply(uint64_t ticket, const absl::Status& s
     return;
   }
   if (fit->second > 0) return;  // other nodes of this phase still to answer
-  if (g.state == GroupState::kPreparing) {
+  if (g.state == GroupState::kPreparing && phase != BundlePhase::kPrepareCommit) {
     SetState(g, GroupState::kCommitting);
     if (!SendPhase(g, BundlePhase::kCommit)) RollBack(g, "a chosen node is gone");
     return;
@@ -321,6 +326,11 @@ BundleRequest PlacementGroupManager::RequestFor(const PlacementGroup& g, BundleP
     if (g.nodes[i] == node_id) request.bundles.push_back({static_cast<int>(i), g.bundles[i]});
   }
   return request;
+}
+
+bool PlacementGroupManager::OneNode(const PlacementGroup& g) {
+  return std::all_of(g.nodes.begin(), g.nodes.end(),
+                     [&](const std::string& node) { return node == g.nodes.front(); });
 }
 
 bool PlacementGroupManager::SendPhase(PlacementGroup& g, BundlePhase phase) {

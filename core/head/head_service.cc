@@ -691,6 +691,7 @@ HeadLimits HeadLimits::FromEnv() {
   read("LUMEN_MAX_PLACEMENT_GROUPS", &limits.max_placement_groups);
   read("LUMEN_MAX_BUNDLES_PER_GROUP", &limits.max_bundles_per_group);
   read("LUMEN_MAX_PARKED_REQUESTS", &limits.max_parked_requests_per_connection);
+  read("LUMEN_PLACEMENT_GROUP_ONE_STEP", &limits.placement_group_one_step);
   return limits;
 }
 

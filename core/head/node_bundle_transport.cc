@@ -13,12 +13,15 @@ absl::Status NodeBundleTransport::Send(const scheduler::BundleRequest& request) 
   // Alive without a connection: disconnected within its grace (item 8).
   if (conn == nullptr) return absl::UnavailableError("a chosen node is disconnected");
   SendReply(*conn, request.ticket, [&](proto::Envelope::Builder env) {
-    proto::BundleBatch::Builder batch = request.phase == scheduler::BundlePhase::kPrepare
-                                            ? env.initPrepareBundles()
+    const bool prepare = request.phase == scheduler::BundlePhase::kPrepare ||
+                         request.phase == scheduler::BundlePhase::kPrepareCommit;
+    proto::BundleBatch::Builder batch = prepare ? env.initPrepareBundles()
                                         : request.phase == scheduler::BundlePhase::kCommit
                                             ? env.initCommitBundles()
                                             : env.initCancelBundles();
     batch.setGroupId(BytesOf(request.group_id));
+    // One step: the node commits what it prepared before it answers.
+    if (request.phase == scheduler::BundlePhase::kPrepareCommit) batch.setCommit(true);
     // The same key when the manager sends it again (BundleCancels): the node
     // answers a repeat from its table (core/node/keyed_requests.h).
     auto key = batch.initRetryKey();

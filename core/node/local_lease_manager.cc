@@ -471,7 +471,8 @@ bool LocalLeaseManager::IsDetached(const Worker& w) const {
 }
 
 absl::Status LocalLeaseManager::PrepareBundles(
-    const std::string& group, const std::vector<std::pair<int, ResourceSet>>& bundles) {
+    const std::string& group, const std::vector<std::pair<int, ResourceSet>>& bundles,
+    bool commit) {
   io_thread_.Check("LocalLeaseManager");
   // All of them or none: reserve each bundle out of the node's free resources.
   absl::Status status;
@@ -495,8 +496,13 @@ absl::Status LocalLeaseManager::PrepareBundles(
   }
   if (!status.ok()) {
     for (const auto& key : done) RemoveBundle(key);
+    return status;
   }
-  return status;
+  if (!commit) return status;
+  // Refused, nothing stays reserved (above); accepted, all of them commit.
+  std::vector<int> indices;
+  for (const auto& [index, need] : bundles) indices.push_back(index);
+  return CommitBundles(group, indices);
 }
 
 absl::Status LocalLeaseManager::CommitBundles(const std::string& group,

@@ -119,8 +119,10 @@ class LocalLeaseManager {
 
   // --- placement-group bundles (from the head) ---
   // Reserves all of them or none. Errors: ResourceExhausted, a bad size, the test hook.
+  // `commit`: commits them too once all are reserved (a group on this node alone).
   [[nodiscard]] absl::Status PrepareBundles(
-      const std::string& group, const std::vector<std::pair<int, scheduler::ResourceSet>>& bundles);
+      const std::string& group, const std::vector<std::pair<int, scheduler::ResourceSet>>& bundles,
+      bool commit = false);
   [[nodiscard]] absl::Status CommitBundles(const std::string& group, const std::vector<int>& indices);
   void CancelBundles(const std::string& group, const std::vector<int>& indices);
   // The group was removed: its bundles here go, what runs in them ends.

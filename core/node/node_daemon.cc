@@ -291,7 +291,7 @@ absl::Status NodeDaemon::Setup() {
             .on_bundles = [this](proto::Envelope::Reader msg) { return OnBundles(msg); },
             .after_bundles =
                 [this](proto::Envelope::Reader msg) {
-                  if (msg.isCommitBundles()) leases_->ReplayParked();
+                  if (!msg.isCancelBundles()) leases_->ReplayParked();  // committed ones may fit
                   leases_->Dispatch();
                 },
             .on_marked_dead = [this] { Shutdown("declared dead by the head"); },
@@ -655,7 +655,7 @@ absl::Status NodeDaemon::OnBundles(proto::Envelope::Reader msg) {
       if (!need.ok()) return need.status();
       bundles.emplace_back(b.getIndex(), *need);
     }
-    return leases_->PrepareBundles(group, bundles);
+    return leases_->PrepareBundles(group, bundles, /*commit=*/batch.getCommit());
   }
   std::vector<int> indices;
   for (auto b : batch.getBundles()) indices.push_back(b.getIndex());

@@ -58,10 +58,15 @@ TEST_CASE("bundle prepare and commit lost with the head link are resent with the
   // fail_before_send: the request was lost unread) does not roll the group
   // back: when the node registers again the head sends the same request with
   // the same key, the node answers it (from its table when it had acted), and
-  // the group is created with no rollback, its bundle's 2 CPUs reserved once
-  // (1 of the cluster's 3 CPUs free, the node alive under its first id).
-  // Removing the group frees every CPU. (Before: each reset rolled the
-  // attempt back, 2 rollbacks in all.)
+  // the group is created with no rollback, its bundles reserved once.
+  // The faulty node loses its link on its first prepare and on its first
+  // commit. First a group on that node alone: prepared and committed in one
+  // request (scheduler/placement_group_manager.h), so its prepare is lost and
+  // resent, and no commit reaches the node (1 reset; a commit of its own would
+  // have been a second). Then a group over both nodes, through both phases:
+  // its commit on the faulty node is lost and resent (1 reset more).
+  // Removing a group frees its CPUs. (Before the resends: each reset rolled
+  // the attempt back.)
   const std::string mode = GENERATE(std::string("drop_reply"), std::string("fail_before_send"));
   lumen::test::chaos::Seed seed;
   INFO("seed " << seed.value() << ", mode " << mode);
@@ -69,8 +74,8 @@ TEST_CASE("bundle prepare and commit lost with the head link are resent with the
   {
     MultiNodeCluster cluster({{{{"CPU", 1}}}}, {{"LUMEN_HEAD_RETRY_PERIOD_MS", "100"}});
     const std::string head = cluster.head_address();
-    // The only node a bundle of 2 CPUs fits on; its first prepare and first
-    // commit each lose their link.
+    // The only node a bundle of 2 CPUs fits on; its first prepare and its
+    // first commit each lose their link.
     MultiNodeCluster::NodeSpec faulty{{{"CPU", 2}}};
     faulty.env = {{"LUMEN_FAULT_INJECT",
                    "prepareBundles:" + mode + ":1:1,commitBundles:" + mode + ":1:1"},
@@ -78,19 +83,32 @@ TEST_CASE("bundle prepare and commit lost with the head link are resent with the
     cluster.AddNode(faulty);
     REQUIRE(WaitUntil([] { return FreeCpus(3, 3); }));
 
-    auto pg = lumen::CreatePlacementGroup(
+    auto one = lumen::CreatePlacementGroup(
         {.bundles = {{{"CPU", 2}}}, .strategy = lumen::PlacementStrategy::PACK});
-    REQUIRE(pg.Wait(std::chrono::seconds(20)));
-    CHECK(ListedState(head, pg.GetID()) == "CREATED");
+    REQUIRE(one.Wait(std::chrono::seconds(20)));
+    CHECK(ListedState(head, one.GetID()) == "CREATED");
+    CHECK(HeadCounter(cluster, "lumen_head_node_reconnects_total") == 1);
+    CHECK(HeadCounter(cluster, "lumen_head_bundle_requests_resent_total") == 1);
+    CHECK(HeadCounter(cluster, "lumen_head_placement_group_rollbacks_total") == 0);
+    // Reserved once: the node's 2 CPUs are the bundle's, the first node's 1 is free.
+    CHECK(WaitUntil([] { return FreeCpus(3, 1); }, std::chrono::seconds(10)));
+    INFO("free " << lumen::test::chaos::ReadClusterUsage().free_cpus << " of 3");
+    lumen::RemovePlacementGroup(one.GetID());
+    REQUIRE(WaitUntil([] { return FreeCpus(3, 3); }, std::chrono::seconds(10)));
+
+    // 2 CPUs fit only the faulty node, and STRICT_SPREAD puts the 1 CPU on the other.
+    auto two = lumen::CreatePlacementGroup(
+        {.bundles = {{{"CPU", 2}}, {{"CPU", 1}}}, .strategy = lumen::PlacementStrategy::STRICT_SPREAD});
+    REQUIRE(two.Wait(std::chrono::seconds(20)));
+    CHECK(ListedState(head, two.GetID()) == "CREATED");
     CHECK(HeadCounter(cluster, "lumen_head_node_reconnects_total") == 2);
     CHECK(HeadCounter(cluster, "lumen_head_bundle_requests_resent_total") == 2);
     CHECK(HeadCounter(cluster, "lumen_head_placement_group_rollbacks_total") == 0);
     CHECK(HeadCounter(cluster, "lumen_head_nodes_declared_dead_total") == 0);
-    // Reserved once: the node's 2 CPUs are the bundle's, the first node's 1 is free.
-    CHECK(WaitUntil([] { return FreeCpus(3, 1); }, std::chrono::seconds(10)));
+    CHECK(WaitUntil([] { return FreeCpus(3, 0); }, std::chrono::seconds(10)));
     INFO("free " << lumen::test::chaos::ReadClusterUsage().free_cpus << " of 3");
 
-    lumen::RemovePlacementGroup(pg.GetID());
+    lumen::RemovePlacementGroup(two.GetID());
     CHECK(WaitUntil([] { return FreeCpus(3, 3); }, std::chrono::seconds(10)));
   }
   CHECK(leaks.Leaks("") == "");

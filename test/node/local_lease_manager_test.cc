@@ -411,6 +411,31 @@ TEST_CASE("placement-group bundles are reserved all or none") {
   CHECK(node.launcher.killed.size() == 1);  // what ran in it ends
 }
 
+TEST_CASE("a prepare with commit (a group on this node alone) commits all or none in one step") {
+  // Invariant: PrepareBundles(commit=true) that cannot reserve every bundle
+  // leaves nothing reserved and nothing committed; one that can leaves every
+  // bundle committed: the group's leases are served with no CommitBundles.
+  Node node(2);
+  auto refused = node.leases.PrepareBundles(
+      "h", {{0, Make({{"CPU", 1}})}, {1, Make({{"CPU", 2}})}}, /*commit=*/true);
+  CHECK(refused.code() == absl::StatusCode::kResourceExhausted);
+  CHECK(node.FreeCpu() == 2);
+  REQUIRE(node.leases.PrepareBundles("h", {{0, Make({{"CPU", 1}})}}, /*commit=*/true).ok());
+  CHECK(node.FreeCpu() == 1);
+  LeaseRequest request;
+  request.client = 1;
+  request.request_id = 1;
+  request.job = node.job;
+  request.resources = Make({{"CPU", 1}});
+  request.placement = request.resources;
+  request.group = "h";
+  node.leases.Submit(std::move(request));
+  node.WorkersConnect();
+  CHECK(node.clients.Grants(1).size() == 1);  // committed: usable by its leases
+  node.leases.RemoveGroup("h");
+  CHECK(node.FreeCpu() == 2);
+}
+
 TEST_CASE("a dispatch pass looks at each class of queued requests once, not at every request") {
   // Invariant: requests of one shape and job are equivalent, so while the
   // node is full each dispatch looks at the front of their class only: Q

@@ -1,4 +1,5 @@
-// PlacementGroupManager's two-phase commit, driven deterministically: a fake
+// PlacementGroupManager's two-phase commit (and the one step of a group on
+// one node alone), driven deterministically: a fake
 // BundleTransport stands for the nodes. A node acts on a request when it is
 // sent (it reserves a prepared bundle, releases a cancelled one) and its reply
 // (a cancel's acknowledgement too) is held until the test delivers it, drops
@@ -33,7 +34,9 @@ class FakeNodes : public BundleTransport {
     bool ok = !refusing.contains(request.node_id);
     for (const IndexedBundle& b : request.bundles) {
       std::string key = request.group_id + "/" + std::to_string(b.index);
-      if (request.phase == BundlePhase::kPrepare && ok) held.insert(key);
+      const bool reserves =
+          request.phase == BundlePhase::kPrepare || request.phase == BundlePhase::kPrepareCommit;
+      if (reserves && ok) held.insert(key);
       if (request.phase == BundlePhase::kCancel) held.erase(key);
     }
     // A cancel is acknowledged too (kept by the manager until then).
@@ -103,10 +106,11 @@ ClusterResourceView Nodes(std::vector<std::string> alive, double cpus = 4,
 
 struct Fixture {
   // `in_flight`: max_attempts_in_flight (1: one group's two phases at a time,
-  // as the protocol tests below step through).
-  explicit Fixture(size_t in_flight = 1)
+  // as the protocol tests below step through). `one_step`: one_step_single_node.
+  explicit Fixture(size_t in_flight = 1, bool one_step = true)
       : manager{{.limits = {.max_groups = 10, .max_bundles_per_group = 8, .max_name_bytes = 16,
-                            .removed_groups_kept = 2, .max_attempts_in_flight = in_flight},
+                            .removed_groups_kept = 2, .max_attempts_in_flight = in_flight,
+                            .one_step_single_node = one_step},
                  .transport = &nodes,
                  .on_event = [this](const PlacementGroup& g, GroupEvent e) {
                    events.emplace_back(g.id, e);
@@ -489,6 +493,80 @@ TEST_CASE("A prepare or commit whose reply is lost with the node's link is sent 
   CHECK(f.manager.rollbacks() == 3);  // i's attempt, and g and h (created, a bundle on b)
 }
 
+TEST_CASE("A group on one node alone is prepared and committed in one request") {
+  // Invariant: a group whose bundles all go to one node costs one request to
+  // that node (kPrepareCommit: it reserves and commits all or none) and one
+  // reply, after which it is kCreated; a refusal rolls it back with nothing
+  // reserved; a reply lost with the node's link is resent under the same
+  // ticket when the node registers again and the group is created once, no
+  // rollback; a death rolls it back. With one_step_single_node off the same
+  // group goes through both phases. Groups over several nodes always do
+  // (the tests above).
+  Fixture f;
+  f.Create("g", Cpus(2), PlacementStrategy::kPack);  // both bundles on one node
+  f.manager.Schedule(Nodes({"a", "b"}));
+  CHECK(f.State("g") == GroupState::kPreparing);
+  REQUIRE(f.nodes.sent.size() == 1);
+  CHECK(f.nodes.sent[0].phase == BundlePhase::kPrepareCommit);
+  CHECK(f.nodes.sent[0].bundles.size() == 2);
+  f.nodes.Deliver(f.manager, BundlePhase::kPrepareCommit);
+  CHECK(f.State("g") == GroupState::kCreated);
+  CHECK(f.nodes.sent.size() == 1);  // no commit after it
+  CHECK(f.nodes.ReservedBundles() == 2);
+  REQUIRE(f.events.size() == 1);
+  CHECK(f.events[0].second == GroupEvent::kCreated);
+  CHECK(std::string(BundlePhaseName(BundlePhase::kPrepareCommit)) == "PREPARE_COMMIT");
+
+  // Refused: rolled back, nothing of it reserved, pending again.
+  f.nodes.refusing.insert("a");
+  f.nodes.refusing.insert("b");
+  f.Create("h", Cpus(1), PlacementStrategy::kPack);
+  f.manager.Schedule(Nodes({"a", "b"}));
+  f.nodes.Deliver(f.manager, BundlePhase::kPrepareCommit);
+  CHECK(f.State("h") == GroupState::kPending);
+  CHECK(f.manager.rollbacks() == 1);
+  CHECK(f.nodes.ReservedBundles() == 2);  // g's only
+  f.nodes.Deliver(f.manager, BundlePhase::kCancel);  // the rollback's, acknowledged
+  CHECK(f.manager.unacknowledged_cancels() == 0);
+  f.nodes.refusing.clear();
+
+  // Its reply lost with the node's link: the same ticket again, answered
+  // from the node's table, created once.
+  f.manager.Schedule(Nodes({"a", "b"}));
+  REQUIRE(f.State("h") == GroupState::kPreparing);
+  const BundleRequest first = f.nodes.sent.back();
+  CHECK(first.phase == BundlePhase::kPrepareCommit);
+  f.nodes.Drop(first.node_id);
+  f.manager.OnNodeReconnected(first.node_id);
+  CHECK(f.nodes.sent.back().ticket == first.ticket);
+  CHECK(f.nodes.sent.back().phase == BundlePhase::kPrepareCommit);
+  CHECK(f.nodes.replayed == 1);
+  f.nodes.Deliver(f.manager, BundlePhase::kPrepareCommit);
+  CHECK(f.State("h") == GroupState::kCreated);
+  CHECK(f.manager.rollbacks() == 1);
+  CHECK(f.nodes.ReservedBundles() == 3);
+
+  // Its node dies while the one step is unanswered: rolled back.
+  f.Create("i", Cpus(1), PlacementStrategy::kPack);
+  f.manager.Schedule(Nodes({"a", "b"}, 8));
+  REQUIRE(f.State("i") == GroupState::kPreparing);
+  const std::string i_node = f.manager.Find("i")->nodes[0];
+  f.nodes.Drop(i_node);
+  f.manager.OnNodeDead(i_node);
+  CHECK(f.State("i") == GroupState::kPending);
+
+  // Off: the two phases, as for a group over several nodes.
+  Fixture two(/*in_flight=*/1, /*one_step=*/false);
+  two.Create("g", Cpus(2), PlacementStrategy::kPack);
+  two.manager.Schedule(Nodes({"a", "b"}));
+  CHECK(two.nodes.Count(BundlePhase::kPrepare) == 1);
+  CHECK(two.nodes.Count(BundlePhase::kPrepareCommit) == 0);
+  two.nodes.Deliver(two.manager, BundlePhase::kPrepare);
+  CHECK(two.State("g") == GroupState::kCommitting);
+  two.nodes.Deliver(two.manager, BundlePhase::kCommit);
+  CHECK(two.State("g") == GroupState::kCreated);
+}
+
 TEST_CASE("Create checks its limits, is idempotent, and removed groups are remembered up to a bound") {
   // Invariant: the manager holds at most max_groups live groups and at most
   // removed_groups_kept removed ones; a retried create changes nothing.
@@ -527,15 +605,16 @@ TEST_CASE("Concurrent attempts: one Schedule starts every group that fits, each 
   CHECK(f.State("g1") == GroupState::kPreparing);
   CHECK(f.State("g2") == GroupState::kPreparing);
   CHECK(f.State("g3") == GroupState::kPreparing);
-  CHECK(f.nodes.Count(BundlePhase::kPrepare) == 5);  // 2 + 2 + 1 node shares
+  CHECK(f.nodes.Count(BundlePhase::kPrepare) == 4);  // g1's and g2's 2 node shares each
+  // g3 (one bundle, so one node) is prepared and committed in one step.
+  CHECK(f.nodes.Count(BundlePhase::kPrepareCommit) == 1);
+  f.nodes.Deliver(f.manager, BundlePhase::kPrepareCommit);
+  CHECK(f.State("g3") == GroupState::kCreated);
 
-  // Only a's prepares answered: g1 and g2 wait for b; g3 (one bundle) goes
-  // to its commit once its one node prepared.
-  const bool g3_on_a = f.manager.Find("g3")->nodes[0] == "a";
+  // Only a's prepares answered: g1 and g2 wait for b.
   f.nodes.Deliver(f.manager, BundlePhase::kPrepare, "a");
-  CHECK(f.nodes.Count(BundlePhase::kCommit) == (g3_on_a ? 1u : 0u));
+  CHECK(f.nodes.Count(BundlePhase::kCommit) == 0);
   CHECK(f.State("g1") == GroupState::kPreparing);
-  CHECK(f.State("g3") == (g3_on_a ? GroupState::kCommitting : GroupState::kPreparing));
 
   // b refuses g2's share only: make b refuse, then deliver b's prepares.
   for (auto& r : f.nodes.replies) {
@@ -548,7 +627,7 @@ TEST_CASE("Concurrent attempts: one Schedule starts every group that fits, each 
   f.nodes.Deliver(f.manager, BundlePhase::kPrepare, "b");
   CHECK(f.State("g2") == GroupState::kPending);  // rolled back alone
   CHECK(f.State("g1") == GroupState::kCommitting);
-  CHECK(f.State("g3") == GroupState::kCommitting);
+  CHECK(f.State("g3") == GroupState::kCreated);
   f.nodes.Deliver(f.manager, BundlePhase::kCommit);
   CHECK(f.State("g1") == GroupState::kCreated);
   CHECK(f.State("g3") == GroupState::kCreated);
@@ -569,7 +648,7 @@ TEST_CASE("Concurrent attempts do not count the same free resources twice") {
   CHECK(f.State("y") == GroupState::kPending);
   f.manager.Schedule(Nodes({"a"}));  // the same report again: x still holds its share
   CHECK(f.State("y") == GroupState::kPending);
-  CHECK(f.nodes.Count(BundlePhase::kPrepare) == 1);
+  CHECK(f.nodes.Count(BundlePhase::kPrepareCommit) == 1);  // x's one step
 }
 
 TEST_CASE("Concurrent attempts: a node that dies during prepare rolls back every attempt on it") {
@@ -582,14 +661,14 @@ TEST_CASE("Concurrent attempts: a node that dies during prepare rolls back every
   f.manager.Schedule(Nodes({"a", "b"}));
   const std::string r_node = f.manager.Find("r")->nodes[0];
   const std::string dead = r_node == "a" ? "b" : "a";
-  f.nodes.Deliver(f.manager, BundlePhase::kPrepare, r_node);
+  f.nodes.Deliver(f.manager, BundlePhase::kPrepare, r_node);  // p's and q's shares there
   f.manager.OnNodeDead(dead);
   f.nodes.Drop(dead);
   f.nodes.reserved.erase(dead);  // its bundles went with it
   CHECK(f.State("p") == GroupState::kPending);
   CHECK(f.State("q") == GroupState::kPending);
-  CHECK(f.State("r") == GroupState::kCommitting);
-  f.nodes.Deliver(f.manager, BundlePhase::kCommit);
+  CHECK(f.State("r") == GroupState::kPreparing);  // its one step, on the live node, goes on
+  f.nodes.Deliver(f.manager, BundlePhase::kPrepareCommit);
   CHECK(f.State("r") == GroupState::kCreated);
   CHECK(f.nodes.ReservedBundles() == 1);  // r's; p's and q's shares on the live node released
   CHECK(f.manager.rollbacks() == 2);

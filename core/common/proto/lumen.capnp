@@ -296,6 +296,7 @@ struct BundleBatch {
   groupId @0 :Data;
   bundles @1 :List(Bundle);
   retryKey @2 :RetryKey;   # (head, ticket): de-duplicated by the node; a resent cancel acts once
+  commit @3 :Bool;         # prepareBundles only: commit at once too (every bundle of the group is on this node)
 }
 
 struct BundleReply {

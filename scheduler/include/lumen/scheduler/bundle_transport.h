@@ -1,5 +1,6 @@
 // BundleTransport: how the placement-group manager talks to the nodes that
-// hold a group's bundles (phase 1 prepare, phase 2 commit, and cancel).
+// hold a group's bundles (phase 1 prepare, phase 2 commit, and cancel; or
+// prepare and commit in one request when every bundle goes to one node).
 //
 // The head implements it over its node connections; tests implement it with a
 // fake that records requests and delivers replies when the test says so:
@@ -26,9 +27,12 @@ enum class BundlePhase {
   kPrepare,  // reserve the bundles out of the node's free resources, all or none
   kCommit,   // make prepared bundles usable by leases
   kCancel,   // release prepared or committed bundles (acknowledged by a reply)
+  // Reserve and make usable at once, all or none: a group whose bundles all go
+  // to one node (that node's answer decides alone, so no second phase).
+  kPrepareCommit,
 };
 
-// "PREPARE", "COMMIT" or "CANCEL".
+// "PREPARE", "COMMIT", "CANCEL" or "PREPARE_COMMIT".
 const char* BundlePhaseName(BundlePhase phase);
 
 // One bundle of a group, as a node needs it.

@@ -17,6 +17,7 @@
 //
 //   kPending / kInfeasible --Schedule places it--> kPreparing --every node prepared--> kCommitting
 //   kCommitting --every node committed--> kCreated
+//   kPreparing --its one node prepared and committed (one step)--> kCreated
 //   kPreparing / kCommitting --a node refuses, cannot be reached for a prepare, or dies-->
 //       rollback: cancel on every node of the attempt, back to kPending (tried again at the
 //       next Schedule)
@@ -25,6 +26,11 @@
 //   kCreated --a node holding a bundle dies--> cancel on the others, back to kPending
 //   kPending --Schedule: it can never fit the alive nodes' totals--> kInfeasible (and back)
 //   any --Remove--> kRemoved (cancel sent when bundles were reserved; final)
+//
+// A group whose bundles all go to one node skips the second phase (with
+// limits.one_step_single_node, the default): one kPrepareCommit request, which
+// that node reserves and commits at once, all or none, and one reply; the
+// rollback, resend and death rules below are the same as for a prepare.
 //
 // Invariants: each group is all or nothing on its own (its attempt commits
 // only after every node of it prepared, and any refusal, unreachable node or
@@ -93,6 +99,10 @@ struct PlacementGroupLimits {
   // WriteBatch), so a burst of groups costs a few round trips to each node,
   // not two per group.
   size_t max_attempts_in_flight = 64;
+  // A group placed on one node alone is prepared and committed in one request
+  // (kPrepareCommit): one round trip to the node instead of two. Off: every
+  // group goes through both phases.
+  bool one_step_single_node = true;
 };
 
 struct PlacementGroup {
@@ -206,7 +216,7 @@ class PlacementGroupManager {
   struct Ticket {
     std::string group_id;
     std::string node_id;
-    BundlePhase phase = BundlePhase::kPrepare;  // kPrepare or kCommit
+    BundlePhase phase = BundlePhase::kPrepare;  // kPrepare, kCommit or kPrepareCommit
   };
 
   // `g`'s bundles on `node_id` as a request of `phase` (ticket 0).
@@ -216,8 +226,11 @@ class PlacementGroupManager {
   // tickets, oldest first (it registered again).
   void ResendTicketsOf(const std::string& node_id);
 
-  // Sends `phase` of `g` to each node it uses, one request per node. Prepare
-  // and commit register tickets; returns false when a node could not be reached.
+  // True when every bundle of `g` is placed on the same node.
+  static bool OneNode(const PlacementGroup& g);
+  // Sends `phase` of `g` to each node it uses, one request per node. Prepare,
+  // commit and prepare-commit register tickets; returns false when a node
+  // could not be reached.
   bool SendPhase(PlacementGroup& g, BundlePhase phase);
   // Undoes the attempt or the reservation of `g`: cancels everywhere, drops its
   // tickets, back to kPending with `why`.

@@ -28,6 +28,9 @@ struct HeadLimits {
   size_t max_bundles_per_group = 10000;         // LUMEN_MAX_BUNDLES_PER_GROUP
   size_t max_name_bytes = 1024;                 // actor and placement-group names
   size_t max_parked_requests_per_connection = 10000;  // LUMEN_MAX_PARKED_REQUESTS
+  // LUMEN_PLACEMENT_GROUP_ONE_STEP: 0 puts every group through both phases,
+  // also one on a single node (PlacementGroupLimits::one_step_single_node).
+  size_t placement_group_one_step = 1;
 
   static HeadLimits FromEnv();
 };
