@@ -261,20 +261,7 @@ std::vector<internal::ObjectBytes> CoreWorker::Get(
   }
   std::vector<internal::ObjectBytes> out;
   out.reserve(refs.size());
-  for (size_t i = 0; i < refs.size(); ++i) {
-    // A small value held here (the usual task result): read through the
-    // entry the wait returned, without a lookup by id or ReadyBytes' copies.
-    {
-      ObjectTable::Locked objects(*object_table_);
-      const ObjectEntry& e = *entries[i];
-      if (e.ready.load(std::memory_order_acquire) && e.kind == ObjectEntry::Kind::kInline &&
-          e.value != nullptr) {
-        out.push_back(internal::ObjectBytes{*e.value, e.value});
-        continue;
-      }
-    }
-    out.push_back(ReadyBytes(refs[i]->id(), deadline));
-  }
+  for (const auto* ref : refs) out.push_back(ReadyBytes(ref->id(), deadline));
   return out;
 }
 

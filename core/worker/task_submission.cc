@@ -33,32 +33,6 @@ namespace lumen::runtime {
 // ---------------------------------------------------------------------------
 // Task submission (owner side)
 
-namespace {
-
-// The scheduling queue's key of a task: its resource shape, its strategy, and
-// whether it may be retried. The shape's part formats every quantity
-// (absl::StrAppend of a double: SixDigitsToBuffer in the submitting thread's
-// profile, stop 31): the last shape's part is kept per thread, and a task of
-// the same shape (the usual case: one shape per loop) only compares its map.
-std::string QueueKey(const std::map<std::string, double>& resources,
-                     const internal::SchedulingOptions& scheduling, bool retriable) {
-  thread_local std::map<std::string, double> last_resources;
-  thread_local std::string last_shape_key;
-  if (last_shape_key.empty() || resources != last_resources) {
-    last_shape_key = ResourceShapeKey(resources);
-    last_resources = resources;
-  }
-  std::string key = last_shape_key;
-  if (scheduling.kind != internal::SchedulingOptions::Kind::kDefault ||
-      !scheduling.placement_group.empty()) {
-    key += SchedulingKey(scheduling);
-  }
-  if (!retriable) key += "/no-retry";
-  return key;
-}
-
-}  // namespace
-
 std::shared_ptr<internal::RefHandle> CoreWorker::SubmitTask(
     std::string_view function, std::vector<internal::TaskArgument> args,
     const internal::TaskOptions& options) {
@@ -78,7 +52,8 @@ std::shared_ptr<internal::RefHandle> CoreWorker::SubmitTask(
   task->retry_exceptions = options.retry_exceptions;
   // Retriable and non-retriable tasks lease apart: the node's memory monitor
   // tells their workers apart by the lease.
-  placement.queue_key = QueueKey(placement.resources, placement.scheduling, task->max_retries != 0);
+  placement.queue_key = ResourceShapeKey(placement.resources) + SchedulingKey(placement.scheduling) +
+                        (task->max_retries != 0 ? "" : "/no-retry");
   auto handle = std::make_shared<internal::RefHandle>(task->return_id, shared_listen_address_);
   Enqueue(std::move(task));
   return handle;
