@@ -31,8 +31,12 @@ void WaitOneAtATime() {
     // only reference-count increments): the Wait itself is what is timed.
     auto result = Wait(std::move(not_ready), 1);
     ++calls;
-    Check(result.ready.size() == 1, "Wait(refs, 1) returned " +
-                                        std::to_string(result.ready.size()) + " ready refs, not 1");
+    // The message only on failure: built on every call it cost the loop
+    // three allocations per Wait (~7 % of the driver's CPU, stop 31).
+    if (result.ready.size() != 1) {
+      Check(false, "Wait(refs, 1) returned " + std::to_string(result.ready.size()) +
+                       " ready refs, not 1");
+    }
     not_ready = std::move(result.unready);
   }
   Check(calls == kRefs, "waited " + std::to_string(calls) + " times, not 1000");

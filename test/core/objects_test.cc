@@ -245,6 +245,35 @@ TEST_CASE("Wait with its refs moved in splits them as the copying Wait does and 
   CHECK(*lumen::Get(gated) == 3);
 }
 
+TEST_CASE("Wait with its refs moved keeps them on a nil ref and with num_returns 0 returns all unready") {
+  // Invariant: a nil ref throws before anything moves (the input unchanged,
+  // its refs still valid); num_returns 0 moves every ref, in order, to
+  // unready; the per-thread handle buffer a longer Wait left behind does not
+  // leak into a shorter or a longer one after it.
+  using namespace std::chrono_literals;
+  ScopedCluster cluster;
+  std::vector<lumen::ObjectRef<int>> done;
+  for (int i = 0; i < 6; ++i) done.push_back(lumen::Task(Identity).Remote(i));
+  for (const auto& ref : done) REQUIRE(*lumen::Get(ref, 30s) >= 0);
+  std::vector<lumen::ObjectRef<int>> with_nil{done[0], lumen::ObjectRef<int>(), done[1]};
+  REQUIRE_THROWS_AS(lumen::Wait(std::move(with_nil), 1, 30s), lumen::Error);
+  REQUIRE(with_nil.size() == 3);
+  CHECK(with_nil[0] == done[0]);
+  CHECK(with_nil[1].IsNil());
+  CHECK(*lumen::Get(with_nil[2]) == 1);
+  std::vector<lumen::ObjectRef<int>> all(done);
+  auto none = lumen::Wait(std::move(all), 0, 30s);
+  CHECK(none.ready.empty());
+  CHECK(none.unready == done);
+  CHECK(all.empty());
+  auto two = lumen::Wait(std::vector{done[4], done[5]}, 2, 30s);
+  CHECK(two.ready == std::vector<lumen::ObjectRef<int>>{done[4], done[5]});
+  CHECK(two.unready.empty());
+  auto last = lumen::Wait(std::vector(done.rbegin(), done.rend()), 1, 30s);
+  CHECK(last.ready == std::vector<lumen::ObjectRef<int>>{done[5]});
+  CHECK(last.unready == std::vector<lumen::ObjectRef<int>>{done[4], done[3], done[2], done[1], done[0]});
+}
+
 TEST_CASE("Wait returns at most num_returns ready refs, the first ready ones in input order") {
   // Invariant (Ray's ray.wait): with more refs ready than num_returns, both
   // Wait overloads put exactly the first num_returns ready refs (in input
