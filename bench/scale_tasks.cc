@@ -128,8 +128,9 @@ ScaleRow Drain(const char* experiment, long n, bool spread, const BenchCluster& 
     row.daemon_kib = std::max(row.daemon_kib,
                               static_cast<double>(PeakRssKiB(daemons[i]) - daemon_baselines[i]));
   }
-  char note[64];
-  std::snprintf(note, sizeof(note), "submitted in %.2f s; ", submit_seconds);
+  char note[96];
+  std::snprintf(note, sizeof(note), "submitted in %.2f s (%.0f tasks/s); ", submit_seconds,
+                submit_seconds > 0 ? static_cast<double>(n) / submit_seconds : 0.0);
   row.note = note + cpu.PerTask(n);
   ::malloc_trim(0);  // what the drain freed goes back before the next size
   return row;
