@@ -562,7 +562,6 @@ void StoreServer::StartRestore(const ObjectId& id, std::optional<Restore::Waiter
   auto [it, fresh] = restoring_.try_emplace(id);
   if (waiter) it->second.waiters.push_back(std::move(*waiter));
   if (!fresh) return;
-  it->second.started_us = TaskEventRecorder::NowMicros();
   const SpillIndex::Location* at = index_.Find(id);
   Allocate(Parked{kRestoreClient, id, at->size, /*secondary=*/false,
                   std::chrono::steady_clock::now() + options_.full_grace,
@@ -576,6 +575,10 @@ void StoreServer::StartRestore(const ObjectId& id, std::optional<Restore::Waiter
                       OnRestored(id, absl::NotFoundError(
                                          absl::StrCat("object ", id.Hex(), " was freed")));
                       return;
+                    }
+                    // The copy's time, not the wait for memory before it.
+                    if (auto r = restoring_.find(id); r != restoring_.end()) {
+                      r->second.started_us = TaskEventRecorder::NowMicros();
                     }
                     segment_->PrefaultForWrite(*offset, at->size);
                     worker_->Read(at->path, at->offset, at->size,

@@ -112,8 +112,9 @@ std::shared_ptr<Connection> OutboundConnections::AdoptNode(const std::string& ad
   conn->Start(
       [this, address](Connection& c, proto::Envelope::Reader m) {
         if (m.isHelloReply()) {
-          // Sent only to refuse (it closes next): say why, since this
-          // owner's requests to that node fail from now on.
+          // A welcome needs nothing more; a refusal (the node closes
+          // next) is logged with its reason, since this owner's requests
+          // to that node fail from now on.
           if (!m.getHelloReply().getOk()) {
             LUMEN_LOG(WARNING) << "node daemon at " << address << " refused this owner: "
                                << m.getHelloReply().getError().cStr();

@@ -236,7 +236,7 @@ class StoreServer {
       ReplyFn reply;
     };
     std::vector<Waiter> waiters;
-    int64_t started_us = 0;  // system clock, for its RESTORE event
+    int64_t started_us = 0;  // system clock, when the read began (its RESTORE event)
   };
 
   StoreServer(StoreOptions options, std::unique_ptr<ShmSegment> segment);

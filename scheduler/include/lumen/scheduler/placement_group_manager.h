@@ -30,7 +30,7 @@
 // A group whose bundles all go to one node skips the second phase (with
 // limits.one_step_single_node, the default): one kPrepareCommit request, which
 // that node reserves and commits at once, all or none, and one reply; the
-// rollback, resend and death rules below are the same as for a prepare.
+// rollback, resend and death rules above are the same as for a prepare.
 //
 // Invariants: each group is all or nothing on its own (its attempt commits
 // only after every node of it prepared, and any refusal, unreachable node or
