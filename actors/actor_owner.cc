@@ -71,7 +71,7 @@ void ActorOwner::OnLeaseGranted(const ObjectId& id, int generation, WorkerPlacem
     lease->End(/*kill=*/true);
     return;
   }
-  if (dead_nodes_.contains(where.node_id)) {
+  if (dead_nodes_.Contains(where.node_id)) {
     // The grant crossed the node's death: nothing may run there. The
     // incarnation never started, so this costs no restart.
     lease->End(/*kill=*/true);
@@ -190,7 +190,7 @@ void ActorOwner::OnExitCause(const ObjectId& id, int generation, const std::stri
 std::vector<std::pair<ObjectId, std::string>> ActorOwner::OnNodeDead(const NodeId& node,
                                                                      const absl::Status& why) {
   Scope scope(*this);
-  dead_nodes_.insert(node);
+  dead_nodes_.Insert(node);
   std::vector<std::pair<ObjectId, int>> doomed;
   std::vector<std::pair<ObjectId, std::string>> placed;
   for (const auto& [id, actor] : actors_) {

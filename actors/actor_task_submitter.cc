@@ -214,7 +214,13 @@ void ActorTaskSubmitter::MaybeForget(const ObjectId& actor) {
   PerActor& a = *it->second;
   if (!a.dead || !a.queue.empty() || !a.in_flight.empty() || !a.interrupted.empty()) return;
   if (a.channel != 0 || a.opening) return;  // its loss or channel is still to be reported
-  deaths_[actor] = std::move(a.death);
+  if (deaths_.insert_or_assign(actor, std::move(a.death)).second) {
+    death_order_.push_back(actor);
+    if (death_order_.size() > kRememberedDeaths) {
+      deaths_.erase(death_order_.front());
+      death_order_.pop_front();
+    }
+  }
   actors_.erase(it);
 }
 

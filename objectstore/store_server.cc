@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "lumen/common/logging.h"
+#include "lumen/common/post.h"
 #include "lumen/common/proto_util.h"
 #include "lumen/common/task_events.h"
 
@@ -99,7 +100,7 @@ StoreServer::StoreServer(StoreOptions options, std::unique_ptr<ShmSegment> segme
       }) {
   worker_ = std::make_unique<SpillWorker>(
       [io = options_.io, alive = std::weak_ptr<char>(alive_)](std::function<void()> fn) {
-        boost::asio::post(*io, [alive, fn = std::move(fn)] {
+        lumen::Post(*io, "store.spill_done", [alive, fn = std::move(fn)] {
           if (alive.lock()) fn();
         });
       });

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
+#include "lumen/common/post.h"
 #include "lumen/common/process.h"
 #include "lumen/common/timeouts.h"
 
@@ -201,7 +202,7 @@ void AsyncConnectToAddress(asio::io_context& io, const std::string& address,
                            ConnectCallback done) {
   auto pending = std::make_shared<PendingConnect>(io, std::move(done));
   auto fail_later = [&io, pending](absl::Status status) {
-    asio::post(io, [pending, status = std::move(status)] { pending->Finish(status); });
+    lumen::Post(io, "connect.fail", [pending, status = std::move(status)] { pending->Finish(status); });
   };
   Endpoint endpoint = ParseAddress(address);
   bool same_node = InSessionDir(endpoint.unix_path, local_session_dir);

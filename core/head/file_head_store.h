@@ -50,8 +50,8 @@ class FileHeadStore : public HeadStore {
   FileHeadStore& operator=(const FileHeadStore&) = delete;
 
   absl::StatusOr<HeadState> Load() override;
-  absl::Status Append(const HeadRecord& record) override;
-  absl::Status Snapshot() override;
+  [[nodiscard]] absl::Status Append(const HeadRecord& record) override;
+  [[nodiscard]] absl::Status Snapshot() override;
   std::string Describe() const override;
 
   // Bytes in the log now (for tests).

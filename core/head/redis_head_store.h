@@ -39,13 +39,13 @@ class RedisHeadStore : public HeadStore {
   RedisHeadStore& operator=(const RedisHeadStore&) = delete;
 
   absl::StatusOr<HeadState> Load() override;
-  absl::Status Append(const HeadRecord& record) override;
-  absl::Status Snapshot() override { return absl::OkStatus(); }
+  [[nodiscard]] absl::Status Append(const HeadRecord& record) override;
+  [[nodiscard]] absl::Status Snapshot() override { return absl::OkStatus(); }
   std::string Describe() const override;
 
  private:
   RedisHeadStore(std::string host, int port, std::string ns);
-  absl::Status Connect();
+  [[nodiscard]] absl::Status Connect();
   std::string HashKey(HeadTable table) const;
 
   std::string host_;

@@ -18,8 +18,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
-#include "core/node/recent_set.h"
 #include "lumen/common/ids.h"
+#include "lumen/common/recent_set.h"
 #include "lumen/common/thread_checker.h"
 #include "lumen/proto/lumen.capnp.h"
 #include "lumen/scheduler/cluster_view.h"

@@ -13,6 +13,7 @@
 #include "lumen/common/head_client.h"
 #include "lumen/common/head_local_socket.h"
 #include "lumen/common/logging.h"
+#include "lumen/common/post.h"
 #include "lumen/common/process.h"
 #include "lumen/common/proto_util.h"
 #include "lumen/common/unix_endpoint.h"
@@ -215,7 +216,7 @@ void HeadLink::Connect() {
     if (!ec) {
       SetCloseOnExec(s.native_handle());
       // Completed: on with it from the loop, as an asynchronous connect would.
-      asio::post(io_, [this, attempt, fd = s.release()] {
+      lumen::Post(io_, "node.head_connected", [this, attempt, fd = s.release()] {
         if (attempt != attempt_ || stopped_) {
           ::close(fd);
           return;

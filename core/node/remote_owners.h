@@ -39,8 +39,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "core/node/recent_set.h"
 #include "lumen/common/ids.h"
+#include "lumen/common/recent_set.h"
 #include "lumen/common/thread_checker.h"
 
 namespace lumen::node {

@@ -35,7 +35,7 @@ class RotatingLogFile {
   int rotations() const { return rotations_; }
 
  private:
-  absl::Status Open();
+  [[nodiscard]] absl::Status Open();
 
   const std::string path_;
   const uint64_t max_bytes_;

@@ -93,6 +93,7 @@ std::vector<TaskEvent> TaskEventBuffer::events() const {
   std::vector<TaskEvent> out;
   out.reserve(kept_);
   for (const Chunk& c : chunks_) {
+    // Kept chunks passed ForEachTally's checks when they came: no error here.
     (void)packed_events::ForEach(c.records, [&](const packed_events::View& e) { out.push_back(e.ToEvent()); });
   }
   return out;

@@ -61,13 +61,13 @@ class TaskEventBuffer {
   // most one flush more. FAILED events are also appended to `failed` (when
   // not null), decoded. A malformed blob is refused whole (an error, nothing kept
   // or counted).
-  absl::Status AddPacked(std::string records, uint64_t dropped_upstream,
+  [[nodiscard]] absl::Status AddPacked(std::string records, uint64_t dropped_upstream,
                          std::vector<TaskEvent>* failed = nullptr);
   // Moves this process's own recorded events (TaskEvents(): the daemon's
   // lease grants and pulls) in.
   void AddOwnEvents();
   // The same for a taskEvents frame (packed, or the old per-event list).
-  absl::Status AddBatch(proto::TaskEventBatch::Reader batch, std::vector<TaskEvent>* failed = nullptr);
+  [[nodiscard]] absl::Status AddBatch(proto::TaskEventBatch::Reader batch, std::vector<TaskEvent>* failed = nullptr);
   // The same for decoded events (tests).
   void Add(const std::vector<TaskEvent>& events, uint64_t dropped_upstream);
 

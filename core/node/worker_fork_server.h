@@ -127,7 +127,7 @@ class WorkerForkServer : public WorkerForker {
   };
 
   // Starts a template for `executable` (at the front of templates_).
-  absl::Status StartTemplate(const std::string& executable);
+  [[nodiscard]] absl::Status StartTemplate(const std::string& executable);
   // Kills, reaps (bounded) and forgets the template; `failed` counts it
   // against its executable, `why` is logged.
   void Retire(std::list<Template>::iterator it, bool failed, const std::string& why);

@@ -299,7 +299,12 @@ void WorkerLogRouter::Stop() {
       if (!s->open) continue;
       // A line not yet ended by a newline still goes to the file.
       s->splitter.Finish([&](std::string_view text, bool) { s->file_buffer.append(text); });
-      if (!s->file_buffer.empty()) (void)s->file.Write(s->file_buffer);
+      if (!s->file_buffer.empty()) {
+        if (absl::Status written = s->file.Write(s->file_buffer); !written.ok()) {
+          LUMEN_LOG(WARNING) << "the last output of worker " << w->pid << " is not in its log file: "
+                             << written;
+        }
+      }
       s->open = false;
       s->pipe.close(ignored);
     }

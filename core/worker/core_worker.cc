@@ -36,9 +36,9 @@
 #include "lumen/common/codec.h"
 #include "lumen/common/head_client.h"
 #include "lumen/common/logging.h"
+#include "lumen/common/post.h"
 #include "lumen/common/process.h"
 #include "lumen/common/proto_util.h"
-#include "lumen/common/post.h"
 #include "lumen/common/task_events.h"
 #include "lumen/errors.h"
 #include "lumen/objectstore/fd_passing.h"
@@ -341,7 +341,7 @@ absl::Status CoreWorker::Connect() {
       std::make_unique<OutputTagger>(options_.is_worker && OutputTagger::EnabledByEnvironment());
   event_flusher_ = std::make_unique<TaskEventFlusher>(
       io_, TaskEvents(), options_.timeouts.task_event_flush_period, node_conn_);
-  boost::asio::post(io_, [this] { event_flusher_->Start(); });
+  lumen::Post(io_, "worker.start_event_flusher", [this] { event_flusher_->Start(); });
 
   work_.emplace(io_.get_executor());
   io_thread_ = std::thread([this] {

@@ -21,8 +21,8 @@ class CoreWorker::ExecutorHost final : public TaskExecutorHost {
   bool ShouldStop() override { return core_.node_lost_ || core_.stopped_; }
   absl::StatusOr<internal::ObjectBytes> FetchArgument(const TaskToRun::Arg& arg) override;
   absl::StatusOr<uint8_t*> CreateInStore(const ObjectId& id, uint64_t size) override;
-  absl::Status SealInStore(const ObjectId& id, uint64_t size) override;
-  absl::Status CheckSealed(const ObjectId& id) override;
+  [[nodiscard]] absl::Status SealInStore(const ObjectId& id, uint64_t size) override;
+  [[nodiscard]] absl::Status CheckSealed(const ObjectId& id) override;
   void SendReply(const std::weak_ptr<Connection>& reply_to, std::string frame) override;
   // Never returns: the io thread ends the process once the reply is out.
   void SendLastReplyAndExit(const std::weak_ptr<Connection>& reply_to,

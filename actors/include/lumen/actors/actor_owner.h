@@ -34,6 +34,7 @@
 #include "lumen/actors/actor_lifecycle.h"
 #include "lumen/actors/actor_owner_runtime.h"
 #include "lumen/common/ids.h"
+#include "lumen/common/recent_set.h"
 #include "lumen/common/thread_checker.h"
 
 namespace lumen::actors {
@@ -138,8 +139,11 @@ class ActorOwner {
   Runtime runtime_;
   absl::flat_hash_map<ObjectId, std::unique_ptr<OwnedActor>> actors_;
   // Nodes declared dead: a late grant from one is refused. One entry per dead
-  // node incarnation of the cluster (they are not reused).
-  absl::flat_hash_set<NodeId> dead_nodes_;
+  // node incarnation of the cluster (they are not reused); the last
+  // kRememberedDeadNodes only (a grant
+  // crosses a death within seconds, not thousands of deaths later).
+  static constexpr size_t kRememberedDeadNodes = 4096;
+  RecentSet<NodeId> dead_nodes_{kRememberedDeadNodes};
   int depth_ = 0;                  // public entry points on the stack
   std::vector<ObjectId> forget_;   // dead and out of scope: erased at depth 0
   ThreadChecker thread_;

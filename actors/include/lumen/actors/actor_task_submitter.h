@@ -115,7 +115,11 @@ class ActorTaskSubmitter {
   ActorCallTransport& transport_;
   absl::flat_hash_map<ObjectId, std::unique_ptr<PerActor>> actors_;
   // Dead actors whose state was dropped: later calls to them fail at once.
+  // The last kRememberedDeaths only (oldest first in death_order_): a call to
+  // an older one asks its owner, who says it is dead.
+  static constexpr size_t kRememberedDeaths = 4096;
   absl::flat_hash_map<ObjectId, std::string> deaths_;
+  std::deque<ObjectId> death_order_;
 };
 
 }  // namespace lumen::actors

@@ -58,7 +58,7 @@ class Allocator {
   // blocks are aligned, disjoint and coalesced (no two touch), no allocation
   // overlaps a free block or another allocation, and used() plus the free
   // bytes is the capacity; else Internal naming the first violation. O(n log n).
-  absl::Status CheckInvariants() const;
+  [[nodiscard]] absl::Status CheckInvariants() const;
 
  private:
   void InsertFree(uint64_t offset, uint64_t size);

@@ -25,7 +25,7 @@ namespace lumen::objectstore {
 // EINTR and, on a non-blocking socket, polls for writability on EAGAIN. Never
 // raises SIGPIPE (MSG_NOSIGNAL): a closed peer gives UnavailableError. The
 // caller keeps ownership of `fd_to_send`.
-absl::Status SendWithFd(int socket_fd, const void* data, size_t len, int fd_to_send);
+[[nodiscard]] absl::Status SendWithFd(int socket_fd, const void* data, size_t len, int fd_to_send);
 
 // One non-blocking sendmsg of up to `len` (> 0) bytes of `data` with
 // `fd_to_send` attached (retries EINTR only): for an event loop, which must

@@ -93,12 +93,12 @@ class ObjectTable {
 
   // Makes the object readable and drops the creator's pin. Errors: NotFound;
   // FailedPrecondition when already sealed or `client` is not the creator.
-  absl::Status Seal(ClientId client, const ObjectId& id);
+  [[nodiscard]] absl::Status Seal(ClientId client, const ObjectId& id);
 
   // The creator gives up an unsealed object; it is freed (unless pinned
   // otherwise, which cannot happen for an unsealed object). Errors: NotFound;
   // FailedPrecondition when sealed or `client` is not the creator.
-  absl::Status Abort(ClientId client, const ObjectId& id);
+  [[nodiscard]] absl::Status Abort(ClientId client, const ObjectId& id);
 
   // Pins a sealed object for `client` (pins are counted; each needs a
   // Release). Errors: NotFound if absent or delete-pending; Unavailable if
@@ -130,7 +130,7 @@ class ObjectTable {
   // For property tests: the allocator's invariants, one allocation per object,
   // pin counts that agree with the clients' pins, and the running counts of
   // pinned objects and bytes that agree with a recount; else Internal.
-  absl::Status CheckInvariants() const;
+  [[nodiscard]] absl::Status CheckInvariants() const;
   const Allocator& allocator() const { return allocator_; }
 
   // One object as `lumen memory` shows it.

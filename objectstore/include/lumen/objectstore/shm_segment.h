@@ -54,7 +54,7 @@ class ShmSegment {
   // in them are freed, so a range whose chunks (kChunk) were all reserved
   // through this object before returns at once, without a system call (a
   // fallocate of reserved pages still walks them: ~25 ms for 800 MiB).
-  absl::Status Reserve(uint64_t offset, uint64_t length) const;
+  [[nodiscard]] absl::Status Reserve(uint64_t offset, uint64_t length) const;
 
   // Best effort: populates the page tables of the read-write view for the
   // range in one call (MADV_POPULATE_WRITE, Linux >= 5.14), which is much

@@ -70,7 +70,7 @@ class SpillWorker {
     Done done;
   };
   void Loop();
-  absl::Status DoWrite(const Job& job);
+  [[nodiscard]] absl::Status DoWrite(const Job& job);
   static absl::Status DoRead(const Job& job);
 
   const Post post_;

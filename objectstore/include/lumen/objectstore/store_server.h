@@ -257,7 +257,7 @@ class StoreServer {
   void OnRestored(const ObjectId& id, const absl::Status& status);
   void ArmTimer();
   void OnTimer();
-  absl::Status FullError(uint64_t size) const;
+  [[nodiscard]] absl::Status FullError(uint64_t size) const;
   void Forget(const ObjectId& id);  // its job's record and its disk copy
   // Runs `fn` on the io loop unless the server is gone by then.
   void PostToLoop(std::function<void()> fn);

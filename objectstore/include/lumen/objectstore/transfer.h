@@ -89,7 +89,7 @@ class TransferServer {
 
   // Binds and starts accepting on `host` ("127.0.0.1", "0.0.0.0", "::1", a
   // name); port 0 picks a free one.
-  absl::Status Listen(const std::string& host, int port = 0);
+  [[nodiscard]] absl::Status Listen(const std::string& host, int port = 0);
   // "host:port" of the listening socket ("[v6addr]:port" for IPv6); empty before Listen.
   std::string address() const;
 

@@ -225,7 +225,7 @@ size_t EncodedValueSize(const T& value) {
 // should be 64-byte aligned for big arrays to be readable in place. Fails
 // (InternalError) if the value does not encode to exactly `size` bytes.
 template <class T>
-absl::Status EncodeValueInto(uint8_t* out, size_t size, const T& value) {
+[[nodiscard]] absl::Status EncodeValueInto(uint8_t* out, size_t size, const T& value) {
   Writer w(out, size);
   internal::WriteValueHeader(w, typeid(T).name());
   Encode(w, value);

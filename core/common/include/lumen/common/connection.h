@@ -144,8 +144,8 @@ absl::StatusOr<size_t> ParseFrameHeader(const uint8_t* header, size_t max_frame_
 
 // Blocking frame I/O on a connected socket fd, for handshakes before a socket joins
 // an event loop. `ReadFrameBlocking` fills `words` with the payload.
-absl::Status WriteFrameBlocking(int fd, capnp::MessageBuilder& message);
-absl::Status ReadFrameBlocking(int fd, size_t max_frame_bytes, std::vector<capnp::word>* words);
+[[nodiscard]] absl::Status WriteFrameBlocking(int fd, capnp::MessageBuilder& message);
+[[nodiscard]] absl::Status ReadFrameBlocking(int fd, size_t max_frame_bytes, std::vector<capnp::word>* words);
 
 // A connection lives on one io thread: every method must be called on the thread
 // running its executor. Pending async operations hold a shared_ptr to it, which is

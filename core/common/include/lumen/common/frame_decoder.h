@@ -59,12 +59,12 @@ struct FrameDecodeLimits {
 uint64_t FrameTraversalLimitWords(size_t words);
 
 // Checks the segment table at the start of `payload` (count and sizes).
-absl::Status CheckFrameSegments(kj::ArrayPtr<const capnp::word> payload);
+[[nodiscard]] absl::Status CheckFrameSegments(kj::ArrayPtr<const capnp::word> payload);
 
 // Checks `payload` as described above and calls `handler` with its Envelope.
 // InvalidArgument ("malformed message: ...") when a check fails or the handler
 // raises a Cap'n Proto decode error or another exception while reading.
-absl::Status DecodeFrame(kj::ArrayPtr<const capnp::word> payload, const FrameDecodeLimits& limits,
+[[nodiscard]] absl::Status DecodeFrame(kj::ArrayPtr<const capnp::word> payload, const FrameDecodeLimits& limits,
                          absl::FunctionRef<void(proto::Envelope::Reader)> handler);
 
 }  // namespace lumen

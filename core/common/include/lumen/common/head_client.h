@@ -83,7 +83,7 @@ void SetHeadReconnect(HeadReconnect reconnect);
 HeadReconnect GetHeadReconnect();
 // The error of a call that lost the head at `head_address` for good, after
 // `waited` (0: not retried) because of `last` (the last attempt's failure).
-absl::Status HeadLostError(const std::string& head_address, const HeadReconnect& reconnect,
+[[nodiscard]] absl::Status HeadLostError(const std::string& head_address, const HeadReconnect& reconnect,
                            std::chrono::milliseconds waited, const absl::Status& last);
 
 // One blocking request to the head: sends a hello and the envelope `fill`

@@ -62,7 +62,7 @@ std::string ReadProcFile(const std::string& path);
 std::string TempRoot();
 
 // Creates a pipe whose both ends are close-on-exec.
-absl::Status MakePipe(int fds[2]);
+[[nodiscard]] absl::Status MakePipe(int fds[2]);
 
 // Marks `fd` close-on-exec (for sockets Asio opens or accepts without
 // SOCK_CLOEXEC), so that a program a user task execs does not inherit it.

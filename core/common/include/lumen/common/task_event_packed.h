@@ -182,7 +182,7 @@ struct View {
 // kind or outside a segment stops the walk with an error (the records before
 // it were given to `f`); `count` (when not null) gets how many events,
 // `record_count` how many records.
-absl::Status ForEach(std::string_view records, absl::FunctionRef<void(const View&)> f,
+[[nodiscard]] absl::Status ForEach(std::string_view records, absl::FunctionRef<void(const View&)> f,
                      size_t* count = nullptr, size_t* record_count = nullptr);
 
 // The node daemon's walk for its totals: calls `f` with each event's kind,
@@ -191,7 +191,7 @@ absl::Status ForEach(std::string_view records, absl::FunctionRef<void(const View
 // same record), but without building a View per event or keeping the
 // segment's names. `record_count` (when not null) gets how many records.
 using TallyFn = absl::FunctionRef<void(TaskEventKind kind, int64_t duration_us, uint64_t bytes)>;
-absl::Status ForEachTally(std::string_view records, TallyFn f, size_t* record_count = nullptr);
+[[nodiscard]] absl::Status ForEachTally(std::string_view records, TallyFn f, size_t* record_count = nullptr);
 
 absl::StatusOr<std::vector<TaskEvent>> Decode(std::string_view records);
 

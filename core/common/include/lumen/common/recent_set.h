@@ -1,6 +1,7 @@
 // RecentSet: a set that keeps only the last `capacity` keys inserted (FIFO
 // eviction), for ids a node must remember for a while but not for ever
-// (ended jobs, removed groups, dead nodes). Not thread-safe: one owner thread.
+// (ended jobs, removed groups, dead nodes, dead actors). Not thread-safe: one
+// owner thread.
 #pragma once
 
 #include <cstddef>
@@ -8,7 +9,7 @@
 
 #include "absl/container/flat_hash_set.h"
 
-namespace lumen::node {
+namespace lumen {
 
 template <class Key>
 class RecentSet {
@@ -33,4 +34,4 @@ class RecentSet {
   std::deque<Key> order_;
 };
 
-}  // namespace lumen::node
+}  // namespace lumen
