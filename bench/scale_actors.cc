@@ -33,34 +33,17 @@ long WorkersPss(const std::vector<pid_t>& daemons) {
   return kib;
 }
 
-size_t ChildrenOfAll(const std::vector<pid_t>& daemons) {
-  size_t n = 0;
-  for (pid_t daemon : daemons) n += ChildrenOf(daemon).size();
-  return n;
-}
-
 long RssKiBOfAll(const std::vector<pid_t>& daemons) {
   long kib = 0;
   for (pid_t daemon : daemons) kib += RssKiB(daemon);
   return kib;
 }
 
-// Waits (polling /proc, up to `timeout`) until the daemons have at least `count` children.
-bool WaitForAtLeastChildren(const std::vector<pid_t>& daemons, size_t count,
-                            std::chrono::milliseconds timeout) {
+// Polls (every 50 ms, up to `timeout`) until `done` holds; false if it never did.
+template <typename Done>
+bool WaitUntil(Done done, std::chrono::milliseconds timeout) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (ChildrenOfAll(daemons) < count) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return true;
-}
-
-// Waits (polling /proc, up to `timeout`) until the daemons have at most `count` children.
-bool WaitForChildren(const std::vector<pid_t>& daemons, size_t count,
-                     std::chrono::milliseconds timeout) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (ChildrenOfAll(daemons) > count) {
+  while (!done()) {
     if (std::chrono::steady_clock::now() > deadline) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -103,9 +86,23 @@ void RunActorScale(ScaleContext& context) {
     if (const char* v = std::getenv("LUMEN_PRESTART_WORKERS"); v != nullptr && *v != '\0') {
       pool = std::max(0L, std::atol(v));
     }
-    WaitForAtLeastChildren(daemons, static_cast<size_t>(pool) * daemons.size(),
-                           context.wait_timeout);
-    const size_t children_before = ChildrenOfAll(daemons);
+    // Only the driver's node has them yet (a node starts a job's worker
+    // template and pool when the job first runs there), so wait for one node's.
+    WaitUntil(
+        [&] {
+          return std::any_of(daemons.begin(), daemons.end(), [&](pid_t daemon) {
+            return ChildrenOf(daemon).size() >= static_cast<size_t>(pool);
+          });
+        },
+        context.wait_timeout);
+    // What each node may keep once the actors are gone: what it had, or, on a
+    // node the job had not used yet, the job's worker template and the pool
+    // it prestarts once an actor ran there.
+    std::vector<size_t> children_after_limit;
+    for (pid_t daemon : daemons) {
+      children_after_limit.push_back(
+          std::max(ChildrenOf(daemon).size(), static_cast<size_t>(pool) + 1));
+    }
     const long pss_before = WorkersPss(daemons), driver_before = RssKiB(),
                daemon_before = RssKiBOfAll(daemons);
     std::vector<ActorHandle<Server>> actors;
@@ -169,8 +166,15 @@ void RunActorScale(ScaleContext& context) {
                                " KiB"});
     actors.clear();
     pings.clear();
-    Check(WaitForChildren(daemons, children_before, context.wait_timeout),
-          "the actors' workers did not exit once their handles were gone");
+    const bool gone = WaitUntil(
+        [&] {
+          for (size_t i = 0; i < daemons.size(); ++i) {
+            if (ChildrenOf(daemons[i]).size() > children_after_limit[i]) return false;
+          }
+          return true;
+        },
+        context.wait_timeout);
+    Check(gone, "the actors' workers did not exit once their handles were gone");
     return seconds / count;
   });
   Shutdown();
