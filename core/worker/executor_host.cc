@@ -22,8 +22,8 @@
 #include "core/worker/worker_state.h"
 #include "lumen/common/logging.h"
 #include "lumen/common/proto_util.h"
-#include "lumen/errors.h"
 #include "lumen/objectstore/object_table.h"
+#include "lumen/worker/api_error.h"
 
 namespace lumen::runtime {
 namespace {
@@ -203,7 +203,7 @@ void CoreWorker::ExitActorAfterCall() {
   absl::Status s = executor_ ? executor_->ExitAfterCurrentCall()
                              : absl::FailedPreconditionError(
                                    "lumen::ExitActor() must be called inside an actor method");
-  if (!s.ok()) throw Error(std::string(s.message()));
+  if (!s.ok()) ThrowError(ErrorKind::kError, std::string(s.message()));
 }
 
 void CoreWorker::ExitProcessWhenFlushed() {
