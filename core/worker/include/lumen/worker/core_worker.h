@@ -244,7 +244,7 @@ class CoreWorker {
   // stopping: never run then, it is destroyed with the io context.
   template <class T>
   void ReleaseLater(std::shared_ptr<T> keep) {
-    lumen::Post(io_, "worker.release_later", [keep = std::move(keep)] {});
+    lumen::ReleaseLater(io_, "worker.release_later", std::move(keep));
   }
   // Large argument values go to the store (submitted tasks, actor creation).
   void MoveLargeArgumentsToStore(std::vector<internal::TaskArgument>& args);
