@@ -49,10 +49,10 @@ std::shared_ptr<internal::RefHandle> CoreWorker::PutWithWriter(
     store_provider_->Abort(id, size);  // the half-written object goes
     throw;
   }
-  StoreResult sealed = store_provider_->Seal(id, size);
-  if (!sealed.status.ok()) {
+  absl::Status sealed = store_provider_->Seal(id, size);
+  if (!sealed.ok()) {
     store_provider_->Abort(id, size);
-    ThrowError(ErrorKind::kError, absl::StrCat("Put failed: ", sealed.status.message()));
+    ThrowError(ErrorKind::kError, absl::StrCat("Put failed: ", sealed.message()));
   }
   auto handle = std::make_shared<internal::RefHandle>(id, shared_listen_address_);
   const std::string* site = CallSites::OfPut(where);  // before the table's lock

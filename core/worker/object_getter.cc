@@ -31,17 +31,17 @@ StoreResult ObjectGetter::GetOrPull(const ObjectId& id, uint64_t size, const Nod
                                     const std::string& node_address, const std::string& owner) {
   StoreResult got = store_.Get(id);
   // NotFound: not here; Unavailable: being pulled here by another reader.
-  bool absent = got.status.code() == absl::StatusCode::kNotFound ||
-                got.status.code() == absl::StatusCode::kUnavailable;
-  if (got.status.ok() || !absent || node.IsNil() || node == options_.node_id ||
+  bool absent = got.status().code() == absl::StatusCode::kNotFound ||
+                got.status().code() == absl::StatusCode::kUnavailable;
+  if (got.ok() || !absent || node.IsNil() || node == options_.node_id ||
       node_address.empty()) {
     return got;
   }
   // Another node has it: our daemon copies it here (once, however many ask).
   StoreResult pulled = store_.Pull(id, size, node, node_address);
-  if (!pulled.status.ok()) return pulled;
+  if (!pulled.ok()) return pulled;
   got = store_.Get(id);
-  if (got.status.ok() && !owner.empty()) {
+  if (got.ok() && !owner.empty()) {
     NodeId here = options_.node_id;
     std::string here_address = options_.node_address;
     poster_.Post("worker.report_new_copy", [this, id, owner, here, here_address] {
@@ -129,16 +129,16 @@ absl::StatusOr<internal::ObjectBytes> ObjectGetter::ReadyBytes(
     }
     tried = location;
     StoreResult got = GetOrPull(id, size, location.first, location.second, owner);
-    if (got.status.ok()) {
+    if (got.ok()) {
       // The pin is released when the last reader of these bytes lets go.
-      return store_.PinnedBytes(id, got.offset, got.size);
+      return store_.PinnedBytes(id, got->offset, got->size);
     }
-    last_error = std::string(got.status.message());
+    last_error = std::string(got.status().message());
     if (attempt >= 3) {
       return ErrorStatus(ErrorKind::kObjectLost,
                          absl::StrCat("object ", id.Hex(), " is lost: ", last_error));
     }
-    const absl::StatusCode code = got.status.code();
+    const absl::StatusCode code = got.status().code();
     if (owner.empty() || code == absl::StatusCode::kResourceExhausted ||
         code == absl::StatusCode::kPermissionDenied) {
       continue;

@@ -98,8 +98,8 @@ class ObjectGetter {
       std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
   // Pins a stored object in our node's store, first copying it from `node`
   // when it is not here; tells `owner` of the new copy.
-  StoreResult GetOrPull(const ObjectId& id, uint64_t size, const NodeId& node,
-                        const std::string& node_address, const std::string& owner);
+  [[nodiscard]] StoreResult GetOrPull(const ObjectId& id, uint64_t size, const NodeId& node,
+                                      const std::string& node_address, const std::string& owner);
   // io thread: asks `owner` for the value of the borrowed object `id`; its
   // answer (or the owner's death) goes into the memory store.
   void RequestObjectFromOwner(const ObjectId& id, const std::string& owner);

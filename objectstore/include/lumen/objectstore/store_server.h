@@ -52,6 +52,7 @@
 #include "lumen/objectstore/shm_segment.h"
 #include "lumen/objectstore/spill_index.h"
 #include "lumen/objectstore/spill_worker.h"
+#include "lumen/objectstore/store_region.h"
 #include "lumen/proto/lumen.capnp.h"
 
 namespace lumen::objectstore {
@@ -135,13 +136,6 @@ struct StoreCaller {
   // connection: they go when that connection closes (OwnerGone). 0: unknown,
   // they go with their job.
   ClientId owner = 0;
-};
-
-// Where an object lies in the store's segment: a create's new space, a get's
-// pinned object.
-struct StoreRegion {
-  uint64_t offset = 0;
-  uint64_t size = 0;
 };
 
 // The answer to one store request: the region for create and get, an empty

@@ -86,7 +86,6 @@ namespace lumen::runtime {
 class HeadRequester;   // core/worker/head_requester.h
 class IoPoster;        // core/worker/io_poster.h
 class StoreProvider;   // core/worker/store_provider.h
-struct StoreResult;    // core/worker/store_provider.h
 class ObjectGetter;    // core/worker/object_getter.h
 class LostCopies;      // core/worker/lost_copies.h
 class LeaseRequester;  // core/worker/lease_requester.h
