@@ -50,8 +50,16 @@ class LocalStore {
   objectstore::StoreServer& store() { return *store_; }
 
   // Sends a request (0 create, 1 seal, 2 get, 3 release, 4 delete) and runs
-  // the loop until it is answered (if one is due).
-  StoreReply Call(int op, const ObjectId& id, uint64_t size, bool answered = true) {
+  // the loop until it is answered.
+  StoreReply Call(int op, const ObjectId& id, uint64_t size) {
+    std::optional<StoreReply> reply = Send(op, id, size, /*answered=*/true);
+    return reply.value_or(objectstore::StoreRegion{});
+  }
+  // A request that has no answer (3 release, 4 delete).
+  void Tell(int op, const ObjectId& id) { Send(op, id, 0, /*answered=*/false); }
+
+  // Sends a request and, when one is due, runs the loop until it is answered.
+  std::optional<StoreReply> Send(int op, const ObjectId& id, uint64_t size, bool answered) {
     capnp::MallocMessageBuilder message;
     auto env = message.initRoot<proto::Envelope>();
     auto req = op == 0   ? env.initStoreCreate()
@@ -66,7 +74,7 @@ class LocalStore {
     Check(store_->Handle(caller, env.asReader(), [&](const StoreReply& r) { reply = r; }).ok(),
           "the store refused a request");
     while (answered && !reply) io_.run_one_for(std::chrono::milliseconds(10));
-    return reply.value_or(StoreReply{});
+    return reply;
   }
 
   // Runs the loop until no spill write is in flight.
@@ -137,12 +145,12 @@ std::pair<double, double> SettleFreedMemory(uint64_t freed, std::chrono::millise
 uint64_t PutObject(LocalStore& local, std::vector<ObjectId>& ids, uint64_t bytes) {
   ObjectId id = ObjectId::ForPut();
   StoreReply created = local.Call(0, id, bytes);
-  Check(created.status.ok(), "a create failed: " + std::string(created.status.message()));
-  std::memset(local.store().segment().writable_base() + created.offset,
+  Check(created.ok(), "a create failed: " + std::string(created.status().message()));
+  std::memset(local.store().segment().writable_base() + created->offset,
               static_cast<int>(ids.size() & 0xff), bytes);
-  Check(local.Call(1, id, 0).status.ok(), "a seal failed");
+  Check(local.Call(1, id, 0).ok(), "a seal failed");
   ids.push_back(id);
-  return created.offset;
+  return created->offset;
 }
 
 // A spill round: a fresh store takes 4x its size in objects, each create
@@ -177,16 +185,16 @@ Round SpillRound(const std::string& dir, uint64_t store_bytes, uint64_t object_b
   for (const objectstore::StoreObjectInfo& info : local.store().LargestObjects(ids.size())) {
     if (!info.on_disk) in_memory_only.insert(info.id);
   }
-  for (const ObjectId& id : in_memory_only) local.Call(4, id, 0, /*answered=*/false);
+  for (const ObjectId& id : in_memory_only) local.Tell(4, id);
   start = Clock::now();
   for (const ObjectId& id : ids) {
     if (in_memory_only.contains(id)) continue;
     StoreReply got = local.Call(2, id, 0);
-    Check(got.status.ok(), "a get failed: " + std::string(got.status.message()));
-    Check(local.store().segment().readonly_base()[got.offset + object_bytes - 1] ==
+    Check(got.ok(), "a get failed: " + std::string(got.status().message()));
+    Check(local.store().segment().readonly_base()[got->offset + object_bytes - 1] ==
               static_cast<uint8_t>(&id - ids.data()),
           "a restored object has the wrong bytes");
-    local.Call(3, id, 0, /*answered=*/false);
+    local.Tell(3, id);
   }
   seconds = Seconds(start);
   const objectstore::SpillStats stats = local.store().GetSpillStats();

@@ -32,14 +32,21 @@ std::string Env(const char* name) {
 
 }  // namespace
 
+StoreReply ReplyOf(const absl::Status& status) {
+  if (!status.ok()) return status;
+  return StoreRegion{};
+}
+
 void FillStoreReply(proto::Envelope::Builder env, uint64_t request_id, const StoreReply& reply) {
   env.setRequestId(request_id);
   auto r = env.initStoreReply();
-  r.setOk(reply.status.ok());
-  r.setCode(static_cast<uint32_t>(reply.status.code()));
-  r.setError(std::string(reply.status.message()));
-  r.setOffset(reply.offset);
-  r.setSize(reply.size);
+  r.setOk(reply.ok());
+  r.setCode(static_cast<uint32_t>(reply.status().code()));
+  r.setError(std::string(reply.status().message()));
+  if (reply.ok()) {
+    r.setOffset(reply->offset);
+    r.setSize(reply->size);
+  }
 }
 
 StoreOptions StoreOptions::FromEnv(uint64_t bytes, const std::string& spill_dir,
@@ -166,10 +173,10 @@ absl::Status StoreServer::Handle(const StoreCaller& caller, proto::Envelope::Rea
       ObjectId id = id_of(req);
       uint64_t size = req.getSize();
       if (size > table_.allocator().capacity()) {
-        reply(StoreReply{absl::ResourceExhaustedError(absl::StrCat(
+        reply(absl::ResourceExhaustedError(absl::StrCat(
             "object store full: an object of ", FormatBytes(size),
             " is larger than the whole object store (", FormatBytes(table_.allocator().capacity()),
-            "); raise --object-store-memory"))});
+            "); raise --object-store-memory")));
         return absl::OkStatus();
       }
       // A detached actor's objects belong to no job: they outlive its creator's,
@@ -179,20 +186,24 @@ absl::Status StoreServer::Handle(const StoreCaller& caller, proto::Envelope::Rea
                       std::chrono::steady_clock::now() + options_.full_grace,
                       [this, id, job, owner = caller.owner, size,
                        reply = std::move(reply)](absl::StatusOr<uint64_t> at) {
-                        if (at.ok()) records_.Set(id, {.job = job, .owner = owner});
-                        reply(StoreReply{at.status(), at.ok() ? *at : 0, size});
+                        if (!at.ok()) {
+                          reply(at.status());
+                          return;
+                        }
+                        records_.Set(id, {.job = job, .owner = owner});
+                        reply(StoreRegion{*at, size});
                       }});
       return absl::OkStatus();
     }
     case proto::Envelope::STORE_SEAL:
-      reply(StoreReply{table_.Seal(caller.client, id_of(msg.getStoreSeal()))});
+      reply(ReplyOf(table_.Seal(caller.client, id_of(msg.getStoreSeal()))));
       ServeParked();  // the sealed object may be spilled now
       return absl::OkStatus();
     case proto::Envelope::STORE_ABORT: {
       ObjectId id = id_of(msg.getStoreAbort());
       absl::Status status = table_.Abort(caller.client, id);
       if (status.ok()) records_.Erase(id);
-      reply(StoreReply{status});
+      reply(ReplyOf(status));
       ServeParked();
       return absl::OkStatus();
     }
@@ -200,11 +211,11 @@ absl::Status StoreServer::Handle(const StoreCaller& caller, proto::Envelope::Rea
       ObjectId id = id_of(msg.getStoreGet());
       auto loc = table_.Get(caller.client, id);
       if (loc.ok()) {
-        reply(StoreReply{absl::OkStatus(), loc->offset, loc->size});
+        reply(StoreRegion{loc->offset, loc->size});
       } else if (restoring_.contains(id) || (!table_.Contains(id) && index_.Contains(id))) {
         StartRestore(id, Restore::Waiter{caller.client, std::move(reply)});
       } else {
-        reply(StoreReply{loc.status()});
+        reply(loc.status());
       }
       return absl::OkStatus();
     }
@@ -615,11 +626,15 @@ void StoreServer::OnRestored(const ObjectId& id, const absl::Status& read) {
   }
   for (Restore::Waiter& w : waiters) {
     if (!status.ok()) {
-      w.reply(StoreReply{status});
+      w.reply(status);
       continue;
     }
     auto loc = table_.Get(w.client, id);
-    w.reply(StoreReply{loc.status(), loc.ok() ? loc->offset : 0, loc.ok() ? loc->size : 0});
+    if (loc.ok()) {
+      w.reply(StoreRegion{loc->offset, loc->size});
+    } else {
+      w.reply(loc.status());
+    }
   }
   ServeParked();
 }

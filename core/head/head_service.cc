@@ -675,7 +675,7 @@ void HeadService::OnClose(Connection& conn, const absl::Status& why) {
   if (it == conns_.end()) return;
   std::shared_ptr<Connection> keep = std::move(it->second);
   conns_.erase(it);
-  lumen::Post(io_, "head.release_closed_connection", [keep] {});
+  lumen::ReleaseLater(io_, "head.release_closed_connection", std::move(keep));
 }
 
 }  // namespace

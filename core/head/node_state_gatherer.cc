@@ -41,7 +41,7 @@ struct NodeStateGatherer::Round {
       std::shared_ptr<Connection> conn = std::move(call.conn);
       conn->Close(absl::CancelledError("the dashboard has its answer"));
       // It may be on the stack (we are in its handler): release it later.
-      lumen::Post(io, "dashboard.release_node_connection", [conn] {});
+      lumen::ReleaseLater(io, "dashboard.release_node_connection", std::move(conn));
     }
     if (--pending == 0) Finish();
   }

@@ -67,7 +67,7 @@ void ClientRegistry::Remove(uint64_t id) {
   io_thread_.Check("ClientRegistry");
   auto it = clients_.find(id);
   if (it == clients_.end()) return;
-  lumen::Post(io_, "node.release_closed_client", [keep = std::move(it->second)] {});
+  lumen::ReleaseLater(io_, "node.release_closed_client", std::move(it->second));
   clients_.erase(it);
 }
 

@@ -555,7 +555,7 @@ void NodeDaemon::OnPull(Connection& conn, proto::Envelope::Reader msg) {
     auto c = weak.lock();
     if (!c || c->closed()) return;
     OutMessage out;
-    objectstore::FillStoreReply(out.Init(), request_id, objectstore::StoreReply{status});
+    objectstore::FillStoreReply(out.Init(), request_id, objectstore::ReplyOf(status));
     c->Send(out.builder());
   };
   if (!ClientRegistry::Info(conn).local()) {

@@ -17,7 +17,7 @@
 #include "lumen/common/logging.h"
 #include "lumen/common/proto_util.h"
 #include "lumen/common/task_events.h"
-#include "lumen/errors.h"
+#include "lumen/worker/api_error.h"
 #include "lumen/worker/core_worker.h"
 
 namespace lumen::runtime {
@@ -28,10 +28,11 @@ namespace lumen::runtime {
 std::shared_ptr<internal::RefHandle> CoreWorker::CreateActor(
     std::string_view factory, std::vector<internal::TaskArgument> args,
     const internal::ActorOptions& options) {
-  if (node_lost_) throw Error("lumen: lost the connection to the node daemon");
+  if (node_lost_) ThrowError(ErrorKind::kError, "lumen: lost the connection to the node daemon");
   ObjectId id = ObjectId::ForPut();
   if (!options.name.empty()) {
-    if (options_.head_address.empty()) throw Error("named actors need a cluster head");
+    if (options_.head_address.empty())
+      ThrowError(ErrorKind::kError, "named actors need a cluster head");
     auto entry = CallHeadForActorName(
         options_.head_address,
         [&](proto::Envelope::Builder env) {
@@ -40,9 +41,10 @@ std::shared_ptr<internal::RefHandle> CoreWorker::CreateActor(
         options_.timeouts.head_call_timeout);
     if (!entry.ok()) {
       // The head's own refusal is the message; a transport error names the call.
-      if (IsHeadAnswer(entry.status())) throw Error(std::string(entry.status().message()));
-      throw Error(absl::StrCat("cannot register actor name '", options.name,
-                               "': ", entry.status().message()));
+      if (IsHeadAnswer(entry.status()))
+        ThrowError(ErrorKind::kError, std::string(entry.status().message()));
+      ThrowError(ErrorKind::kError, absl::StrCat("cannot register actor name '", options.name,
+                                                 "': ", entry.status().message()));
     }
   }
   // The handle is an object the owner reference-counts like any other: the
@@ -81,7 +83,7 @@ std::shared_ptr<internal::RefHandle> CoreWorker::CreateActor(
 std::shared_ptr<internal::RefHandle> CoreWorker::SubmitActorTask(
     const std::shared_ptr<internal::RefHandle>& actor, std::string_view method,
     std::vector<internal::TaskArgument> args) {
-  if (node_lost_) throw Error("lumen: lost the connection to the node daemon");
+  if (node_lost_) ThrowError(ErrorKind::kError, "lumen: lost the connection to the node daemon");
   auto task = std::make_unique<PendingTask>();
   task->task_id = TaskId::Random();
   task->return_id = ObjectId::ForTaskReturn(task->task_id, 1);
@@ -150,19 +152,21 @@ void CoreWorker::SendKillActor(Connection& conn, const ObjectId& id, bool no_res
 }
 
 std::shared_ptr<internal::RefHandle> CoreWorker::GetNamedActor(const std::string& name) {
-  if (options_.head_address.empty()) throw Error("named actors need a cluster head");
+  if (options_.head_address.empty())
+    ThrowError(ErrorKind::kError, "named actors need a cluster head");
   auto entry = CallHeadForActorName(
       options_.head_address,
       [&](proto::Envelope::Builder env) { env.setLookupActorName(name); },
       options_.timeouts.head_call_timeout);
   if (!entry.ok()) {
     if (entry.status().code() == absl::StatusCode::kInvalidArgument) {
-      throw Error(absl::StrCat("lumen::GetActor: ", entry.status().message()));
+      ThrowError(ErrorKind::kError, absl::StrCat("lumen::GetActor: ", entry.status().message()));
     }
     if (entry.status().code() == absl::StatusCode::kInternal) {
-      throw Error(std::string(entry.status().message()));
+      ThrowError(ErrorKind::kError, std::string(entry.status().message()));
     }
-    throw Error(absl::StrCat("cannot look up actor '", name, "': ", entry.status().message()));
+    ThrowError(ErrorKind::kError,
+               absl::StrCat("cannot look up actor '", name, "': ", entry.status().message()));
   }
   // Like a handle received inside a value: we borrow it from its owner.
   return std::make_shared<internal::RefHandle>(entry->actor_id, entry->owner_address,

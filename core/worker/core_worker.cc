@@ -40,7 +40,6 @@
 #include "lumen/common/process.h"
 #include "lumen/common/proto_util.h"
 #include "lumen/common/task_events.h"
-#include "lumen/errors.h"
 #include "lumen/objectstore/fd_passing.h"
 #include "lumen/objectstore/object_table.h"
 
@@ -267,7 +266,10 @@ absl::Status CoreWorker::Connect() {
     capnp::FlatArrayMessageReader reader(
         kj::arrayPtr(reply_words.data() + 1, *len / sizeof(capnp::word)));
     auto reply = reader.getRoot<proto::Envelope>();
-    if (!reply.isHelloReply()) throw std::runtime_error("expected a hello reply");
+    if (!reply.isHelloReply()) {
+      ::close(*fd);
+      return absl::UnavailableError("bad handshake reply: expected a hello reply");
+    }
     auto hr = reply.getHelloReply();
     if (!hr.getOk()) {
       ::close(*fd);

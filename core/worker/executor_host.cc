@@ -22,8 +22,8 @@
 #include "core/worker/worker_state.h"
 #include "lumen/common/logging.h"
 #include "lumen/common/proto_util.h"
-#include "lumen/errors.h"
 #include "lumen/objectstore/object_table.h"
+#include "lumen/worker/api_error.h"
 
 namespace lumen::runtime {
 namespace {
@@ -54,7 +54,7 @@ absl::StatusOr<internal::ObjectBytes> CoreWorker::ExecutorHost::FetchArgument(
   ObjectGetter& getter = *core_.object_getter_;
   StoreProvider& store = *core_.store_provider_;
   StoreResult got = getter.GetOrPull(arg.stored, arg.size, arg.node, arg.node_address, arg.owner);
-  if (got.status.ok()) return store.PinnedBytes(arg.stored, got.offset, got.size);
+  if (got.ok()) return store.PinnedBytes(arg.stored, got->offset, got->size);
   // The copy we were sent to could not be read (its node died, or the copy
   // went): as Ray's worker does, ask the owner, which forgets that copy and
   // rebuilds the object from its lineage when none is left, and wait for
@@ -65,12 +65,12 @@ absl::StatusOr<internal::ObjectBytes> CoreWorker::ExecutorHost::FetchArgument(
   std::string node_address = arg.node_address;
   uint64_t size = arg.size;
   for (int round = 0; round < 3; ++round) {
-    const absl::StatusCode code = got.status.code();
+    const absl::StatusCode code = got.status().code();
     if (arg.owner.empty() || code == absl::StatusCode::kResourceExhausted ||
         code == absl::StatusCode::kPermissionDenied || core_.stopped_ || core_.node_lost_) {
       break;
     }
-    const std::string why(got.status.message());
+    const std::string why(got.status().message());
     // While it waits its CPU goes back to the node (the rebuild may need it).
     core_.NotifyBlocked(true);
     auto copy = core_.lost_copies_->RecoverFromOwner(arg.stored, arg.owner, node, why);
@@ -87,9 +87,9 @@ absl::StatusOr<internal::ObjectBytes> CoreWorker::ExecutorHost::FetchArgument(
     node_address = copy->node_address;
     size = copy->size;
     got = getter.GetOrPull(arg.stored, size, node, node_address, arg.owner);
-    if (got.status.ok()) return store.PinnedBytes(arg.stored, got.offset, got.size);
+    if (got.ok()) return store.PinnedBytes(arg.stored, got->offset, got->size);
   }
-  return got.status;
+  return got.status();
 }
 
 absl::StatusOr<uint8_t*> CoreWorker::ExecutorHost::CreateInStore(const ObjectId& id,
@@ -102,12 +102,12 @@ void CoreWorker::ExecutorHost::TaskStarting(proto::TaskKind kind, const std::str
 }
 
 absl::Status CoreWorker::ExecutorHost::SealInStore(const ObjectId& id, uint64_t size) {
-  return core_.store_provider_->Seal(id, size).status;
+  return core_.store_provider_->Seal(id, size);
 }
 
 absl::Status CoreWorker::ExecutorHost::CheckSealed(const ObjectId& id) {
   StoreResult got = core_.store_provider_->Get(id);
-  if (!got.status.ok()) return got.status;
+  if (!got.ok()) return got.status();
   // The get pinned it: unpin.
   core_.store_provider_->Release(id);
   return absl::OkStatus();
@@ -203,7 +203,7 @@ void CoreWorker::ExitActorAfterCall() {
   absl::Status s = executor_ ? executor_->ExitAfterCurrentCall()
                              : absl::FailedPreconditionError(
                                    "lumen::ExitActor() must be called inside an actor method");
-  if (!s.ok()) throw Error(std::string(s.message()));
+  if (!s.ok()) ThrowError(ErrorKind::kError, std::string(s.message()));
 }
 
 void CoreWorker::ExitProcessWhenFlushed() {

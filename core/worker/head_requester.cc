@@ -211,11 +211,11 @@ void HeadRequester::Release(Pending& p) {
     std::shared_ptr<Connection> conn = std::move(p.conn);
     conn->Close(absl::CancelledError("head request attempt done"));
     // Its handlers may still be on the stack (a reply, a close): free it later.
-    lumen::Post(io_, "worker.release_head_request", [conn] {});
+    lumen::ReleaseLater(io_, "worker.release_head_request", std::move(conn));
   }
   if (p.resolver) {
     std::shared_ptr<boost::asio::ip::tcp::resolver> resolver(std::move(p.resolver));
-    lumen::Post(io_, "worker.release_head_request", [resolver] {});
+    lumen::ReleaseLater(io_, "worker.release_head_request", std::move(resolver));
   }
   p.socket.reset();
 }
@@ -234,7 +234,7 @@ void HeadRequester::Finish(uint64_t id, absl::StatusOr<proto::Envelope::Reader> 
   done(std::move(reply));
   if (p->conn) p->conn->Close(absl::CancelledError("head request done"));
   // Its handlers may still be on the stack (a reply, a close): free it later.
-  lumen::Post(io_, "worker.release_head_request", [p] {});
+  lumen::ReleaseLater(io_, "worker.release_head_request", std::move(p));
   if (pending_.empty()) {
     auto waiters = std::move(idle_waiters_);
     idle_waiters_.clear();

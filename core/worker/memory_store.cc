@@ -9,8 +9,8 @@
 
 #include "absl/time/time.h"
 #include "core/worker/worker_state.h"
+#include "lumen/common/error_kind.h"
 #include "lumen/common/proto_util.h"
-#include "lumen/errors.h"
 
 namespace lumen::runtime {
 
@@ -130,8 +130,8 @@ void MemoryStore::CountAwaitSteps(uint64_t steps) {
   await_steps.fetch_add(steps, std::memory_order_relaxed);
 }
 
-void MemoryStore::BeginWait(const std::vector<ObjectId>& ids, size_t num_ready,
-                            PendingWait& wait, const std::vector<ObjectEntry*>& known) {
+absl::Status MemoryStore::BeginWait(const std::vector<ObjectId>& ids, size_t num_ready,
+                                    PendingWait& wait, const std::vector<ObjectEntry*>& known) {
   wait.entries_.reserve(ids.size());
   wait.num_ready_ = num_ready;
   // One scan under the lock: find the entries, count the ready ones and, when
@@ -144,7 +144,9 @@ void MemoryStore::BeginWait(const std::vector<ObjectId>& ids, size_t num_ready,
     ObjectEntry* found = known.empty() ? nullptr : known[i];
     if (found == nullptr) {
       auto it = objects->find(id);
-      if (it == objects->end()) throw ObjectLostError("object " + id.Hex() + " is unknown");
+      if (it == objects->end()) {
+        return ErrorStatus(ErrorKind::kObjectLost, "object " + id.Hex() + " is unknown");
+      }
       found = &it->second;
     }
     ObjectEntry& e = *found;
@@ -157,12 +159,13 @@ void MemoryStore::BeginWait(const std::vector<ObjectId>& ids, size_t num_ready,
     wait.entries_.push_back(&e);
   }
   await_steps.fetch_add(wait.entries_.size(), std::memory_order_relaxed);
-  if (ready >= num_ready) return;
+  if (ready >= num_ready) return absl::OkStatus();
   wait.registered_ = true;
   wait.waiter_.remaining = num_ready - ready;
   for (ObjectEntry* e : wait.entries_) {
     if (!e->ready.load(std::memory_order_relaxed)) e->waiters.push_back(&wait.waiter_);
   }
+  return absl::OkStatus();
 }
 
 void MemoryStore::BlockUntilDone(PendingWait& wait,
@@ -203,13 +206,13 @@ void MemoryStore::EndWait(PendingWait& wait) {
   wait.registered_ = false;
 }
 
-std::vector<ObjectEntry*> MemoryStore::AwaitReady(
+absl::StatusOr<std::vector<ObjectEntry*>> MemoryStore::AwaitReady(
     const std::vector<ObjectId>& ids, size_t num_ready,
     std::optional<std::chrono::milliseconds> timeout, const std::vector<ObjectEntry*>& known) {
   std::optional<std::chrono::steady_clock::time_point> deadline;
   if (timeout) deadline = std::chrono::steady_clock::now() + *timeout;
   PendingWait wait;
-  BeginWait(ids, num_ready, wait, known);
+  if (absl::Status begun = BeginWait(ids, num_ready, wait, known); !begun.ok()) return begun;
   BlockUntilDone(wait, deadline);
   EndWait(wait);
   return std::move(wait.entries_);

@@ -15,13 +15,15 @@
 // its calling thread (never call it on the io thread). Internal to core/worker.
 #pragma once
 
-#include <cstdint>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "core/worker/object_table.h"
 #include "lumen/common/ids.h"
 #include "lumen/proto/lumen.capnp.h"
@@ -89,13 +91,15 @@ class MemoryStore {
   void AddLocation(const ObjectId& id, const NodeId& node, const std::string& address);
 
   // Waits until `num_ready` of `ids` are ready or the timeout passes (none:
-  // forever); returns their entries (see PendingWait::entries). Throws
-  // ObjectLostError for an object this process does not know.
-  // `known`: empty, or per id its entry when the caller already has it
-  // (RefHandle::entry; nullptr: look it up), which saves the lookup.
-  std::vector<ObjectEntry*> AwaitReady(const std::vector<ObjectId>& ids, size_t num_ready,
-                                       std::optional<std::chrono::milliseconds> timeout,
-                                       const std::vector<ObjectEntry*>& known = {});
+  // forever); returns their entries (see PendingWait::entries), or a
+  // kObjectLost Status (lumen/common/error_kind.h) for an object this
+  // process does not know. `known`: empty, or per id its entry when the
+  // caller already has it (RefHandle::entry; nullptr: look it up), which
+  // saves the lookup.
+  [[nodiscard]] absl::StatusOr<std::vector<ObjectEntry*>> AwaitReady(
+      const std::vector<ObjectId>& ids, size_t num_ready,
+      std::optional<std::chrono::milliseconds> timeout,
+      const std::vector<ObjectEntry*>& known = {});
 
   // Without the table's lock: marks in `ready` (resized to `n`) which of the
   // n entries `entry(i)` are ready now, and returns how many; nullopt when
@@ -132,10 +136,12 @@ class MemoryStore {
 
   // AwaitReady in its three steps (tests drive them one by one). BeginWait
   // finds the entries, asks owners for borrowed values not here, and registers
-  // `wait` on the objects not ready when fewer than `num_ready` are; throws
-  // ObjectLostError for an unknown object. `known` as for AwaitReady.
-  void BeginWait(const std::vector<ObjectId>& ids, size_t num_ready, PendingWait& wait,
-                 const std::vector<ObjectEntry*>& known = {});
+  // `wait` on the objects not ready when fewer than `num_ready` are; a
+  // kObjectLost Status for an unknown object (then `wait` is registered
+  // nowhere). `known` as for AwaitReady.
+  [[nodiscard]] absl::Status BeginWait(const std::vector<ObjectId>& ids, size_t num_ready,
+                                       PendingWait& wait,
+                                       const std::vector<ObjectEntry*>& known = {});
   // Spins briefly, then blocks until `wait` is done or the deadline passes.
   void BlockUntilDone(PendingWait& wait,
                       std::optional<std::chrono::steady_clock::time_point> deadline);

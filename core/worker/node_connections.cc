@@ -27,7 +27,6 @@
 #include "lumen/common/logging.h"
 #include "lumen/common/process.h"
 #include "lumen/common/proto_util.h"
-#include "lumen/errors.h"
 #include "lumen/objectstore/fd_passing.h"
 #include "lumen/objectstore/object_table.h"
 

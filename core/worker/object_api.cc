@@ -1,6 +1,7 @@
 // CoreWorker's object entry points: Put (inline into the memory store, or
 // through the StoreProvider into the node's store), Get and Wait (through the
-// ObjectGetter).
+// ObjectGetter), whose failures are thrown here as the API's exceptions
+// (api_error.h).
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -8,8 +9,9 @@
 #include "core/worker/object_getter.h"
 #include "core/worker/store_provider.h"
 #include "core/worker/worker_state.h"
+#include "lumen/common/error_kind.h"
 #include "lumen/common/stream_copy.h"
-#include "lumen/errors.h"
+#include "lumen/worker/api_error.h"
 #include "lumen/worker/core_worker.h"
 
 namespace lumen::runtime {
@@ -37,9 +39,9 @@ std::shared_ptr<internal::RefHandle> CoreWorker::PutWithWriter(
   absl::StatusOr<uint8_t*> created = store_provider_->CreateWritable(id, size);
   if (!created.ok()) {
     if (created.status().code() == absl::StatusCode::kResourceExhausted) {
-      throw ObjectStoreFullError(std::string(created.status().message()));
+      ThrowError(ErrorKind::kObjectStoreFull, created.status().message());
     }
-    throw Error(absl::StrCat("Put failed: ", created.status().message()));
+    ThrowError(ErrorKind::kError, absl::StrCat("Put failed: ", created.status().message()));
   }
   try {
     write(*created);
@@ -47,10 +49,10 @@ std::shared_ptr<internal::RefHandle> CoreWorker::PutWithWriter(
     store_provider_->Abort(id, size);  // the half-written object goes
     throw;
   }
-  StoreResult sealed = store_provider_->Seal(id, size);
-  if (!sealed.status.ok()) {
+  absl::Status sealed = store_provider_->Seal(id, size);
+  if (!sealed.ok()) {
     store_provider_->Abort(id, size);
-    throw Error(absl::StrCat("Put failed: ", sealed.status.message()));
+    ThrowError(ErrorKind::kError, absl::StrCat("Put failed: ", sealed.message()));
   }
   auto handle = std::make_shared<internal::RefHandle>(id, shared_listen_address_);
   const std::string* site = CallSites::OfPut(where);  // before the table's lock
@@ -66,13 +68,13 @@ std::shared_ptr<internal::RefHandle> CoreWorker::PutWithWriter(
 std::vector<internal::ObjectBytes> CoreWorker::Get(
     const std::vector<const internal::RefHandle*>& refs,
     std::optional<std::chrono::milliseconds> timeout) {
-  return object_getter_->Get(refs, timeout);
+  return ValueOrThrow(object_getter_->Get(refs, timeout));
 }
 
 std::vector<bool> CoreWorker::Wait(const std::vector<const internal::RefHandle*>& refs,
                                    size_t num_returns,
                                    std::optional<std::chrono::milliseconds> timeout) {
-  return object_getter_->Wait(refs, num_returns, timeout);
+  return ValueOrThrow(object_getter_->Wait(refs, num_returns, timeout));
 }
 
 }  // namespace lumen::runtime

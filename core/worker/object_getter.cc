@@ -1,5 +1,5 @@
 // ObjectGetter: memory store -> owner -> pull, retrying other copies
-// (object_getter.h), and the failures it throws at the API.
+// (object_getter.h); a failure is a Status of its kind (error_kind.h).
 #include "core/worker/object_getter.h"
 
 #include <algorithm>
@@ -8,42 +8,14 @@
 #include "core/worker/io_poster.h"
 #include "core/worker/memory_store.h"
 #include "core/worker/object_table.h"
+#include "core/worker/object_value.h"
 #include "core/worker/outbound_connections.h"
 #include "lumen/common/codec.h"
+#include "lumen/common/error_kind.h"
 #include "lumen/common/failure_types.h"
 #include "lumen/common/proto_util.h"
-#include "lumen/errors.h"
 
 namespace lumen::runtime {
-namespace {
-
-[[noreturn]] void ThrowFailure(const Failure& f) {
-  if (f.cancelled) throw TaskCancelledError(f.message);
-  switch (f.kind) {
-    case proto::FailureKind::TASK_ERROR:
-    case proto::FailureKind::FUNCTION_NOT_FOUND:
-      throw TaskError(absl::StrCat(f.exception_type.empty() ? "" : f.exception_type + ": ",
-                                   f.message, f.location.empty() ? "" : " (in " + f.location + ")"),
-                      f.exception_type, f.message, f.location);
-    case proto::FailureKind::WORKER_CRASHED:
-      if (f.exception_type == kOutOfMemoryErrorType) throw OutOfMemoryError(f.message);
-      throw WorkerCrashedError(f.message);
-    case proto::FailureKind::OBJECT_LOST:
-      if (f.exception_type == kOwnerDiedErrorType) throw OwnerDiedError(f.message);
-      throw ObjectLostError(f.message);
-    case proto::FailureKind::ACTOR_DIED:
-      throw ActorDiedError(f.message);
-    case proto::FailureKind::STORE_FULL:
-      throw ObjectStoreFullError(f.message);
-    case proto::FailureKind::TYPE_MISMATCH:
-      throw TypeMismatchError(f.message);
-    default:
-      throw Error(f.message);
-  }
-}
-
-}  // namespace
-
 ObjectGetter::ObjectGetter(ObjectTable& table, MemoryStore& memory_store, StoreProvider& store,
                            OutboundConnections& connections, IoPoster& poster, Options options,
                            Callbacks callbacks)
@@ -59,17 +31,17 @@ StoreResult ObjectGetter::GetOrPull(const ObjectId& id, uint64_t size, const Nod
                                     const std::string& node_address, const std::string& owner) {
   StoreResult got = store_.Get(id);
   // NotFound: not here; Unavailable: being pulled here by another reader.
-  bool absent = got.status.code() == absl::StatusCode::kNotFound ||
-                got.status.code() == absl::StatusCode::kUnavailable;
-  if (got.status.ok() || !absent || node.IsNil() || node == options_.node_id ||
+  bool absent = got.status().code() == absl::StatusCode::kNotFound ||
+                got.status().code() == absl::StatusCode::kUnavailable;
+  if (got.ok() || !absent || node.IsNil() || node == options_.node_id ||
       node_address.empty()) {
     return got;
   }
   // Another node has it: our daemon copies it here (once, however many ask).
   StoreResult pulled = store_.Pull(id, size, node, node_address);
-  if (!pulled.status.ok()) return pulled;
+  if (!pulled.ok()) return pulled;
   got = store_.Get(id);
-  if (got.status.ok() && !owner.empty()) {
+  if (got.ok() && !owner.empty()) {
     NodeId here = options_.node_id;
     std::string here_address = options_.node_address;
     poster_.Post("worker.report_new_copy", [this, id, owner, here, here_address] {
@@ -93,7 +65,7 @@ StoreResult ObjectGetter::GetOrPull(const ObjectId& id, uint64_t size, const Nod
   return got;
 }
 
-internal::ObjectBytes ObjectGetter::ReadyBytes(
+absl::StatusOr<internal::ObjectBytes> ObjectGetter::ReadyBytes(
     const ObjectId& id, std::optional<std::chrono::steady_clock::time_point> deadline) {
   // A copy can vanish with its node while we read: when our node says so (it
   // tells us of the death before it answers the pull), the entry names another
@@ -112,7 +84,9 @@ internal::ObjectBytes ObjectGetter::ReadyBytes(
     {
       ObjectTable::Locked objects(table_);
       auto it = objects->find(id);
-      if (it == objects->end()) throw ObjectLostError("object " + id.Hex() + " is not known");
+      if (it == objects->end()) {
+        return ErrorStatus(ErrorKind::kObjectLost, "object " + id.Hex() + " is not known");
+      }
       ready = it->second.ready.load(std::memory_order_acquire);
       kind = it->second.kind;
       value = it->second.value;
@@ -130,10 +104,12 @@ internal::ObjectBytes ObjectGetter::ReadyBytes(
                             *deadline - std::chrono::steady_clock::now()));
       }
       auto entries = memory_store_.AwaitReady({id}, 1, left);
-      if (!entries[0]->ready) {
-        throw GetTimeoutError(absl::StrCat("Get timed out after ", left ? left->count() : 0,
-                                           " ms more waiting for object ", id.Hex(),
-                                           ", which is being rebuilt from its lineage"));
+      if (!entries.ok()) return entries.status();
+      if (!(*entries)[0]->ready) {
+        return ErrorStatus(ErrorKind::kGetTimeout,
+                           absl::StrCat("Get timed out after ", left ? left->count() : 0,
+                                        " ms more waiting for object ", id.Hex(),
+                                        ", which is being rebuilt from its lineage"));
       }
       tried = {};
       attempt = -1;
@@ -143,23 +119,26 @@ internal::ObjectBytes ObjectGetter::ReadyBytes(
       case ObjectEntry::Kind::kInline:
         return internal::ObjectBytes{*value, value};
       case ObjectEntry::Kind::kFailed:
-        ThrowFailure(failure);
+        return FailureStatus(failure);
       case ObjectEntry::Kind::kStored:
         break;
     }
     if (attempt > 0 && location == tried) {
-      throw ObjectLostError(absl::StrCat("object ", id.Hex(), " is lost: ", last_error));
+      return ErrorStatus(ErrorKind::kObjectLost,
+                         absl::StrCat("object ", id.Hex(), " is lost: ", last_error));
     }
     tried = location;
     StoreResult got = GetOrPull(id, size, location.first, location.second, owner);
-    if (got.status.ok()) {
+    if (got.ok()) {
       // The pin is released when the last reader of these bytes lets go.
-      return store_.PinnedBytes(id, got.offset, got.size);
+      return store_.PinnedBytes(id, got->offset, got->size);
     }
-    last_error = std::string(got.status.message());
-    if (attempt >= 3)
-      throw ObjectLostError(absl::StrCat("object ", id.Hex(), " is lost: ", last_error));
-    const absl::StatusCode code = got.status.code();
+    last_error = std::string(got.status().message());
+    if (attempt >= 3) {
+      return ErrorStatus(ErrorKind::kObjectLost,
+                         absl::StrCat("object ", id.Hex(), " is lost: ", last_error));
+    }
+    const absl::StatusCode code = got.status().code();
     if (owner.empty() || code == absl::StatusCode::kResourceExhausted ||
         code == absl::StatusCode::kPermissionDenied) {
       continue;
@@ -170,11 +149,12 @@ internal::ObjectBytes ObjectGetter::ReadyBytes(
     auto copy = callbacks_.recover_from_owner(id, owner, location.first, last_error);
     if (!copy.ok()) {
       if (copy.status().code() == absl::StatusCode::kUnavailable) {
-        throw OwnerDiedError(absl::StrCat("object ", id.Hex(), " is lost: ", last_error, "; ",
-                                          copy.status().message()));
+        return ErrorStatus(ErrorKind::kOwnerDied,
+                           absl::StrCat("object ", id.Hex(), " is lost: ", last_error, "; ",
+                                        copy.status().message()));
       }
-      throw ObjectLostError(
-          absl::StrCat("object ", id.Hex(), " is lost: ", copy.status().message()));
+      return ErrorStatus(ErrorKind::kObjectLost,
+                         absl::StrCat("object ", id.Hex(), " is lost: ", copy.status().message()));
     }
     if (copy->inline_value) return internal::ObjectBytes{*copy->inline_value, copy->inline_value};
     if (owner != options_.listen_address) {
@@ -220,7 +200,7 @@ std::vector<ObjectEntry*> ObjectGetter::KnownEntries(
   return known;
 }
 
-std::vector<ObjectEntry*> ObjectGetter::AwaitReady(
+absl::StatusOr<std::vector<ObjectEntry*>> ObjectGetter::AwaitReady(
     const std::vector<const internal::RefHandle*>& refs, size_t num_ready,
     std::optional<std::chrono::milliseconds> timeout, const std::vector<ObjectEntry*>& known) {
   // What this executor thread holds back goes before any wait (Get, Wait, an
@@ -232,27 +212,33 @@ std::vector<ObjectEntry*> ObjectGetter::AwaitReady(
   return memory_store_.AwaitReady(ids, num_ready, timeout, known);
 }
 
-std::vector<internal::ObjectBytes> ObjectGetter::Get(
+absl::StatusOr<std::vector<internal::ObjectBytes>> ObjectGetter::Get(
     const std::vector<const internal::RefHandle*>& refs,
     std::optional<std::chrono::milliseconds> timeout) {
   std::optional<std::chrono::steady_clock::time_point> deadline;
   if (timeout) deadline = std::chrono::steady_clock::now() + *timeout;
   auto entries = AwaitReady(refs, refs.size(), timeout, KnownEntries(refs));
-  for (size_t i = 0; i < entries.size(); ++i) {
-    if (!entries[i]->ready) {
-      throw GetTimeoutError(absl::StrCat("Get timed out after ", timeout->count(),
-                                         " ms waiting for object ", refs[i]->id().Hex()));
+  if (!entries.ok()) return entries.status();
+  for (size_t i = 0; i < entries->size(); ++i) {
+    if (!(*entries)[i]->ready) {
+      return ErrorStatus(ErrorKind::kGetTimeout,
+                         absl::StrCat("Get timed out after ", timeout->count(),
+                                      " ms waiting for object ", refs[i]->id().Hex()));
     }
   }
   std::vector<internal::ObjectBytes> out;
   out.reserve(refs.size());
-  for (const auto* ref : refs) out.push_back(ReadyBytes(ref->id(), deadline));
+  for (const auto* ref : refs) {
+    absl::StatusOr<internal::ObjectBytes> bytes = ReadyBytes(ref->id(), deadline);
+    if (!bytes.ok()) return bytes.status();
+    out.push_back(*std::move(bytes));
+  }
   return out;
 }
 
-std::vector<bool> ObjectGetter::Wait(const std::vector<const internal::RefHandle*>& refs,
-                                     size_t num_returns,
-                                     std::optional<std::chrono::milliseconds> timeout) {
+absl::StatusOr<std::vector<bool>> ObjectGetter::Wait(
+    const std::vector<const internal::RefHandle*>& refs, size_t num_returns,
+    std::optional<std::chrono::milliseconds> timeout) {
   // Enough ready already (a loop waiting on the rest of a list it drains):
   // one atomic load per ref, no lock, nothing registered.
   std::vector<bool> ready;
@@ -260,7 +246,8 @@ std::vector<bool> ObjectGetter::Wait(const std::vector<const internal::RefHandle
       refs.size(), [&](size_t i) { return KnownEntry(*refs[i]); }, ready, num_returns);
   if (now && *now >= num_returns) return ready;
   auto entries = AwaitReady(refs, num_returns, timeout, KnownEntries(refs));
-  for (size_t i = 0; i < entries.size(); ++i) ready[i] = entries[i]->ready.load();
+  if (!entries.ok()) return entries.status();
+  for (size_t i = 0; i < entries->size(); ++i) ready[i] = (*entries)[i]->ready.load();
   return ready;
 }
 

@@ -8,8 +8,12 @@
 // where the object is now (or rebuilds it), and the read is tried again.
 //
 //   ObjectGetter getter(table, memory_store, store, connections, poster, options, callbacks);
-//   std::vector<internal::ObjectBytes> values = getter.Get(refs, std::chrono::seconds(1));
-//   std::vector<bool> ready = getter.Wait(refs, 1, std::nullopt);
+//   absl::StatusOr<std::vector<internal::ObjectBytes>> values =
+//       getter.Get(refs, std::chrono::seconds(1));
+//   absl::StatusOr<std::vector<bool>> ready = getter.Wait(refs, 1, std::nullopt);
+//
+// Failures are Statuses of their lumen::ErrorKind (lumen/common/error_kind.h):
+// the CoreWorker facade throws them as the API's exceptions (api_error.h).
 //
 // Threads: Get, Wait, ReadyBytes and GetOrPull block their calling thread (a
 // user thread or an executor thread, never the io thread); state shared with
@@ -75,23 +79,27 @@ class ObjectGetter {
   ObjectGetter(const ObjectGetter&) = delete;
   ObjectGetter& operator=(const ObjectGetter&) = delete;
 
-  // The values of `refs` once all are ready (GetTimeoutError when the timeout
-  // passes first); throws an object's failure.
-  std::vector<internal::ObjectBytes> Get(const std::vector<const internal::RefHandle*>& refs,
-                                         std::optional<std::chrono::milliseconds> timeout);
-  // Which of `refs` are ready once `num_returns` are or the timeout passes.
-  std::vector<bool> Wait(const std::vector<const internal::RefHandle*>& refs, size_t num_returns,
-                         std::optional<std::chrono::milliseconds> timeout);
+  // The values of `refs` once all are ready (kGetTimeout when the timeout
+  // passes first); else an object's failure (FailureStatus).
+  [[nodiscard]] absl::StatusOr<std::vector<internal::ObjectBytes>> Get(
+      const std::vector<const internal::RefHandle*>& refs,
+      std::optional<std::chrono::milliseconds> timeout);
+  // Which of `refs` are ready once `num_returns` are or the timeout passes
+  // (kObjectLost for a ref this process does not know).
+  [[nodiscard]] absl::StatusOr<std::vector<bool>> Wait(
+      const std::vector<const internal::RefHandle*>& refs, size_t num_returns,
+      std::optional<std::chrono::milliseconds> timeout);
   // The bytes of a ready object (pinned when stored), pulling a copy from
-  // another node if needed; waits (until `deadline`, else GetTimeoutError)
-  // while it is being rebuilt from lineage. Throws its failure.
-  internal::ObjectBytes ReadyBytes(
+  // another node if needed; waits (until `deadline`, else kGetTimeout)
+  // while it is being rebuilt from lineage. Else its failure, or kObjectLost /
+  // kOwnerDied when no copy can be read.
+  [[nodiscard]] absl::StatusOr<internal::ObjectBytes> ReadyBytes(
       const ObjectId& id,
       std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
   // Pins a stored object in our node's store, first copying it from `node`
   // when it is not here; tells `owner` of the new copy.
-  StoreResult GetOrPull(const ObjectId& id, uint64_t size, const NodeId& node,
-                        const std::string& node_address, const std::string& owner);
+  [[nodiscard]] StoreResult GetOrPull(const ObjectId& id, uint64_t size, const NodeId& node,
+                                      const std::string& node_address, const std::string& owner);
   // io thread: asks `owner` for the value of the borrowed object `id`; its
   // answer (or the owner's death) goes into the memory store.
   void RequestObjectFromOwner(const ObjectId& id, const std::string& owner);
@@ -105,10 +113,9 @@ class ObjectGetter {
   std::vector<ObjectEntry*> KnownEntries(const std::vector<const internal::RefHandle*>& refs) const;
   // Waits until `num_ready` of `refs` are ready or the timeout passes;
   // `known` as for MemoryStore::AwaitReady.
-  std::vector<ObjectEntry*> AwaitReady(const std::vector<const internal::RefHandle*>& refs,
-                                       size_t num_ready,
-                                       std::optional<std::chrono::milliseconds> timeout,
-                                       const std::vector<ObjectEntry*>& known);
+  [[nodiscard]] absl::StatusOr<std::vector<ObjectEntry*>> AwaitReady(
+      const std::vector<const internal::RefHandle*>& refs, size_t num_ready,
+      std::optional<std::chrono::milliseconds> timeout, const std::vector<ObjectEntry*>& known);
 
   ObjectTable& table_;
   MemoryStore& memory_store_;

@@ -143,7 +143,7 @@ void OutboundConnections::OnRemoteNodeLost(Connection& conn, const absl::Status&
     if (it->second.get() == &conn) {
       // Alive until the handlers on the io thread's stack returned (this
       // runs inside the connection's own callback).
-      lumen::Post(io_, "worker.release_later", [keep = it->second] {});
+      lumen::ReleaseLater(io_, "worker.release_later", std::move(it->second));
       remote_nodes_.erase(it);
       break;
     }

@@ -27,7 +27,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
-#include <stdexcept>
 #include <type_traits>
 #include <utility>
 
@@ -146,15 +145,17 @@ class ShardedNodeMap {
     return n;
   }
 
-  V& at(const K& key) {
-    auto it = find(key);
-    if (it == end()) throw std::out_of_range("ShardedNodeMap::at: no such key");
-    return it->second;
+  // The value of `key`, or nullptr when there is none (no throwing `at`: the
+  // runtime does not throw below the API).
+  V* find_value(const K& key) {
+    Shard& shard = shards_[ShardOf(key)];
+    auto it = shard.find(key);
+    return it == shard.end() ? nullptr : &it->second;
   }
-  const V& at(const K& key) const {
-    auto it = find(key);
-    if (it == end()) throw std::out_of_range("ShardedNodeMap::at: no such key");
-    return it->second;
+  const V* find_value(const K& key) const {
+    const Shard& shard = shards_[ShardOf(key)];
+    auto it = shard.find(key);
+    return it == shard.end() ? nullptr : &it->second;
   }
   bool contains(const K& key) const { return shards_[ShardOf(key)].contains(key); }
   size_t count(const K& key) const { return contains(key) ? 1 : 0; }

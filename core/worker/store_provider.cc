@@ -6,6 +6,7 @@
 #include "core/worker/io_poster.h"
 #include "core/worker/outbound_connections.h"
 #include "lumen/common/codec.h"
+#include "lumen/common/logging.h"
 #include "lumen/common/proto_util.h"
 
 namespace lumen::runtime {
@@ -57,30 +58,25 @@ StoreResult StoreProvider::CallStore(Op op, const ObjectId& id, uint64_t size) {
 }
 
 StoreResult StoreProvider::CallNode(std::function<void(proto::Envelope::Builder)> fill) {
-  StoreResult result;
-  if (closed_) {
-    result.status = absl::UnavailableError("lost the connection to the node daemon");
-    return result;
-  }
+  if (closed_) return absl::UnavailableError("lost the connection to the node daemon");
+  StoreResult result = StoreRegion{};
   absl::Notification done;
   bool posted = poster_.Post("worker.call_node", [&] {
     io_thread_.Check("StoreProvider::CallNode");
     if (!node_conn_ || node_conn_->closed()) {
-      result.status = absl::UnavailableError("lost the connection to the node daemon");
+      result = absl::UnavailableError("lost the connection to the node daemon");
       done.Notify();
       return;
     }
     connections_.SendNodeRequest(*node_conn_, fill, [&](proto::Envelope::Reader msg) {
       if (!msg.isStoreReply()) {
-        result.status = absl::UnavailableError("no reply from the node daemon");
+        result = absl::UnavailableError("no reply from the node daemon");
       } else {
         auto r = msg.getStoreReply();
         if (r.getOk()) {
-          result.offset = r.getOffset();
-          result.size = r.getSize();
+          result = StoreRegion{r.getOffset(), r.getSize()};
         } else {
-          result.status = absl::Status(static_cast<absl::StatusCode>(r.getCode()),
-                                       r.getError().cStr());
+          result = absl::Status(static_cast<absl::StatusCode>(r.getCode()), r.getError().cStr());
         }
       }
       done.Notify();
@@ -88,8 +84,7 @@ StoreResult StoreProvider::CallNode(std::function<void(proto::Envelope::Builder)
   });
   if (!posted) {
     // Stop has begun: the request would never be sent, nor answered.
-    result.status = absl::UnavailableError("the runtime is shutting down");
-    return result;
+    return absl::UnavailableError("the runtime is shutting down");
   }
   done.WaitForNotification();
   return result;
@@ -97,17 +92,20 @@ StoreResult StoreProvider::CallNode(std::function<void(proto::Envelope::Builder)
 
 absl::StatusOr<uint8_t*> StoreProvider::CreateWritable(const ObjectId& id, uint64_t size) {
   StoreResult created = CallStore(kCreate, id, size);
-  if (!created.status.ok()) return created.status;
-  segment_->PrefaultForWrite(created.offset, size);
-  return segment_->writable_base() + created.offset;
+  if (!created.ok()) return created.status();
+  segment_->PrefaultForWrite(created->offset, size);
+  return segment_->writable_base() + created->offset;
 }
 
-StoreResult StoreProvider::Seal(const ObjectId& id, uint64_t size) {
-  return CallStore(kSeal, id, size);
+absl::Status StoreProvider::Seal(const ObjectId& id, uint64_t size) {
+  return CallStore(kSeal, id, size).status();
 }
 
-StoreResult StoreProvider::Abort(const ObjectId& id, uint64_t size) {
-  return CallStore(kAbort, id, size);
+void StoreProvider::Abort(const ObjectId& id, uint64_t size) {
+  StoreResult aborted = CallStore(kAbort, id, size);
+  if (!aborted.ok()) {
+    LUMEN_LOG(WARNING) << "aborting object " << id.Hex() << " failed: " << aborted.status();
+  }
 }
 
 StoreResult StoreProvider::Get(const ObjectId& id) { return CallStore(kGet, id, 0); }

@@ -7,9 +7,9 @@
 //
 //   StoreProvider store(poster, connections, node_conn, segment, {.job_id = job});
 //   absl::StatusOr<uint8_t*> out = store.CreateWritable(id, size);   // then write
-//   store.Seal(id, size);                                              // or Abort
-//   StoreResult got = store.Get(id);
-//   internal::ObjectBytes bytes = store.PinnedBytes(id, got.offset, got.size);
+//   absl::Status sealed = store.Seal(id, size);                        // or Abort
+//   StoreResult got = store.Get(id);  // absl::StatusOr<StoreRegion>
+//   internal::ObjectBytes bytes = store.PinnedBytes(id, got->offset, got->size);
 //
 // Threads: the blocking requests (Create/Seal/Abort/Get/Pull/CallNode) are
 // made from any thread but the io thread, and wait for the daemon's reply;
@@ -35,6 +35,7 @@
 #include "lumen/common/thread_checker.h"
 #include "lumen/internal/runtime.h"
 #include "lumen/objectstore/shm_segment.h"
+#include "lumen/objectstore/store_region.h"
 
 namespace lumen::runtime {
 
@@ -42,11 +43,8 @@ class IoPoster;             // core/worker/io_poster.h
 class OutboundConnections;  // core/worker/outbound_connections.h
 
 // A store request's answer: where the object lies in the segment.
-struct StoreResult {
-  absl::Status status;
-  uint64_t offset = 0;
-  uint64_t size = 0;
-};
+using objectstore::StoreRegion;
+using StoreResult = absl::StatusOr<StoreRegion>;
 
 class StoreProvider {
  public:
@@ -66,18 +64,19 @@ class StoreProvider {
   // Creates `id` (`size` bytes) in our node's store and returns where to write
   // it (prefaulted). ResourceExhausted: the store is full.
   absl::StatusOr<uint8_t*> CreateWritable(const ObjectId& id, uint64_t size);
-  StoreResult Seal(const ObjectId& id, uint64_t size);
-  // The half-written object goes.
-  StoreResult Abort(const ObjectId& id, uint64_t size);
+  [[nodiscard]] absl::Status Seal(const ObjectId& id, uint64_t size);
+  // The half-written object goes; a failure (the object is gone already, or
+  // the daemon is) is logged: the caller has nothing else to do about it.
+  void Abort(const ObjectId& id, uint64_t size);
   // Pins `id` in our node's store. NotFound: not here; Unavailable: being
   // pulled here by another reader.
-  StoreResult Get(const ObjectId& id);
+  [[nodiscard]] StoreResult Get(const ObjectId& id);
   // Has our daemon copy `id` here from `node` (at `node_address`), once
   // however many ask.
-  StoreResult Pull(const ObjectId& id, uint64_t size, const NodeId& node,
-                   const std::string& node_address);
+  [[nodiscard]] StoreResult Pull(const ObjectId& id, uint64_t size, const NodeId& node,
+                                 const std::string& node_address);
   // One blocking request to our node daemon, answered with a storeReply.
-  StoreResult CallNode(std::function<void(proto::Envelope::Builder)> fill);
+  [[nodiscard]] StoreResult CallNode(std::function<void(proto::Envelope::Builder)> fill);
 
   // The bytes of a pinned object: the pin keeps the mapping alive and gives
   // the object back to the store when the last reader lets go, even if that
@@ -98,7 +97,7 @@ class StoreProvider {
 
  private:
   enum Op { kCreate, kSeal, kAbort, kGet };
-  StoreResult CallStore(Op op, const ObjectId& id, uint64_t size);
+  [[nodiscard]] StoreResult CallStore(Op op, const ObjectId& id, uint64_t size);
 
   // Lets a pin released after Stop find no provider instead of a dangling one.
   struct PinReleaser {

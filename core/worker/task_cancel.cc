@@ -7,16 +7,17 @@
 #include "core/worker/normal_task_submitter.h"
 #include "core/worker/object_table.h"
 #include "core/worker/task_manager.h"
-#include "lumen/errors.h"
+#include "lumen/worker/api_error.h"
 #include "lumen/worker/core_worker.h"
 
 namespace lumen::runtime {
 
 void CoreWorker::CancelTask(const internal::RefHandle& ref, bool force) {
   if (ref.owner_address() != listen_address_) {
-    throw Error(absl::StrCat("lumen::Cancel: object ", ref.id().Hex().substr(0, 12),
-                             " belongs to another process (", ref.owner_address(),
-                             "); only the process that submitted a task can cancel it"));
+    ThrowError(ErrorKind::kError,
+               absl::StrCat("lumen::Cancel: object ", ref.id().Hex().substr(0, 12),
+                            " belongs to another process (", ref.owner_address(),
+                            "); only the process that submitted a task can cancel it"));
   }
   ObjectId id = ref.id();
   PostToIo("worker.cancel_task", [this, id, force] {

@@ -8,16 +8,16 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
-#include <typeinfo>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/worker/worker_state.h"
 #include "lumen/common/codec.h"
 #include "lumen/common/connection.h"
+#include "lumen/common/error_kind.h"
 #include "lumen/common/proto_util.h"
 #include "lumen/common/task_events.h"
-#include "lumen/errors.h"
+#include "lumen/worker/api_error.h"
 
 namespace lumen::runtime {
 namespace {
@@ -284,8 +284,12 @@ void TaskExecutor::Invoke(TaskToRun& task, const std::string& location, std::str
     }
     auto got = host_.FetchArgument(arg);
     if (!got.ok()) {
-      throw ObjectLostError(absl::StrCat("argument object ", arg.stored.Hex(),
-                                         " is lost: ", got.status().message()));
+      // The task fails as if it had thrown ObjectLostError (as before it runs).
+      *failure = Failure{
+          proto::FailureKind::OBJECT_LOST, "lumen::ObjectLostError",
+          absl::StrCat("argument object ", arg.stored.Hex(), " is lost: ", got.status().message()),
+          location};
+      return;
     }
     args.push_back(std::move(*got));
   }
@@ -344,18 +348,24 @@ void TaskExecutor::Execute(TaskToRun& task) {
   UseGpus(task.kind == proto::TaskKind::ACTOR_METHOD ? actor_gpu_ids_ : task.gpu_ids);
   try {
     Invoke(task, location, &result, &failure);
-  } catch (const TypeMismatchError& e) {
-    failure = Failure{proto::FailureKind::TYPE_MISMATCH, "lumen::TypeMismatchError", e.what(),
-                      location};
-  } catch (const ObjectLostError& e) {
-    failure = Failure{proto::FailureKind::OBJECT_LOST, "lumen::ObjectLostError", e.what(),
-                      location};
-  } catch (const std::exception& e) {
-    failure = Failure{proto::FailureKind::TASK_ERROR, codec::Demangle(typeid(e).name()), e.what(),
-                      location};
   } catch (...) {
-    failure = Failure{proto::FailureKind::TASK_ERROR, "unknown", "a non-std exception was thrown",
-                      location};
+    // The user's code threw: its exception becomes the task's failure.
+    const absl::Status thrown = ExecutorStatusOfCurrentException();
+    switch (ErrorKindOf(thrown)) {
+      case ErrorKind::kTypeMismatch:
+        failure = Failure{proto::FailureKind::TYPE_MISMATCH, "lumen::TypeMismatchError",
+                          std::string(thrown.message()), location};
+        break;
+      case ErrorKind::kObjectLost:
+        failure = Failure{proto::FailureKind::OBJECT_LOST, "lumen::ObjectLostError",
+                          std::string(thrown.message()), location};
+        break;
+      default: {
+        TaskErrorParts parts = TaskErrorPartsOf(thrown);
+        failure = Failure{proto::FailureKind::TASK_ERROR, std::move(parts.exception_type),
+                          std::move(parts.task_message), location};
+      }
+    }
   }
   in_task = false;
   const uint64_t executed_tick = TaskEvents().Tick();  // folded into RESULT_STORED

@@ -24,9 +24,9 @@
 #include "lumen/common/process.h"
 #include "lumen/common/proto_util.h"
 #include "lumen/common/task_events.h"
-#include "lumen/errors.h"
 #include "lumen/objectstore/fd_passing.h"
 #include "lumen/objectstore/object_table.h"
+#include "lumen/worker/api_error.h"
 
 namespace lumen::runtime {
 
@@ -36,7 +36,7 @@ namespace lumen::runtime {
 std::shared_ptr<internal::RefHandle> CoreWorker::SubmitTask(
     std::string_view function, std::vector<internal::TaskArgument> args,
     const internal::TaskOptions& options) {
-  if (node_lost_) throw Error("lumen: lost the connection to the node daemon");
+  if (node_lost_) ThrowError(ErrorKind::kError, "lumen: lost the connection to the node daemon");
   auto task = std::make_unique<PendingTask>();
   task->task_id = TaskId::Random();
   task->return_id = ObjectId::ForTaskReturn(task->task_id, 1);

@@ -1,7 +1,8 @@
 // A program that registers two different functions under one LUMEN_REMOTE
 // name ("Ping", from two namespaces). It must not start: the registry aborts at
 // static initialisation with a message naming the function (checked by the
-// CTest test duplicate_remote_name_test). Reaching main is the failure.
+// CTest test duplicate_remote_name_test, test/core/CMakeLists.txt). Reaching
+// main is the failure.
 #include <cstdio>
 
 #include "lumen/lumen.h"

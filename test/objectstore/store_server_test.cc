@@ -109,9 +109,9 @@ class Harness {
   ObjectId Put(ClientId client, uint64_t size) {
     ObjectId id = ObjectId::ForPut();
     StoreReply created = Call(client, Op::kCreate, id, size);
-    REQUIRE(created.status.ok());
-    Fill(id, created.offset, size);
-    REQUIRE(Call(client, Op::kSeal, id).status.ok());
+    REQUIRE(created.ok());
+    Fill(id, created->offset, size);
+    REQUIRE(Call(client, Op::kSeal, id).ok());
     return id;
   }
   void Fill(const ObjectId& id, uint64_t offset, uint64_t size) {
@@ -121,8 +121,8 @@ class Harness {
   // Pins the object for `client` (restoring it if spilled) and checks its bytes.
   bool GetAndCheck(ClientId client, const ObjectId& id, uint64_t size) {
     StoreReply got = Call(client, Op::kGet, id);
-    if (!got.status.ok() || got.size != size) return false;
-    const uint8_t* in = store_->segment().readonly_base() + got.offset;
+    if (!got.ok() || got->size != size) return false;
+    const uint8_t* in = store_->segment().readonly_base() + got->offset;
     for (uint64_t i = 0; i < size; ++i) {
       if (in[i] != Byte(id, i)) return false;
     }
@@ -162,7 +162,7 @@ TEST_CASE("a create that does not fit is parked until spilling makes room, and G
   auto slot = h.Send(kDriver, Op::kCreate, ObjectId::ForPut(), 200 * kKiB);
   CHECK_FALSE(slot->has_value());  // parked, not failed
   REQUIRE(h.RunUntil([&] { return slot->has_value(); }));
-  REQUIRE((*slot)->status.ok());
+  REQUIRE((*slot)->ok());
   SpillStats stats = h.store().GetSpillStats();
   CHECK(stats.spilled_objects >= 1);
   CHECK(stats.spill_files >= 1);
@@ -212,13 +212,13 @@ TEST_CASE("unreferenced objects and secondary copies go before any primary is sp
   auto b = h.Send(kDriver, Op::kCreate, ObjectId::ForPut(), 200 * kKiB);
   REQUIRE(a->has_value());  // answered without waiting
   REQUIRE(b->has_value());
-  CHECK((*a)->status.ok());
-  CHECK((*b)->status.ok());
+  CHECK((*a)->ok());
+  CHECK((*b)->ok());
   CHECK(h.store().GetSpillStats().evicted_secondary == 0);
   // The next one needs room: the secondary copy goes, nothing is spilled.
   auto c = h.Send(kDriver, Op::kCreate, ObjectId::ForPut(), 200 * kKiB);
   REQUIRE(c->has_value());
-  CHECK((*c)->status.ok());
+  CHECK((*c)->ok());
   SpillStats stats = h.store().GetSpillStats();
   CHECK(stats.evicted_secondary == 1);
   CHECK(stats.spilled_objects == 0);
@@ -237,21 +237,21 @@ TEST_CASE("pinned objects are never spilled, and a client disconnect releases it
   std::vector<uint64_t> offsets;
   for (const ObjectId& id : ids) {
     StoreReply got = h.Call(kReader, Op::kGet, id);
-    REQUIRE(got.status.ok());
-    offsets.push_back(got.offset);
+    REQUIRE(got.ok());
+    offsets.push_back(got->offset);
   }
   CHECK(h.store().PinnedBytes() >= 5 * 200 * kKiB);
   auto start = std::chrono::steady_clock::now();
   StoreReply full = h.Call(kDriver, Op::kCreate, ObjectId::ForPut(), 200 * kKiB);
   CHECK(std::chrono::steady_clock::now() - start >= std::chrono::milliseconds(300));
-  REQUIRE(full.status.code() == absl::StatusCode::kResourceExhausted);
-  CHECK_THAT(std::string(full.status.message()),
+  REQUIRE(full.status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK_THAT(std::string(full.status().message()),
              Catch::Contains("200.0 KiB") && Catch::Contains("pinned"));
   CHECK(h.store().GetSpillStats().spilled_objects == 0);
   for (size_t i = 0; i < ids.size(); ++i) {
     StoreReply again = h.Call(kDriver, Op::kGet, ids[i]);
-    REQUIRE(again.status.ok());
-    CHECK(again.offset == offsets[i]);
+    REQUIRE(again.ok());
+    CHECK(again->offset == offsets[i]);
     REQUIRE(h.GetAndCheck(kDriver, ids[i], 200 * kKiB));
     h.Send(kDriver, Op::kRelease, ids[i]);
     h.Send(kDriver, Op::kRelease, ids[i]);
@@ -263,7 +263,7 @@ TEST_CASE("pinned objects are never spilled, and a client disconnect releases it
   // What stays pinned is being written to disk (pinned by the store itself).
   CHECK(h.store().PinnedBytes() <= h.store().GetSpillStats().spilling_bytes);
   REQUIRE(h.RunUntil([&] { return parked->has_value(); }));
-  CHECK((*parked)->status.ok());
+  CHECK((*parked)->ok());
   REQUIRE(h.store().TEST_CheckInvariants().ok());
 }
 
@@ -271,8 +271,8 @@ TEST_CASE("a create larger than the whole store fails at once", "[store_server]"
   Harness h(1024 * kKiB);
   auto slot = h.Send(kDriver, Op::kCreate, ObjectId::ForPut(), 2048 * kKiB);
   REQUIRE(slot->has_value());  // answered inside Handle, no waiting
-  CHECK((*slot)->status.code() == absl::StatusCode::kResourceExhausted);
-  CHECK_THAT(std::string((*slot)->status.message()),
+  CHECK((*slot)->status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK_THAT(std::string((*slot)->status().message()),
              Catch::Contains("larger than the whole object store") && Catch::Contains("2.0 MiB"));
 }
 
@@ -333,23 +333,23 @@ TEST_CASE("a seeded random create/seal/get/release/delete/disconnect sequence ke
       uint64_t size = 1 + rng() % (op == 0 ? 700 * kKiB : 64 * kKiB);
       ObjectId id = ObjectId::ForPut();
       StoreReply created = h.Call(client, Op::kCreate, id, size);
-      if (created.status.ok()) {
-        h.Fill(id, created.offset, size);
+      if (created.ok()) {
+        h.Fill(id, created->offset, size);
         live.push_back({id, size, false, client});
       } else {
-        REQUIRE(created.status.code() == absl::StatusCode::kResourceExhausted);
+        REQUIRE(created.status().code() == absl::StatusCode::kResourceExhausted);
       }
     } else if (op == 4) {
       Live& l = live[rng() % live.size()];
       if (!l.sealed) {
-        REQUIRE(h.Call(l.creator, Op::kSeal, l.id).status.ok());
+        REQUIRE(h.Call(l.creator, Op::kSeal, l.id).ok());
         l.sealed = true;
       }
     } else if (op == 5) {
       Live& l = live[rng() % live.size()];
       if (l.sealed) {
         StoreReply got = h.Call(client, Op::kGet, l.id);
-        if (got.status.ok()) {
+        if (got.ok()) {
           REQUIRE(h.GetAndCheck(client, l.id, l.size));  // a second pin
           pins.push_back({client, l.id});
           pins.push_back({client, l.id});
@@ -377,7 +377,7 @@ TEST_CASE("a seeded random create/seal/get/release/delete/disconnect sequence ke
   // everything pinned, a restore has nowhere to go).
   for (const auto& [client, id] : pins) h.Send(client, Op::kRelease, id);
   for (Live& l : live) {
-    if (!l.sealed) REQUIRE(h.Call(l.creator, Op::kSeal, l.id).status.ok());
+    if (!l.sealed) REQUIRE(h.Call(l.creator, Op::kSeal, l.id).ok());
     l.sealed = true;
   }
   for (const Live& l : live) {
@@ -408,7 +408,7 @@ TEST_CASE("LargestObjects lists the n largest, in memory or on disk only, with p
   ObjectId small = h.Put(kDriver, 10 * kKiB);
   ObjectId medium = h.Put(kDriver, 100 * kKiB);
   ObjectId large = h.Put(kDriver, 300 * kKiB);
-  REQUIRE(h.Call(kReader, Op::kGet, medium).status.ok());  // pinned by the reader
+  REQUIRE(h.Call(kReader, Op::kGet, medium).ok());  // pinned by the reader
 
   std::vector<StoreObjectInfo> top = h.store().LargestObjects(2);
   REQUIRE(top.size() == 2);
@@ -455,19 +455,19 @@ TEST_CASE("sealed means immutable at the store API: create-twice, seal-twice, ab
   const uint64_t objects_before = h.store().GetStats().num_objects;
 
   StoreReply again = h.Call(kDriver, Op::kCreate, id, size);
-  CHECK(again.status.code() == absl::StatusCode::kAlreadyExists);
+  CHECK(again.status().code() == absl::StatusCode::kAlreadyExists);
   StoreReply other_creator = h.Call(kReader, Op::kCreate, id, size);
-  CHECK(other_creator.status.code() == absl::StatusCode::kAlreadyExists);
+  CHECK(other_creator.status().code() == absl::StatusCode::kAlreadyExists);
   StoreReply reseal = h.Call(kDriver, Op::kSeal, id);
-  CHECK(reseal.status.code() == absl::StatusCode::kFailedPrecondition);
-  CHECK_THAT(std::string(reseal.status.message()), Catch::Contains("already sealed"));
+  CHECK(reseal.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(std::string(reseal.status().message()), Catch::Contains("already sealed"));
   StoreReply abort = h.Call(kDriver, Op::kAbort, id);
-  CHECK(abort.status.code() == absl::StatusCode::kFailedPrecondition);
-  CHECK_THAT(std::string(abort.status.message()), Catch::Contains("sealed and cannot be aborted"));
-  CHECK(h.Call(kReader, Op::kAbort, id).status.code() == absl::StatusCode::kFailedPrecondition);
-  CHECK(h.Call(kDriver, Op::kSeal, ObjectId::ForPut()).status.code() ==
+  CHECK(abort.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(std::string(abort.status().message()), Catch::Contains("sealed and cannot be aborted"));
+  CHECK(h.Call(kReader, Op::kAbort, id).status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(h.Call(kDriver, Op::kSeal, ObjectId::ForPut()).status().code() ==
         absl::StatusCode::kNotFound);
-  CHECK(h.Call(kDriver, Op::kAbort, ObjectId::ForPut()).status.code() ==
+  CHECK(h.Call(kDriver, Op::kAbort, ObjectId::ForPut()).status().code() ==
         absl::StatusCode::kNotFound);
   REQUIRE(h.store().TEST_CheckInvariants().ok());
   CHECK(h.store().GetStats().used == used_before);
@@ -477,13 +477,13 @@ TEST_CASE("sealed means immutable at the store API: create-twice, seal-twice, ab
 
   // An unsealed object: only its creator seals or aborts it, once.
   ObjectId unsealed = ObjectId::ForPut();
-  REQUIRE(h.Call(kDriver, Op::kCreate, unsealed, size).status.ok());
-  CHECK(h.Call(kReader, Op::kSeal, unsealed).status.code() ==
+  REQUIRE(h.Call(kDriver, Op::kCreate, unsealed, size).ok());
+  CHECK(h.Call(kReader, Op::kSeal, unsealed).status().code() ==
         absl::StatusCode::kFailedPrecondition);
-  CHECK(h.Call(kDriver, Op::kGet, unsealed).status.code() == absl::StatusCode::kUnavailable);
-  REQUIRE(h.Call(kDriver, Op::kAbort, unsealed).status.ok());
-  CHECK(h.Call(kDriver, Op::kAbort, unsealed).status.code() == absl::StatusCode::kNotFound);
-  CHECK(h.Call(kDriver, Op::kSeal, unsealed).status.code() == absl::StatusCode::kNotFound);
+  CHECK(h.Call(kDriver, Op::kGet, unsealed).status().code() == absl::StatusCode::kUnavailable);
+  REQUIRE(h.Call(kDriver, Op::kAbort, unsealed).ok());
+  CHECK(h.Call(kDriver, Op::kAbort, unsealed).status().code() == absl::StatusCode::kNotFound);
+  CHECK(h.Call(kDriver, Op::kSeal, unsealed).status().code() == absl::StatusCode::kNotFound);
   REQUIRE(h.store().TEST_CheckInvariants().ok());
 }
 
@@ -638,9 +638,9 @@ TEST_CASE("OwnerGone deletes exactly that owner's objects and visits only them",
   CHECK(h.store().TEST_records().size() == of_b.size());
 
   // A's objects are gone (the spilled one from disk too); B's all read back.
-  for (const ObjectId& id : of_a) CHECK(h.Call(kReader, Op::kGet, id).status.code() ==
+  for (const ObjectId& id : of_a) CHECK(h.Call(kReader, Op::kGet, id).status().code() ==
                                         absl::StatusCode::kNotFound);
-  CHECK(h.Call(kReader, Op::kGet, spilled).status.code() == absl::StatusCode::kNotFound);
+  CHECK(h.Call(kReader, Op::kGet, spilled).status().code() == absl::StatusCode::kNotFound);
   for (const ObjectId& id : of_b) {
     REQUIRE(h.GetAndCheck(kReader, id, 64));
     h.Send(kReader, Op::kRelease, id);
@@ -685,9 +685,9 @@ TEST_CASE("a create waiting for room is answered while the next spill write is i
       parked = slot;
       break;
     }
-    REQUIRE((*slot)->status.ok());
-    h.Fill(id, (*slot)->offset, kKiB);
-    REQUIRE(h.Call(kDriver, Op::kSeal, id).status.ok());
+    REQUIRE((*slot)->ok());
+    h.Fill(id, (**slot)->offset, kKiB);
+    REQUIRE(h.Call(kDriver, Op::kSeal, id).ok());
     ids.push_back(id);
   }
   // Parked: more than it needs is being written, a quarter of the store ahead.
@@ -696,7 +696,7 @@ TEST_CASE("a create waiting for room is answered while the next spill write is i
   CHECK(at_park.spilling_bytes >= kKiB + 256 * kKiB);
   // 257+ objects of 1 KiB: more than one file (at most 256 objects a file).
   REQUIRE(h.RunUntil([&] { return parked->has_value(); }));
-  REQUIRE((*parked)->status.ok());
+  REQUIRE((*parked)->ok());
   // Answered on the first write's completion, the second still in flight.
   SpillStats at_answer = h.store().GetSpillStats();
   CHECK(at_answer.spilling_bytes > 0);

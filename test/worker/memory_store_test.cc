@@ -9,7 +9,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "lumen/errors.h"
+#include "lumen/common/error_kind.h"
 #include "lumen/internal/runtime.h"
 
 namespace lumen::runtime {
@@ -56,11 +56,11 @@ struct StoreRig {
   }
   ObjectEntry* EntryOf(const ObjectId& id) {
     ObjectTable::Locked objects(table);
-    return &objects->at(id);
+    return objects->find_value(id);
   }
   size_t WaitersOn(const ObjectId& id) {
     ObjectTable::Locked objects(table);
-    return objects->at(id).waiters.size();
+    return objects->find_value(id)->waiters.size();
   }
 };
 
@@ -75,7 +75,7 @@ TEST_CASE("Get of N refs wakes once, when the last becomes ready, in O(N)",
   for (size_t i = 0; i < kN; ++i) ids.push_back(rig.AddPending());
   uint64_t before = internal::AwaitStepsForTesting();
   MemoryStore::PendingWait wait;
-  rig.store.BeginWait(ids, kN, wait);
+  REQUIRE(rig.store.BeginWait(ids, kN, wait).ok());
   REQUIRE_FALSE(wait.Done());
   for (size_t i = 0; i + 1 < kN; ++i) {
     rig.MakeReady(ids[i]);
@@ -100,7 +100,7 @@ TEST_CASE("a Wait for k of N is done at the k-th ready object and leaves no wait
   for (int i = 0; i < 5; ++i) ids.push_back(rig.AddPending());
   rig.MakeReady(ids[4]);  // one is ready before the Wait
   MemoryStore::PendingWait wait;
-  rig.store.BeginWait(ids, 3, wait);
+  REQUIRE(rig.store.BeginWait(ids, 3, wait).ok());
   REQUIRE_FALSE(wait.Done());
   CHECK(rig.WaitersOn(ids[0]) == 1);
   CHECK(rig.WaitersOn(ids[4]) == 0);
@@ -122,8 +122,9 @@ TEST_CASE("a Get that times out unregisters its waiter", "[worker][memory_store]
   StoreRig rig;
   ObjectId id = rig.AddPending();
   auto entries = rig.store.AwaitReady({id}, 1, std::chrono::milliseconds(0));
-  REQUIRE(entries.size() == 1);
-  CHECK_FALSE(entries[0]->ready.load());
+  REQUIRE(entries.ok());
+  REQUIRE(entries->size() == 1);
+  CHECK_FALSE((*entries)[0]->ready.load());
   CHECK(rig.blocked_calls == std::vector<bool>{true, false});
   CHECK(rig.WaitersOn(id) == 0);
 }
@@ -133,11 +134,13 @@ TEST_CASE("a Get of a borrowed object asks its owner once", "[worker][memory_sto
   // owner; later Gets of it do not ask again.
   StoreRig rig;
   ObjectId id = rig.AddPending(/*owned=*/false, "owner:9");
-  rig.store.AwaitReady({id}, 1, std::chrono::milliseconds(0));
-  rig.store.AwaitReady({id}, 1, std::chrono::milliseconds(0));
+  REQUIRE(rig.store.AwaitReady({id}, 1, std::chrono::milliseconds(0)).ok());
+  REQUIRE(rig.store.AwaitReady({id}, 1, std::chrono::milliseconds(0)).ok());
   REQUIRE(rig.owner_requests.size() == 1);
   CHECK(rig.owner_requests[0] == std::make_pair(id, std::string("owner:9")));
-  CHECK_THROWS_AS(rig.store.AwaitReady({ObjectId::ForPut()}, 1, std::nullopt), ObjectLostError);
+  auto unknown = rig.store.AwaitReady({ObjectId::ForPut()}, 1, std::nullopt);
+  REQUIRE_FALSE(unknown.ok());
+  CHECK(ErrorKindOf(unknown.status()) == ErrorKind::kObjectLost);
 }
 
 TEST_CASE("a value is set once, callbacks are handed over once, orphans go",
@@ -149,8 +152,8 @@ TEST_CASE("a value is set once, callbacks are handed over once, orphans go",
   ObjectId id = rig.AddPending();
   {
     ObjectTable::Locked objects(rig.table);
-    objects->at(id).on_ready.push_back([] {});
-    objects->at(id).on_ready.push_back([] {});
+    objects->find_value(id)->on_ready.push_back([] {});
+    objects->find_value(id)->on_ready.push_back([] {});
   }
   rig.store.SetFailed(id, Failure{proto::FailureKind::OBJECT_LOST, "", "gone", ""});
   rig.MakeReady(id, "late");
@@ -158,7 +161,7 @@ TEST_CASE("a value is set once, callbacks are handed over once, orphans go",
   CHECK(rig.on_ready_handed[0].second == 2);
   {
     ObjectTable::Locked objects(rig.table);
-    CHECK(objects->at(id).kind == ObjectEntry::Kind::kFailed);
+    CHECK(objects->find_value(id)->kind == ObjectEntry::Kind::kFailed);
   }
   auto stored = [](ObjectEntry& e) {
     e.kind = ObjectEntry::Kind::kStored;
@@ -283,7 +286,7 @@ TEST_CASE("a Wait given its entries registers, times out and asks owners as one 
   std::vector<ObjectEntry*> known{rig.EntryOf(ready_one), nullptr, rig.EntryOf(borrowed),
                                   rig.EntryOf(pending)};
   MemoryStore::PendingWait wait;
-  rig.store.BeginWait(ids, 2, wait, known);
+  REQUIRE(rig.store.BeginWait(ids, 2, wait, known).ok());
   REQUIRE_FALSE(wait.Done());
   CHECK(rig.WaitersOn(pending) == 2);  // once per occurrence
   CHECK(rig.WaitersOn(borrowed) == 1);
@@ -298,10 +301,12 @@ TEST_CASE("a Wait given its entries registers, times out and asks owners as one 
   // Timed out with the entries given: nothing stays registered.
   ObjectId late = rig.AddPending();
   auto entries = rig.store.AwaitReady({late}, 1, std::chrono::milliseconds(0), {rig.EntryOf(late)});
-  CHECK_FALSE(entries[0]->ready.load());
+  REQUIRE(entries.ok());
+  CHECK_FALSE((*entries)[0]->ready.load());
   CHECK(rig.WaitersOn(late) == 0);
-  CHECK_THROWS_AS(rig.store.AwaitReady({ObjectId::ForPut()}, 1, std::nullopt, {nullptr}),
-                  ObjectLostError);
+  auto unknown = rig.store.AwaitReady({ObjectId::ForPut()}, 1, std::nullopt, {nullptr});
+  REQUIRE_FALSE(unknown.ok());
+  CHECK(ErrorKindOf(unknown.status()) == ErrorKind::kObjectLost);
 }
 
 }  // namespace

@@ -282,7 +282,7 @@ struct Rig {
   }
   const ObjectEntry& Result(const TaskId& id) {
     ObjectTable::Locked objects(table);
-    return objects->at(ObjectId::ForTaskReturn(id, 1));  // stable: node_hash_map
+    return *objects->find_value(ObjectId::ForTaskReturn(id, 1));  // stable: node_hash_map
   }
   bool Finished(const TaskId& id) {
     const ObjectEntry& e = Result(id);

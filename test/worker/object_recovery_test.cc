@@ -82,12 +82,12 @@ struct RecoveryRig {
   }
   const ObjectEntry& Entry(const ObjectId& id) {
     ObjectTable::Locked objects(table);
-    return objects->at(id);  // stable: node_hash_map
+    return *objects->find_value(id);  // stable: node_hash_map
   }
   bool AllPending() {
     ObjectTable::Locked objects(table);
     for (const ObjectId& id : watched) {
-      if (objects->at(id).ready) return false;
+      if (objects->find_value(id)->ready) return false;
     }
     return true;
   }

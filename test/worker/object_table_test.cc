@@ -63,7 +63,7 @@ TEST_CASE("ObjectTable keeps many entries findable, stable and iterable", "[obje
     for (uint64_t i = 0; i < kN; ++i) {
       const bool kept = i % 2 == 1 && i % 6 != 1;
       REQUIRE(objects->contains(IdOf(i)) == kept);
-      if (kept) REQUIRE(&objects->at(IdOf(i)) == where[i]);
+      if (kept) REQUIRE(objects->find_value(IdOf(i)) == where[i]);
     }
     size_t left = 0;
     for (const auto& entry : *objects) left += entry.second.local_refs % 2 == 1;

@@ -41,7 +41,7 @@ struct OwnerRig {
   // Makes an owned object stored on two nodes (as a task result would be).
   void MakeStored(const ObjectId& id) {
     ObjectTable::Locked objects(table);
-    ObjectEntry& e = objects->at(id);
+    ObjectEntry& e = *objects->find_value(id);
     e.kind = ObjectEntry::Kind::kStored;
     e.stored_size = 100;
     e.locations = {{NodeId::Random(), "nodeA"}, {NodeId::Random(), "nodeB"}};
@@ -146,7 +146,7 @@ TEST_CASE("a ref to our own object decoded after its free reads as lost", "[work
   const ObjectId id = ObjectId::ForPut();
   rig.refs.AddLocalRef(id, kOwner, /*decoded=*/true);
   ObjectTable::Locked objects(rig.table);
-  const ObjectEntry& e = objects->at(id);
+  const ObjectEntry& e = *objects->find_value(id);
   CHECK(e.ready.load());
   CHECK(e.kind == ObjectEntry::Kind::kFailed);
   CHECK(e.failure->kind == proto::FailureKind::OBJECT_LOST);
@@ -161,13 +161,13 @@ TEST_CASE("an object with pending on_ready callbacks is freed only after they ra
   rig.refs.AddLocalRef(id, kOwner, /*decoded=*/false);
   {
     ObjectTable::Locked objects(rig.table);
-    objects->at(id).on_ready.push_back([] {});
+    objects->find_value(id)->on_ready.push_back([] {});
   }
   rig.refs.RemoveLocalRef(id);
   REQUIRE(rig.freed.empty());
   {
     ObjectTable::Locked objects(rig.table);
-    objects->at(id).on_ready.clear();  // the memory store handed them over
+    objects->find_value(id)->on_ready.clear();  // the memory store handed them over
   }
   rig.refs.MaybeFree(id);
   REQUIRE(rig.freed.size() == 1);

@@ -38,7 +38,7 @@ struct ManagerRig {
   }
   const ObjectEntry& Entry(const ObjectId& id) {
     ObjectTable::Locked objects(table);
-    return objects->at(id);  // stable: node_hash_map
+    return *objects->find_value(id);  // stable: node_hash_map
   }
 };
 

@@ -11,6 +11,7 @@
 #include <random>
 #include <sstream>
 
+#include "absl/status/statusor.h"
 #include "checkpoint_manager.h"
 #include "lumen/train/trainer.h"
 #include "report_channel.h"
@@ -111,17 +112,18 @@ Outcome Supervise(internal::WorkerGroup& group, const std::string& attempt_id,
 
 // Reserves the largest group that can be placed: num_workers, or (elastic)
 // down to min_workers, each size above the minimum waiting
-// elastic_placement_timeout.
-std::unique_ptr<internal::WorkerGroup> Place(const ScalingConfig& scaling, const std::string& name,
-                                             absl::Status* status) {
+// elastic_placement_timeout. The smallest size's error when none can.
+absl::StatusOr<std::unique_ptr<internal::WorkerGroup>> Place(const ScalingConfig& scaling,
+                                                             const std::string& name) {
   const int smallest = scaling.Elastic() ? scaling.min_workers : scaling.num_workers;
   for (int size = scaling.num_workers;; --size) {
     ScalingConfig sized = scaling;
     sized.num_workers = size;
     if (size > smallest) sized.placement_timeout = scaling.elastic_placement_timeout;
     auto group = std::make_unique<internal::WorkerGroup>(sized);
-    *status = group->Reserve(name + ".w" + std::to_string(size));
-    if (status->ok() || size <= smallest) return group;
+    absl::Status reserved = group->Reserve(name + ".w" + std::to_string(size));
+    if (reserved.ok()) return group;
+    if (size <= smallest) return reserved;
   }
 }
 
@@ -161,13 +163,13 @@ Result DataParallelTrainer::Fit() {
   const std::string run_id = RandomId();
   for (int attempt = 0;; ++attempt) {
     const std::string attempt_id = run_id + "." + std::to_string(attempt);
-    absl::Status placed;
-    std::unique_ptr<internal::WorkerGroup> group =
-        Place(scaling_, "lumen.train." + run_.name + "." + attempt_id, &placed);
+    absl::StatusOr<std::unique_ptr<internal::WorkerGroup>> placed =
+        Place(scaling_, "lumen.train." + run_.name + "." + attempt_id);
     if (!placed.ok()) {
-      result.error = "DataParallelTrainer: " + std::string(placed.message());
+      result.error = "DataParallelTrainer: " + std::string(placed.status().message());
       break;
     }
+    std::unique_ptr<internal::WorkerGroup> group = *std::move(placed);
     WorkerSetup base{.run_id = attempt_id,
                      .experiment_name = run_.name,
                      .run_dir = run_dir,

@@ -52,6 +52,7 @@
 #include "lumen/objectstore/shm_segment.h"
 #include "lumen/objectstore/spill_index.h"
 #include "lumen/objectstore/spill_worker.h"
+#include "lumen/objectstore/store_region.h"
 #include "lumen/proto/lumen.capnp.h"
 
 namespace lumen::objectstore {
@@ -137,12 +138,14 @@ struct StoreCaller {
   ClientId owner = 0;
 };
 
-// The answer to one store request.
-struct StoreReply {
-  absl::Status status;
-  uint64_t offset = 0;
-  uint64_t size = 0;
-};
+// The answer to one store request: the region for create and get, an empty
+// one for seal and abort. (The wire's storeReply has room for both a status
+// and a region; an error's region is left zero.)
+using StoreReply = absl::StatusOr<StoreRegion>;
+
+// The reply of a request without a region (seal, abort, a pull): `status`, or
+// an empty region when it is OK.
+[[nodiscard]] StoreReply ReplyOf(const absl::Status& status);
 
 // Fills `env` as the storeReply to request `request_id` (the one builder of it).
 void FillStoreReply(proto::Envelope::Builder env, uint64_t request_id, const StoreReply& reply);

@@ -2,6 +2,8 @@
 //
 //   lumen::Post(io_, "worker.complete_task", [this, id] { CompleteTask(id); });
 //
+// ReleaseLater(io_, name, object) drops `object` after the running handler.
+//
 // Every handler a component posts to its io thread goes through Post with a
 // name saying what it does. A handler that holds its loop longer than
 // Timeouts::slow_handler_warning (LUMEN_SLOW_HANDLER_WARNING_MS) is logged with
@@ -47,6 +49,19 @@ void Post(Executor&& executor, const char* name, Handler&& handler) {
                       const auto took = post_internal::Now() - start;
                       if (took > SlowHandlerThreshold()) ReportSlowHandler(name, took);
                     });
+}
+
+// Keeps `object` alive until the handler running now (and whatever called it
+// further up the loop's stack) has returned, then drops it: a connection
+// closed from inside its own callback, a request's state whose handlers may
+// still be on the stack. `object` (a shared_ptr, a unique_ptr, ...) moves into
+// a posted handler that does nothing and goes when that handler is destroyed
+// (with the io context, if the loop never runs again). `name` as for Post.
+//
+//   lumen::ReleaseLater(io_, "head.release_closed_connection", std::move(conn));
+template <class Executor, class T>
+void ReleaseLater(Executor&& executor, const char* name, T object) {
+  Post(std::forward<Executor>(executor), name, [keep = std::move(object)] {});
 }
 
 // Test hooks, process-wide and thread-safe; pass nullptr (or {}) to restore.

@@ -86,7 +86,6 @@ namespace lumen::runtime {
 class HeadRequester;   // core/worker/head_requester.h
 class IoPoster;        // core/worker/io_poster.h
 class StoreProvider;   // core/worker/store_provider.h
-struct StoreResult;    // core/worker/store_provider.h
 class ObjectGetter;    // core/worker/object_getter.h
 class LostCopies;      // core/worker/lost_copies.h
 class LeaseRequester;  // core/worker/lease_requester.h
@@ -244,7 +243,7 @@ class CoreWorker {
   // stopping: never run then, it is destroyed with the io context.
   template <class T>
   void ReleaseLater(std::shared_ptr<T> keep) {
-    lumen::Post(io_, "worker.release_later", [keep = std::move(keep)] {});
+    lumen::ReleaseLater(io_, "worker.release_later", std::move(keep));
   }
   // Large argument values go to the store (submitted tasks, actor creation).
   void MoveLargeArgumentsToStore(std::vector<internal::TaskArgument>& args);
