@@ -487,7 +487,27 @@ absl::StatusOr<const char*> TallyRecord(const char* p, const char* end, Segment&
 
 }  // namespace
 
-absl::Status ForEachTally(std::string_view records, TallyFn f, size_t* record_count) {
+namespace {
+
+// FoldedKinds, inlined into the walks below (it is a call per record else).
+bool FoldedKindsOf(TaskEventKind kind, std::array<TaskEventKind, 2>* kinds) {
+  switch (kind) {
+    case TaskEventKind::kFinished:
+    case TaskEventKind::kFailed:
+      *kinds = {TaskEventKind::kDependenciesReady, TaskEventKind::kLeaseGranted};
+      return true;
+    case TaskEventKind::kResultStored:
+      *kinds = {TaskEventKind::kArgsFetched, TaskEventKind::kExecuted};
+      return true;
+    default:
+      return false;
+  }
+}
+
+// ForEachTally's walk, calling `f(kind, duration_us, bytes)` for each event
+// (inlined: CountEvents has no call per event).
+template <typename F>
+absl::Status TallyWalk(std::string_view records, F&& f, size_t* record_count) {
   size_t r = 0;
   const char* p = records.data();
   const char* end = p + records.size();
@@ -519,19 +539,36 @@ absl::Status ForEachTally(std::string_view records, TallyFn f, size_t* record_co
     p = *next;
     ++r;
     if (kind_byte & kWithStart) {
-      f(*StartKind(kind), 0, 0);
+      f(*StartKind(kind), int64_t{0}, uint64_t{0});
       if (kind == TaskEventKind::kResultStored) duration_us = 0;
     }
     std::array<TaskEventKind, 2> kinds;
-    if ((flags & kHasFolded) && FoldedKinds(kind, &kinds)) {
+    if ((flags & kHasFolded) && FoldedKindsOf(kind, &kinds)) {
       for (int k = 0; k < 2; ++k) {
-        if (folded[k] != 0) f(kinds[k], 0, 0);
+        if (folded[k] != 0) f(kinds[k], int64_t{0}, uint64_t{0});
       }
     }
     f(kind, duration_us, bytes);
   }
   if (record_count != nullptr) *record_count = r;
   return status;
+}
+
+}  // namespace
+
+absl::Status ForEachTally(std::string_view records, TallyFn f, size_t* record_count) {
+  return TallyWalk(records, f, record_count);
+}
+
+absl::Status CountEvents(std::string_view records, EventCounts* by_kind, TallyFn measured,
+                         size_t* record_count) {
+  return TallyWalk(
+      records,
+      [by_kind, &measured](TaskEventKind kind, int64_t duration_us, uint64_t bytes) {
+        ++(*by_kind)[static_cast<size_t>(kind)];
+        if (duration_us != 0 || bytes != 0) measured(kind, duration_us, bytes);
+      },
+      record_count);
 }
 
 absl::StatusOr<std::vector<TaskEvent>> Decode(std::string_view records) {

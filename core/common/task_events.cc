@@ -198,6 +198,16 @@ std::atomic<uint64_t> next_recorder_id{1};
 // This thread's cached ring (RingOfThisThread) was destroyed: the thread is
 // ending. Trivially destructible, so it outlives the cache.
 thread_local bool cache_destroyed = false;
+// The ring RingOfThisThread cached, and its recorder's id: what a Record
+// reads. Trivially destructible and constant-initialised, so reading it is
+// one %fs-relative load, without the guard call a thread_local with a
+// destructor costs at every access (~3 ns a Record). The shared_ptr that
+// keeps the ring alive is RingOfThisThread's, which clears this as it goes.
+struct FastRing {
+  uint64_t recorder = 0;
+  void* ring = nullptr;
+};
+thread_local FastRing fast_ring;
 
 }  // namespace
 
@@ -229,9 +239,11 @@ TaskEventRecorder::ThreadRing& TaskEventRecorder::RingOfThisThread() {
     std::shared_ptr<ThreadRing> ring;
     ~Cached() {
       recorder = 0;  // later Records of this ending thread take the slow path
+      fast_ring = FastRing{};
       cache_destroyed = true;
     }
   };
+  if (fast_ring.recorder == id_) return *static_cast<ThreadRing*>(fast_ring.ring);
   static thread_local Cached cached;
   if (cached.recorder == id_) return *cached.ring;
   absl::MutexLock lock(&mu_);
@@ -253,6 +265,7 @@ TaskEventRecorder::ThreadRing& TaskEventRecorder::RingOfThisThread() {
   }
   cached.recorder = id_;
   cached.ring = std::move(ring);
+  fast_ring = FastRing{.recorder = id_, .ring = cached.ring.get()};
   return *cached.ring;
 }
 
@@ -261,7 +274,8 @@ uint64_t TaskEventRecorder::Record(TaskEventKind kind, const TaskId& task, uint3
   static_assert(sizeof(Slot) <= 128, "a slot is two cache lines at most");
   if (!enabled()) return 0;
   const uint64_t now = detail.at_tick != 0 ? detail.at_tick : TaskEventClock::Now();
-  ThreadRing& ring = RingOfThisThread();
+  ThreadRing& ring = fast_ring.recorder == id_ ? *static_cast<ThreadRing*>(fast_ring.ring)
+                                               : RingOfThisThread();
   ring.Lock();
   if (detail.start != nullptr &&
       (kind == TaskEventKind::kFinished || kind == TaskEventKind::kResultStored)) {
@@ -323,7 +337,8 @@ uint64_t TaskEventRecorder::Record(TaskEventKind kind, const TaskId& task, uint3
 void TaskEventRecorder::RecordEvent(const TaskEvent& event) {
   if (!enabled()) return;
   const uint64_t now = event.time_us == 0 ? TaskEventClock::Now() : 0;
-  ThreadRing& ring = RingOfThisThread();
+  ThreadRing& ring = fast_ring.recorder == id_ ? *static_cast<ThreadRing*>(fast_ring.ring)
+                                               : RingOfThisThread();
   ring.Lock();
   size_t index;
   Slot& e = ring.NextSlot(&index);
@@ -355,7 +370,11 @@ size_t TaskEventRecorder::DrainPacked(std::string* records) {
     // Of each event in ring order, microseconds: the order they are merged
     // in (a record written over its start's slot keeps the start's place).
     std::vector<int64_t> times;
-    const Slot& at(size_t i) const { return events.slots[(head + i) % events.slots.size()]; }
+    // No division: head is 0 unless the ring wrapped, and i < size <= slots.size().
+    const Slot& at(size_t i) const {
+      const size_t j = head + i;
+      return events.slots[j < events.slots.size() ? j : j - events.slots.size()];
+    }
   };
   absl::MutexLock lock(&mu_);
   std::vector<Taken> taken;
@@ -378,13 +397,21 @@ size_t TaskEventRecorder::DrainPacked(std::string* records) {
   }
   // After the swaps: every tick taken is (about) before the anchor.
   const TaskEventClock::Scale scale = clock_.Anchor();
-  for (Taken& t : taken) {
-    t.times.resize(t.size);
-    for (size_t i = 0; i < t.size; ++i) {
-      const Slot& s = t.at(i);
-      t.times[i] = (s.flags & Slot::kTimeIsMicros) ? static_cast<int64_t>(s.tick)
-                   : (s.flags & Slot::kWithStart) ? scale.ToMicros(s.since)
-                                                  : scale.ToMicros(s.tick);
+  // The time a record is merged by: its own, or its start's for a record
+  // written over its start.
+  auto merge_time = [&scale](const Slot& s) {
+    return (s.flags & Slot::kTimeIsMicros) ? static_cast<int64_t>(s.tick)
+           : (s.flags & Slot::kWithStart) ? scale.ToMicros(s.since)
+                                          : scale.ToMicros(s.tick);
+  };
+  // One ring (the common case: a process records on one thread) is in
+  // order already: its times are converted as it is written, with no pass
+  // of their own.
+  const bool merge = taken.size() > 1;
+  if (merge) {
+    for (Taken& t : taken) {
+      t.times.resize(t.size);
+      for (size_t i = 0; i < t.size; ++i) t.times[i] = merge_time(t.at(i));
     }
   }
   // Merged by time: a task's events may come from several threads (submitted
@@ -400,9 +427,13 @@ size_t TaskEventRecorder::DrainPacked(std::string* records) {
   size_t written = 0;
   for (;;) {
     Taken* earliest = nullptr;
-    for (Taken& t : taken) {
-      if (t.next < t.size && (earliest == nullptr || t.times[t.next] < earliest->times[earliest->next])) {
-        earliest = &t;
+    if (!merge) {
+      if (!taken.empty() && taken[0].next < taken[0].size) earliest = &taken[0];
+    } else {
+      for (Taken& t : taken) {
+        if (t.next < t.size && (earliest == nullptr || t.times[t.next] < earliest->times[earliest->next])) {
+          earliest = &t;
+        }
       }
     }
     if (earliest == nullptr) break;
@@ -413,13 +444,13 @@ size_t TaskEventRecorder::DrainPacked(std::string* records) {
     }
     const Slot& s = earliest->at(i);
     const bool with_start = (s.flags & Slot::kWithStart) != 0;
-    const int64_t time_us = with_start ? scale.ToMicros(s.tick) : earliest->times[i];
+    const int64_t merged_at = merge ? earliest->times[i] : merge_time(s);
+    const int64_t time_us = with_start ? scale.ToMicros(s.tick) : merged_at;
     int64_t duration_us = static_cast<int64_t>(s.since);
     // From the two times as converted (not the span rounded on its own), so
     // that it equals the difference of the events' times exactly.
     if (s.flags & Slot::kSinceTick) {
-      duration_us = std::max<int64_t>(
-          1, time_us - (with_start ? earliest->times[i] : scale.ToMicros(s.since)));
+      duration_us = std::max<int64_t>(1, time_us - (with_start ? merged_at : scale.ToMicros(s.since)));
     }
     const auto kind = static_cast<TaskEventKind>(s.kind);
     std::array<TaskEventKind, 2> folded_kinds;
