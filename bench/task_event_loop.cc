@@ -64,7 +64,8 @@ int main(int argc, char** argv) {
   const size_t tasks = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 60000;
   const int rounds = argc > 2 ? std::atoi(argv[2]) : 15;
   const size_t thrash_kb = argc > 3 ? std::strtoull(argv[3], nullptr, 10) : 0;
-  constexpr size_t kWindow = 1000, kDrainEvery = 2000;
+  constexpr size_t kWindow = 1000;
+  const size_t drain_every = argc > 4 ? std::strtoull(argv[4], nullptr, 10) : 2000;
   lumen::TaskEventRecorder recorder;
   recorder.SetProcessIds(lumen::NodeId::Random(), lumen::WorkerId::Random());
   const lumen::NodeId lease_node = lumen::NodeId::Random();
@@ -105,7 +106,7 @@ int main(int argc, char** argv) {
                          .earlier_ticks = {t.ready_tick, t.lease_tick}, .start = &t.submitted_mark});
       }
       since_drain += kWindow;
-      if (since_drain >= kDrainEvery || done + kWindow >= tasks) {
+      if (since_drain >= drain_every || done + kWindow >= tasks) {
         since_drain = 0;
         blob.clear();
         recorder.DrainPacked(&blob);
