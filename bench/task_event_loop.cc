@@ -2,13 +2,17 @@
 // owner and the executor of each task record in a cluster (SUBMITTED taken
 // over by FINISHED with two folded ticks, STARTED taken over by RESULT_STORED
 // with two), for `tasks` tasks in windows of 1,000 in flight, drains the
-// recorder every 2,000 tasks (DrainPacked, as the flusher) and walks each blob
+// recorder every `drain` tasks (2,000; DrainPacked, as the flusher; at window
+// ends, so a multiple of 1,000) and walks each blob
 // as the node daemon does (packed_events::CountEvents). Prints the thread's
 // CPU time per task (nanoseconds, best of `rounds`) and the packed bytes per
 // task. Steadier than a cluster's CPU on a loaded machine (doc/observability.md,
 // "Cost").
 //
-//   build/bench/task_event_loop [tasks] [rounds] [KiB]   # default 60000 15 0
+//   build/bench/task_event_loop [tasks] [rounds] [KiB] [drain]   # default 60000 15 0 2000
+//
+// A tree before CountEvents (main before stop 32) builds it with
+// -DTASK_EVENT_LOOP_FOR_EACH_TALLY (the same walk through ForEachTally).
 //
 // With KiB (> 0), each task also writes that much of a large buffer (Thrash),
 // and the rounds alternate events on and off: on - off is then the events'
