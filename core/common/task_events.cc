@@ -50,8 +50,8 @@ bool FoldedKinds(TaskEventKind kind, std::array<TaskEventKind, 2>* kinds) {
 // One event as a ring keeps it: one cache line, so recording is a copy into
 // a slot that was allocated at an earlier event or drain, and a busy thread's
 // ring and the drain that reads it touch half the memory a slot with the
-// name and ids inline did (two lines: +0.2 us per task in a busy driver,
-// bench/task_event_loop with a buffer written between tasks). The name, and
+// name and ids inline did (two lines; doc/observability.md, "Cost", has what
+// that gave in bench/task_event_loop). The name, and
 // a node, worker or pid other than the process's, are interned per ring
 // between drains (ThreadRing::Events). Not initialised when allocated (every
 // Record writes every field it reads).
@@ -82,6 +82,7 @@ struct alignas(64) TaskEventRecorder::Slot {
   uint16_t name;  // 0: none; else the ring's Events::names[name - 1]
   uint16_t ids;   // 0: nil node and worker, this process's pid; else Events::ids[ids - 1]
 };
+
 namespace {
 
 // 16 bytes equal, as two 8-byte loads.
