@@ -231,51 +231,45 @@ struct Segment {
 
 // A record's fixed start, checked: kind byte, flags, attempt, time (the
 // segment's clock advanced), and that its ids fit before `end`. Returns where
-// the ids begin, or null with `status` set.
+// the ids begin, or the error.
 struct RecordHeader {
   uint8_t kind_byte = 0, flags = 0;
   uint64_t attempt = 0;
   int64_t time_us = 0;
 };
-const char* ReadHeader(const char* p, const char* end, Segment& seg, RecordHeader* h,
-                       absl::Status* status) {
-  if (end - p < 2) {
-    *status = CutShort();
-    return nullptr;
-  }
+absl::StatusOr<const char*> ReadHeader(const char* p, const char* end, Segment& seg,
+                                       RecordHeader* h) {
+  if (end - p < 2) return CutShort();
   h->kind_byte = static_cast<uint8_t>(p[0]);
   h->flags = static_cast<uint8_t>(p[1]);
   p += 2;
   const uint8_t kind = h->kind_byte & kKindMask;
   if (kind >= kNumTaskEventKinds || (h->kind_byte & ~(kKindMask | kSelfIds | kWithStart)) != 0 ||
       ((h->kind_byte & kWithStart) != 0 && StartKind(static_cast<TaskEventKind>(kind)) == nullptr)) {
-    *status = absl::DataLossError(
+    return absl::DataLossError(
         absl::StrCat("a packed task event has the unknown kind ", h->kind_byte));
-    return nullptr;
   }
   uint64_t delta;
   if ((p = GetVarint(p, end, &h->attempt)) == nullptr ||
       (p = GetVarint(p, end, &delta)) == nullptr) {
-    *status = CutShort();
-    return nullptr;
+    return CutShort();
   }
   const size_t ids = ((h->flags & kHasTask) ? kIdSize : 0) +
                      ((h->flags & kHasNode) ? kIdSize : 0) +
                      ((h->flags & kHasWorker) ? kIdSize : 0);
-  if (static_cast<size_t>(end - p) < ids) {
-    *status = CutShort();
-    return nullptr;
-  }
+  if (static_cast<size_t>(end - p) < ids) return CutShort();
   h->time_us = seg.last_time_us = WrappingAdd(seg.last_time_us, UnZigZag(delta));
   return p;
 }
 
 // Reads the record at `p` (before `end`, its segment's end) into `v` and its
-// folded times into `folded`; returns its end, or null with `status` set.
-const char* ReadRecord(const char* p, const char* end, Segment& seg, View* v, uint8_t* flags_out,
-                       std::array<int64_t, 2>* folded, absl::Status* status) {
+// folded times into `folded`; returns its end, or the error.
+absl::StatusOr<const char*> ReadRecord(const char* p, const char* end, Segment& seg, View* v,
+                                       uint8_t* flags_out, std::array<int64_t, 2>* folded) {
   RecordHeader h;
-  if ((p = ReadHeader(p, end, seg, &h, status)) == nullptr) return nullptr;
+  absl::StatusOr<const char*> ids = ReadHeader(p, end, seg, &h);
+  if (!ids.ok()) return ids.status();
+  p = *ids;
   const uint8_t kind_byte = h.kind_byte, flags = h.flags;
   v->kind = static_cast<TaskEventKind>(kind_byte & kKindMask);
   v->actor_call = (flags & kActorCall) != 0;
@@ -293,8 +287,7 @@ const char* ReadRecord(const char* p, const char* end, Segment& seg, View* v, ui
     uint64_t pid, bytes, duration;
     if ((p = GetVarint(p, end, &pid)) == nullptr || (p = GetVarint(p, end, &bytes)) == nullptr ||
         (p = GetVarint(p, end, &duration)) == nullptr) {
-      *status = CutShort();
-      return nullptr;
+      return CutShort();
     }
     v->worker_pid = static_cast<int32_t>(UnZigZag(pid));
     v->bytes = bytes;
@@ -304,8 +297,7 @@ const char* ReadRecord(const char* p, const char* end, Segment& seg, View* v, ui
     for (int k = 0; k < 2; ++k) {
       uint64_t t;
       if ((p = GetVarint(p, end, &t)) == nullptr) {
-        *status = CutShort();
-        return nullptr;
+        return CutShort();
       }
       (*folded)[k] = t == 0 ? 0 : WrappingSub(v->time_us, UnZigZag(t - 1));
     }
@@ -313,19 +305,16 @@ const char* ReadRecord(const char* p, const char* end, Segment& seg, View* v, ui
   if (flags & kNameRef) {
     uint64_t index;
     if ((p = GetVarint(p, end, &index)) == nullptr) {
-      *status = CutShort();
-      return nullptr;
+      return CutShort();
     }
     if (index >= seg.names.size()) {
-      *status = absl::DataLossError("a packed task event names no earlier name of its segment");
-      return nullptr;
+      return absl::DataLossError("a packed task event names no earlier name of its segment");
     }
     v->name = seg.names[index];
   } else if (flags & kNameLiteral) {
     uint64_t length;
     if ((p = GetVarint(p, end, &length)) == nullptr || static_cast<uint64_t>(end - p) < length) {
-      *status = CutShort();
-      return nullptr;
+      return CutShort();
     }
     v->name = std::string_view(p, length);
     seg.names.push_back(v->name);
@@ -336,16 +325,14 @@ const char* ReadRecord(const char* p, const char* end, Segment& seg, View* v, ui
 }
 
 // Reads the segment header at `p` (before `end`) into `seg`; returns the
-// start of its records and sets `seg_end`, or null with `status` set.
-const char* ReadSegment(const char* p, const char* end, Segment& seg, const char** seg_end,
-                        absl::Status* status) {
+// start of its records and sets `seg_end`, or the error.
+absl::StatusOr<const char*> ReadSegment(const char* p, const char* end, Segment& seg,
+                                        const char** seg_end) {
   if (static_cast<uint8_t>(*p) != kSegmentMarker) {
-    *status = absl::DataLossError("a packed task event record is outside a segment");
-    return nullptr;
+    return absl::DataLossError("a packed task event record is outside a segment");
   }
   if (static_cast<size_t>(end - p) < kSegmentHeaderSize) {
-    *status = CutShort();
-    return nullptr;
+    return CutShort();
   }
   uint8_t marker, flags;
   uint32_t length;
@@ -356,8 +343,7 @@ const char* ReadSegment(const char* p, const char* end, Segment& seg, const char
   p = Get(p, &seg.last_time_us);
   const size_t ids = ((flags & kSegmentNode) ? kIdSize : 0) + ((flags & kSegmentWorker) ? kIdSize : 0);
   if (static_cast<size_t>(end - p) < ids + length) {
-    *status = CutShort();
-    return nullptr;
+    return CutShort();
   }
   seg.node = seg.worker = {};
   if (flags & kSegmentNode) seg.node = std::string_view(p, kIdSize), p += kIdSize;
@@ -380,16 +366,24 @@ absl::Status ForEach(std::string_view records, absl::FunctionRef<void(const View
   const char* seg_end = p;
   while (p < end) {
     if (p == seg_end) {
-      p = ReadSegment(p, end, seg, &seg_end, &status);
-      if (p == nullptr) break;
+      absl::StatusOr<const char*> next = ReadSegment(p, end, seg, &seg_end);
+      if (!next.ok()) {
+        status = next.status();
+        break;
+      }
+      p = *next;
       continue;
     }
     View v;
     uint8_t flags = 0;
     std::array<int64_t, 2> folded{};
     const auto kind_byte = static_cast<uint8_t>(*p);
-    p = ReadRecord(p, seg_end, seg, &v, &flags, &folded, &status);
-    if (p == nullptr) break;
+    absl::StatusOr<const char*> next = ReadRecord(p, seg_end, seg, &v, &flags, &folded);
+    if (!next.ok()) {
+      status = next.status();
+      break;
+    }
+    p = *next;
     ++r;
     if (kind_byte & kWithStart) {
       // The part's start first (ReadHeader checked the kind has one).
@@ -437,12 +431,15 @@ namespace {
 
 // ReadRecord's checks, in its order and with its errors, keeping only what
 // ForEachTally gives: the kind, duration and bytes, the folded events' times
-// (0: none) and the flags.
-const char* TallyRecord(const char* p, const char* end, Segment& seg, TaskEventKind* kind_out,
-                        int64_t* duration_us, uint64_t* bytes, uint8_t* flags_out,
-                        std::array<int64_t, 2>* folded, absl::Status* status) {
+// (0: none) and the flags. Returns the record's end, or the error.
+absl::StatusOr<const char*> TallyRecord(const char* p, const char* end, Segment& seg,
+                                        TaskEventKind* kind_out, int64_t* duration_us,
+                                        uint64_t* bytes, uint8_t* flags_out,
+                                        std::array<int64_t, 2>* folded) {
   RecordHeader h;
-  if ((p = ReadHeader(p, end, seg, &h, status)) == nullptr) return nullptr;
+  absl::StatusOr<const char*> ids = ReadHeader(p, end, seg, &h);
+  if (!ids.ok()) return ids.status();
+  p = *ids;
   const uint8_t flags = h.flags;
   p += ((flags & kHasTask) ? kIdSize : 0) + ((flags & kHasNode) ? kIdSize : 0) +
        ((flags & kHasWorker) ? kIdSize : 0);  // ReadHeader checked they fit
@@ -454,8 +451,7 @@ const char* TallyRecord(const char* p, const char* end, Segment& seg, TaskEventK
     uint64_t pid, b, duration;
     if ((p = GetVarint(p, end, &pid)) == nullptr || (p = GetVarint(p, end, &b)) == nullptr ||
         (p = GetVarint(p, end, &duration)) == nullptr) {
-      *status = CutShort();
-      return nullptr;
+      return CutShort();
     }
     *bytes = b;
     *duration_us = UnZigZag(duration);
@@ -464,8 +460,7 @@ const char* TallyRecord(const char* p, const char* end, Segment& seg, TaskEventK
     for (int k = 0; k < 2; ++k) {
       uint64_t t;
       if ((p = GetVarint(p, end, &t)) == nullptr) {
-        *status = CutShort();
-        return nullptr;
+        return CutShort();
       }
       (*folded)[k] = t == 0 ? 0 : WrappingSub(time_us, UnZigZag(t - 1));
     }
@@ -473,18 +468,15 @@ const char* TallyRecord(const char* p, const char* end, Segment& seg, TaskEventK
   if (flags & kNameRef) {
     uint64_t index;
     if ((p = GetVarint(p, end, &index)) == nullptr) {
-      *status = CutShort();
-      return nullptr;
+      return CutShort();
     }
     if (index >= seg.name_count) {
-      *status = absl::DataLossError("a packed task event names no earlier name of its segment");
-      return nullptr;
+      return absl::DataLossError("a packed task event names no earlier name of its segment");
     }
   } else if (flags & kNameLiteral) {
     uint64_t length;
     if ((p = GetVarint(p, end, &length)) == nullptr || static_cast<uint64_t>(end - p) < length) {
-      *status = CutShort();
-      return nullptr;
+      return CutShort();
     }
     ++seg.name_count;
     p += length;
@@ -495,7 +487,27 @@ const char* TallyRecord(const char* p, const char* end, Segment& seg, TaskEventK
 
 }  // namespace
 
-absl::Status ForEachTally(std::string_view records, TallyFn f, size_t* record_count) {
+namespace {
+
+// FoldedKinds, inlined into the walks below (it is a call per record else).
+bool FoldedKindsOf(TaskEventKind kind, std::array<TaskEventKind, 2>* kinds) {
+  switch (kind) {
+    case TaskEventKind::kFinished:
+    case TaskEventKind::kFailed:
+      *kinds = {TaskEventKind::kDependenciesReady, TaskEventKind::kLeaseGranted};
+      return true;
+    case TaskEventKind::kResultStored:
+      *kinds = {TaskEventKind::kArgsFetched, TaskEventKind::kExecuted};
+      return true;
+    default:
+      return false;
+  }
+}
+
+// ForEachTally's walk, calling `f(kind, duration_us, bytes)` for each event
+// (inlined: CountEvents has no call per event).
+template <typename F>
+absl::Status TallyWalk(std::string_view records, F&& f, size_t* record_count) {
   size_t r = 0;
   const char* p = records.data();
   const char* end = p + records.size();
@@ -504,33 +516,59 @@ absl::Status ForEachTally(std::string_view records, TallyFn f, size_t* record_co
   const char* seg_end = p;
   while (p < end) {
     if (p == seg_end) {
-      p = ReadSegment(p, end, seg, &seg_end, &status);
-      if (p == nullptr) break;
+      absl::StatusOr<const char*> next = ReadSegment(p, end, seg, &seg_end);
+      if (!next.ok()) {
+        status = next.status();
+        break;
+      }
+      p = *next;
       continue;
     }
-    TaskEventKind kind;
-    int64_t duration_us;
-    uint64_t bytes;
+    TaskEventKind kind = TaskEventKind::kSubmitted;
+    int64_t duration_us = 0;
+    uint64_t bytes = 0;
     uint8_t flags = 0;
     std::array<int64_t, 2> folded{};
     const auto kind_byte = static_cast<uint8_t>(*p);
-    p = TallyRecord(p, seg_end, seg, &kind, &duration_us, &bytes, &flags, &folded, &status);
-    if (p == nullptr) break;
+    absl::StatusOr<const char*> next =
+        TallyRecord(p, seg_end, seg, &kind, &duration_us, &bytes, &flags, &folded);
+    if (!next.ok()) {
+      status = next.status();
+      break;
+    }
+    p = *next;
     ++r;
     if (kind_byte & kWithStart) {
-      f(*StartKind(kind), 0, 0);
+      f(*StartKind(kind), int64_t{0}, uint64_t{0});
       if (kind == TaskEventKind::kResultStored) duration_us = 0;
     }
     std::array<TaskEventKind, 2> kinds;
-    if ((flags & kHasFolded) && FoldedKinds(kind, &kinds)) {
+    if ((flags & kHasFolded) && FoldedKindsOf(kind, &kinds)) {
       for (int k = 0; k < 2; ++k) {
-        if (folded[k] != 0) f(kinds[k], 0, 0);
+        if (folded[k] != 0) f(kinds[k], int64_t{0}, uint64_t{0});
       }
     }
     f(kind, duration_us, bytes);
   }
   if (record_count != nullptr) *record_count = r;
   return status;
+}
+
+}  // namespace
+
+absl::Status ForEachTally(std::string_view records, TallyFn f, size_t* record_count) {
+  return TallyWalk(records, f, record_count);
+}
+
+absl::Status CountEvents(std::string_view records, EventCounts* by_kind, TallyFn measured,
+                         size_t* record_count) {
+  return TallyWalk(
+      records,
+      [by_kind, &measured](TaskEventKind kind, int64_t duration_us, uint64_t bytes) {
+        ++(*by_kind)[static_cast<size_t>(kind)];
+        if (duration_us != 0 || bytes != 0) measured(kind, duration_us, bytes);
+      },
+      record_count);
 }
 
 absl::StatusOr<std::vector<TaskEvent>> Decode(std::string_view records) {

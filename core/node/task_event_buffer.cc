@@ -23,19 +23,18 @@ absl::Status TaskEventBuffer::AddPacked(std::string records, uint64_t dropped_up
                                         std::vector<TaskEvent>* failed) {
   io_thread_.Check("TaskEventBuffer::AddPacked");
   // Counted into a copy first: a malformed blob changes nothing. The lean
-  // walk (no View per event): this runs for every flush of every process.
+  // walk (no View per event, no call per event): this runs for every flush
+  // of every process.
   TaskEventTotals totals = totals_;
   totals.dropped += dropped_upstream;
   size_t count = 0;
-  bool any_failed = false;
-  absl::Status status = packed_events::ForEachTally(
-      records,
+  // Events counted by kind in the walk; called back only for those with a
+  // duration or bytes (about one per task).
+  absl::Status status = packed_events::CountEvents(
+      records, &totals.by_kind,
       [&](TaskEventKind kind, int64_t duration_us, uint64_t bytes) {
-        ++totals.by_kind[static_cast<size_t>(kind)];
         switch (kind) {
           case TaskEventKind::kFailed:
-            any_failed = true;
-            [[fallthrough]];
           case TaskEventKind::kFinished: {
             if (duration_us <= 0) break;  // the owner did not know its submission
             double seconds = static_cast<double>(duration_us) / 1e6;
@@ -54,6 +53,8 @@ absl::Status TaskEventBuffer::AddPacked(std::string records, uint64_t dropped_up
       },
       &count);
   if (!status.ok()) return status;
+  const bool any_failed = totals.by_kind[static_cast<size_t>(TaskEventKind::kFailed)] !=
+                          totals_.by_kind[static_cast<size_t>(TaskEventKind::kFailed)];
   if (any_failed && failed != nullptr) {
     // Rare: the failures, decoded, from a second walk (the blob is well formed).
     (void)packed_events::ForEach(records, [&](const packed_events::View& e) {

@@ -9,8 +9,8 @@
 //   TaskEventTotals totals = buffer.totals();
 //
 // The events stay packed as they came (task_event_packed.h): one blob per
-// flush, walked once for the totals (packed_events::ForEachTally: kinds,
-// durations and bytes only, no View per event) and decoded
+// flush, walked once for the totals (packed_events::CountEvents: kinds,
+// durations and bytes only, no View and no call per event) and decoded
 // only when asked for (`events()`, the cli).
 //
 // Only on the node daemon's io thread (checked in debug builds).

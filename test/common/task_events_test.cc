@@ -591,7 +591,7 @@ TEST_CASE("packed task events refuse cut records and unknown versions") {
   }
 }
 
-// Invariant: the node's lean walk (ForEachTally) sees what ForEach sees:
+// Invariant: the node's lean walks (ForEachTally, CountEvents) see what ForEach sees:
 // the same kinds in the same order, folded events included, with the same
 // durations and bytes, the same record count; and it refuses a blob at the
 // same place ForEach does (every cut of a flush, a name index past the
@@ -644,6 +644,31 @@ TEST_CASE("the lean task event walk agrees with ForEach, refusals included") {
   CHECK(pull_bytes);
   CHECK(failed_latency);
 
+  // The node's count (CountEvents): ForEach's events by kind, and a call
+  // for exactly those with a duration or bytes, in order.
+  auto count_agrees = [](std::string_view r, const std::vector<Seen>& full_seen,
+                         const absl::Status& full_status, size_t full_records) {
+    packed_events::EventCounts counts{}, expected{};
+    std::vector<Seen> measured, expected_measured;
+    for (const Seen& s : full_seen) {
+      ++expected[static_cast<size_t>(s.kind)];
+      if (s.duration_us != 0 || s.bytes != 0) expected_measured.push_back(s);
+    }
+    size_t records_counted = 0;
+    absl::Status c = packed_events::CountEvents(
+        r, &counts,
+        [&](TaskEventKind kind, int64_t d, uint64_t b) { measured.push_back({kind, d, b}); },
+        &records_counted);
+    CHECK(c.ok() == full_status.ok());
+    CHECK(c.message() == full_status.message());
+    CHECK(counts == expected);
+    CHECK(measured == expected_measured);
+    CHECK(records_counted == full_records);
+  };
+  count_agrees(records, full, absl::OkStatus(), full_count);
+  CHECK(std::count_if(full.begin(), full.end(),
+                      [](const Seen& s) { return s.duration_us != 0 || s.bytes != 0; }) >= 4);
+
   for (size_t cut = 1; cut < records.size(); ++cut) {
     INFO("cut to " << cut);
     std::vector<Seen> f, l;
@@ -652,6 +677,7 @@ TEST_CASE("the lean task event walk agrees with ForEach, refusals included") {
     REQUIRE(a.ok() == b.ok());
     CHECK(a.message() == b.message());
     CHECK(l == f);
+    count_agrees(std::string_view(records).substr(0, cut), f, a, full_count);
   }
   // The last record refers to the name "f" by index; past the names: refused.
   std::string bad = records.substr(0, records.size() / 2);
