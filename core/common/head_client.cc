@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <boost/asio.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
@@ -123,8 +124,11 @@ int ConnectLocally(const std::string& name, const timeval& limit) {
 // for this address (lumen/common/head_local_socket.h; `*local` says so), else
 // over TCP.
 absl::StatusOr<int> ConnectToHead(const std::string& head_address, bool* local = nullptr) {
-  // A head that stops answering must not freeze the caller.
-  timeval limit{5, 0};
+  // A head that stops answering must not freeze the caller
+  // (Timeouts::head_call_timeout).
+  const int64_t limit_ms = std::max<int64_t>(1, CallTimeouts().head_call_timeout.count());
+  timeval limit{static_cast<time_t>(limit_ms / 1000),
+                static_cast<suseconds_t>((limit_ms % 1000) * 1000)};
   int fd = -1;
   if (std::string name = HeadLocalSocketToTry(head_address); !name.empty()) {
     fd = ConnectLocally(name, limit);
@@ -274,6 +278,26 @@ absl::StatusOr<std::vector<capnp::word>> CallHeadOnce(const std::string& head_ad
 
 namespace {
 
+absl::Mutex call_timeouts_mu;
+// Null: Timeouts::FromEnv() (read on first use).
+Timeouts* call_timeouts ABSL_GUARDED_BY(call_timeouts_mu) = nullptr;
+
+}  // namespace
+
+void SetCallTimeouts(const Timeouts& timeouts) {
+  absl::MutexLock lock(&call_timeouts_mu);
+  if (call_timeouts == nullptr) call_timeouts = new Timeouts();  // kept: read at exit too
+  *call_timeouts = timeouts;
+}
+
+Timeouts CallTimeouts() {
+  absl::MutexLock lock(&call_timeouts_mu);
+  if (call_timeouts == nullptr) call_timeouts = new Timeouts(Timeouts::FromEnv());
+  return *call_timeouts;
+}
+
+namespace {
+
 absl::Mutex reconnect_mu;
 HeadReconnect reconnect_setting ABSL_GUARDED_BY(reconnect_mu);
 
@@ -320,7 +344,9 @@ absl::Status HeadLostError(const std::string& head_address, const HeadReconnect&
 // backoff until it comes back or the reconnect timeout passes.
 absl::StatusOr<std::vector<capnp::word>> CallHead(
     const std::string& head_address, const std::function<void(proto::Envelope::Builder)>& fill,
-    std::chrono::milliseconds reply_timeout) {
+    std::optional<std::chrono::milliseconds> reply_limit) {
+  const std::chrono::milliseconds reply_timeout =
+      reply_limit.value_or(CallTimeouts().head_call_timeout);
   auto colon = head_address.rfind(':');
   if (colon == std::string::npos) {
     return absl::InvalidArgumentError("the head address must be HOST:PORT, got '" + head_address + "'");
@@ -333,8 +359,7 @@ absl::StatusOr<std::vector<capnp::word>> CallHead(
   const bool resend_safe = SafeToResend(env.asReader());
   const HeadReconnect reconnect = GetHeadReconnect();
   Backoff backoff({.initial = reconnect.initial,
-                   .max = std::max<std::chrono::milliseconds>(reconnect.initial,
-                                                              std::chrono::seconds(2)),
+                   .max = std::max(reconnect.initial, reconnect.max),
                    .give_up_after = reconnect.give_up_after});
   int closed_in_a_row = 0;  // connections closed after the request was written
   absl::Status last;
@@ -454,7 +479,10 @@ absl::StatusOr<std::vector<capnp::word>> CallNode(
   auto socket = ConnectToAddress(io, node_address, "");
   if (!socket.ok()) return socket.status();
   int fd = socket->native_handle();
-  timeval limit{5, 0};
+  // Timeouts::node_call_timeout.
+  const int64_t limit_ms = std::max<int64_t>(1, CallTimeouts().node_call_timeout.count());
+  timeval limit{static_cast<time_t>(limit_ms / 1000),
+                static_cast<suseconds_t>((limit_ms % 1000) * 1000)};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
   for (int i = 0; i < 2; ++i) {
     OutMessage out;

@@ -206,7 +206,8 @@ absl::Status NodeDaemon::Setup() {
       }};
   if (WorkerForkServer::EnabledByEnv()) {
     fork_server_ = std::make_unique<WorkerForkServer>(
-        WorkerForkServerOptions{.template_env = WorkerEnvironment(launcher_options, {})});
+        WorkerForkServerOptions{.template_env = WorkerEnvironment(launcher_options, {}),
+                                .reply_timeout = options_.timeouts.fork_server_reply_timeout});
     launcher_options.forker = fork_server_.get();
   }
   launcher_ = std::make_unique<PosixProcessLauncher>(std::move(launcher_options));
@@ -279,7 +280,9 @@ absl::Status NodeDaemon::Setup() {
         timer->async_wait([timer, fn = std::move(fn)](boost::system::error_code ec) {
           if (!ec) fn();
         });
-      });
+      },
+      objectstore::PullManager::Retry{.delay = options_.timeouts.pull_retry_delay,
+                                      .limit = options_.timeouts.pull_retry_limit});
   cluster_.view().Upsert(cluster_.local_key(),
                          scheduler::NodeResources{*total, leases_->resources().available(), true});
   if (!options_.head_address.empty()) {

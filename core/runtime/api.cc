@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
+#include <optional>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
@@ -141,7 +142,7 @@ std::vector<ObjectBytes> GetObjects(const std::vector<const RefHandle*>& refs,
     double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     std::fputs(bar.Render(count(ready), seconds).c_str(), stderr);
     drawn = true;
-    ready = wait(std::chrono::milliseconds(200));
+    ready = wait(std::chrono::milliseconds(200));  // the bar's redraw period, not a deadline
   }
   if (drawn) std::fputs(bar.Clear().c_str(), stderr);
   return core->Get(refs, left());
@@ -271,10 +272,18 @@ std::string HeadForCalls() {
   return head;
 }
 
-// One placement group request to the head; returns the group's state.
+// One placement group request to the head; returns the group's state. A
+// Wait the head parks passes `wait` (its timeout): the reply may take that
+// plus Timeouts::parked_reply_margin; others get Timeouts::head_call_timeout.
 PlacementGroupInfo CallGroup(const std::function<void(proto::Envelope::Builder)>& fill,
-                             std::string* error = nullptr) {
-  auto reply = runtime::CallHead(HeadForCalls(), fill);
+                             std::string* error = nullptr,
+                             std::optional<std::chrono::milliseconds> wait = std::nullopt) {
+  std::optional<std::chrono::milliseconds> reply_timeout;
+  if (wait) {
+    reply_timeout = std::max(*wait, std::chrono::milliseconds(0)) +
+                    runtime::CallTimeouts().parked_reply_margin;
+  }
+  auto reply = runtime::CallHead(HeadForCalls(), fill, reply_timeout);
   if (!reply.ok()) {
     throw PlacementGroupError(absl::StrCat("placement group request failed: ", reply.status().message()));
   }
@@ -331,7 +340,7 @@ bool WaitPlacementGroup(const std::string& group_id, std::chrono::milliseconds t
         wait.setGroupId(BytesOf(group_id));
         wait.setTimeoutMs(static_cast<uint64_t>(std::max<int64_t>(0, timeout.count())));
       },
-      &error);
+      &error, timeout);
   if (info.state == "REMOVED") {
     throw PlacementGroupError(absl::StrCat("placement group ", group_id, " was removed",
                                            error.empty() ? "" : " (" + error + ")"));
