@@ -103,8 +103,11 @@ Timeouts CallTimeouts();
 // builds, returns the reply's words. A head silent for `reply_timeout`
 // (nullopt: CallTimeouts().head_call_timeout) is DeadlineExceeded (requests
 // the head parks, such as a key-value wait, pass their own timeout plus
-// parked_reply_margin). A head that cannot be reached, or closes the
-// connection before answering, is retried as
+// parked_reply_margin). The connect is bounded too, by the shorter of
+// CallTimeouts().connect_timeout and `reply_timeout`: a head that accepts no
+// connection (its backlog full, a host that drops SYNs) is DeadlineExceeded
+// naming the address and the limit, not a hang. A head that cannot be
+// reached (refused), or closes the connection before answering, is retried as
 // GetHeadReconnect() says (then Unavailable naming the head when it does not
 // come back).
 absl::StatusOr<std::vector<capnp::word>> CallHead(
