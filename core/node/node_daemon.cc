@@ -224,8 +224,8 @@ absl::Status NodeDaemon::Setup() {
       .clients = lease_replies_.get(),
       .cluster = &cluster_,
       .max_queued_per_client = MaxQueuedLeasesPerClient(),
-      .post = [this](std::function<void()> task) {
-        lumen::Post(io_, "node.lease_manager_task", std::move(task));
+      .post = [this](const char* name, std::function<void()> task) {
+        lumen::Post(io_, name, std::move(task));
       },
       .testing_refuse_prepares = options_.testing.refuse_prepares});
 
