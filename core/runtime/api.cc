@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <mutex>
 #include <optional>
 
 #include "absl/container/flat_hash_map.h"
@@ -39,14 +38,11 @@ struct DriverState {
   std::string head_address;
 };
 
-std::mutex& StateMutex() {
-  static std::mutex* mu = new std::mutex();
-  return *mu;
-}
-DriverState& State() {
-  static DriverState* state = new DriverState();
-  return *state;
-}
+// Held by Init and Shutdown for their whole run (so neither runs while the
+// other is half done) and by the readers of the state. Never freed (nor the
+// state): Shutdown runs at exit too, after other statics may be gone.
+ABSL_CONST_INIT absl::Mutex state_mu(absl::kConstInit);
+DriverState* const driver_state ABSL_PT_GUARDED_BY(state_mu) = new DriverState();
 
 std::string Env(const char* name) {
   const char* v = std::getenv(name);
@@ -186,8 +182,8 @@ void InitRuntime(const Config& config, int argc, char** argv) {
   node::MaybeServeWorkerForks();
   if (Env("LUMEN_ROLE") == "worker") RunWorker();
 
-  std::lock_guard<std::mutex> lock(StateMutex());
-  DriverState& state = State();
+  absl::MutexLock lock(&state_mu);
+  DriverState& state = *driver_state;
   if (state.core) throw Error("lumen::Init was already called");
   std::string address = config.address.empty() ? Env("LUMEN_ADDRESS") : config.address;
   if (!config.token.empty()) runtime::SetHeadToken(config.token);
@@ -243,8 +239,8 @@ void InitRuntime(const Config& config, int argc, char** argv) {
 }
 
 void ShutdownRuntime() {
-  std::lock_guard<std::mutex> lock(StateMutex());
-  DriverState& state = State();
+  absl::MutexLock lock(&state_mu);
+  DriverState& state = *driver_state;
   runtime::SetCurrentCoreWorker(nullptr);
   if (state.core) state.core->Stop();
   state.core.reset();
@@ -257,8 +253,8 @@ void ShutdownRuntime() {
 bool RuntimeInitialized() { return runtime::CurrentCoreWorker() != nullptr; }
 
 std::string ClusterAddress() {
-  std::lock_guard<std::mutex> lock(StateMutex());
-  return State().head_address;
+  absl::MutexLock lock(&state_mu);
+  return driver_state->head_address;
 }
 
 namespace {
