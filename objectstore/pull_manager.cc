@@ -15,8 +15,12 @@ int64_t SteadyMicros() {
 }  // namespace
 
 PullManager::PullManager(StoreServer& store, TransferClient& transfer, SourceLookup lookup,
-                         Later later)
-    : store_(store), transfer_(transfer), lookup_(std::move(lookup)), later_(std::move(later)) {}
+                         Later later, Retry retry)
+    : store_(store),
+      transfer_(transfer),
+      lookup_(std::move(lookup)),
+      later_(std::move(later)),
+      retry_(retry) {}
 
 void PullManager::AnswerAll(std::vector<Answer>& readers, const absl::Status& status) {
   // Readers learn "unavailable" for every failed copy, with its cause.
@@ -96,11 +100,11 @@ void PullManager::Finish(const ObjectId& id, absl::Status status) {
   if (it == pulls_.end()) return;
   if (status.code() == absl::StatusCode::kAborted && !it->second.answered &&
       SteadyMicros() - it->second.first_try_us <
-          std::chrono::duration_cast<std::chrono::microseconds>(kSpilledRetryLimit).count()) {
+          std::chrono::duration_cast<std::chrono::microseconds>(retry_.limit).count()) {
     // The source is restoring it from disk: give the memory back meanwhile
     // (it may be needed to make room here) and ask again shortly.
     store_.AbortPulledIn(id);
-    later_(kSpilledRetryDelay, [this, id] {
+    later_(retry_.delay, [this, id] {
       if (!stopped_) Start(id);
     });
     return;

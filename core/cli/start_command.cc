@@ -13,6 +13,7 @@
 #include "lumen/common/address.h"
 #include "lumen/common/head_client.h"
 #include "lumen/common/ids.h"
+#include "lumen/common/timeouts.h"
 
 namespace lumen::cli {
 namespace {
@@ -134,7 +135,8 @@ absl::Status RunStart(const StartOptions& options) {
   auto cluster = runtime::StartCluster(*spec);
   if (!cluster.ok()) return cluster.status();
   // Wait until the head lists the new node, so a driver started next finds it.
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  // Timeouts::start_wait (LUMEN_START_WAIT_MS).
+  auto deadline = std::chrono::steady_clock::now() + Timeouts::FromEnv().start_wait;
   while (std::chrono::steady_clock::now() < deadline) {
     auto nodes = runtime::QueryNodes(cluster->head_address);
     bool listed = false;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "lumen/common/process.h"
+#include "lumen/common/timeouts.h"
 
 namespace lumen::cli {
 
@@ -23,6 +24,9 @@ absl::Status RunStop() {
       sessions.push_back(entry.path());
     }
   }
+  // Each process gets Timeouts::stop_wait (LUMEN_STOP_WAIT_MS) to exit after
+  // SIGTERM, then SIGKILL.
+  const auto stop_wait = Timeouts::FromEnv().stop_wait;
   for (const auto& session : sessions) {
     std::ifstream in(session / "cluster.pids");
     std::vector<pid_t> pids;
@@ -31,7 +35,7 @@ absl::Status RunStop() {
     for (auto it = pids.rbegin(); it != pids.rend(); ++it) {
       if (!ProcessAlive(*it)) continue;
       ::kill(*it, SIGTERM);
-      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      auto deadline = std::chrono::steady_clock::now() + stop_wait;
       while (ProcessAlive(*it) && std::chrono::steady_clock::now() < deadline) {
         // Not our child: there is nothing to wait on but its /proc entry.
         std::this_thread::sleep_for(std::chrono::milliseconds(5));

@@ -1,10 +1,13 @@
 #include "lumen/common/head_client.h"
 
+#include <fcntl.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <boost/asio.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
@@ -96,55 +99,152 @@ proto::Hello::Builder InitHello(proto::Envelope::Builder env, proto::Role role) 
 
 namespace {
 
-// A blocking connection to the head's local socket `name` (close on exec,
-// SO_SNDTIMEO `limit`); -1 when there is none to connect to, or its listener
-// runs as another user.
-int ConnectLocally(const std::string& name, const timeval& limit) {
+using Clock = std::chrono::steady_clock;
+
+// Milliseconds from now to `deadline`, at least 1 (0 would mean "no limit" to
+// SO_SNDTIMEO, "return at once" to poll).
+int64_t MsLeft(Clock::time_point deadline) {
+  auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
+  return std::max<int64_t>(1, left.count());
+}
+
+timeval TimevalOf(int64_t ms) {
+  return timeval{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>((ms % 1000) * 1000)};
+}
+
+absl::Status ConnectDeadlineError(const std::string& target, std::chrono::milliseconds limit) {
+  return absl::DeadlineExceededError(absl::StrCat(
+      "cannot reach ", target, ": no connection within ", limit.count(),
+      " ms (LUMEN_CONNECT_TIMEOUT_MS, or the call's deadline if shorter)"));
+}
+
+// A connection (close on exec) to the Unix socket `path` ('@': abstract, as
+// UnixEndpoint writes it) by `deadline`. A Unix connect never answers
+// EINPROGRESS: a non-blocking one to a listener whose backlog is full fails at
+// once with EAGAIN, with nothing to poll for. So this one blocks, bounded by
+// SO_SNDTIMEO (the kernel's wait for room in the backlog ends there with
+// EAGAIN): DeadlineExceeded naming `target` and `limit` then; Unavailable when
+// nothing listens there.
+absl::StatusOr<int> ConnectUnixBounded(const std::string& path, Clock::time_point deadline,
+                                       const std::string& target,
+                                       std::chrono::milliseconds limit) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
-  if (name.size() > sizeof(addr.sun_path)) return -1;
-  std::memcpy(addr.sun_path, name.data(), name.size());
-  addr.sun_path[0] = '\0';  // abstract: '@' names it in UnixEndpoint's notation
-  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));
-  const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + name.size());
-  // Only a head of our own user: another may have taken the name first.
-  if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), len) != 0 ||
-      !HeadLocalPeerTrusted(fd)) {
-    ::close(fd);
-    return -1;
+  const bool abstract = !path.empty() && path.front() == '@';
+  if (path.empty() || path.size() + (abstract ? 0 : 1) > sizeof(addr.sun_path)) {
+    return absl::InvalidArgumentError(absl::StrCat("bad Unix socket path '", path, "'"));
   }
-  return fd;
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  if (abstract) addr.sun_path[0] = '\0';
+  const auto len =
+      static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + path.size() + (abstract ? 0 : 1));
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::UnavailableError(absl::StrCat("socket: ", std::strerror(errno)));
+  for (;;) {
+    const timeval left = TimevalOf(MsLeft(deadline));
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &left, sizeof(left));
+    if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), len) == 0) return fd;
+    const int error = errno;
+    if (error == EINTR && Clock::now() < deadline) continue;
+    ::close(fd);
+    if (error == EAGAIN || error == EWOULDBLOCK || error == EINTR) {
+      return ConnectDeadlineError(target, limit);
+    }
+    return absl::UnavailableError(
+        absl::StrCat("cannot reach ", target, ": ", std::strerror(error)));
+  }
+}
+
+// A TCP connection (close on exec, blocking once connected) to `host_port` by
+// `deadline`: a non-blocking connect, then poll() for it until the deadline
+// (DeadlineExceeded naming `target` and `limit`). Each address the name
+// resolves to is tried in turn, within the same deadline. The name is
+// resolved with getaddrinfo, which is not bounded (a numeric address, as
+// clusters use, resolves at once).
+absl::StatusOr<int> ConnectTcpBounded(const std::string& host_port, Clock::time_point deadline,
+                                      const std::string& target,
+                                      std::chrono::milliseconds limit) {
+  auto colon = host_port.rfind(':');
+  if (colon == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("bad address '", host_port, "' (want host:port)"));
+  }
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::resolver resolver(io);
+  boost::system::error_code ec;
+  auto endpoints = resolver.resolve(host_port.substr(0, colon), host_port.substr(colon + 1), ec);
+  if (ec) return absl::UnavailableError(absl::StrCat("cannot reach ", target, ": ", ec.message()));
+  absl::Status last = absl::UnavailableError(absl::StrCat("cannot reach ", target, ": no address"));
+  for (const auto& entry : endpoints) {
+    if (Clock::now() >= deadline) return ConnectDeadlineError(target, limit);
+    const auto endpoint = entry.endpoint();
+    int fd = ::socket(endpoint.protocol().family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) {
+      last = absl::UnavailableError(absl::StrCat("socket: ", std::strerror(errno)));
+      continue;
+    }
+    int error = 0;
+    if (::connect(fd, endpoint.data(), static_cast<socklen_t>(endpoint.size())) != 0) {
+      error = errno;
+      if (error == EINPROGRESS || error == EINTR) {
+        pollfd p{fd, POLLOUT, 0};
+        int ready;
+        do {
+          ready = ::poll(&p, 1, static_cast<int>(MsLeft(deadline)));
+        } while ((ready < 0 && errno == EINTR) || (ready == 0 && Clock::now() < deadline));
+        if (ready <= 0) {
+          ::close(fd);
+          return ConnectDeadlineError(target, limit);
+        }
+        socklen_t size = sizeof(error);
+        if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &size) != 0) error = errno;
+      }
+    }
+    if (error != 0) {
+      ::close(fd);
+      last = absl::UnavailableError(absl::StrCat("cannot reach ", target, ": ", std::strerror(error)));
+      continue;
+    }
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);  // blocking, with SO_*TIMEO
+    return fd;
+  }
+  return last;
 }
 
 // A new connection to the head, hello sent: a blocking descriptor (close on
-// exec) that the caller owns. Over the head's local socket when it has one
-// for this address (lumen/common/head_local_socket.h; `*local` says so), else
-// over TCP.
-absl::StatusOr<int> ConnectToHead(const std::string& head_address, bool* local = nullptr) {
-  // A head that stops answering must not freeze the caller.
-  timeval limit{5, 0};
+// exec, SO_SNDTIMEO `send_limit`) that the caller owns. Over the head's local
+// socket when it has one for this address (lumen/common/head_local_socket.h;
+// `*local` says so), else over TCP; either connect is bounded by
+// `connect_limit` from now.
+absl::StatusOr<int> ConnectToHead(const std::string& head_address,
+                                  std::chrono::milliseconds connect_limit,
+                                  std::chrono::milliseconds send_limit, bool* local = nullptr) {
+  const auto deadline = Clock::now() + connect_limit;
+  const std::string target = absl::StrCat("the head at ", head_address);
   int fd = -1;
   if (std::string name = HeadLocalSocketToTry(head_address); !name.empty()) {
-    fd = ConnectLocally(name, limit);
+    auto connected = ConnectUnixBounded(name, deadline, target, connect_limit);
+    // A head whose local socket does not answer in time would not over TCP
+    // either: the deadline is the call's. Any other failure (no such socket,
+    // an older head): TCP.
+    if (absl::IsDeadlineExceeded(connected.status())) return connected.status();
+    if (connected.ok()) {
+      fd = *connected;
+      // Only a head of our own user: another may have taken the name first.
+      if (!HeadLocalPeerTrusted(fd)) {
+        ::close(fd);
+        fd = -1;
+      }
+    }
   }
   if (local != nullptr) *local = fd >= 0;
   if (fd < 0) {
-    auto colon = head_address.rfind(':');
-    boost::asio::io_context io;
-    boost::asio::ip::tcp::resolver resolver(io);
-    boost::system::error_code ec;
-    auto endpoints =
-        resolver.resolve(head_address.substr(0, colon), head_address.substr(colon + 1), ec);
-    boost::asio::ip::tcp::socket socket(io);
-    if (!ec) boost::asio::connect(socket, endpoints, ec);
-    if (ec) return absl::UnavailableError(absl::StrCat("cannot reach the head at ", head_address, ": ", ec.message()));
-    fd = socket.release(ec);
-    if (ec) return absl::UnavailableError(absl::StrCat("cannot reach the head at ", head_address, ": ", ec.message()));
-    SetCloseOnExec(fd);
-    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));
+    auto connected = ConnectTcpBounded(head_address, deadline, target, connect_limit);
+    if (!connected.ok()) return connected.status();
+    fd = *connected;
   }
+  // A head that stops reading must not freeze the caller.
+  const timeval send_timeout = TimevalOf(std::max<int64_t>(1, send_limit.count()));
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &send_timeout, sizeof(send_timeout));
   OutMessage out;
   InitHello(out.Init(), proto::Role::CLI);
   if (auto s = WriteFrameBlocking(fd, out.builder()); !s.ok()) {
@@ -220,6 +320,7 @@ absl::StatusOr<std::vector<capnp::word>> CallHeadOnce(const std::string& head_ad
   }
   HeadConnectionPool& pool = HeadConnectionPool::Instance();
   const int64_t reply_ms = std::max<int64_t>(1, reply_timeout.count());
+  const Timeouts limits = CallTimeouts();
   int fd = -1;
   bool local = false;  // a Unix stream: a write to it fails once the head closed it
   for (;;) {
@@ -228,13 +329,14 @@ absl::StatusOr<std::vector<capnp::word>> CallHeadOnce(const std::string& head_ad
     fd = pool.Take(head_address, &set_ms, &unpolled);
     local = unpolled;
     if (fd < 0) {
-      auto connected = ConnectToHead(head_address, &local);
+      auto connected =
+          ConnectToHead(head_address, std::min(limits.connect_timeout, reply_timeout),
+                        limits.head_call_timeout, &local);
       if (!connected.ok()) return connected.status();
       fd = *connected;
     }
     if (set_ms != reply_ms) {  // a pooled connection mostly has it from its last call
-      timeval reply_limit{static_cast<time_t>(reply_ms / 1000),
-                          static_cast<suseconds_t>((reply_ms % 1000) * 1000)};
+      const timeval reply_limit = TimevalOf(reply_ms);
       ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &reply_limit, sizeof(reply_limit));
     }
     absl::Status written = WriteFrameBlocking(fd, request);
@@ -274,6 +376,26 @@ absl::StatusOr<std::vector<capnp::word>> CallHeadOnce(const std::string& head_ad
 
 namespace {
 
+absl::Mutex call_timeouts_mu;
+// Null: Timeouts::FromEnv() (read on first use).
+Timeouts* call_timeouts ABSL_GUARDED_BY(call_timeouts_mu) = nullptr;
+
+}  // namespace
+
+void SetCallTimeouts(const Timeouts& timeouts) {
+  absl::MutexLock lock(&call_timeouts_mu);
+  if (call_timeouts == nullptr) call_timeouts = new Timeouts();  // kept: read at exit too
+  *call_timeouts = timeouts;
+}
+
+Timeouts CallTimeouts() {
+  absl::MutexLock lock(&call_timeouts_mu);
+  if (call_timeouts == nullptr) call_timeouts = new Timeouts(Timeouts::FromEnv());
+  return *call_timeouts;
+}
+
+namespace {
+
 absl::Mutex reconnect_mu;
 HeadReconnect reconnect_setting ABSL_GUARDED_BY(reconnect_mu);
 
@@ -310,8 +432,8 @@ absl::Status HeadLostError(const std::string& head_address, const HeadReconnect&
       " ms (LUMEN_HEAD_RECONNECT_TIMEOUT_MS): ", last.message()));
 }
 
-// Blocking on its own io_context (WriteFrameBlocking, ReadFrameBlocking, a
-// blocking resolve and connect): called from user threads, the CLI, and
+// Blocking (WriteFrameBlocking, ReadFrameBlocking, a blocking resolve, a
+// connect bounded by its deadline): called from user threads, the CLI, and
 // start-up or shutdown code, never from an event loop's thread (the core
 // worker's io thread uses HeadRequester, asynchronous with a deadline; the
 // node daemon and the head do not call it). Retried as control_retry.h says,
@@ -320,7 +442,9 @@ absl::Status HeadLostError(const std::string& head_address, const HeadReconnect&
 // backoff until it comes back or the reconnect timeout passes.
 absl::StatusOr<std::vector<capnp::word>> CallHead(
     const std::string& head_address, const std::function<void(proto::Envelope::Builder)>& fill,
-    std::chrono::milliseconds reply_timeout) {
+    std::optional<std::chrono::milliseconds> reply_limit) {
+  const std::chrono::milliseconds reply_timeout =
+      reply_limit.value_or(CallTimeouts().head_call_timeout);
   auto colon = head_address.rfind(':');
   if (colon == std::string::npos) {
     return absl::InvalidArgumentError("the head address must be HOST:PORT, got '" + head_address + "'");
@@ -333,8 +457,7 @@ absl::StatusOr<std::vector<capnp::word>> CallHead(
   const bool resend_safe = SafeToResend(env.asReader());
   const HeadReconnect reconnect = GetHeadReconnect();
   Backoff backoff({.initial = reconnect.initial,
-                   .max = std::max<std::chrono::milliseconds>(reconnect.initial,
-                                                              std::chrono::seconds(2)),
+                   .max = std::max(reconnect.initial, reconnect.max),
                    .give_up_after = reconnect.give_up_after});
   int closed_in_a_row = 0;  // connections closed after the request was written
   absl::Status last;
@@ -447,15 +570,30 @@ NodeView ToNodeView(proto::NodeStats::Reader n) {
 namespace {
 
 // One request to a node daemon (hello first); returns the reply's words.
-// Blocking, like CallHead: for the CLI and user threads only.
+// Blocking, like CallHead: for the CLI and user threads only. The connect is
+// bounded by CallTimeouts().connect_timeout, the reply (and sending) by
+// node_call_timeout.
 absl::StatusOr<std::vector<capnp::word>> CallNode(
     const std::string& node_address, const std::function<void(proto::Envelope::Builder)>& fill) {
-  boost::asio::io_context io;
-  auto socket = ConnectToAddress(io, node_address, "");
-  if (!socket.ok()) return socket.status();
-  int fd = socket->native_handle();
-  timeval limit{5, 0};
+  const Timeouts limits = CallTimeouts();
+  const Endpoint endpoint = ParseAddress(node_address);
+  const auto deadline = Clock::now() + limits.connect_timeout;
+  const std::string target = absl::StrCat("the node at ", node_address);
+  absl::StatusOr<int> connected =
+      !endpoint.tcp.empty()
+          ? ConnectTcpBounded(endpoint.tcp, deadline, target, limits.connect_timeout)
+      : !endpoint.unix_path.empty()
+          ? ConnectUnixBounded(endpoint.unix_path, deadline, target, limits.connect_timeout)
+          : absl::InvalidArgumentError(absl::StrCat("bad address '", node_address, "'"));
+  if (!connected.ok()) return connected.status();
+  const int fd = *connected;
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  const timeval limit = TimevalOf(std::max<int64_t>(1, limits.node_call_timeout.count()));
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));
   for (int i = 0; i < 2; ++i) {
     OutMessage out;
     auto env = out.Init();

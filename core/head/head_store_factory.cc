@@ -19,7 +19,7 @@ absl::StatusOr<std::unique_ptr<HeadStore>> MakeHeadStore(const HeadOptions& opti
           "unknown external storage '", options.external_storage, "' (want redis://HOST:PORT)"));
     }
 #ifdef LUMEN_HAVE_HIREDIS
-    return RedisHeadStore::FromUrl(options.external_storage);
+    return RedisHeadStore::FromUrl(options.external_storage, options.timeouts.redis_timeout);
 #else
     return absl::FailedPreconditionError(absl::StrCat(
         "--external-storage ", options.external_storage,

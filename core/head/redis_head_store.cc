@@ -3,6 +3,8 @@
 #include <hiredis/hiredis.h>
 #include <sys/time.h>
 
+#include <algorithm>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "lumen/common/logging.h"
@@ -20,7 +22,8 @@ using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<HeadStore>> RedisHeadStore::FromUrl(const std::string& url) {
+absl::StatusOr<std::unique_ptr<HeadStore>> RedisHeadStore::FromUrl(
+    const std::string& url, std::chrono::milliseconds timeout) {
   const std::string scheme = "redis://";
   if (url.rfind(scheme, 0) != 0) {
     return absl::InvalidArgumentError(absl::StrCat("'", url, "' is not redis://HOST:PORT"));
@@ -41,13 +44,14 @@ absl::StatusOr<std::unique_ptr<HeadStore>> RedisHeadStore::FromUrl(const std::st
     }
   }
   if (host.empty()) return absl::InvalidArgumentError(absl::StrCat("no host in '", url, "'"));
-  std::unique_ptr<RedisHeadStore> store(new RedisHeadStore(host, port, ns));
+  std::unique_ptr<RedisHeadStore> store(new RedisHeadStore(host, port, ns, timeout));
   if (auto s = store->Connect(); !s.ok()) return s;
   return std::unique_ptr<HeadStore>(std::move(store));
 }
 
-RedisHeadStore::RedisHeadStore(std::string host, int port, std::string ns)
-    : host_(std::move(host)), port_(port), ns_(std::move(ns)) {}
+RedisHeadStore::RedisHeadStore(std::string host, int port, std::string ns,
+                               std::chrono::milliseconds timeout)
+    : host_(std::move(host)), port_(port), ns_(std::move(ns)), timeout_(timeout) {}
 
 RedisHeadStore::~RedisHeadStore() {
   if (context_ != nullptr) redisFree(context_);
@@ -66,7 +70,8 @@ absl::Status RedisHeadStore::Connect() {
     redisFree(context_);
     context_ = nullptr;
   }
-  timeval timeout{5, 0};
+  const int64_t ms = std::max<int64_t>(1, timeout_.count());
+  timeval timeout{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>((ms % 1000) * 1000)};
   context_ = redisConnectWithTimeout(host_.c_str(), port_, timeout);
   if (context_ == nullptr || context_->err != 0) {
     std::string why = context_ != nullptr ? context_->errstr : "out of memory";

@@ -5,7 +5,7 @@
 // (LUMEN_HAVE_HIREDIS).
 //
 //   ASSIGN_OR_RETURN(std::unique_ptr<HeadStore> store,
-//                    RedisHeadStore::FromUrl("redis://127.0.0.1:6380"));
+//                    RedisHeadStore::FromUrl("redis://127.0.0.1:6380", 5s));
 //
 // Layout: one Redis hash per table, "<namespace>:head:<table>" (namespace
 // "lumen" unless the URL names one), field = the entry's key, value = its
@@ -19,6 +19,7 @@
 // for the server (bounded by a 5 s timeout per command).
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -32,7 +33,11 @@ class RedisHeadStore : public HeadStore {
  public:
   // Parses redis://HOST:PORT[/NAMESPACE] and connects. Errors:
   // InvalidArgument (a malformed URL), Unavailable (no server there).
-  static absl::StatusOr<std::unique_ptr<HeadStore>> FromUrl(const std::string& url);
+  // `timeout` (Timeouts::redis_timeout, LUMEN_REDIS_TIMEOUT_MS) bounds the
+  // connect and each command's reply: hiredis blocks, so each Append is a
+  // bounded wait on the head's io thread.
+  static absl::StatusOr<std::unique_ptr<HeadStore>> FromUrl(const std::string& url,
+                                                            std::chrono::milliseconds timeout);
 
   ~RedisHeadStore() override;
   RedisHeadStore(const RedisHeadStore&) = delete;
@@ -44,13 +49,14 @@ class RedisHeadStore : public HeadStore {
   std::string Describe() const override;
 
  private:
-  RedisHeadStore(std::string host, int port, std::string ns);
+  RedisHeadStore(std::string host, int port, std::string ns, std::chrono::milliseconds timeout);
   [[nodiscard]] absl::Status Connect();
   std::string HashKey(HeadTable table) const;
 
   std::string host_;
   int port_;
   std::string ns_;
+  std::chrono::milliseconds timeout_;
   redisContext* context_ = nullptr;
 };
 

@@ -34,8 +34,8 @@ HeadLink::HeadLink(asio::io_context& io, HeadLinkOptions options, HeadLinkCallba
       // doc/reliability.md item 8) and the node goes on as itself.
       backoff_({.initial = std::min(options_.timeouts.head_retry_period,
                                     options_.timeouts.health_check_period),
-                .max = std::max<std::chrono::milliseconds>(options_.timeouts.head_retry_period,
-                                                           std::chrono::seconds(2)),
+                .max = std::max(options_.timeouts.head_retry_period,
+                                options_.timeouts.head_retry_max_period),
                 .give_up_after = options_.timeouts.head_reconnect_timeout}) {}
 
 HeadLink::~HeadLink() { Stop(); }

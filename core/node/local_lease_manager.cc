@@ -227,7 +227,7 @@ void LocalLeaseManager::DispatchPass() {
         std::string why;
         if (!pool.StartWorker(request.job, &why)) {
           // Answered outside this pass.
-          options_.post([this, job_id = request.job, why] {
+          options_.post("node.worker_start_failed", [this, job_id = request.job, why] {
             if (options_.pool->FindJob(job_id) != nullptr) FailJobRequests(job_id, why);
           });
           break;
@@ -255,7 +255,7 @@ void LocalLeaseManager::DispatchPass() {
   if (more_to_start && !starts_posted_) {
     // The workers this pass did not start: a later handler's pass starts them.
     starts_posted_ = true;
-    options_.post([this] {
+    options_.post("node.dispatch_more_starts", [this] {
       starts_posted_ = false;
       Dispatch();
     });
@@ -264,7 +264,7 @@ void LocalLeaseManager::DispatchPass() {
 
 void LocalLeaseManager::RefillLater(const JobId& job) {
   // Outside the dispatch pass, so the grant goes out before the fork.
-  options_.post([this, job] {
+  options_.post("node.refill_workers", [this, job] {
     std::string why;
     options_.pool->Refill(job, &why);
     if (!why.empty() && options_.pool->FindJob(job) != nullptr) FailJobRequests(job, why);

@@ -80,8 +80,10 @@ struct LocalLeaseManagerOptions {
   ClusterState* cluster = nullptr;   // borrowed; outlives the manager
   // Lease requests one client may have queued or parked here.
   size_t max_queued_per_client = 10000;
-  // Runs a task later on the io thread (outside the current call).
-  std::function<void(std::function<void()>)> post;
+  // Runs a task later on the io thread (outside the current call), under
+  // `name` (a string literal, as lumen::Post takes it: each post of the
+  // manager has its own).
+  std::function<void(const char* name, std::function<void()>)> post;
   // Test hook: refuse this many bundle prepares.
   int testing_refuse_prepares = 0;
 };

@@ -206,7 +206,8 @@ absl::Status NodeDaemon::Setup() {
       }};
   if (WorkerForkServer::EnabledByEnv()) {
     fork_server_ = std::make_unique<WorkerForkServer>(
-        WorkerForkServerOptions{.template_env = WorkerEnvironment(launcher_options, {})});
+        WorkerForkServerOptions{.template_env = WorkerEnvironment(launcher_options, {}),
+                                .reply_timeout = options_.timeouts.fork_server_reply_timeout});
     launcher_options.forker = fork_server_.get();
   }
   launcher_ = std::make_unique<PosixProcessLauncher>(std::move(launcher_options));
@@ -223,8 +224,8 @@ absl::Status NodeDaemon::Setup() {
       .clients = lease_replies_.get(),
       .cluster = &cluster_,
       .max_queued_per_client = MaxQueuedLeasesPerClient(),
-      .post = [this](std::function<void()> task) {
-        lumen::Post(io_, "node.lease_manager_task", std::move(task));
+      .post = [this](const char* name, std::function<void()> task) {
+        lumen::Post(io_, name, std::move(task));
       },
       .testing_refuse_prepares = options_.testing.refuse_prepares});
 
@@ -279,7 +280,9 @@ absl::Status NodeDaemon::Setup() {
         timer->async_wait([timer, fn = std::move(fn)](boost::system::error_code ec) {
           if (!ec) fn();
         });
-      });
+      },
+      objectstore::PullManager::Retry{.delay = options_.timeouts.pull_retry_delay,
+                                      .limit = options_.timeouts.pull_retry_limit});
   cluster_.view().Upsert(cluster_.local_key(),
                          scheduler::NodeResources{*total, leases_->resources().available(), true});
   if (!options_.head_address.empty()) {

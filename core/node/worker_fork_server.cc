@@ -8,7 +8,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <string_view>
 #include <cstring>
@@ -204,10 +206,14 @@ absl::StatusOr<pid_t> WorkerForkServer::ForkFrom(std::list<Template>::iterator i
     Retire(it, true, why);
     return absl::UnavailableError(why);
   }
+  // At most reply_timeout in all (a signal does not restart the wait).
   pollfd p{it->fd, POLLIN, 0};
+  const auto deadline = std::chrono::steady_clock::now() + options_.reply_timeout;
   int ready;
   do {
-    ready = ::poll(&p, 1, static_cast<int>(options_.reply_timeout.count()));
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    ready = ::poll(&p, 1, static_cast<int>(std::max<int64_t>(0, left.count())));
   } while (ready < 0 && errno == EINTR);
   char buf[512];
   ssize_t n = -1;

@@ -33,7 +33,7 @@
 //
 // Not thread-safe: the node daemon's io thread only. Fork blocks that thread
 // for one round trip with the template (a vfork and a fork in it, under 1 ms idle;
-// at most reply_timeout).
+// at most reply_timeout: a bounded wait on the loop, doc/configuration.md).
 //
 // A template that dies or times out after it took a request may still have
 // forked that worker: Fork then returns Aborted, and the caller must not
@@ -84,6 +84,8 @@ struct WorkerForkServerOptions {
   // The environment overrides a template starts with (an exec'd worker's,
   // less what each fork sets).
   std::vector<std::pair<std::string, std::string>> template_env;
+  // How long Fork waits (blocking the io thread) for a template's answer:
+  // Timeouts::fork_server_reply_timeout (LUMEN_FORK_SERVER_REPLY_TIMEOUT_MS).
   std::chrono::milliseconds reply_timeout{2000};
   size_t max_templates = 4;
   int max_failures = 3;

@@ -21,6 +21,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "lumen/common/task_event_clock.h"
+#include "lumen/common/timeouts.h"
 
 namespace lumen::node {
 namespace {
@@ -102,8 +103,11 @@ void BecomeWorker(int server_fd, pid_t daemon, pid_t middle, const char* name,
   ::close(server_fd);
   ::prctl(PR_SET_NAME, name);  // the binary's name again, as an exec'd worker has it
   // The middle process exits right after forking us (possibly before this
-  // line runs): wait (bounded) until the daemon, a child subreaper, adopted us.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  // line runs): wait (bounded, as long as the daemon waits for the template's
+  // answer: Timeouts::fork_server_reply_timeout, from the environment the
+  // template inherited) until the daemon, a child subreaper, adopted us.
+  const auto deadline =
+      std::chrono::steady_clock::now() + Timeouts::FromEnv().fork_server_reply_timeout;
   while (::getppid() == middle && std::chrono::steady_clock::now() < deadline) ::usleep(20);
   if (::getppid() != daemon) ::_exit(127);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);

@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <mutex>
+#include <optional>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
@@ -38,14 +38,11 @@ struct DriverState {
   std::string head_address;
 };
 
-std::mutex& StateMutex() {
-  static std::mutex* mu = new std::mutex();
-  return *mu;
-}
-DriverState& State() {
-  static DriverState* state = new DriverState();
-  return *state;
-}
+// Held by Init and Shutdown for their whole run (so neither runs while the
+// other is half done) and by the readers of the state. Never freed (nor the
+// state): Shutdown runs at exit too, after other statics may be gone.
+ABSL_CONST_INIT absl::Mutex state_mu(absl::kConstInit);
+DriverState* const driver_state ABSL_PT_GUARDED_BY(state_mu) = new DriverState();
 
 std::string Env(const char* name) {
   const char* v = std::getenv(name);
@@ -141,7 +138,7 @@ std::vector<ObjectBytes> GetObjects(const std::vector<const RefHandle*>& refs,
     double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     std::fputs(bar.Render(count(ready), seconds).c_str(), stderr);
     drawn = true;
-    ready = wait(std::chrono::milliseconds(200));
+    ready = wait(std::chrono::milliseconds(200));  // the bar's redraw period, not a deadline
   }
   if (drawn) std::fputs(bar.Clear().c_str(), stderr);
   return core->Get(refs, left());
@@ -185,8 +182,8 @@ void InitRuntime(const Config& config, int argc, char** argv) {
   node::MaybeServeWorkerForks();
   if (Env("LUMEN_ROLE") == "worker") RunWorker();
 
-  std::lock_guard<std::mutex> lock(StateMutex());
-  DriverState& state = State();
+  absl::MutexLock lock(&state_mu);
+  DriverState& state = *driver_state;
   if (state.core) throw Error("lumen::Init was already called");
   std::string address = config.address.empty() ? Env("LUMEN_ADDRESS") : config.address;
   if (!config.token.empty()) runtime::SetHeadToken(config.token);
@@ -242,8 +239,8 @@ void InitRuntime(const Config& config, int argc, char** argv) {
 }
 
 void ShutdownRuntime() {
-  std::lock_guard<std::mutex> lock(StateMutex());
-  DriverState& state = State();
+  absl::MutexLock lock(&state_mu);
+  DriverState& state = *driver_state;
   runtime::SetCurrentCoreWorker(nullptr);
   if (state.core) state.core->Stop();
   state.core.reset();
@@ -256,8 +253,8 @@ void ShutdownRuntime() {
 bool RuntimeInitialized() { return runtime::CurrentCoreWorker() != nullptr; }
 
 std::string ClusterAddress() {
-  std::lock_guard<std::mutex> lock(StateMutex());
-  return State().head_address;
+  absl::MutexLock lock(&state_mu);
+  return driver_state->head_address;
 }
 
 namespace {
@@ -271,10 +268,18 @@ std::string HeadForCalls() {
   return head;
 }
 
-// One placement group request to the head; returns the group's state.
+// One placement group request to the head; returns the group's state. A
+// Wait the head parks passes `wait` (its timeout): the reply may take that
+// plus Timeouts::parked_reply_margin; others get Timeouts::head_call_timeout.
 PlacementGroupInfo CallGroup(const std::function<void(proto::Envelope::Builder)>& fill,
-                             std::string* error = nullptr) {
-  auto reply = runtime::CallHead(HeadForCalls(), fill);
+                             std::string* error = nullptr,
+                             std::optional<std::chrono::milliseconds> wait = std::nullopt) {
+  std::optional<std::chrono::milliseconds> reply_timeout;
+  if (wait) {
+    reply_timeout = std::max(*wait, std::chrono::milliseconds(0)) +
+                    runtime::CallTimeouts().parked_reply_margin;
+  }
+  auto reply = runtime::CallHead(HeadForCalls(), fill, reply_timeout);
   if (!reply.ok()) {
     throw PlacementGroupError(absl::StrCat("placement group request failed: ", reply.status().message()));
   }
@@ -331,7 +336,7 @@ bool WaitPlacementGroup(const std::string& group_id, std::chrono::milliseconds t
         wait.setGroupId(BytesOf(group_id));
         wait.setTimeoutMs(static_cast<uint64_t>(std::max<int64_t>(0, timeout.count())));
       },
-      &error);
+      &error, timeout);
   if (info.state == "REMOVED") {
     throw PlacementGroupError(absl::StrCat("placement group ", group_id, " was removed",
                                            error.empty() ? "" : " (" + error + ")"));

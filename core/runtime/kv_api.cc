@@ -10,9 +10,6 @@
 namespace lumen::kv {
 namespace {
 
-// A reply must come within this much longer than a wait's own timeout.
-constexpr std::chrono::milliseconds kReplyMargin = std::chrono::seconds(5);
-
 std::string HeadAddress() {
   std::shared_ptr<runtime::CoreWorker> core = runtime::CurrentCoreWorker();
   if (core == nullptr) throw Error("lumen is not initialized: call lumen::Init first");
@@ -47,8 +44,10 @@ Result Call(proto::KvOp op, const std::string& ns, const std::string& key,
         req.setOverwrite(overwrite);
         req.setTimeoutMs(static_cast<uint64_t>(std::max<int64_t>(0, wait_timeout.count())));
       },
+      // The head answers within the request's own timeout (a Wait's; 0 for
+      // the rest); the caller waits Timeouts::parked_reply_margin longer.
       std::max<std::chrono::milliseconds>(wait_timeout, std::chrono::milliseconds(0)) +
-          kReplyMargin);
+          runtime::CallTimeouts().parked_reply_margin);
   if (!reply.ok()) {
     throw KvError(absl::StrCat("key-value request for '", key, "' failed: ",
                                reply.status().message()));

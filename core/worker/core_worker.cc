@@ -282,7 +282,9 @@ absl::Status CoreWorker::Connect() {
     // Head calls ride out a head restart when its tables survive it.
     SetHeadReconnect({.give_up_after = options_.timeouts.head_reconnect_timeout,
                       .initial = options_.timeouts.head_retry_period,
+                      .max = options_.timeouts.head_retry_max_period,
                       .head_persistent = hr.getHeadPersistent()});
+    SetCallTimeouts(options_.timeouts);  // CallHead's limits in this process
   } catch (const std::exception& e) {
     ::close(*fd);
     return absl::UnavailableError(absl::StrCat("bad handshake reply: ", e.what()));

@@ -19,7 +19,7 @@ struct HeadRequester::Pending {
   explicit Pending(const HeadReconnect& r)
       : reconnect(r),
         head_backoff({.initial = r.initial,
-                      .max = std::max<std::chrono::milliseconds>(r.initial, std::chrono::seconds(2)),
+                      .max = std::max(r.initial, r.max),
                       .give_up_after = r.give_up_after}) {}
   HeadReconnect reconnect;  // as set when the call began
   Backoff head_backoff;     // started once the quick attempts are spent (the head is gone)

@@ -25,7 +25,8 @@ std::unique_ptr<TaskToRun> TaskReceiver::Take() {
   // Re-evaluated by the Mutex whenever another thread releases mu_ (Receive,
   // Stop), never on a timer. An exiting actor takes nothing: its threads
   // sleep until the process ends rather than spin on what it still queues.
-  auto have_work = [this] {
+  // Await calls it with mu_ held.
+  auto have_work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     wait_checks_.fetch_add(1, std::memory_order_relaxed);
     return stopped() || (!queue_.empty() && !exiting());
   };

@@ -85,7 +85,7 @@ struct Node {
             .clients = &clients,
             .cluster = &cluster,
             .max_queued_per_client = max_queued,
-            .post = [this](std::function<void()> task) { posted.push_back(std::move(task)); }}) {
+            .post = [this](const char*, std::function<void()> task) { posted.push_back(std::move(task)); }}) {
     cluster.view().Upsert("local", {Make({{"CPU", cpus}}), Make({{"CPU", cpus}}), true});
     pool.GetOrAddJob(job).exe_path = "/bin/driver";
   }

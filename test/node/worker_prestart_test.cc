@@ -59,7 +59,7 @@ struct Node {
             .pool = &pool,
             .clients = &clients,
             .cluster = &cluster,
-            .post = [this](std::function<void()> task) { posted.push_back(std::move(task)); }}) {
+            .post = [this](const char*, std::function<void()> task) { posted.push_back(std::move(task)); }}) {
     cluster.view().Upsert("local", {Cpus(2), Cpus(2), true});
     pool.GetOrAddJob(job).exe_path = "/bin/driver";
     // What the daemon does when the driver says hello.

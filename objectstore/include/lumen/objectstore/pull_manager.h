@@ -42,10 +42,18 @@ class PullManager {
   // Runs a function on the io thread after a delay (a retry).
   using Later = std::function<void(std::chrono::milliseconds, std::function<void()>)>;
 
-  // `later` schedules the retry of a copy whose source had it spilled to disk
-  // (the source answers Aborted while it restores it); retries stop after
-  // kSpilledRetryLimit.
-  PullManager(StoreServer& store, TransferClient& transfer, SourceLookup lookup, Later later);
+  // When a copy whose source had it spilled to disk is asked for again (the
+  // source answers Aborted while it restores it): after `delay`, for at most
+  // `limit` since its first try (Timeouts::pull_retry_delay / pull_retry_limit,
+  // LUMEN_PULL_RETRY_DELAY_MS / LUMEN_PULL_RETRY_LIMIT_MS).
+  struct Retry {
+    std::chrono::milliseconds delay{10};
+    std::chrono::milliseconds limit{60000};
+  };
+
+  // `later` schedules those retries.
+  PullManager(StoreServer& store, TransferClient& transfer, SourceLookup lookup, Later later,
+              Retry retry);
 
   PullManager(const PullManager&) = delete;
   PullManager& operator=(const PullManager&) = delete;
@@ -65,9 +73,6 @@ class PullManager {
   void Stop() { stopped_ = true; }
 
  private:
-  static constexpr std::chrono::milliseconds kSpilledRetryDelay{10};
-  static constexpr std::chrono::milliseconds kSpilledRetryLimit{60000};
-
   struct InFlight {
     std::string source;     // node id bytes
     std::string address;    // its transfer address
@@ -88,6 +93,7 @@ class PullManager {
   TransferClient& transfer_;
   SourceLookup lookup_;
   Later later_;
+  const Retry retry_;
   absl::flat_hash_map<ObjectId, InFlight> pulls_;
   bool stopped_ = false;
 };

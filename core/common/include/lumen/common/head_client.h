@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "lumen/common/connection.h"
 #include "lumen/common/ids.h"
 #include "lumen/common/task_events.h"
+#include "lumen/common/timeouts.h"
 
 namespace lumen::runtime {
 
@@ -72,9 +74,10 @@ proto::Hello::Builder InitHello(proto::Envelope::Builder env, proto::Role role);
 // `lumen status` against a stopped cluster fails at once. Thread-safe.
 struct HeadReconnect {
   // 0: no retries. Else a call whose connection to the head fails is retried
-  // with a Backoff (from `initial`, doubling up to 2 s) for this long.
+  // with a Backoff (from `initial`, doubling up to `max`) for this long.
   std::chrono::milliseconds give_up_after{0};
   std::chrono::milliseconds initial{1000};
+  std::chrono::milliseconds max{2000};  // Timeouts::head_retry_max_period
   // False: the head keeps no state across a restart, so a lost head is an
   // error at once ("... persistence is off"), not retried.
   bool head_persistent = true;
@@ -86,15 +89,30 @@ HeadReconnect GetHeadReconnect();
 [[nodiscard]] absl::Status HeadLostError(const std::string& head_address, const HeadReconnect& reconnect,
                            std::chrono::milliseconds waited, const absl::Status& last);
 
+// The limits of this process's blocking calls (CallHead, and the CLI's
+// requests to node daemons): their connect (Timeouts::connect_timeout), a
+// head's reply (head_call_timeout, also the limit on sending the request), a
+// node's reply (node_call_timeout) and the margin over a parked request's own
+// timeout (parked_reply_margin). Timeouts::FromEnv() until SetCallTimeouts is
+// called (a driver's or worker's runtime sets its options' Timeouts at start;
+// tests shrink them there). Thread-safe.
+void SetCallTimeouts(const Timeouts& timeouts);
+Timeouts CallTimeouts();
+
 // One blocking request to the head: sends a hello and the envelope `fill`
-// builds, returns the reply's words. A head silent for `reply_timeout` is
-// DeadlineExceeded (requests the head parks, such as a key-value wait, pass
-// their own timeout plus a margin). A head that cannot be reached, or closes
-// the connection before answering, is retried as GetHeadReconnect() says
-// (then Unavailable naming the head when it does not come back).
+// builds, returns the reply's words. A head silent for `reply_timeout`
+// (nullopt: CallTimeouts().head_call_timeout) is DeadlineExceeded (requests
+// the head parks, such as a key-value wait, pass their own timeout plus
+// parked_reply_margin). The connect is bounded too, by the shorter of
+// CallTimeouts().connect_timeout and `reply_timeout`: a head that accepts no
+// connection (its backlog full, a host that drops SYNs) is DeadlineExceeded
+// naming the address and the limit, not a hang. A head that cannot be
+// reached (refused), or closes the connection before answering, is retried as
+// GetHeadReconnect() says (then Unavailable naming the head when it does not
+// come back).
 absl::StatusOr<std::vector<capnp::word>> CallHead(
     const std::string& head_address, const std::function<void(proto::Envelope::Builder)>& fill,
-    std::chrono::milliseconds reply_timeout = std::chrono::seconds(5));
+    std::optional<std::chrono::milliseconds> reply_timeout = std::nullopt);
 
 // Reads `words`, a reply from `peer` ("the head", "the node"), as an envelope
 // and returns what `read` returns for it. A message Cap'n Proto cannot read

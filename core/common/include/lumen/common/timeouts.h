@@ -17,7 +17,18 @@ struct Timeouts {
   ms hello_timeout{5000};         // LUMEN_HELLO_TIMEOUT_MS: an accepted peer must say hello
   ms send_stall_timeout{30000};   // LUMEN_SEND_STALL_TIMEOUT_MS: a peer that reads nothing
   ms connect_timeout{5000};       // LUMEN_CONNECT_TIMEOUT_MS: a TCP or Unix connect
-  ms head_call_timeout{5000};     // LUMEN_HEAD_CALL_TIMEOUT_MS: a request to the head
+  // LUMEN_HEAD_CALL_TIMEOUT_MS: a request to the head, asynchronous (a driver's
+  // or worker's io thread) or blocking (CallHead from user threads and the CLI:
+  // its reply, and the sending of the request).
+  ms head_call_timeout{5000};
+  // LUMEN_NODE_CALL_TIMEOUT_MS: a blocking request of the CLI to a node daemon
+  // (`lumen status`, `list`, `logs`, `timeline`): its reply must come within
+  // this (the node itself waits list_state_timeout for its processes).
+  ms node_call_timeout{5000};
+  // LUMEN_PARKED_REPLY_MARGIN_MS: a request the head parks (a key-value Wait, a
+  // placement group's Wait) carries its own timeout; the caller waits for the
+  // reply that timeout plus this.
+  ms parked_reply_margin{5000};
   // LUMEN_SLOW_HANDLER_WARNING_MS: a posted handler (lumen::Post) holding its
   // event loop longer than this is logged by name.
   ms slow_handler_warning{100};
@@ -41,9 +52,13 @@ struct Timeouts {
   ms worker_idle_timeout{10000};    // LUMEN_WORKER_IDLE_TIMEOUT_MS: surplus idle workers exit
   ms worker_reap_period{1000};      // LUMEN_WORKER_REAP_PERIOD_MS: how often idle workers are checked
   ms head_retry_period{1000};       // LUMEN_HEAD_RETRY_PERIOD_MS: reconnect to a lost head after
+  // LUMEN_HEAD_RETRY_MAX_PERIOD_MS: the reconnect backoff doubles from
+  // head_retry_period up to this (or head_retry_period, if that is longer).
+  ms head_retry_max_period{2000};
   // LUMEN_HEAD_RECONNECT_TIMEOUT_MS: a node daemon, driver or worker that lost
-  // the head retries (with backoff from head_retry_period, doubling up to 2 s)
-  // this long for it to come back, then gives up with an error naming the head.
+  // the head retries (with backoff from head_retry_period, doubling up to
+  // head_retry_max_period) this long for it to come back, then gives up with an
+  // error naming the head.
   ms head_reconnect_timeout{60000};
   ms list_state_timeout{2000};      // LUMEN_LIST_STATE_TIMEOUT_MS: `lumen list` waits for local processes
   ms max_worker_exit_wait{10000};   // LUMEN_MAX_WORKER_EXIT_WAIT_MS: cap on a getWorkerExit wait
@@ -52,6 +67,17 @@ struct Timeouts {
   // owner whose connection closed still lives (its objects stay until it is
   // found dead; doc/reliability.md, item 4).
   ms owner_probe_period{500};
+  // LUMEN_FORK_SERVER_REPLY_TIMEOUT_MS: the node daemon's io thread waits this
+  // long (blocking: a bounded wait on its loop) for a worker template to answer
+  // a fork request (core/node/worker_fork_server.h); the forked worker waits as
+  // long to be adopted by the daemon.
+  ms fork_server_reply_timeout{2000};
+  // LUMEN_PULL_RETRY_DELAY_MS / LUMEN_PULL_RETRY_LIMIT_MS: a pull whose source
+  // node has the object spilled (it restores it first) is asked again after
+  // the delay, for at most the limit since its first try (objectstore/
+  // pull_manager.h).
+  ms pull_retry_delay{10};
+  ms pull_retry_limit{60000};
 
   // --- driver / worker ---
   ms lease_idle_timeout{200};       // LUMEN_LEASE_IDLE_TIMEOUT_MS: an idle lease is kept this long
@@ -62,6 +88,20 @@ struct Timeouts {
   // LUMEN_TASK_EVENT_FLUSH_PERIOD_MS: how often a driver or worker sends its
   // task events to its node daemon (doc/observability.md).
   ms task_event_flush_period{1000};
+
+  // --- head's external storage ---
+  // LUMEN_REDIS_TIMEOUT_MS: a head keeping its tables in Redis (hiredis,
+  // blocking) connects, and waits for each command's reply, at most this: a
+  // bounded wait on the head's loop (core/head/redis_head_store.cc).
+  ms redis_timeout{5000};
+
+  // --- command line (core/cli/) ---
+  // LUMEN_START_WAIT_MS: `lumen start` waits this long for the head to list
+  // the node it started (so that a driver started next finds it).
+  ms start_wait{10000};
+  // LUMEN_STOP_WAIT_MS: `lumen stop` gives each process it sent SIGTERM this
+  // long to exit, then sends SIGKILL.
+  ms stop_wait{10000};
 
   // --- microbenchmark (bench/) ---
   // LUMEN_BENCH_WAIT_TIMEOUT_MS: the longest `lumen microbenchmark` waits for
