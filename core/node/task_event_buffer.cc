@@ -4,10 +4,21 @@
 #include <cstring>
 #include <utility>
 
+#include "lumen/common/logging.h"
 #include "lumen/common/task_event_packed.h"
 #include "lumen/common/task_event_wire.h"
 
 namespace lumen::node {
+
+namespace {
+
+// The blobs walked below passed ForEachTally's checks when they came, or were
+// just packed here: an error is a bug in this file, logged rather than dropped.
+void LogIfBroken(const absl::Status& status, const char* what) {
+  if (!status.ok()) LUMEN_LOG(ERROR) << "task events: " << what << ": " << status;
+}
+
+}  // namespace
 
 void FillTaskTotals(const TaskEventTotals& totals, proto::TaskTotals::Builder out) {
   auto kinds = out.initEventsByKind(totals.by_kind.size());
@@ -57,9 +68,13 @@ absl::Status TaskEventBuffer::AddPacked(std::string records, uint64_t dropped_up
                           totals_.by_kind[static_cast<size_t>(TaskEventKind::kFailed)];
   if (any_failed && failed != nullptr) {
     // Rare: the failures, decoded, from a second walk (the blob is well formed).
-    (void)packed_events::ForEach(records, [&](const packed_events::View& e) {
-      if (e.kind == TaskEventKind::kFailed) failed->push_back(e.ToEvent());
-    });
+    LogIfBroken(packed_events::ForEach(records,
+                                       [&](const packed_events::View& e) {
+                                         if (e.kind == TaskEventKind::kFailed) {
+                                           failed->push_back(e.ToEvent());
+                                         }
+                                       }),
+                "failures of a checked blob");
   }
   totals_ = totals;
   if (count == 0) return absl::OkStatus();
@@ -86,7 +101,7 @@ void TaskEventBuffer::Add(const std::vector<TaskEvent>& events, uint64_t dropped
   std::string records;
   packed_events::Writer writer(&records);
   for (const TaskEvent& e : events) writer.Append(packed_events::FieldsOf(e));
-  (void)AddPacked(std::move(records), dropped_upstream);  // well formed: just packed
+  LogIfBroken(AddPacked(std::move(records), dropped_upstream), "events just packed");
 }
 
 std::vector<TaskEvent> TaskEventBuffer::events() const {
@@ -94,8 +109,9 @@ std::vector<TaskEvent> TaskEventBuffer::events() const {
   std::vector<TaskEvent> out;
   out.reserve(kept_);
   for (const Chunk& c : chunks_) {
-    // Kept chunks passed ForEachTally's checks when they came: no error here.
-    (void)packed_events::ForEach(c.records, [&](const packed_events::View& e) { out.push_back(e.ToEvent()); });
+    LogIfBroken(packed_events::ForEach(
+                    c.records, [&](const packed_events::View& e) { out.push_back(e.ToEvent()); }),
+                "a kept chunk");
   }
   return out;
 }
@@ -117,7 +133,7 @@ void TaskEventBuffer::FillBatch(proto::TaskEventBatch::Builder out) const {
 void TaskEventBuffer::AddOwnEvents() {
   std::string records;
   TaskEvents().DrainPacked(&records);
-  (void)AddPacked(std::move(records), 0);  // well formed: just packed
+  LogIfBroken(AddPacked(std::move(records), 0), "this process's own events");
 }
 
 }  // namespace lumen::node
