@@ -489,7 +489,8 @@ absl::StatusOr<const char*> TallyRecord(const char* p, const char* end, Segment&
 
 namespace {
 
-// FoldedKinds, inlined into the walks below (it is a call per record else).
+// FoldedKinds (task_events.h), written once here so the walks below inline it
+// (it is a call per record else).
 bool FoldedKindsOf(TaskEventKind kind, std::array<TaskEventKind, 2>* kinds) {
   switch (kind) {
     case TaskEventKind::kFinished:
@@ -598,3 +599,11 @@ absl::StatusOr<std::string_view> RecordsOfBlob(std::string_view blob) {
 }
 
 }  // namespace lumen::packed_events
+
+namespace lumen {
+
+bool FoldedKinds(TaskEventKind kind, std::array<TaskEventKind, 2>* kinds) {
+  return packed_events::FoldedKindsOf(kind, kinds);
+}
+
+}  // namespace lumen

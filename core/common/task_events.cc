@@ -33,19 +33,7 @@ const char* TaskEventKindName(TaskEventKind kind) {
   return "UNKNOWN";
 }
 
-bool FoldedKinds(TaskEventKind kind, std::array<TaskEventKind, 2>* kinds) {
-  switch (kind) {
-    case TaskEventKind::kFinished:
-    case TaskEventKind::kFailed:
-      *kinds = {TaskEventKind::kDependenciesReady, TaskEventKind::kLeaseGranted};
-      return true;
-    case TaskEventKind::kResultStored:
-      *kinds = {TaskEventKind::kArgsFetched, TaskEventKind::kExecuted};
-      return true;
-    default:
-      return false;
-  }
-}
+// FoldedKinds is defined in task_event_packed.cc, next to the walks that inline it.
 
 // One event as a ring keeps it: one cache line, so recording is a copy into
 // a slot that was allocated at an earlier event or drain, and a busy thread's
