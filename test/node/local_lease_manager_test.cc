@@ -384,6 +384,18 @@ TEST_CASE("surplus idle workers exit after the idle timeout, longest idle first"
   CHECK(node.pool.num_idle() == 0);
 }
 
+// Client 1's request 1 for one CPU of `group`'s bundles.
+LeaseRequest OneCpuInGroup(const JobId& job, const std::string& group) {
+  LeaseRequest request;
+  request.client = 1;
+  request.request_id = 1;
+  request.job = job;
+  request.resources = Make({{"CPU", 1}});
+  request.placement = request.resources;
+  request.group = group;
+  return request;
+}
+
 TEST_CASE("placement-group bundles are reserved all or none") {
   // Invariant: a prepare that cannot reserve every bundle leaves the node's
   // resources as they were; a committed bundle serves its group's leases only.
@@ -394,14 +406,7 @@ TEST_CASE("placement-group bundles are reserved all or none") {
   REQUIRE(node.leases.PrepareBundles("g", {{0, Make({{"CPU", 1}})}}).ok());
   CHECK(node.FreeCpu() == 1);
   REQUIRE(node.leases.CommitBundles("g", {0}).ok());
-  LeaseRequest request;
-  request.client = 1;
-  request.request_id = 1;
-  request.job = node.job;
-  request.resources = Make({{"CPU", 1}});
-  request.placement = request.resources;
-  request.group = "g";
-  node.leases.Submit(std::move(request));
+  node.leases.Submit(OneCpuInGroup(node.job, "g"));
   node.WorkersConnect();
   REQUIRE(node.clients.Grants(1).size() == 1);
   CHECK(node.FreeCpu() == 1);  // from the bundle, not the node
@@ -422,14 +427,7 @@ TEST_CASE("a prepare with commit (a group on this node alone) commits all or non
   CHECK(node.FreeCpu() == 2);
   REQUIRE(node.leases.PrepareBundles("h", {{0, Make({{"CPU", 1}})}}, /*commit=*/true).ok());
   CHECK(node.FreeCpu() == 1);
-  LeaseRequest request;
-  request.client = 1;
-  request.request_id = 1;
-  request.job = node.job;
-  request.resources = Make({{"CPU", 1}});
-  request.placement = request.resources;
-  request.group = "h";
-  node.leases.Submit(std::move(request));
+  node.leases.Submit(OneCpuInGroup(node.job, "h"));
   node.WorkersConnect();
   CHECK(node.clients.Grants(1).size() == 1);  // committed: usable by its leases
   node.leases.RemoveGroup("h");
