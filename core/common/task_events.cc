@@ -5,11 +5,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <thread>
 #include <utility>
-
-#include "absl/container/flat_hash_map.h"
 
 #include "lumen/common/task_event_packed.h"
 
@@ -35,19 +32,15 @@ const char* TaskEventKindName(TaskEventKind kind) {
 
 // FoldedKinds is defined in task_event_packed.cc, next to the walks that inline it.
 
-// One event as a ring keeps it: one cache line, so recording is a copy into
-// a slot that was allocated at an earlier event or drain, and a busy thread's
-// ring and the drain that reads it touch half the memory a slot with the
-// name and ids inline did (two lines; doc/observability.md, "Cost", has what
-// that gave in bench/task_event_loop). The name, and
-// a node, worker or pid other than the process's, are interned per ring
-// between drains (ThreadRing::Events). Not initialised when allocated (every
-// Record writes every field it reads).
-struct alignas(64) TaskEventRecorder::Slot {
+// One event as a ring keeps it: fixed size (two cache lines), so recording is
+// a copy into a slot that was allocated at an earlier event or drain. Not
+// initialised when allocated (every Record writes every field it reads).
+struct TaskEventRecorder::Slot {
   enum Flags : uint8_t {
     kActorCall = 1 << 0,
     kTimeIsMicros = 1 << 1,  // `tick` is system-clock microseconds (RecordEvent with a time)
     kSinceTick = 1 << 2,     // `since` is SUBMITTED's tick (else: duration_us)
+    kLongName = 1 << 3,      // the name is long_names[name_len]
     kSelfIds = 1 << 4,       // node and worker: the process's (TaskEventDetail::self_ids)
     // FINISHED or RESULT_STORED written over its start's slot (SUBMITTED,
     // STARTED: TaskEventDetail::start): `since` is the start's tick, the name
@@ -60,26 +53,21 @@ struct alignas(64) TaskEventRecorder::Slot {
   uint64_t tick;
   uint64_t since;
   TaskId task;
+  NodeId node;
+  WorkerId worker;
   // PULL: aux[0] is the bytes; FINISHED/FAILED, RESULT_STORED: the ticks of
   // the events folded into this one (TaskEventDetail::earlier_ticks).
   uint64_t aux[2];
   uint32_t attempt;
+  int32_t pid;
   int32_t worker_pid;
   uint8_t kind;
   uint8_t flags;
-  uint16_t name;  // 0: none; else the ring's Events::names[name - 1]
-  uint16_t ids;   // 0: nil node and worker, this process's pid; else Events::ids[ids - 1]
+  uint16_t name_len;
+  char name[kInlineName];
 };
 
 namespace {
-
-// 16 bytes equal, as two 8-byte loads.
-bool SameId16(const uint8_t* a, const uint8_t* b) {
-  uint64_t x[2], y[2];
-  std::memcpy(x, a, 16);
-  std::memcpy(y, b, 16);
-  return ((x[0] ^ y[0]) | (x[1] ^ y[1])) == 0;
-}
 
 // a == b, as two 8-byte loads (TaskId's == calls memcmp).
 bool SameId(const TaskId& a, const TaskId& b) {
@@ -96,40 +84,10 @@ bool SameId(const TaskId& a, const TaskId& b) {
 // thread takes it for each event, a drain for an O(1) swap, so it is contended
 // only when a drain meets a Record of that thread.
 struct TaskEventRecorder::ThreadRing {
-  // A node, worker and pid an event carries (Slot::ids).
-  struct Ids {
-    NodeId node;
-    WorkerId worker;
-    int32_t pid = 0;  // 0: the recorder's
-    bool operator==(const Ids& o) const {
-      return SameId16(node.data(), o.node.data()) && SameId16(worker.data(), o.worker.data()) &&
-             pid == o.pid;
-    }
-    template <typename H>
-    friend H AbslHashValue(H h, const Ids& ids) {
-      return H::combine(std::move(h), std::string_view(reinterpret_cast<const char*>(ids.node.data()), 16),
-                        std::string_view(reinterpret_cast<const char*>(ids.worker.data()), 16), ids.pid);
-    }
-  };
-  // What a drain swaps out: the slots, and the names and ids they refer to
-  // (interned: a task's name is usually the last one recorded, found by one
-  // comparison; else by a lookup; a new one is copied once per drain).
+  // What a drain swaps out: the slots, and the names too long for a slot.
   struct Events {
     std::vector<Slot> slots;
-    std::deque<std::string> names;  // a deque: the views below stay valid as it grows
-    absl::flat_hash_map<std::string_view, uint16_t> name_index;  // into `names`, + 1
-    uint16_t last_name = 0;
-    std::vector<Ids> ids;
-    absl::flat_hash_map<Ids, uint16_t> ids_index;  // into `ids`, + 1
-    uint16_t last_ids = 0;
-    void ClearInterned() {
-      names.clear();
-      name_index.clear();
-      last_name = 0;
-      ids.clear();
-      ids_index.clear();
-      last_ids = 0;
-    }
+    std::vector<std::string> long_names;
   };
 
   explicit ThreadRing(size_t capacity) : capacity(capacity), owner(std::this_thread::get_id()) {}
@@ -187,41 +145,23 @@ struct TaskEventRecorder::ThreadRing {
     return &s;
   }
 
-  // Interned names and ids: at most this many of each between drains. Past
-  // it (as many distinct ones as the ring has slots, since the last drain: a
-  // ring that wrapped undrained, with a new error message in every event),
-  // a new one is left out: the event has no name, or nil ids.
-  size_t InternLimit() const { return std::min<size_t>(capacity, 0xFFFF); }
-
-  uint16_t InternName(std::string_view name) {
-    if (name.empty()) return 0;
-    Events& e = events;
-    if (e.last_name != 0 && e.names[e.last_name - 1] == name) return e.last_name;
-    auto it = e.name_index.find(name);
-    if (it != e.name_index.end()) return e.last_name = it->second;
-    if (e.names.size() >= InternLimit()) return 0;
-    const std::string& kept = e.names.emplace_back(name);
-    const auto index = static_cast<uint16_t>(e.names.size());
-    e.name_index.emplace(std::string_view(kept), index);
-    return e.last_name = index;
-  }
-
-  // 0 for the common case: nil node and worker, the recorder's pid.
-  uint16_t InternIds(const NodeId& node, const WorkerId& worker, int32_t pid) {
-    uint64_t w[4];
-    std::memcpy(w, node.data(), 16);
-    std::memcpy(w + 2, worker.data(), 16);
-    if ((w[0] | w[1] | w[2] | w[3]) == 0 && pid == 0) return 0;
-    Events& e = events;
-    Ids ids{node, worker, pid};
-    if (e.last_ids != 0 && e.ids[e.last_ids - 1] == ids) return e.last_ids;
-    auto it = e.ids_index.find(ids);
-    if (it != e.ids_index.end()) return e.last_ids = it->second;
-    if (e.ids.size() >= InternLimit()) return 0;
-    e.ids.push_back(ids);
-    const auto index = static_cast<uint16_t>(e.ids.size());
-    e.ids_index.emplace(ids, index);
-    return e.last_ids = index;
+  void SetName(Slot& slot, std::string_view name) {
+    if (name.size() <= kInlineName) {
+      slot.flags &= static_cast<uint8_t>(~Slot::kLongName);
+      slot.name_len = static_cast<uint16_t>(name.size());
+      // An empty view may hold a null pointer, which memcpy must not get.
+      if (!name.empty()) std::memcpy(slot.name, name.data(), name.size());
+      return;
+    }
+    // Bounded: past `capacity` long names since the last drain (a ring that
+    // wraps with no drain), a name is cut to the slot.
+    if (events.long_names.size() >= capacity || events.long_names.size() >= 0xFFFF) {
+      SetName(slot, name.substr(0, kInlineName));
+      return;
+    }
+    slot.flags |= Slot::kLongName;
+    slot.name_len = static_cast<uint16_t>(events.long_names.size());
+    events.long_names.emplace_back(name);
   }
 
   const size_t capacity;
@@ -319,7 +259,7 @@ TaskEventRecorder::ThreadRing& TaskEventRecorder::RingOfThisThread() {
 
 uint64_t TaskEventRecorder::Record(TaskEventKind kind, const TaskId& task, uint32_t attempt,
                                    std::string_view name, const TaskEventDetail& detail) {
-  static_assert(sizeof(Slot) == 64, "a slot is one cache line");
+  static_assert(sizeof(Slot) <= 128, "a slot is two cache lines at most");
   if (!enabled()) return 0;
   const uint64_t now = detail.at_tick != 0 ? detail.at_tick : TaskEventClock::Now();
   ThreadRing& ring = fast_ring.recorder == id_ ? *static_cast<ThreadRing*>(fast_ring.ring)
@@ -335,14 +275,13 @@ uint64_t TaskEventRecorder::Record(TaskEventKind kind, const TaskId& task, uint3
                              task, attempt);
     if (s != nullptr) {
       // The actor flag is the start's too (the start's event is read from it).
-      s->flags = static_cast<uint8_t>((s->flags & (Slot::kSelfIds | Slot::kActorCall)) |
+      s->flags = static_cast<uint8_t>((s->flags & (Slot::kLongName | Slot::kSelfIds | Slot::kActorCall)) |
                                       (detail.actor_call ? Slot::kActorCall : 0) |
                                       Slot::kWithStart | Slot::kSinceTick);
       s->since = s->tick;
       s->tick = now;
-      // The end's node and worker, the start's pid.
-      s->ids = ring.InternIds(detail.node, detail.worker,
-                              s->ids == 0 ? 0 : ring.events.ids[s->ids - 1].pid);
+      s->node = detail.node;
+      s->worker = detail.worker;
       s->aux[0] = detail.earlier_ticks[0];
       s->aux[1] = detail.earlier_ticks[1];
       s->worker_pid = detail.worker_pid;
@@ -365,7 +304,8 @@ uint64_t TaskEventRecorder::Record(TaskEventKind kind, const TaskId& task, uint3
                                  (detail.self_ids ? Slot::kSelfIds : 0));
   e.since = detail.since_tick != 0 ? detail.since_tick : static_cast<uint64_t>(detail.duration_us);
   e.task = task;
-  e.ids = ring.InternIds(detail.node, detail.worker, 0);
+  e.node = detail.node;
+  e.worker = detail.worker;
   if (detail.bytes != 0) {
     e.aux[0] = detail.bytes;
     e.aux[1] = 0;
@@ -374,9 +314,10 @@ uint64_t TaskEventRecorder::Record(TaskEventKind kind, const TaskId& task, uint3
     e.aux[1] = detail.earlier_ticks[1];
   }
   e.attempt = attempt;
+  e.pid = pid_;
   e.worker_pid = detail.worker_pid;
   e.kind = static_cast<uint8_t>(kind);
-  e.name = ring.InternName(name);
+  ring.SetName(e, name);
   ring.Unlock();
   return now;
 }
@@ -394,13 +335,15 @@ void TaskEventRecorder::RecordEvent(const TaskEvent& event) {
                                  (event.time_us != 0 ? Slot::kTimeIsMicros : 0));
   e.since = static_cast<uint64_t>(event.duration_us);
   e.task = event.task_id;
-  e.ids = ring.InternIds(event.node, event.worker, event.pid == pid_ ? 0 : event.pid);
+  e.node = event.node;
+  e.worker = event.worker;
   e.aux[0] = event.bytes;
   e.aux[1] = 0;
   e.attempt = event.attempt;
+  e.pid = event.pid == 0 ? pid_ : event.pid;
   e.worker_pid = event.worker_pid;
   e.kind = static_cast<uint8_t>(event.kind);
-  e.name = ring.InternName(event.name);
+  ring.SetName(e, event.name);
   ring.Unlock();
 }
 
@@ -507,28 +450,29 @@ size_t TaskEventRecorder::DrainPacked(std::string* records) {
         if (s.aux[k] != 0) folded[k] = (s.flags & Slot::kTimeIsMicros) ? static_cast<int64_t>(s.aux[k]) : scale.ToMicros(s.aux[k]);
       }
     }
-    const ThreadRing::Ids* ids = s.ids == 0 ? nullptr : &earliest->events.ids[s.ids - 1];
     writer.Append(
         packed_events::Fields{
             .kind = kind,
             .actor_call = (s.flags & Slot::kActorCall) != 0,
             .attempt = s.attempt,
-            .pid = ids != nullptr && ids->pid != 0 ? ids->pid : pid_,
+            .pid = s.pid,
             .time_us = time_us,
             .task = &s.task,
-            .node = ids != nullptr ? &ids->node : nullptr,
-            .worker = ids != nullptr ? &ids->worker : nullptr,
+            .node = &s.node,
+            .worker = &s.worker,
             .self_ids = (s.flags & Slot::kSelfIds) != 0,
             .worker_pid = s.worker_pid,
             .bytes = bytes,
             .duration_us = duration_us,
             .folded_us = folded,
             .with_start = with_start,
-            .name = s.name == 0 ? std::string_view() : std::string_view(earliest->events.names[s.name - 1])});
+            .name = (s.flags & Slot::kLongName)
+                        ? std::string_view(earliest->events.long_names[s.name_len])
+                        : std::string_view(s.name, s.name_len)});
     ++written;
   }
   for (Taken& t : taken) {
-    t.events.ClearInterned();  // the slots stay, to be overwritten: the ring's next spare
+    t.events.long_names.clear();  // the slots stay, to be overwritten: the ring's next spare
     t.from->Lock();
     if (t.from->spare.slots.size() < t.events.slots.size()) std::swap(t.from->spare, t.events);
     t.from->Unlock();

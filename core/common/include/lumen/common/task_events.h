@@ -42,10 +42,9 @@
 //
 // Thread-safe. Each recording thread has its own ring (created at its first
 // event), so recording takes no lock that another recording thread could hold:
-// a Record is one clock read and a copy into a preallocated 64-byte slot (its
-// name, and a node or worker, interned per ring: a name new since the last
-// drain is copied once, a repeated one found by one comparison), under a
-// per-thread spin flag that only a drain also takes, for an O(1) swap. When a thread's
+// a Record is one clock read and a copy into a preallocated fixed-size slot
+// (no allocation for names of up to kInlineName bytes), under a per-thread
+// spin flag that only a drain also takes, for an O(1) swap. When a thread's
 // ring is full its oldest event is dropped and counted. A drain merges the
 // threads' rings by time. Disabled (LUMEN_TASK_EVENTS=0) a Record is one
 // relaxed atomic load.
@@ -156,6 +155,9 @@ struct TaskEventDetail {
 class TaskEventRecorder {
  public:
   static constexpr size_t kDefaultCapacity = 1 << 16;
+  // Name bytes a slot holds without an allocation (function names; longer
+  // ones, such as error messages, go to a side list).
+  static constexpr size_t kInlineName = 32;
 
   // `capacity`: events each recording thread keeps until the next Drain, and
   // the most a Drain returns (the newest of all threads; older ones are
