@@ -167,13 +167,38 @@ absl::Status StoreServer::Handle(const StoreCaller& caller, proto::Envelope::Rea
     return absl::PermissionDeniedError("store requests need a driver or worker hello");
   }
   auto id_of = [](proto::StoreRequest::Reader r) { return IdFrom<ObjectId>(r.getObjectId()); };
+  // The requests that answer may carry a key (store_repeats.h): a resend of
+  // one answered already gets that answer again and changes nothing.
+  StoreKey key;
+  switch (msg.which()) {
+    case proto::Envelope::STORE_CREATE:
+      key = StoreKeyOf(caller.client, msg.getStoreCreate());
+      break;
+    case proto::Envelope::STORE_SEAL:
+      key = StoreKeyOf(caller.client, msg.getStoreSeal());
+      break;
+    case proto::Envelope::STORE_ABORT:
+      key = StoreKeyOf(caller.client, msg.getStoreAbort());
+      break;
+    case proto::Envelope::STORE_GET:
+      key = StoreKeyOf(caller.client, msg.getStoreGet());
+      break;
+    default:
+      break;
+  }
+  if (key.resend) {
+    if (const StoreReply* kept = repeats_.Find(key)) {
+      reply(*kept);
+      return absl::OkStatus();
+    }
+  }
   switch (msg.which()) {
     case proto::Envelope::STORE_CREATE: {
       auto req = msg.getStoreCreate();
       ObjectId id = id_of(req);
       uint64_t size = req.getSize();
       if (size > table_.allocator().capacity()) {
-        reply(absl::ResourceExhaustedError(absl::StrCat(
+        Answer(key, reply, absl::ResourceExhaustedError(absl::StrCat(
             "object store full: an object of ", FormatBytes(size),
             " is larger than the whole object store (", FormatBytes(table_.allocator().capacity()),
             "); raise --object-store-memory")));
@@ -184,26 +209,26 @@ absl::Status StoreServer::Handle(const StoreCaller& caller, proto::Envelope::Rea
       JobId job = caller.detached ? JobId::Nil() : caller.job;
       Allocate(Parked{caller.client, id, size, /*secondary=*/false,
                       std::chrono::steady_clock::now() + options_.full_grace,
-                      [this, id, job, owner = caller.owner, size,
+                      [this, id, job, owner = caller.owner, size, key,
                        reply = std::move(reply)](absl::StatusOr<uint64_t> at) {
                         if (!at.ok()) {
-                          reply(at.status());
+                          Answer(key, reply, at.status());
                           return;
                         }
                         records_.Set(id, {.job = job, .owner = owner});
-                        reply(StoreRegion{*at, size});
+                        Answer(key, reply, StoreRegion{*at, size});
                       }});
       return absl::OkStatus();
     }
     case proto::Envelope::STORE_SEAL:
-      reply(ReplyOf(table_.Seal(caller.client, id_of(msg.getStoreSeal()))));
+      Answer(key, reply, ReplyOf(table_.Seal(caller.client, id_of(msg.getStoreSeal()))));
       ServeParked();  // the sealed object may be spilled now
       return absl::OkStatus();
     case proto::Envelope::STORE_ABORT: {
       ObjectId id = id_of(msg.getStoreAbort());
       absl::Status status = table_.Abort(caller.client, id);
       if (status.ok()) records_.Erase(id);
-      reply(ReplyOf(status));
+      Answer(key, reply, ReplyOf(status));
       ServeParked();
       return absl::OkStatus();
     }
@@ -211,11 +236,11 @@ absl::Status StoreServer::Handle(const StoreCaller& caller, proto::Envelope::Rea
       ObjectId id = id_of(msg.getStoreGet());
       auto loc = table_.Get(caller.client, id);
       if (loc.ok()) {
-        reply(StoreRegion{loc->offset, loc->size});
+        Answer(key, reply, StoreRegion{loc->offset, loc->size});
       } else if (restoring_.contains(id) || (!table_.Contains(id) && index_.Contains(id))) {
-        StartRestore(id, Restore::Waiter{caller.client, std::move(reply)});
+        StartRestore(id, Restore::Waiter{caller.client, std::move(reply), key});
       } else {
-        reply(loc.status());
+        Answer(key, reply, loc.status());
       }
       return absl::OkStatus();
     }
@@ -247,6 +272,11 @@ absl::Status StoreServer::Handle(const StoreCaller& caller, proto::Envelope::Rea
   }
 }
 
+void StoreServer::Answer(const StoreKey& key, const ReplyFn& reply, const StoreReply& answer) {
+  repeats_.Record(key, answer);
+  reply(answer);
+}
+
 void StoreServer::Forget(const ObjectId& id) {
   records_.Erase(id);
   table_.Delete(id);
@@ -256,6 +286,7 @@ void StoreServer::Forget(const ObjectId& id) {
 void StoreServer::DisconnectClient(ClientId client) {
   io_thread_.Check("StoreServer");
   table_.DisconnectClient(client);
+  repeats_.Forget(client);
   for (auto it = parked_.begin(); it != parked_.end();) {
     it = it->client == client ? parked_.erase(it) : std::next(it);
   }
@@ -626,14 +657,14 @@ void StoreServer::OnRestored(const ObjectId& id, const absl::Status& read) {
   }
   for (Restore::Waiter& w : waiters) {
     if (!status.ok()) {
-      w.reply(status);
+      Answer(w.key, w.reply, status);
       continue;
     }
     auto loc = table_.Get(w.client, id);
     if (loc.ok()) {
-      w.reply(StoreRegion{loc->offset, loc->size});
+      Answer(w.key, w.reply, StoreRegion{loc->offset, loc->size});
     } else {
-      w.reply(loc.status());
+      Answer(w.key, w.reply, loc.status());
     }
   }
   ServeParked();

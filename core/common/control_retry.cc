@@ -24,6 +24,17 @@ bool IsKvWrite(proto::KvOp op) {
   return op == proto::KvOp::PUT || op == proto::KvOp::DELETE || op == proto::KvOp::DELETE_PREFIX;
 }
 
+// The StoreRequest of a storeCreate, storeSeal, storeAbort or storeGet.
+template <typename Envelope>
+auto StoreRequestOf(Envelope request) {
+  switch (request.which()) {
+    case proto::Envelope::STORE_CREATE: return request.getStoreCreate();
+    case proto::Envelope::STORE_SEAL: return request.getStoreSeal();
+    case proto::Envelope::STORE_ABORT: return request.getStoreAbort();
+    default: return request.getStoreGet();
+  }
+}
+
 }  // namespace
 
 uint64_t RetryClientId() { return ClientId(); }
@@ -32,35 +43,62 @@ std::chrono::milliseconds ControlRetryBackoff(int attempt) {
   return std::chrono::milliseconds(20) * (1 << std::min(attempt - 1, 4));
 }
 
-bool SetRetryKey(proto::Envelope::Builder request) {
-  proto::RetryKey::Builder key(nullptr);
+namespace {
+
+// Where `request`'s key goes, initialised (a null builder when its message has
+// no place for one, or is a query that must not carry one).
+proto::RetryKey::Builder InitKey(proto::Envelope::Builder request, bool* has_place) {
+  *has_place = true;
   switch (request.which()) {
     case proto::Envelope::CREATE_PLACEMENT_GROUP:
-      key = request.getCreatePlacementGroup().initRetryKey();
-      break;
+      return request.getCreatePlacementGroup().initRetryKey();
     case proto::Envelope::REGISTER_ACTOR_NAME:
-      key = request.getRegisterActorName().initRetryKey();
-      break;
+      return request.getRegisterActorName().initRetryKey();
     case proto::Envelope::UNREGISTER_ACTOR_NAME:
-      key = request.getUnregisterActorName().initRetryKey();
-      break;
+      return request.getUnregisterActorName().initRetryKey();
     case proto::Envelope::UPDATE_ACTOR_ADDRESS:
-      key = request.getUpdateActorAddress().initRetryKey();
-      break;
+      return request.getUpdateActorAddress().initRetryKey();
     case proto::Envelope::KV:
       // Only the writes: a query is resent as it is (SafeToResend), and a
       // wait's reply must not be replayed from the head's table.
-      if (!IsKvWrite(request.getKv().getOp())) return false;
-      key = request.getKv().initRetryKey();
-      break;
+      if (!IsKvWrite(request.getKv().getOp())) break;
+      return request.getKv().initRetryKey();
     case proto::Envelope::REQUEST_LEASE:
-      key = request.getRequestLease().initRetryKey();
-      break;
+      return request.getRequestLease().initRetryKey();
+    // The store's requests that answer (objectstore/store_server.h).
+    case proto::Envelope::STORE_CREATE:
+      return request.getStoreCreate().initRetryKey();
+    case proto::Envelope::STORE_SEAL:
+      return request.getStoreSeal().initRetryKey();
+    case proto::Envelope::STORE_ABORT:
+      return request.getStoreAbort().initRetryKey();
+    case proto::Envelope::STORE_GET:
+      return request.getStoreGet().initRetryKey();
     default:
-      return false;
+      break;
   }
+  *has_place = false;
+  return proto::RetryKey::Builder(nullptr);
+}
+
+}  // namespace
+
+bool SetRetryKey(proto::Envelope::Builder request) {
+  bool has_place = false;
+  proto::RetryKey::Builder key = InitKey(request, &has_place);
+  if (!has_place) return false;
   key.setClient(ClientId());
   key.setRequest(next_request.fetch_add(1, std::memory_order_relaxed));
+  return true;
+}
+
+bool SetRetryKey(proto::Envelope::Builder request, const RetryKeyValue& value) {
+  bool has_place = false;
+  proto::RetryKey::Builder key = InitKey(request, &has_place);
+  if (!has_place) return false;
+  key.setClient(value.client);
+  key.setRequest(value.request);
+  key.setAttempt(value.attempt);
   return true;
 }
 
@@ -110,6 +148,13 @@ std::optional<RetryKeyValue> RetryKeyOf(proto::Envelope::Reader request) {
       auto m = request.getCancelBundles();
       return Value(m.hasRetryKey(), m.getRetryKey());
     }
+    case proto::Envelope::STORE_CREATE:
+    case proto::Envelope::STORE_SEAL:
+    case proto::Envelope::STORE_ABORT:
+    case proto::Envelope::STORE_GET: {
+      auto m = StoreRequestOf(request);
+      return Value(m.hasRetryKey(), m.getRetryKey());
+    }
     default:
       return std::nullopt;
   }
@@ -140,6 +185,14 @@ void SetRetryAttempt(proto::Envelope::Builder request, uint32_t attempt) {
       if (request.getRequestLease().hasRetryKey())
         request.getRequestLease().getRetryKey().setAttempt(attempt);
       break;
+    case proto::Envelope::STORE_CREATE:
+    case proto::Envelope::STORE_SEAL:
+    case proto::Envelope::STORE_ABORT:
+    case proto::Envelope::STORE_GET: {
+      auto m = StoreRequestOf(request);
+      if (m.hasRetryKey()) m.getRetryKey().setAttempt(attempt);
+      break;
+    }
     default:
       break;
   }

@@ -548,7 +548,8 @@ NodeView ToNodeView(proto::NodeStats::Reader n) {
                                      .restored_bytes = s.getRestoredBytes(),
                                      .restored_objects = s.getRestoredObjects(),
                                      .spilled_total_bytes = s.getSpilledTotalBytes(),
-                                     .parked_creates = s.getParkedCreates()};
+                                     .parked_creates = s.getParkedCreates(),
+                                     .repeated_requests = s.getRepeatedRequests()};
   }
   v.workers = n.getWorkers();
   v.idle_workers = n.getIdleWorkers();

@@ -16,6 +16,7 @@ void FillStoreSummary(const objectstore::StoreServer& store, proto::StoreSummary
   out.setRestoredObjects(spill.restored_objects);
   out.setSpilledTotalBytes(spill.spilled_bytes);
   out.setParkedCreates(static_cast<uint32_t>(spill.parked_creates));
+  out.setRepeatedRequests(store.RepeatedRequests());
 }
 
 std::vector<std::vector<std::pair<std::string, std::string>>> StoreMemoryRows(

@@ -6,6 +6,8 @@
 #include "core/worker/io_poster.h"
 #include "core/worker/outbound_connections.h"
 #include "lumen/common/codec.h"
+#include "lumen/common/control_retry.h"
+#include "lumen/common/fault_injector.h"
 #include "lumen/common/logging.h"
 #include "lumen/common/proto_util.h"
 
@@ -42,8 +44,21 @@ void StoreProvider::SendToNode(std::function<void(proto::Envelope::Builder)> fil
   });
 }
 
+struct StoreProvider::Call {
+  absl::FunctionRef<void(proto::Envelope::Builder)> fill;
+  StoreProvider* provider;  // who sends its attempts
+  uint64_t request_id = 0;  // the same on every attempt
+  int attempt = 0;          // of the attempt being sent, 0 first
+  bool keyed = false;       // carries a key (the first attempt's, kept in `key`)
+  bool resendable = false;  // keyed, or a pull
+  bool drop = false;        // the fault injector loses this attempt's reply
+  RetryKeyValue key;
+  StoreResult result = StoreRegion{};
+  absl::Notification done;
+};
+
 StoreResult StoreProvider::CallStore(Op op, const ObjectId& id, uint64_t size) {
-  return CallNode([op, id, size](proto::Envelope::Builder env) {
+  return CallNode([op, &id, size](proto::Envelope::Builder env) {
     proto::StoreRequest::Builder req = [&]() {
       switch (op) {
         case kCreate: return env.initStoreCreate();
@@ -57,37 +72,87 @@ StoreResult StoreProvider::CallStore(Op op, const ObjectId& id, uint64_t size) {
   });
 }
 
-StoreResult StoreProvider::CallNode(std::function<void(proto::Envelope::Builder)> fill) {
+StoreResult StoreProvider::CallNode(absl::FunctionRef<void(proto::Envelope::Builder)> fill) {
   if (closed_) return absl::UnavailableError("lost the connection to the node daemon");
-  StoreResult result = StoreRegion{};
-  absl::Notification done;
-  bool posted = poster_.Post("worker.call_node", [&] {
+  Call call{.fill = fill, .provider = this};
+  bool posted = poster_.Post("worker.call_node", [this, &call] {
     io_thread_.Check("StoreProvider::CallNode");
-    if (!node_conn_ || node_conn_->closed()) {
-      result = absl::UnavailableError("lost the connection to the node daemon");
-      done.Notify();
-      return;
-    }
-    connections_.SendNodeRequest(*node_conn_, fill, [&](proto::Envelope::Reader msg) {
-      if (!msg.isStoreReply()) {
-        result = absl::UnavailableError("no reply from the node daemon");
-      } else {
-        auto r = msg.getStoreReply();
-        if (r.getOk()) {
-          result = StoreRegion{r.getOffset(), r.getSize()};
-        } else {
-          result = absl::Status(static_cast<absl::StatusCode>(r.getCode()), r.getError().cStr());
-        }
-      }
-      done.Notify();
-    });
+    SendAttempt(call);
   });
   if (!posted) {
     // Stop has begun: the request would never be sent, nor answered.
     return absl::UnavailableError("the runtime is shutting down");
   }
-  done.WaitForNotification();
-  return result;
+  call.done.WaitForNotification();
+  return std::move(call.result);
+}
+
+void StoreProvider::SendAttempt(Call& call) {
+  for (;;) {
+    if (!node_conn_ || node_conn_->closed()) {
+      call.result = absl::UnavailableError("lost the connection to the node daemon");
+      call.done.Notify();
+      return;
+    }
+    OutMessage out;
+    auto env = out.Init();
+    if (call.attempt == 0) call.request_id = connections_.NextRequestId();
+    env.setRequestId(call.request_id);
+    call.fill(env);
+    if (call.attempt == 0) {
+      call.keyed = SetRetryKey(env);
+      if (call.keyed) call.key = *RetryKeyOf(env.asReader());
+      call.resendable = call.keyed || env.isPullObject();
+    } else if (call.keyed) {
+      call.key.attempt = static_cast<uint32_t>(call.attempt);
+      SetRetryKey(env, call.key);  // the first attempt's key
+    }
+    InjectedFault fault = InjectedFault::kNone;
+    if (FaultInjector::Active() && call.attempt + 1 < kControlAttempts) {
+      fault = FaultInjector::Draw(env.asReader());
+    }
+    if (fault == InjectedFault::kFailBeforeSend) {
+      ++call.attempt;  // nothing written: the same request again
+      continue;
+    }
+    // fail_in_flight is taken as drop_reply: dropping the connection would be
+    // the loss of our node.
+    call.drop = fault != InjectedFault::kNone;
+    connections_.ExpectNodeReply(call.request_id, node_conn_->id(),
+                                 [&call](proto::Envelope::Reader msg) {
+                                   call.provider->OnReply(call, msg);
+                                 });
+    node_conn_->Send(out.builder());
+    return;
+  }
+}
+
+void StoreProvider::OnReply(Call& call, proto::Envelope::Reader msg) {
+  if (!msg.isStoreReply()) {
+    call.result = absl::UnavailableError("no reply from the node daemon");
+    call.done.Notify();
+    return;
+  }
+  if (call.drop) {
+    // The injected loss: this answer never arrived.
+    if (call.resendable) {
+      ++call.attempt;
+      SendAttempt(call);
+      return;
+    }
+    call.result = absl::UnavailableError(
+        "lost the node daemon's reply; not retried: the node may or may not have acted on the "
+        "request");
+    call.done.Notify();
+    return;
+  }
+  auto r = msg.getStoreReply();
+  if (r.getOk()) {
+    call.result = StoreRegion{r.getOffset(), r.getSize()};
+  } else {
+    call.result = absl::Status(static_cast<absl::StatusCode>(r.getCode()), r.getError().cStr());
+  }
+  call.done.Notify();
 }
 
 absl::StatusOr<uint8_t*> StoreProvider::CreateWritable(const ObjectId& id, uint64_t size) {

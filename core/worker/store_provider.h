@@ -11,6 +11,16 @@
 //   StoreResult got = store.Get(id);  // absl::StatusOr<StoreRegion>
 //   internal::ObjectBytes bytes = store.PinnedBytes(id, got->offset, got->size);
 //
+// Lost replies (doc/reliability.md, item 9): create, seal, abort and get carry
+// a RetryKey (SetRetryKey) and a pull is idempotent, so a request whose reply
+// was lost is sent again at once on the same connection, same request id and
+// key; the store answers a repeat from its table (objectstore/store_repeats.h)
+// and acts once. Release and delete have no reply and are sent once (a lost
+// connection releases every pin of ours at the store). On a live connection
+// only the fault injector loses a reply (`storeGet:drop_reply:1`, ...:
+// fail_in_flight is taken as drop_reply, fail_before_send sends again at once;
+// at most kControlAttempts - 1 attempts of a request are broken).
+//
 // Threads: the blocking requests (Create/Seal/Abort/Get/Pull/CallNode) are
 // made from any thread but the io thread, and wait for the daemon's reply;
 // SendToNode, Release and DeleteCopies post and return. The connections are
@@ -27,6 +37,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -75,8 +86,10 @@ class StoreProvider {
   // however many ask.
   [[nodiscard]] StoreResult Pull(const ObjectId& id, uint64_t size, const NodeId& node,
                                  const std::string& node_address);
-  // One blocking request to our node daemon, answered with a storeReply.
-  [[nodiscard]] StoreResult CallNode(std::function<void(proto::Envelope::Builder)> fill);
+  // One blocking request to our node daemon, answered with a storeReply. Sent
+  // again after a lost reply when it carries a key or is a pull (above); any
+  // other fails then with Unavailable.
+  [[nodiscard]] StoreResult CallNode(absl::FunctionRef<void(proto::Envelope::Builder)> fill);
 
   // The bytes of a pinned object: the pin keeps the mapping alive and gives
   // the object back to the store when the last reader lets go, even if that
@@ -98,6 +111,12 @@ class StoreProvider {
  private:
   enum Op { kCreate, kSeal, kAbort, kGet };
   [[nodiscard]] StoreResult CallStore(Op op, const ObjectId& id, uint64_t size);
+  // One blocking request and its attempts, on its caller's stack (.cc).
+  struct Call;
+  // Sends `call`'s next attempt (io thread).
+  void SendAttempt(Call& call);
+  // An answer to `call`'s attempt (or an empty envelope: the connection closed).
+  void OnReply(Call& call, proto::Envelope::Reader msg);
 
   // Lets a pin released after Stop find no provider instead of a dangling one.
   struct PinReleaser {

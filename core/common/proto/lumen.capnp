@@ -162,6 +162,7 @@ struct LeaseReply {
 struct StoreRequest {
   objectId @0 :Data;
   size @1 :UInt64;
+  retryKey @2 :RetryKey;  # create/seal/abort/get: de-duplicated by the store (a resend acts once)
 }
 
 struct StoreReply {
@@ -221,6 +222,7 @@ struct StoreSummary {
   restoredObjects @5 :UInt64;
   spilledTotalBytes @6 :UInt64;  # written to disk (cumulative)
   parkedCreates @7 :UInt32;    # creates waiting for room now
+  repeatedRequests @8 :UInt64; # resent requests answered from the store's table (cumulative)
 }
 
 # What a node adds to its answer to getNodeStats for the head's dashboard

@@ -53,6 +53,7 @@
 #include "lumen/objectstore/spill_index.h"
 #include "lumen/objectstore/spill_worker.h"
 #include "lumen/objectstore/store_region.h"
+#include "lumen/objectstore/store_repeats.h"
 #include "lumen/proto/lumen.capnp.h"
 
 namespace lumen::objectstore {
@@ -171,7 +172,10 @@ class StoreServer {
   // create waiting for room and a get of a spilled object answer later), never
   // for release and delete and messages that are no store requests (logged).
   // Errors (PermissionDenied): the caller may not use the store; close its
-  // connection. A remote caller may only delete (its job's objects).
+  // connection. A remote caller may only delete (its job's objects). A
+  // create, seal, abort or get that carries a RetryKey has its answer kept
+  // (StoreRepeats); a resend of it (attempt > 0) on the same connection gets
+  // that answer and changes nothing.
   [[nodiscard]] absl::Status Handle(const StoreCaller& caller, proto::Envelope::Reader msg,
                                     ReplyFn reply);
 
@@ -208,6 +212,8 @@ class StoreServer {
   ObjectTable::Stats GetStats() const { return table_.GetStats(); }
   SpillStats GetSpillStats() const;
   uint64_t PinnedBytes() const { return table_.PinnedBytes(); }
+  // Resent requests answered from the table of kept answers (cumulative).
+  uint64_t RepeatedRequests() const { return repeats_.replayed(); }
   // The `n` largest objects, in memory or on disk only, largest first (ties:
   // by id). O(objects * log n); for `lumen memory`, not a hot path.
   std::vector<StoreObjectInfo> LargestObjects(size_t n) const;
@@ -237,6 +243,7 @@ class StoreServer {
     struct Waiter {
       ClientId client;
       ReplyFn reply;
+      StoreKey key;  // the get's, to keep its answer for a repeat
     };
     std::vector<Waiter> waiters;
     int64_t started_us = 0;  // system clock, when the read began (its RESTORE event)
@@ -244,6 +251,8 @@ class StoreServer {
 
   StoreServer(StoreOptions options, std::unique_ptr<ShmSegment> segment);
 
+  // Keeps `answer` for a repeat of `key` (when keyed), then sends it.
+  void Answer(const StoreKey& key, const ReplyFn& reply, const StoreReply& answer);
   // Allocates for `client` now, or parks the request until there is room.
   void Allocate(Parked request);
   // Gives memory to every parked request that fits, then makes room for the rest.
@@ -277,6 +286,8 @@ class StoreServer {
   // owns it), and whose connection owns it (0: unknown; secondary copies),
   // indexed by owner for OwnerGone.
   ObjectRecords records_;
+  // The answers to keyed requests, for their repeats (store_repeats.h).
+  StoreRepeats repeats_;
   std::deque<Parked> parked_;
   boost::asio::steady_timer timer_;
   boost::asio::steady_timer reserve_timer_;  // starts reserver_ after reserve_delay

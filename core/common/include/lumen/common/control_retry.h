@@ -31,8 +31,10 @@ std::chrono::milliseconds ControlRetryBackoff(int attempt);
 // Gives `request` a fresh key (this process's client id, its next request
 // number) when its message has a place for one: createPlacementGroup,
 // registerActorName, unregisterActorName, updateActorAddress, the key-value
-// writes (kv put, delete, deletePrefix), and requestLease (to a node daemon,
-// which de-duplicates it: core/node/keyed_requests.h). Returns whether it did.
+// writes (kv put, delete, deletePrefix), requestLease (to a node daemon,
+// which de-duplicates it: core/node/keyed_requests.h), and the store requests
+// that answer: storeCreate, storeSeal, storeAbort, storeGet (de-duplicated by
+// the node's store: objectstore/store_repeats.h). Returns whether it did.
 // Bundle batches (head -> node) carry a key too, set by the head from its
 // ticket (RetryClientId(), ticket), so that a resend keeps it.
 bool SetRetryKey(proto::Envelope::Builder request);
@@ -46,6 +48,9 @@ struct RetryKeyValue {
   uint64_t request = 0;
   uint32_t attempt = 0;
 };
+// Sets `key` as `request`'s key (a resend built anew keeps its first key);
+// false, and no change, where its message has no place for one.
+bool SetRetryKey(proto::Envelope::Builder request, const RetryKeyValue& key);
 // The key of `request`, when it carries one.
 std::optional<RetryKeyValue> RetryKeyOf(proto::Envelope::Reader request);
 

@@ -19,6 +19,11 @@
 // (prepareBundles, commitBundles, cancelBundles; not for a resend it answers
 // from its table): fail_before_send drops the link without acting, the other
 // two act and drop the link instead of replying (core/node/head_link.h).
+// A driver's or worker's StoreProvider (core/worker/store_provider.h) draws
+// once per attempt of storeCreate, storeSeal, storeAbort, storeGet and
+// pullObject: fail_before_send sends it again at once, the other two throw
+// its node's answer away (the connection is kept: its loss would be the
+// node's) and send it again with the same key.
 //
 // Cost when LUMEN_FAULT_INJECT is unset: Active() is one load of a cached flag.
 // Thread-safe.

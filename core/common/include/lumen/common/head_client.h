@@ -40,6 +40,7 @@ struct NodeView {
     uint64_t restored_objects = 0;
     uint64_t spilled_total_bytes = 0;  // written to disk, cumulative
     uint32_t parked_creates = 0;
+    uint64_t repeated_requests = 0;  // resent store requests answered from its table, cumulative
   };
   StoreSummary store;
   uint32_t workers = 0;
