@@ -92,6 +92,10 @@ bool SetRetryKey(proto::Envelope::Builder request) {
   return true;
 }
 
+RetryKeyValue NewRetryKey() {
+  return RetryKeyValue{ClientId(), next_request.fetch_add(1, std::memory_order_relaxed)};
+}
+
 bool SetRetryKey(proto::Envelope::Builder request, const RetryKeyValue& value) {
   bool has_place = false;
   proto::RetryKey::Builder key = InitKey(request, &has_place);

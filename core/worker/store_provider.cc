@@ -100,9 +100,12 @@ void StoreProvider::SendAttempt(Call& call) {
     env.setRequestId(call.request_id);
     call.fill(env);
     if (call.attempt == 0) {
-      call.keyed = SetRetryKey(env);
-      if (call.keyed) call.key = *RetryKeyOf(env.asReader());
-      call.resendable = call.keyed || env.isPullObject();
+      if (env.isPullObject()) {
+        call.resendable = true;  // idempotent: no key
+      } else {
+        call.key = NewRetryKey();
+        call.keyed = call.resendable = SetRetryKey(env, call.key);
+      }
     } else if (call.keyed) {
       call.key.attempt = static_cast<uint32_t>(call.attempt);
       SetRetryKey(env, call.key);  // the first attempt's key

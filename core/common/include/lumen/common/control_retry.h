@@ -48,6 +48,9 @@ struct RetryKeyValue {
   uint64_t request = 0;
   uint32_t attempt = 0;
 };
+// A fresh key: this process's client id and its next request number (for a
+// sender that builds each attempt anew: StoreProvider).
+RetryKeyValue NewRetryKey();
 // Sets `key` as `request`'s key (a resend built anew keeps its first key);
 // false, and no change, where its message has no place for one.
 bool SetRetryKey(proto::Envelope::Builder request, const RetryKeyValue& key);
