@@ -102,7 +102,10 @@ void StoreProvider::SendAttempt(Call& call) {
     if (call.attempt == 0) {
       if (env.isPullObject()) {
         call.resendable = true;  // idempotent: no key
-      } else {
+      } else if (FaultInjector::Active()) {
+        // Only an injected fault loses a reply on a live connection (a closed
+        // one takes the client's pins and unsealed objects with it), so only
+        // then is a request keyed: no key, no cost in the store's table.
         call.key = NewRetryKey();
         call.keyed = call.resendable = SetRetryKey(env, call.key);
       }

@@ -78,6 +78,11 @@ TEST_CASE("RPC idempotency: store requests whose replies are lost are resent wit
     const StoreState base0 = Read(cluster, 0);
     const StoreState base1 = Read(cluster, 1);
     uint64_t repeats0 = base0.repeats;
+    // A failed REQUIRE leaves the loop early: the later cases of chaos_test
+    // must not run with store faults on.
+    struct InjectorOff {
+      ~InjectorOff() { FaultInjector::Configure("", 0).IgnoreError(); }
+    } injector_off;
     for (const std::string mode : {"drop_reply", "fail_before_send", "fail_in_flight"}) {
       INFO("mode " << mode);
       REQUIRE(FaultInjector::Configure("storeCreate:" + mode + ":1,storeSeal:" + mode +

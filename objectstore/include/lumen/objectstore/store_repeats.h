@@ -14,7 +14,10 @@
 // requests are its connection's, and go with it: Forget), the last
 // `per_client` answers of each, oldest overwritten first; a repeat of a key no
 // longer kept is acted on anew (a create or seal is then refused as a second
-// one: the store's state stays right, the caller gets the error). A repeat is
+// one: the store's state stays right, the caller gets the error; a get takes
+// a second pin, held until the connection closes). Clients key their requests
+// only while fault injection is on (the only way an answer is lost on a live
+// connection), so without it the table stays empty. A repeat is
 // sent only after its first's answer was read (and thrown away), so no repeat
 // meets an unanswered first. Costs per keyed request: one hash lookup and one
 // copy of the answer (no allocation once a connection has `per_client`
