@@ -1,6 +1,7 @@
 // The copy a large Put makes, alone: 800 MiB from a std::vector (its data 16
 // bytes into a page) into a populated memfd mapping, at several offsets of the
-// destination within its page, with glibc's memcpy and with lumen::CopyBytes.
+// destination within its page, with glibc's memcpy, lumen::CopyBytes and
+// lumen::StreamCopyBytes (what CopyBytes does where StreamCopyPays).
 // A Put's array lands 64 or 128 bytes into a page (objects 64-byte aligned in
 // the store, the array after a 64-byte header); memcpy_gigabytes copies
 // between two vectors, both 16 bytes into a page. Prints GB/s (10^9 bytes).
@@ -31,7 +32,8 @@ int main(int argc, char** argv) {
   auto* shm = static_cast<uint8_t*>(map);
   std::memset(shm, 0, span);  // populated, as the store's pages after their first write
   const size_t source_offset = reinterpret_cast<uintptr_t>(src) % 4096;
-  std::printf("source at page offset %zu, %zu MiB\n", source_offset, bytes >> 20);
+  std::printf("source at page offset %zu, %zu MiB; CopyBytes streams here: %s\n", source_offset,
+              bytes >> 20, lumen::StreamCopyPays() ? "yes" : "no");
   auto rate = [&](auto copy) {
     auto start = std::chrono::steady_clock::now();
     copy();
@@ -40,13 +42,14 @@ int main(int argc, char** argv) {
     return static_cast<double>(bytes) / s / 1e9;
   };
   for (int r = 0; r < rounds; ++r) {
-    std::printf("round %d: dest page offset: memcpy / CopyBytes GB/s\n", r + 1);
+    std::printf("round %d: dest page offset: memcpy / CopyBytes / StreamCopyBytes GB/s\n", r + 1);
     for (size_t offset : {source_offset, size_t{0}, size_t{64}, size_t{128}, size_t{2048}}) {
       uint8_t* dest = shm + 4096 + offset;
       double m = rate([&] { std::memcpy(dest, src, bytes); });
       double c = rate([&] { lumen::CopyBytes(dest, src, bytes); });
-      std::printf("  %5zu%s  %6.2f / %6.2f\n", offset, offset == source_offset ? " (same)" : "       ",
-                  m, c);
+      double t = rate([&] { lumen::StreamCopyBytes(dest, src, bytes); });
+      std::printf("  %5zu%s  %6.2f / %6.2f / %6.2f\n", offset,
+                  offset == source_offset ? " (same)" : "       ", m, c, t);
     }
   }
   munmap(map, span);

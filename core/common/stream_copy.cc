@@ -1,5 +1,6 @@
 #include "lumen/common/stream_copy.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -60,20 +61,35 @@ bool HasAvx2() {
 }  // namespace
 #endif
 
-void CopyBytes(void* dst, const void* src, size_t n) {
+bool StreamCopyPays() {
 #if defined(__x86_64__)
-  if (n >= kStreamCopyBytes) {
-    auto* d = static_cast<uint8_t*>(dst);
-    const auto* s = static_cast<const uint8_t*>(src);
-    // Up to the destination's next 64-byte boundary with memcpy, whole blocks
-    // streamed, the tail with memcpy.
-    size_t head = (64 - reinterpret_cast<uintptr_t>(d) % 64) % 64;
-    std::memcpy(d, s, head);
-    size_t done = head + (HasAvx2() ? StreamCopyAvx2 : StreamCopySse2)(d + head, s + head, n - head);
-    std::memcpy(d + done, s + done, n - done);
+  static const bool pays = __builtin_cpu_is("amd");
+  return pays;
+#else
+  return false;
+#endif
+}
+
+void StreamCopyBytes(void* dst, const void* src, size_t n) {
+#if defined(__x86_64__)
+  auto* d = static_cast<uint8_t*>(dst);
+  const auto* s = static_cast<const uint8_t*>(src);
+  // Up to the destination's next 64-byte boundary with memcpy, whole blocks
+  // streamed, the tail with memcpy.
+  size_t head = std::min(n, (64 - reinterpret_cast<uintptr_t>(d) % 64) % 64);
+  std::memcpy(d, s, head);
+  size_t done = head + (HasAvx2() ? StreamCopyAvx2 : StreamCopySse2)(d + head, s + head, n - head);
+  std::memcpy(d + done, s + done, n - done);
+#else
+  std::memcpy(dst, src, n);
+#endif
+}
+
+void CopyBytes(void* dst, const void* src, size_t n) {
+  if (n >= kStreamCopyBytes && StreamCopyPays()) {
+    StreamCopyBytes(dst, src, n);
     return;
   }
-#endif
   std::memcpy(dst, src, n);
 }
 
