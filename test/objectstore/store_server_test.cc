@@ -29,13 +29,14 @@
 #include "lumen/common/ids.h"
 #include "lumen/common/proto_util.h"
 #include "lumen/common/task_events.h"
+#include "test/objectstore/store_request_builder.h"
 
 namespace lumen::objectstore {
 namespace {
 
 namespace fs = std::filesystem;
 constexpr uint64_t kKiB = 1024;
-enum class Op { kCreate, kSeal, kAbort, kGet, kRelease, kDelete };
+using Op = StoreOp;
 
 // One store on its own io_context, spilling into a fresh temporary directory
 // that the destructor removes.
@@ -66,17 +67,7 @@ class Harness {
                                                   uint64_t size = 0) {
     capnp::MallocMessageBuilder message;
     auto env = message.initRoot<proto::Envelope>();
-    proto::StoreRequest::Builder req = [&] {
-      switch (op) {
-        case Op::kCreate: return env.initStoreCreate();
-        case Op::kSeal: return env.initStoreSeal();
-        case Op::kAbort: return env.initStoreAbort();
-        case Op::kGet: return env.initStoreGet();
-        case Op::kRelease: return env.initStoreRelease();
-        case Op::kDelete: return env.initStoreDelete();
-      }
-      return env.initStoreGet();
-    }();
+    proto::StoreRequest::Builder req = InitStoreRequest(env, op);
     req.setObjectId(DataOf(id));
     req.setSize(size);
     auto slot = std::make_shared<std::optional<StoreReply>>();
