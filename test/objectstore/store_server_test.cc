@@ -29,7 +29,7 @@
 #include "lumen/common/ids.h"
 #include "lumen/common/proto_util.h"
 #include "lumen/common/task_events.h"
-#include "test/objectstore/store_request_builder.h"
+#include "store_request_builder.h"
 
 namespace lumen::objectstore {
 namespace {
