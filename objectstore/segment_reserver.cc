@@ -14,6 +14,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "lumen/common/format_bytes.h"
 #include "lumen/common/logging.h"
 #include "lumen/objectstore/object_table.h"
 

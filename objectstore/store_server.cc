@@ -12,6 +12,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "lumen/common/format_bytes.h"
 #include "lumen/common/logging.h"
 #include "lumen/common/post.h"
 #include "lumen/common/proto_util.h"

@@ -11,14 +11,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/cli/state_commands.h"
+#include "lumen/common/format_bytes.h"
 #include "lumen/common/head_client.h"
 #include "lumen/common/memory_listing.h"
-#include "lumen/objectstore/object_table.h"
 
 namespace lumen::cli {
 namespace {
 
-using objectstore::FormatBytes;
 using runtime::StateRow;
 
 std::string Field(const StateRow& row, const std::string& key) {

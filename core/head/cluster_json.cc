@@ -8,11 +8,11 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "lumen/common/format_bytes.h"
 #include "lumen/common/head_client.h"
 #include "lumen/common/ids.h"
 #include "lumen/common/proto_util.h"
 #include "lumen/head/demand_words.h"
-#include "lumen/objectstore/object_table.h"
 
 namespace lumen::head {
 namespace {
@@ -56,8 +56,8 @@ json::array GpusJson(capnp::List<proto::GpuStats>::Reader gpus) {
                      {"name", g.getName().cStr()},
                      {"memory_used", g.getMemoryUsedBytes()},
                      {"memory_total", g.getMemoryTotalBytes()},
-                     {"memory_text", absl::StrCat(objectstore::FormatBytes(g.getMemoryUsedBytes()), " / ",
-                                                  objectstore::FormatBytes(g.getMemoryTotalBytes()))}};
+                     {"memory_text", absl::StrCat(FormatBytes(g.getMemoryUsedBytes()), " / ",
+                                                  FormatBytes(g.getMemoryTotalBytes()))}};
     // null where NVML does not sample it
     if (g.getUtilizationKnown()) {
       gpu["utilization"] = g.getUtilization();
@@ -84,8 +84,8 @@ json::object NodeJson(proto::NodeStats::Reader n, const NodeAnswer* answer) {
        json::object{{"used", n.getStoreUsed()},
                     {"capacity", n.getStoreCapacity()},
                     {"objects", n.getStoreObjects()},
-                    {"text", absl::StrCat(objectstore::FormatBytes(n.getStoreUsed()), " / ",
-                                          objectstore::FormatBytes(n.getStoreCapacity()))}}},
+                    {"text", absl::StrCat(FormatBytes(n.getStoreUsed()), " / ",
+                                          FormatBytes(n.getStoreCapacity()))}}},
       {"gpus", GpusJson(n.getGpus())},
       {"workers", n.getWorkers()},
       {"idle_workers", n.getIdleWorkers()},

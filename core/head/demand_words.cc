@@ -4,13 +4,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "lumen/objectstore/object_table.h"
+#include "lumen/common/format_bytes.h"
 
 namespace lumen::head {
 
 std::string FormatQuantity(const std::string& name, double value) {
   if (name.find("memory") != std::string::npos) {
-    return objectstore::FormatBytes(static_cast<uint64_t>(value));
+    return FormatBytes(static_cast<uint64_t>(value));
   }
   return absl::StrFormat("%g", value);
 }

@@ -14,9 +14,9 @@
 #include "core/worker/normal_task_submitter.h"
 #include "core/worker/task_manager.h"
 #include "core/worker/worker_state.h"
+#include "lumen/common/format_bytes.h"
 #include "lumen/common/memory_listing.h"
 #include "lumen/common/proto_util.h"
-#include "lumen/objectstore/object_table.h"
 
 namespace lumen::runtime {
 
@@ -116,7 +116,7 @@ void CoreWorker::SendStateRows(Connection& conn, uint64_t request_id, const std:
                                                            : 0;
       rows.push_back({{"OBJECT_ID", short_id(id.Hex())},
                       {"STATE", kind},
-                      {"SIZE", e.ready ? objectstore::FormatBytes(size) : ""},
+                      {"SIZE", e.ready ? FormatBytes(size) : ""},
                       {"COPIES_ON", where},
                       {"REFS", absl::StrCat(e.local_refs, " local, ", e.borrowers, " borrowers")},
                       {"OWNER", owner}});

@@ -10,6 +10,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "lumen/common/format_bytes.h"
 #include "lumen/common/ids.h"
 
 namespace lumen::objectstore {

@@ -47,9 +47,6 @@ using ClientId = uint64_t;
 // object is Unavailable, of a kDeletePending one NotFound.
 enum class ObjectState : uint8_t { kCreated, kSealed, kDeletePending };
 
-// Human-readable byte count: "512 B", "1.5 KiB", "2.0 GiB".
-std::string FormatBytes(uint64_t bytes);
-
 // The objects of one node's store. Not thread-safe (owned by the node
 // daemon's event loop).
 class ObjectTable {
