@@ -1,5 +1,6 @@
 #include "lumen/common/timeouts.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -8,11 +9,15 @@
 namespace lumen {
 namespace {
 
+// The longest timeout that still converts to nanoseconds (a timer's unit):
+// about 292 years, so "forever" in practice.
+constexpr int64_t kMaxTimeoutMs = std::chrono::nanoseconds::max().count() / 1'000'000;
+
 void Override(const char* name, std::chrono::milliseconds* value) {
   const char* v = std::getenv(name);
   int64_t parsed = 0;
   if (v != nullptr && absl::SimpleAtoi(v, &parsed) && parsed >= 0) {
-    *value = std::chrono::milliseconds(parsed);
+    *value = std::chrono::milliseconds(std::min(parsed, kMaxTimeoutMs));
   }
 }
 

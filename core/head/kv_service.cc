@@ -1,14 +1,12 @@
 #include "core/head/kv_service.h"
 
+#include <chrono>
 #include <limits>
 #include <string>
 #include <vector>
 
-#include <algorithm>
-#include <chrono>
-#include <string>
-
 #include "core/head/head_replies.h"
+#include "lumen/common/timeouts.h"
 
 namespace lumen::head {
 
@@ -112,8 +110,7 @@ void KvService::OnKv(Connection& conn, uint64_t request_id, proto::KvRequest::Re
       }
       auto timer = std::make_unique<boost::asio::steady_timer>(
           *options_.io,
-          std::min<std::chrono::milliseconds>(std::chrono::milliseconds(req.getTimeoutMs()),
-                                              options_.max_wait));
+          CappedWireTimeout(req.getTimeoutMs(), options_.max_wait));
       timer->async_wait([this, waiter](const boost::system::error_code& ec) {
         if (ec) return;  // answered or dropped: the timer was destroyed
         timers_.erase({waiter.conn, waiter.request});

@@ -2,7 +2,6 @@
 
 #include <capnp/serialize.h>
 
-#include <algorithm>
 #include <cstring>
 #include <string_view>
 #include <utility>
@@ -11,6 +10,7 @@
 #include "core/head/head_replies.h"
 #include "lumen/common/post.h"
 #include "lumen/common/proto_util.h"
+#include "lumen/common/timeouts.h"
 
 namespace lumen::head {
 namespace {
@@ -139,8 +139,7 @@ void PlacementGroupService::OnWait(Connection& conn, proto::Envelope::Reader msg
   }
   ++parked_per_connection_[conn.id()];
   auto timer = std::make_unique<boost::asio::steady_timer>(
-      *options_.io, std::min<std::chrono::milliseconds>(
-                        std::chrono::milliseconds(wait.getTimeoutMs()), options_.max_wait));
+      *options_.io, CappedWireTimeout(wait.getTimeoutMs(), options_.max_wait));
   timer->async_wait([this, key](const boost::system::error_code& ec) {
     if (ec) return;  // answered or dropped: the timer was destroyed
     auto it = parked_.find(key);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 
 namespace lumen {
 
@@ -112,5 +113,16 @@ struct Timeouts {
   // set to a number.
   static Timeouts FromEnv();
 };
+
+// A timeout a peer sent (an unsigned wire field, in milliseconds), capped at
+// `cap`: compared before it becomes a duration, so that no value overflows
+// one (2^64 - 1 ms is a negative count of nanoseconds; head_dispatch_fuzzer
+// found it in the head's key-value Wait). A cap of 0 or less gives 0.
+inline std::chrono::milliseconds CappedWireTimeout(uint64_t wire_ms,
+                                                   std::chrono::milliseconds cap) {
+  if (cap.count() <= 0) return std::chrono::milliseconds(0);
+  if (wire_ms >= static_cast<uint64_t>(cap.count())) return cap;
+  return std::chrono::milliseconds(static_cast<std::chrono::milliseconds::rep>(wire_ms));
+}
 
 }  // namespace lumen

@@ -1,0 +1,54 @@
+// Timeouts: the environment overrides, and the cap on timeouts peers send.
+#include "lumen/common/timeouts.h"
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
+
+namespace lumen {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::nanoseconds;
+
+TEST_CASE("A timeout from the wire is capped before it becomes a duration", "[timeouts]") {
+  const milliseconds cap{86'400'000};
+  CHECK(CappedWireTimeout(0, cap) == milliseconds(0));
+  CHECK(CappedWireTimeout(250, cap) == milliseconds(250));
+  CHECK(CappedWireTimeout(86'399'999, cap) == milliseconds(86'399'999));
+  CHECK(CappedWireTimeout(86'400'000, cap) == cap);
+  // What head_dispatch_fuzzer sent a key-value Wait: as a signed count these
+  // are negative, and in nanoseconds they overflowed.
+  for (uint64_t hostile : {std::numeric_limits<uint64_t>::max(), uint64_t{1} << 63,
+                           uint64_t{0xD000000000000000}, uint64_t{1} << 44}) {
+    milliseconds t = CappedWireTimeout(hostile, cap);
+    CHECK(t == cap);
+    CHECK(std::chrono::duration_cast<nanoseconds>(t).count() > 0);
+  }
+  CHECK(CappedWireTimeout(5, milliseconds(0)) == milliseconds(0));
+  CHECK(CappedWireTimeout(5, milliseconds(-1)) == milliseconds(0));
+}
+
+TEST_CASE("Timeouts::FromEnv takes overrides and keeps them convertible to nanoseconds",
+          "[timeouts]") {
+  ::setenv("LUMEN_HELLO_TIMEOUT_MS", "1234", 1);
+  ::setenv("LUMEN_MAX_PARKED_WAIT_MS", "9223372036854775807", 1);  // INT64_MAX ms
+  ::setenv("LUMEN_CONNECT_TIMEOUT_MS", "-5", 1);                    // refused: kept
+  ::setenv("LUMEN_HEALTH_CHECK_FAILURE_THRESHOLD", "7", 1);
+  Timeouts t = Timeouts::FromEnv();
+  ::unsetenv("LUMEN_HELLO_TIMEOUT_MS");
+  ::unsetenv("LUMEN_MAX_PARKED_WAIT_MS");
+  ::unsetenv("LUMEN_CONNECT_TIMEOUT_MS");
+  ::unsetenv("LUMEN_HEALTH_CHECK_FAILURE_THRESHOLD");
+  CHECK(t.hello_timeout == milliseconds(1234));
+  CHECK(t.connect_timeout == Timeouts{}.connect_timeout);
+  CHECK(t.health_check_failure_threshold == 7);
+  CHECK(t.max_parked_wait.count() > 0);
+  CHECK(std::chrono::duration_cast<nanoseconds>(t.max_parked_wait).count() > 0);
+  CHECK(t.max_parked_wait.count() <= nanoseconds::max().count() / 1'000'000);
+}
+
+}  // namespace
+}  // namespace lumen
