@@ -9,15 +9,12 @@
 namespace lumen {
 namespace {
 
-// The longest timeout that still converts to nanoseconds (a timer's unit):
-// about 292 years, so "forever" in practice.
-constexpr int64_t kMaxTimeoutMs = std::chrono::nanoseconds::max().count() / 1'000'000;
-
 void Override(const char* name, std::chrono::milliseconds* value) {
   const char* v = std::getenv(name);
   int64_t parsed = 0;
   if (v != nullptr && absl::SimpleAtoi(v, &parsed) && parsed >= 0) {
-    *value = std::chrono::milliseconds(std::min(parsed, kMaxTimeoutMs));
+    // Larger values mean "forever": kMaxTimeout keeps deadlines from overflowing.
+    *value = std::chrono::milliseconds(std::min<int64_t>(parsed, kMaxTimeout.count()));
   }
 }
 

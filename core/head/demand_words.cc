@@ -9,7 +9,10 @@
 namespace lumen::head {
 
 std::string FormatQuantity(const std::string& name, double value) {
-  if (name.find("memory") != std::string::npos) {
+  // A byte count only when it is one: a node reports its resources as doubles,
+  // and a negative, NaN or >= 2^64 value has no uint64_t (the cast would be
+  // undefined), so it is printed as the number it is.
+  if (name.find("memory") != std::string::npos && value >= 0 && value < 0x1p64) {
     return FormatBytes(static_cast<uint64_t>(value));
   }
   return absl::StrFormat("%g", value);

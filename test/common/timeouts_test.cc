@@ -29,6 +29,9 @@ TEST_CASE("A timeout from the wire is capped before it becomes a duration", "[ti
   }
   CHECK(CappedWireTimeout(5, milliseconds(0)) == milliseconds(0));
   CHECK(CappedWireTimeout(5, milliseconds(-1)) == milliseconds(0));
+  // A cap set in code beyond kMaxTimeout is kMaxTimeout.
+  CHECK(CappedWireTimeout(std::numeric_limits<uint64_t>::max(), milliseconds::max()) ==
+        kMaxTimeout);
 }
 
 TEST_CASE("Timeouts::FromEnv takes overrides and keeps them convertible to nanoseconds",
@@ -45,9 +48,11 @@ TEST_CASE("Timeouts::FromEnv takes overrides and keeps them convertible to nanos
   CHECK(t.hello_timeout == milliseconds(1234));
   CHECK(t.connect_timeout == Timeouts{}.connect_timeout);
   CHECK(t.health_check_failure_threshold == 7);
-  CHECK(t.max_parked_wait.count() > 0);
-  CHECK(std::chrono::duration_cast<nanoseconds>(t.max_parked_wait).count() > 0);
-  CHECK(t.max_parked_wait.count() <= nanoseconds::max().count() / 1'000'000);
+  CHECK(t.max_parked_wait == kMaxTimeout);
+  // A deadline from it, as a timer makes one, does not overflow.
+  auto now = std::chrono::steady_clock::now();
+  CHECK(now + t.max_parked_wait > now);
+  CHECK(now + 2 * t.max_parked_wait > now);
 }
 
 }  // namespace

@@ -184,6 +184,18 @@ int main(int argc, char** argv) {
   }
   Write(root / "frame_fuzzer" / "all", all);
   Write(root / "head_dispatch_fuzzer" / "session", std::string(1, '\0') + hello + session);
+  // A regression seed (UBSan: a wait timeout near 2^64 overflowed its
+  // conversion to nanoseconds): a pending group, then a wait for 2^64 - 1 ms.
+  std::string create_group;
+  for (const auto& [name, frame] : frames)
+    if (name == "create_placement_group") create_group = frame;
+  Write(root / "head_dispatch_fuzzer" / "regression-pg-wait-timeout-overflow",
+        std::string(1, '\1') + create_group + Frame([](Builder e) {
+          e.setRequestId(12);
+          auto w = e.initWaitPlacementGroup();
+          w.setGroupId(Bytes(kGroup));
+          w.setTimeoutMs(~uint64_t{0});
+        }));
   std::cout << "wrote " << frames.size() + 1 << " seeds per target under " << root << "\n";
   return 0;
 }

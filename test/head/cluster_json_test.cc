@@ -7,6 +7,7 @@
 #include <capnp/message.h>
 #include <boost/json.hpp>
 #include <catch2/catch.hpp>
+#include <limits>
 
 #include "lumen/common/ids.h"
 #include "lumen/common/proto_util.h"
@@ -243,6 +244,12 @@ TEST_CASE("DescribeInfeasible says why no node fits, in words") {
   CHECK(WhyInfeasible(alive, {{"TPU", 1}}) == "no node has TPU");
   CHECK(FormatResources({{"CPU", 0.5}, {"memory", 1024.0 * 1024 * 1024}}) ==
         "CPU: 0.5, memory: 1.0 GiB");
+  // A node's report is not trusted to hold a byte count: what has no uint64_t
+  // is printed as a number (the cast was undefined).
+  CHECK(FormatQuantity("memory", -1) == "-1");
+  CHECK(FormatQuantity("memory", 1e30) == "1e+30");
+  CHECK(FormatQuantity("memory", std::numeric_limits<double>::quiet_NaN()) == "nan");
+  CHECK(FormatQuantity("memory", 0x1p63) == "8.0 EiB");
   // Pending demand fits a node but waits for it.
   CHECK(DescribePending(3, "Fit", {{"CPU", 1}}, "3f2a01") ==
         "3 tasks (Fit) need {CPU: 1}; they wait for busy resources or a free worker on node 3f2a01");

@@ -11,6 +11,11 @@
 
 namespace lumen {
 
+// The longest timeout the runtime uses: 100 years, "forever" in practice, and
+// far enough below the ~292 years a signed count of nanoseconds holds that a
+// deadline of now() + kMaxTimeout, or a few of them added, cannot overflow.
+inline constexpr std::chrono::milliseconds kMaxTimeout{100ll * 365 * 24 * 3600 * 1000};
+
 struct Timeouts {
   using ms = std::chrono::milliseconds;
 
@@ -115,12 +120,14 @@ struct Timeouts {
 };
 
 // A timeout a peer sent (an unsigned wire field, in milliseconds), capped at
-// `cap`: compared before it becomes a duration, so that no value overflows
-// one (2^64 - 1 ms is a negative count of nanoseconds; head_dispatch_fuzzer
-// found it in the head's key-value Wait). A cap of 0 or less gives 0.
+// `cap` and at kMaxTimeout: compared before it becomes a duration, so that no
+// value overflows one (2^64 - 1 ms is a negative count of nanoseconds;
+// head_dispatch_fuzzer found it in the head's key-value Wait). A cap of 0 or
+// less gives 0.
 inline std::chrono::milliseconds CappedWireTimeout(uint64_t wire_ms,
                                                    std::chrono::milliseconds cap) {
   if (cap.count() <= 0) return std::chrono::milliseconds(0);
+  if (cap > kMaxTimeout) cap = kMaxTimeout;
   if (wire_ms >= static_cast<uint64_t>(cap.count())) return cap;
   return std::chrono::milliseconds(static_cast<std::chrono::milliseconds::rep>(wire_ms));
 }
