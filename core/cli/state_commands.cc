@@ -10,7 +10,6 @@
 #include "absl/strings/str_format.h"
 #include "lumen/common/head_client.h"
 #include "lumen/head/demand_words.h"
-#include "lumen/objectstore/object_table.h"
 
 namespace lumen::cli {
 namespace {
