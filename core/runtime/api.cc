@@ -16,12 +16,13 @@
 #include "core/runtime/cluster.h"
 #include "core/runtime/progress_bar.h"
 #include "lumen/worker/core_worker.h"
-#include "lumen/common/head_connection_pool.h"
+#include "lumen/common/address.h"
 #include "lumen/common/head_client.h"
+#include "lumen/common/head_connection_pool.h"
 #include "lumen/common/logging.h"
 #include "lumen/common/mutex_mode.h"
 #include "lumen/common/proto_util.h"
-#include "lumen/common/address.h"
+#include "lumen/common/timeouts.h"
 #include "lumen/lumen.h"
 #include "lumen/node/worker_template.h"
 
@@ -276,8 +277,7 @@ PlacementGroupInfo CallGroup(const std::function<void(proto::Envelope::Builder)>
                              std::optional<std::chrono::milliseconds> wait = std::nullopt) {
   std::optional<std::chrono::milliseconds> reply_timeout;
   if (wait) {
-    reply_timeout = std::max(*wait, std::chrono::milliseconds(0)) +
-                    runtime::CallTimeouts().parked_reply_margin;
+    reply_timeout = ClampTimeout(*wait) + runtime::CallTimeouts().parked_reply_margin;
   }
   auto reply = runtime::CallHead(HeadForCalls(), fill, reply_timeout);
   if (!reply.ok()) {

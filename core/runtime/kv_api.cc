@@ -5,6 +5,7 @@
 #include "lumen/worker/core_worker.h"
 #include "lumen/common/head_client.h"
 #include "lumen/common/proto_util.h"
+#include "lumen/common/timeouts.h"
 #include "lumen/lumen.h"
 
 namespace lumen::kv {
@@ -46,8 +47,7 @@ Result Call(proto::KvOp op, const std::string& ns, const std::string& key,
       },
       // The head answers within the request's own timeout (a Wait's; 0 for
       // the rest); the caller waits Timeouts::parked_reply_margin longer.
-      std::max<std::chrono::milliseconds>(wait_timeout, std::chrono::milliseconds(0)) +
-          runtime::CallTimeouts().parked_reply_margin);
+      ClampTimeout(wait_timeout) + runtime::CallTimeouts().parked_reply_margin);
   if (!reply.ok()) {
     throw KvError(absl::StrCat("key-value request for '", key, "' failed: ",
                                reply.status().message()));

@@ -11,6 +11,7 @@
 #include "core/worker/worker_state.h"
 #include "lumen/common/error_kind.h"
 #include "lumen/common/proto_util.h"
+#include "lumen/common/timeouts.h"
 
 namespace lumen::runtime {
 
@@ -210,7 +211,7 @@ absl::StatusOr<std::vector<ObjectEntry*>> MemoryStore::AwaitReady(
     const std::vector<ObjectId>& ids, size_t num_ready,
     std::optional<std::chrono::milliseconds> timeout, const std::vector<ObjectEntry*>& known) {
   std::optional<std::chrono::steady_clock::time_point> deadline;
-  if (timeout) deadline = std::chrono::steady_clock::now() + *timeout;
+  if (timeout) deadline = DeadlineAfter(*timeout);
   PendingWait wait;
   if (absl::Status begun = BeginWait(ids, num_ready, wait, known); !begun.ok()) return begun;
   BlockUntilDone(wait, deadline);

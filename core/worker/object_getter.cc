@@ -14,6 +14,7 @@
 #include "lumen/common/error_kind.h"
 #include "lumen/common/failure_types.h"
 #include "lumen/common/proto_util.h"
+#include "lumen/common/timeouts.h"
 
 namespace lumen::runtime {
 ObjectGetter::ObjectGetter(ObjectTable& table, MemoryStore& memory_store, StoreProvider& store,
@@ -216,7 +217,7 @@ absl::StatusOr<std::vector<internal::ObjectBytes>> ObjectGetter::Get(
     const std::vector<const internal::RefHandle*>& refs,
     std::optional<std::chrono::milliseconds> timeout) {
   std::optional<std::chrono::steady_clock::time_point> deadline;
-  if (timeout) deadline = std::chrono::steady_clock::now() + *timeout;
+  if (timeout) deadline = DeadlineAfter(*timeout);
   auto entries = AwaitReady(refs, refs.size(), timeout, KnownEntries(refs));
   if (!entries.ok()) return entries.status();
   for (size_t i = 0; i < entries->size(); ++i) {

@@ -34,6 +34,18 @@ TEST_CASE("A timeout from the wire is capped before it becomes a duration", "[ti
         kMaxTimeout);
 }
 
+TEST_CASE("A caller's timeout becomes a deadline without overflow", "[timeouts]") {
+  CHECK(ClampTimeout(milliseconds(-5)) == milliseconds(0));
+  CHECK(ClampTimeout(milliseconds(5)) == milliseconds(5));
+  CHECK(ClampTimeout(milliseconds::max()) == kMaxTimeout);
+  CHECK(ClampTimeout(milliseconds::min()) == milliseconds(0));
+  auto before = std::chrono::steady_clock::now();
+  CHECK(DeadlineAfter(milliseconds::max()) > before + kMaxTimeout / 2);
+  CHECK(DeadlineAfter(milliseconds::min()) >= before);
+  auto now_deadline = DeadlineAfter(milliseconds(0));
+  CHECK(now_deadline <= std::chrono::steady_clock::now());
+}
+
 TEST_CASE("Timeouts::FromEnv takes overrides and keeps them convertible to nanoseconds",
           "[timeouts]") {
   ::setenv("LUMEN_HELLO_TIMEOUT_MS", "1234", 1);

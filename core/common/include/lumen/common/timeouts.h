@@ -6,6 +6,7 @@
 // options struct; nothing reads these variables anywhere else.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 
@@ -130,6 +131,18 @@ inline std::chrono::milliseconds CappedWireTimeout(uint64_t wire_ms,
   if (cap > kMaxTimeout) cap = kMaxTimeout;
   if (wire_ms >= static_cast<uint64_t>(cap.count())) return cap;
   return std::chrono::milliseconds(static_cast<std::chrono::milliseconds::rep>(wire_ms));
+}
+
+// A timeout a caller gave, as a duration that any deadline can be built from:
+// negative is 0, beyond kMaxTimeout ("forever", e.g. milliseconds::max()) is
+// kMaxTimeout.
+inline std::chrono::milliseconds ClampTimeout(std::chrono::milliseconds timeout) {
+  return std::clamp(timeout, std::chrono::milliseconds(0), kMaxTimeout);
+}
+
+// now() + timeout on the steady clock, without overflow (ClampTimeout).
+inline std::chrono::steady_clock::time_point DeadlineAfter(std::chrono::milliseconds timeout) {
+  return std::chrono::steady_clock::now() + ClampTimeout(timeout);
 }
 
 }  // namespace lumen
