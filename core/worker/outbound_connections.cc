@@ -204,6 +204,7 @@ uint64_t OutboundConnections::SendNodeRequest(Connection& conn, const RequestFil
 
 void OutboundConnections::ExpectNodeReply(uint64_t request_id, uint64_t conn_id,
                                           ReplyCallback callback) {
+  io_thread_.Check("OutboundConnections::ExpectNodeReply");
   node_requests_[request_id] = Request{conn_id, std::move(callback)};
 }
 

@@ -101,7 +101,10 @@ class OutboundConnections {
   // For a request built by its sender (the lease requester's keyed resends):
   // a fresh request id, and the callback for the reply to `request_id` on
   // the connection `conn_id`.
-  uint64_t NextRequestId() { return next_request_id_++; }
+  uint64_t NextRequestId() {
+    io_thread_.Check("OutboundConnections::NextRequestId");
+    return next_request_id_++;
+  }
   void ExpectNodeReply(uint64_t request_id, uint64_t conn_id, ReplyCallback callback);
   // No reply to `request_id` is wanted any more (its callback is dropped).
   void ForgetNodeRequest(uint64_t request_id) { node_requests_.erase(request_id); }
