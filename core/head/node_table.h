@@ -37,6 +37,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "lumen/common/ids.h"
 #include "lumen/common/thread_checker.h"
+#include "lumen/common/timeouts.h"
 #include "lumen/proto/lumen.capnp.h"
 #include "lumen/scheduler/cluster_view.h"
 
@@ -171,7 +172,7 @@ class NodeTable {
   scheduler::ClusterResourceView ResourceView() const;
   // How long a node may stay silent before it is declared dead.
   std::chrono::milliseconds silence_limit() const {
-    return options_.health_check_period * options_.failure_threshold;
+    return TimesCapped(options_.health_check_period, options_.failure_threshold);
   }
   const Options& options() const { return options_; }
 

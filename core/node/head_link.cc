@@ -106,10 +106,8 @@ void HeadLink::OnLost(const absl::Status& why) {
   if (was_registered && !head_persistent_) {
     // A reset link looks the same as a lost head: try to come back as this
     // node for as long as the head keeps a disconnected node (its grace).
-    const int threshold = std::max(1, options_.timeouts.health_check_failure_threshold);
-    const auto grace = options_.timeouts.health_check_period > kMaxTimeout / threshold
-                           ? kMaxTimeout
-                           : options_.timeouts.health_check_period * threshold;
+    const auto grace = TimesCapped(options_.timeouts.health_check_period,
+                                   std::max(1, options_.timeouts.health_check_failure_threshold));
     rejoin_deadline_ = std::chrono::steady_clock::now() + grace;
     backoff_.Start(std::chrono::steady_clock::now());
     LUMEN_LOG(WARNING) << "lost the head at " << options_.head_address << " (" << why.ToString()

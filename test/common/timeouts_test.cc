@@ -46,6 +46,15 @@ TEST_CASE("A caller's timeout becomes a deadline without overflow", "[timeouts]"
   CHECK(now_deadline <= std::chrono::steady_clock::now());
 }
 
+TEST_CASE("A period times a count saturates at kMaxTimeout", "[timeouts]") {
+  CHECK(TimesCapped(milliseconds(100), 5) == milliseconds(500));
+  CHECK(TimesCapped(milliseconds(0), 5) == milliseconds(0));
+  CHECK(TimesCapped(milliseconds(100), 0) == milliseconds(0));
+  CHECK(TimesCapped(kMaxTimeout, 3) == kMaxTimeout);
+  CHECK(TimesCapped(milliseconds::max(), std::numeric_limits<int>::max()) == kMaxTimeout);
+  CHECK(TimesCapped(kMaxTimeout / 4, 4) == kMaxTimeout / 4 * 4);
+}
+
 TEST_CASE("Timeouts::FromEnv takes overrides and keeps them convertible to nanoseconds",
           "[timeouts]") {
   ::setenv("LUMEN_HELLO_TIMEOUT_MS", "1234", 1);

@@ -140,6 +140,14 @@ inline std::chrono::milliseconds ClampTimeout(std::chrono::milliseconds timeout)
   return std::clamp(timeout, std::chrono::milliseconds(0), kMaxTimeout);
 }
 
+// period x count, at most kMaxTimeout (a health check's silence limit:
+// period x failure threshold, both from the environment); 0 when either is.
+inline std::chrono::milliseconds TimesCapped(std::chrono::milliseconds period, int count) {
+  if (count <= 0 || period.count() <= 0) return std::chrono::milliseconds(0);
+  period = std::min(period, kMaxTimeout);
+  return period > kMaxTimeout / count ? kMaxTimeout : period * count;
+}
+
 // now() + timeout on the steady clock, without overflow (ClampTimeout).
 inline std::chrono::steady_clock::time_point DeadlineAfter(std::chrono::milliseconds timeout) {
   return std::chrono::steady_clock::now() + ClampTimeout(timeout);
