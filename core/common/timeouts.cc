@@ -1,6 +1,5 @@
 #include "lumen/common/timeouts.h"
 
-#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -14,7 +13,7 @@ void Override(const char* name, std::chrono::milliseconds* value) {
   int64_t parsed = 0;
   if (v != nullptr && absl::SimpleAtoi(v, &parsed) && parsed >= 0) {
     // Larger values mean "forever": kMaxTimeout keeps deadlines from overflowing.
-    *value = std::chrono::milliseconds(std::min<int64_t>(parsed, kMaxTimeout.count()));
+    *value = ClampTimeout(std::chrono::milliseconds(parsed));
   }
 }
 

@@ -196,6 +196,7 @@ int main(int argc, char** argv) {
           w.setGroupId(Bytes(kGroup));
           w.setTimeoutMs(~uint64_t{0});
         }));
-  std::cout << "wrote " << frames.size() + 1 << " seeds per target under " << root << "\n";
+  std::cout << "wrote " << frames.size() + 1 << " seeds per target under " << root
+            << " and a regression seed for head_dispatch_fuzzer\n";
   return 0;
 }

@@ -120,24 +120,22 @@ struct Timeouts {
   static Timeouts FromEnv();
 };
 
-// A timeout a peer sent (an unsigned wire field, in milliseconds), capped at
-// `cap` and at kMaxTimeout: compared before it becomes a duration, so that no
-// value overflows one (2^64 - 1 ms is a negative count of nanoseconds;
-// head_dispatch_fuzzer found it in the head's key-value Wait). A cap of 0 or
-// less gives 0.
-inline std::chrono::milliseconds CappedWireTimeout(uint64_t wire_ms,
-                                                   std::chrono::milliseconds cap) {
-  if (cap.count() <= 0) return std::chrono::milliseconds(0);
-  if (cap > kMaxTimeout) cap = kMaxTimeout;
-  if (wire_ms >= static_cast<uint64_t>(cap.count())) return cap;
-  return std::chrono::milliseconds(static_cast<std::chrono::milliseconds::rep>(wire_ms));
-}
-
 // A timeout a caller gave, as a duration that any deadline can be built from:
 // negative is 0, beyond kMaxTimeout ("forever", e.g. milliseconds::max()) is
 // kMaxTimeout.
 inline std::chrono::milliseconds ClampTimeout(std::chrono::milliseconds timeout) {
   return std::clamp(timeout, std::chrono::milliseconds(0), kMaxTimeout);
+}
+
+// A timeout a peer sent (an unsigned wire field, in milliseconds), at most
+// ClampTimeout(cap): compared before it becomes a duration, so that no value
+// overflows one (2^64 - 1 ms is a negative count of nanoseconds;
+// head_dispatch_fuzzer found it in the head's key-value Wait).
+inline std::chrono::milliseconds CappedWireTimeout(uint64_t wire_ms,
+                                                   std::chrono::milliseconds cap) {
+  cap = ClampTimeout(cap);
+  if (wire_ms >= static_cast<uint64_t>(cap.count())) return cap;
+  return std::chrono::milliseconds(static_cast<std::chrono::milliseconds::rep>(wire_ms));
 }
 
 // period x count, at most kMaxTimeout (a health check's silence limit:
