@@ -20,6 +20,15 @@
 // key twice on insert (once here for the sub-map, once inside it); the worst
 // single insert rehashes size()/kShards entries. Not thread-safe (the object
 // table's lock guards it).
+//
+// Unlike node_hash_map, an erase that leaves a sub-map under 1/8 full (and at
+// least kShrinkCapacity slots) shrinks it to fit, rehashing the few entries
+// left (amortised O(1): the sub-map lost 7/8 of its capacity's worth since it
+// grew). A node_hash_map never shrinks: after a burst (200,000 puts, then
+// freed) the owner's ~1,000 live entries were spread over 2.3 MB of slots, a
+// cache miss per lookup, and `single_client_tasks_async` ran 20 % slower for
+// the rest of the process's life. So erase, too, invalidates the iterators of
+// its sub-map; an entry's address still stays put.
 #pragma once
 
 #include <algorithm>
@@ -136,12 +145,16 @@ class ShardedNodeMap {
 
   // Erases the entry at `pos` (not end()).
   void erase(iterator pos) {
-    shards_[pos.shard_].erase(pos.it_);
+    Shard& shard = shards_[pos.shard_];
+    shard.erase(pos.it_);
     --size_;
+    MaybeShrink(shard);
   }
   size_t erase(const K& key) {
-    const size_t n = shards_[ShardOf(key)].erase(key);
+    Shard& shard = shards_[ShardOf(key)];
+    const size_t n = shard.erase(key);
     size_ -= n;
+    if (n > 0) MaybeShrink(shard);
     return n;
   }
 
@@ -169,11 +182,26 @@ class ShardedNodeMap {
     return most;
   }
   static constexpr size_t shards() { return kShards; }
+  // The slots of all sub-maps (each a power of two minus one, or 0).
+  size_t capacity() const {
+    size_t slots = 0;
+    for (const Shard& s : shards_) slots += s.capacity();
+    return slots;
+  }
+
+  // A sub-map with fewer slots is never shrunk (its slots fit a few cache lines).
+  static constexpr size_t kShrinkCapacity = 127;
 
  private:
   // The sub-map of `key`: bits 40.. of the hash (a sub-map places entries by
   // bits 7.. up to its capacity, so the two choices stay independent below
   // 2^33 entries a sub-map).
+  static void MaybeShrink(Shard& shard) {
+    if (shard.capacity() >= kShrinkCapacity && shard.size() * 8 < shard.capacity()) {
+      shard.rehash(0);  // to fit size(): node_hash_map keeps its nodes
+    }
+  }
+
   static_assert(kShards <= (size_t{1} << 24));
   static size_t ShardOf(const K& key) {
     const uint64_t h = absl::Hash<K>{}(key);

@@ -71,6 +71,45 @@ TEST_CASE("ObjectTable keeps many entries findable, stable and iterable", "[obje
   }
 }
 
+TEST_CASE("ObjectTable gives back its slots after a burst", "[object_table]") {
+  // Invariant: after 200,000 inserts and all but 1,000 erased (a burst of puts
+  // freed), the sub-maps shrink to a few times what is left, so a lookup stays
+  // within a small, cached table; the entries left keep their addresses and
+  // values through the shrinking; erasing the rest frees every slot.
+  constexpr uint64_t kN = 200000, kKept = 1000;
+  ObjectTable table;
+  ObjectTable::Locked objects(table);
+  std::vector<ObjectEntry*> where(kN);
+  for (uint64_t i = 0; i < kN; ++i) {
+    auto it = objects->try_emplace(IdOf(i)).first;
+    it->second.local_refs = static_cast<int>(i);
+    where[i] = &it->second;
+  }
+  const size_t grown = objects->capacity();
+  REQUIRE(grown >= kN);
+  // Keep every 200th: erase the others, half by iterator, half by key.
+  for (uint64_t i = 0; i < kN; ++i) {
+    if (i % (kN / kKept) == 0) continue;
+    if (i % 2 == 0) {
+      objects->erase(objects->find(IdOf(i)));
+    } else {
+      REQUIRE(objects->erase(IdOf(i)) == 1);
+    }
+  }
+  REQUIRE(objects->size() == kKept);
+  // Each sub-map: at most 8 slots an entry, or fewer than kShrinkCapacity.
+  const size_t bound = 8 * kKept + ObjectTable::Map::shards() * ObjectTable::Map::kShrinkCapacity;
+  CHECK(objects->capacity() <= bound);
+  CHECK(objects->capacity() * 20 < grown);
+  for (uint64_t i = 0; i < kN; i += kN / kKept) {
+    REQUIRE(objects->find_value(IdOf(i)) == where[i]);  // nodes stay put across shrinking
+    REQUIRE(where[i]->local_refs == static_cast<int>(i));
+  }
+  for (uint64_t i = 0; i < kN; i += kN / kKept) objects->erase(IdOf(i));
+  CHECK(objects->empty());
+  CHECK(objects->capacity() <= ObjectTable::Map::shards() * ObjectTable::Map::kShrinkCapacity);
+}
+
 TEST_CASE("ObjectTable iteration of an empty or nearly empty table", "[object_table]") {
   // Invariant: begin() == end() when empty; one entry is visited exactly once
   // whichever sub-map holds it.
