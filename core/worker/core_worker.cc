@@ -30,6 +30,7 @@
 #include "core/worker/store_provider.h"
 #include "core/worker/submission_queue.h"
 #include "core/worker/task_event_flusher.h"
+#include "core/worker/pending_task_pool.h"
 #include "core/worker/task_manager.h"
 #include "core/worker/worker_log_printer.h"
 #include "core/worker/worker_state.h"
@@ -149,7 +150,9 @@ void CoreWorker::CreateObjectTracking() {
               },
           .notify_blocked = [this](bool blocked) { NotifyBlocked(blocked); },
       });
+  task_pool_ = std::make_unique<PendingTaskPool>();
   tasks_ = std::make_unique<TaskManager>(*memory_store_);
+  tasks_->SetRecordPool(task_pool_.get());
   recovery_ = std::make_unique<ObjectRecovery>(
       *object_table_, *tasks_, ObjectRecovery::Options::FromEnv(),
       ObjectRecovery::Callbacks{

@@ -9,6 +9,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "lumen/internal/runtime.h"
 
@@ -19,7 +21,8 @@ struct Registry {
   absl::Mutex mu;
   // Entries are never removed, and each lives in its own allocation.
   absl::flat_hash_map<std::string, std::unique_ptr<RemoteFunction>> by_name ABSL_GUARDED_BY(mu);
-  absl::flat_hash_map<std::string, std::string> names ABSL_GUARDED_BY(mu);  // by pointer key
+  // By pointer key; node-based: FunctionName hands out references to the names.
+  absl::node_hash_map<std::string, std::string> names ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<std::string, std::string> keys ABSL_GUARDED_BY(mu);   // by name
 };
 
@@ -51,17 +54,20 @@ bool RegisterFunction(std::string name, std::string key, RemoteFunction function
   return true;
 }
 
-std::string FunctionName(const std::string& key) {
+const std::string& FunctionName(const std::string& key) {
+  static const std::string kNone;
   Registry& r = GetRegistry();
   absl::MutexLock lock(&r.mu);
   auto it = r.names.find(key);
-  return it == r.names.end() ? std::string() : it->second;
+  return it == r.names.end() ? kNone : it->second;
 }
 
 const RemoteFunction* FindRemoteFunction(std::string_view name) {
   Registry& r = GetRegistry();
   absl::MutexLock lock(&r.mu);
-  auto it = r.by_name.find(std::string(name));
+  // Heterogeneous lookup (no string made per task); Debian's Abseil has its
+  // own string_view type.
+  auto it = r.by_name.find(absl::string_view(name.data(), name.size()));
   return it == r.by_name.end() ? nullptr : it->second.get();
 }
 

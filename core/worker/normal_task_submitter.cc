@@ -25,7 +25,8 @@ void NormalTaskSubmitter::Submit(std::unique_ptr<PendingTask> task) {
   if (!slot) {
     slot = std::make_unique<SchedulingQueue>();
     slot->key = std::move(placement->queue_key);
-    slot->shape.resources = std::move(placement->resources);
+    slot->shape.resources = placement->resources.empty() ? DefaultTaskResources()
+                                                         : std::move(placement->resources);
     slot->shape.scheduling = std::move(placement->scheduling);
     slot->shape.name = task->name();
     slot->shape.retriable = task->max_retries != 0;
@@ -218,7 +219,8 @@ void NormalTaskSubmitter::OnTaskReply(uint64_t key, proto::TaskReply::Reader rep
       tasks_.KeepLineage(std::move(task));
     }
   }
-  task.reset();  // releases the argument refs (unless kept as lineage)
+  // Releases the argument refs (unless kept as lineage); the record is reused.
+  if (task) tasks_.Release(std::move(task));
   Dispatch(queue);
   MaybeReturnLease(lease);
 }
@@ -336,8 +338,16 @@ void NormalTaskSubmitter::Reindex(Lease& lease) {
   if (usable) entry.emplace(lease.in_flight.size(), lease.key);
   if (entry == lease.usable_entry) return;
   SchedulingQueue& queue = *lease.queue;
-  if (lease.usable_entry) queue.usable.erase(*lease.usable_entry);
-  if (entry) queue.usable.insert(*entry);
+  if (lease.usable_entry && entry) {
+    // Moved within the index: its node is reused (no allocation per push and reply).
+    auto node = queue.usable.extract(*lease.usable_entry);
+    node.value() = *entry;
+    queue.usable.insert(std::move(node));
+  } else if (lease.usable_entry) {
+    queue.usable.erase(*lease.usable_entry);
+  } else {
+    queue.usable.insert(*entry);
+  }
   lease.usable_entry = entry;
 }
 

@@ -93,8 +93,10 @@ absl::StatusOr<internal::ObjectBytes> ObjectGetter::ReadyBytes(
       value = it->second.value;
       if (it->second.failure) failure = *it->second.failure;
       size = it->second.stored_size;
-      if (!it->second.locations.empty()) location = it->second.locations.front();
-      owner = it->second.owned ? options_.listen_address : it->second.owner_address;
+      if (kind == ObjectEntry::Kind::kStored) {  // only a stored copy needs where and whose
+        if (!it->second.locations.empty()) location = it->second.locations.front();
+        owner = it->second.owned ? options_.listen_address : it->second.owner_address;
+      }
     }
     if (!ready) {
       // Being rebuilt from lineage: wait for the new value, then read it afresh.

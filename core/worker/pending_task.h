@@ -32,12 +32,18 @@ struct ActorRecord : actors::ActorSpec {
   int max_concurrency = 1;
 };
 
+// What a task that asks for nothing needs: {CPU: 1}, as in Ray.
+inline const std::map<std::string, double>& DefaultTaskResources() {
+  static const std::map<std::string, double> kDefault{{"CPU", 1}};
+  return kDefault;
+}
+
 // Where a normal task may run, as submitted. The submitter reads it once to
 // find (or make) the task's scheduling queue, which keeps one copy per shape,
 // then frees it: a queued task does not carry it (issue 17: memory per queued
 // task).
 struct TaskPlacement {
-  std::map<std::string, double> resources;
+  std::map<std::string, double> resources;  // empty: DefaultTaskResources()
   internal::SchedulingOptions scheduling;
   std::string queue_key;  // the scheduling queue's key (resources + strategy)
 };

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/worker/call_sites.h"
+#include "core/worker/pending_task_pool.h"
 #include "lumen/common/task_events.h"
 
 namespace lumen::runtime {
@@ -26,8 +27,19 @@ TaskEventDetail EndDetail(PendingTask& task) {
 
 void TaskManager::RecordFinished(PendingTask& task, const char* state) {
   if (task.kind == proto::TaskKind::ACTOR_CREATION) return;
-  finished_.push_back(FinishedTask{task.task_id, task.name(), state});
-  if (finished_.size() > history_) finished_.pop_front();
+  if (history_ == 0) return;
+  if (finished_.size() < history_) {
+    finished_.push_back(FinishedTask{task.task_id, task.name(), state});
+    return;
+  }
+  // Full: the oldest record is reused, its name's buffer with it (no
+  // allocation per task once the history is full).
+  FinishedTask oldest = std::move(finished_.front());
+  finished_.pop_front();
+  oldest.id = task.task_id;
+  oldest.name.assign(task.name());
+  oldest.state = state;
+  finished_.push_back(std::move(oldest));
 }
 
 void TaskManager::Complete(PendingTask& task, proto::Value::Reader result) {
@@ -68,6 +80,11 @@ void TaskManager::Cancel(PendingTask& task, const std::string& how) {
                       std::string_view(failure.message).substr(0, 200),
                       EndDetail(task));
   store_.SetFailed(task.return_id, failure);
+}
+
+void TaskManager::Release(std::unique_ptr<PendingTask> task) {
+  if (record_pool_ != nullptr) record_pool_->Give(std::move(task));
+  // else `task` is destroyed here
 }
 
 void TaskManager::KeepLineage(std::unique_ptr<PendingTask> task) {

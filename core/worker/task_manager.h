@@ -26,6 +26,8 @@
 
 namespace lumen::runtime {
 
+class PendingTaskPool;  // pending_task_pool.h
+
 class TaskManager {
  public:
   // A task that ended, as `lumen list tasks` shows it.
@@ -67,6 +69,12 @@ class TaskManager {
   // Hands `task`, completed with a value stored in a node's store, to the
   // lineage sink (or destroys it, which releases its argument refs).
   void KeepLineage(std::unique_ptr<PendingTask> task);
+  // Where ended tasks' records go for reuse (pending_task_pool.h); unset: they
+  // are destroyed. The pool outlives the manager.
+  void SetRecordPool(PendingTaskPool* pool) { record_pool_ = pool; }
+  // `task` has ended and nothing keeps it: its argument refs are released now
+  // and its record goes back to the pool.
+  void Release(std::unique_ptr<PendingTask> task);
 
   // The last finished tasks, oldest first.
   const std::deque<FinishedTask>& finished() const { return finished_; }
@@ -79,6 +87,7 @@ class TaskManager {
   ThreadChecker io_thread_;
   std::deque<FinishedTask> finished_;
   LineageSink lineage_sink_;
+  PendingTaskPool* record_pool_ = nullptr;
 };
 
 }  // namespace lumen::runtime

@@ -16,6 +16,7 @@
 #include "core/worker/dependency_resolver.h"
 #include "core/worker/normal_task_submitter.h"
 #include "core/worker/submission_queue.h"
+#include "core/worker/pending_task_pool.h"
 #include "core/worker/task_manager.h"
 #include "core/worker/worker_state.h"
 #include "lumen/common/codec.h"
@@ -37,7 +38,7 @@ std::shared_ptr<internal::RefHandle> CoreWorker::SubmitTask(
     std::string_view function, std::vector<internal::TaskArgument> args,
     const internal::TaskOptions& options) {
   if (node_lost_) ThrowError(ErrorKind::kError, "lumen: lost the connection to the node daemon");
-  auto task = std::make_unique<PendingTask>();
+  std::unique_ptr<PendingTask> task = task_pool_->Take();
   task->task_id = TaskId::Random();
   task->return_id = ObjectId::ForTaskReturn(task->task_id, 1);
   task->function = std::string(function);
@@ -45,14 +46,18 @@ std::shared_ptr<internal::RefHandle> CoreWorker::SubmitTask(
   task->args = std::move(args);
   task->placement = std::make_unique<TaskPlacement>();
   TaskPlacement& placement = *task->placement;
+  // Most tasks ask for nothing: {CPU: 1} is left implicit (an empty map, no
+  // allocation per task); the submitter fills it in for a new queue.
+  static const std::string kDefaultShapeKey = ResourceShapeKey(DefaultTaskResources());
   placement.resources = options.resources;
-  if (placement.resources.empty()) placement.resources["CPU"] = 1;
   placement.scheduling = options.scheduling;
   task->max_retries = task->retries_left = std::max(-1, options.max_retries);
   task->retry_exceptions = options.retry_exceptions;
   // Retriable and non-retriable tasks lease apart: the node's memory monitor
   // tells their workers apart by the lease.
-  placement.queue_key = ResourceShapeKey(placement.resources) + SchedulingKey(placement.scheduling) +
+  placement.queue_key = (placement.resources.empty() ? kDefaultShapeKey
+                                                     : ResourceShapeKey(placement.resources)) +
+                        SchedulingKey(placement.scheduling) +
                         (task->max_retries != 0 ? "" : "/no-retry");
   auto handle = std::make_shared<internal::RefHandle>(task->return_id, shared_listen_address_);
   Enqueue(std::move(task));

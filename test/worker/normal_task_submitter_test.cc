@@ -28,9 +28,10 @@ using std::chrono::milliseconds;
 class FakeNodes : public LeaseTransport {
  public:
   bool LocalNodeConnected() override { return !dead.contains(""); }
-  void SendLeaseRequest(const std::string& target, const LeaseShape&, bool,
+  void SendLeaseRequest(const std::string& target, const LeaseShape& shape, bool,
                         std::function<bool(proto::Envelope::Reader)> on_reply,
                         SentCallback on_sent) override {
+    requested.push_back(shape.resources);
     if (dead.contains(target)) {
       on_sent(absl::UnavailableError("connection refused"));
       return;
@@ -39,6 +40,8 @@ class FakeNodes : public LeaseTransport {
     on_sent(std::shared_ptr<Connection>());
   }
   void OnSpillback(const std::string&, const NodeId&) override {}
+  // The resources of each lease request sent, in order.
+  std::vector<std::map<std::string, double>> requested;
   void After(milliseconds, std::function<void()> fn) override { timers.push_back(std::move(fn)); }
 
   bool Reply(const std::string& node, const std::function<void(proto::LeaseReply::Builder)>& fill) {
@@ -243,13 +246,15 @@ struct Rig {
   NodeId node_b = NodeId::Random();
 
   // Submits a task of the one shape used here; returns its id.
-  TaskId Submit(int max_retries = 0, const std::string& name = "Work") {
+  // `resources` empty: the task asked for none (DefaultTaskResources()).
+  TaskId Submit(int max_retries = 0, const std::string& name = "Work",
+                std::map<std::string, double> resources = {{"CPU", 1}}) {
     auto task = std::make_unique<PendingTask>();
     task->task_id = TaskId::Random();
     task->return_id = ObjectId::ForTaskReturn(task->task_id, 1);
     task->function = task->display_name = name;
     task->placement = std::make_unique<TaskPlacement>();
-    task->placement->resources = {{"CPU", 1}};
+    task->placement->resources = std::move(resources);
     task->placement->queue_key = "CPU:1";
     task->max_retries = task->retries_left = max_retries;
     {
@@ -294,6 +299,21 @@ struct Rig {
   }
   std::map<TaskId, PendingTask*> attempts;  // valid while the submitter holds the task
 };
+
+TEST_CASE("a task that asks for no resources leases {CPU: 1}, in the same queue", "[worker][submitter]") {
+  // Invariant: SubmitTask leaves a task's resources empty when it asked for
+  // none (no map per task); the submitter's queue, and so every lease request
+  // for it, holds {CPU: 1}, as a task that named {CPU: 1} does (one queue key).
+  Rig rig;
+  rig.Submit(0, "Work", {});
+  REQUIRE(rig.nodes.requested.size() == 1);
+  CHECK(rig.nodes.requested[0] == std::map<std::string, double>{{"CPU", 1}});
+  CHECK(DefaultTaskResources() == std::map<std::string, double>{{"CPU", 1}});
+  rig.Submit(0, "Work", {{"CPU", 1}});  // the same shape: no second request beyond the pipeline's
+  for (const auto& resources : rig.nodes.requested) {
+    CHECK(resources == std::map<std::string, double>{{"CPU", 1}});
+  }
+}
 
 TEST_CASE("a lease granted by a node after it died does not run the task there",
           "[worker][submitter]") {

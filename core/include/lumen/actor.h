@@ -68,7 +68,7 @@ class ActorTaskCaller {
 
  private:
   std::shared_ptr<internal::RefHandle> actor_;
-  std::string method_;
+  std::string_view method_;  // the registry's name (FunctionName): lives as long as the process
 };
 
 template <class C>

@@ -297,7 +297,7 @@ class TaskCaller {
   }
 
  private:
-  std::string function_;
+  std::string_view function_;  // the registry's name (FunctionName): lives as long as the process
   internal::TaskOptions options_;
 };
 

@@ -154,8 +154,10 @@ struct RemoteFunction {
 
 // `key` identifies the C++ entity: the bytes of its (member) function pointer.
 bool RegisterFunction(std::string name, std::string key, RemoteFunction function);
-// The registered name of a (member) function pointer, or empty.
-std::string FunctionName(const std::string& key);
+// The registered name of a (member) function pointer, or an empty string.
+// Names are never removed nor moved: the reference stays valid for the
+// process's life (a TaskCaller keeps a view of it, no copy per call).
+const std::string& FunctionName(const std::string& key);
 // Entries are never removed; the pointer stays valid for the process's life.
 const RemoteFunction* FindRemoteFunction(std::string_view name);
 

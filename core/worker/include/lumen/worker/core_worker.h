@@ -96,6 +96,7 @@ class ObjectTable;        // core/worker/object_table.h
 class ReferenceCounter;   // core/worker/reference_counter.h
 class MemoryStore;        // core/worker/memory_store.h
 class TaskManager;        // core/worker/task_manager.h
+class PendingTaskPool;    // core/worker/pending_task_pool.h
 class ObjectRecovery;     // core/worker/object_recovery.h
 class TaskEventFlusher;   // core/worker/task_event_flusher.h
 class OutputTagger;       // core/worker/output_tagger.h
@@ -344,6 +345,9 @@ class CoreWorker {
   // the runtime half it asks (io thread only). The host outlives the manager.
   std::unique_ptr<ActorHost> actor_host_;
   std::unique_ptr<actors::ActorOwner> actor_owner_;
+  // Records of ended normal tasks for SubmitTask to reuse (thread-safe;
+  // declared before tasks_, which hands them back, so it outlives it).
+  std::unique_ptr<PendingTaskPool> task_pool_;
   // How submitted tasks end: complete, fail, retry budget, history (io thread).
   std::unique_ptr<TaskManager> tasks_;
   // The lineage of stored task results, and their rebuild when every copy
