@@ -244,7 +244,7 @@ absl::Status TaskExecutor::ExitAfterCurrentCall() {
   return absl::OkStatus();
 }
 
-void TaskExecutor::Invoke(TaskToRun& task, const std::string& location, std::string* result,
+void TaskExecutor::Invoke(TaskToRun& task, std::string* result,
                           std::optional<Failure>* failure) {
   const internal::RemoteFunction* fn = options_.find_function(task.function);
   auto expected = task.kind == proto::TaskKind::ACTOR_CREATION
@@ -257,12 +257,12 @@ void TaskExecutor::Invoke(TaskToRun& task, const std::string& location, std::str
                        absl::StrCat("'", task.function,
                                     "' is registered, but not as what was called (a task, an "
                                     "actor factory or an actor method)"),
-                       location};
+                       Location(task)};
     return;
   }
   if (task.kind == proto::TaskKind::ACTOR_METHOD && actor_instance_ == nullptr) {
     *failure = Failure{proto::FailureKind::OTHER, "lumen::Error",
-                       "this worker holds no actor instance", location};
+                       "this worker holds no actor instance", Location(task)};
     return;
   }
   if (fn == nullptr) {
@@ -272,7 +272,7 @@ void TaskExecutor::Invoke(TaskToRun& task, const std::string& location, std::str
                                     options_.exe_path,
                                     " (is it listed in LUMEN_REMOTE(...) in the binary the "
                                     "workers run?)"),
-                       location};
+                       Location(task)};
     return;
   }
   std::vector<internal::ObjectBytes> args;
@@ -288,7 +288,7 @@ void TaskExecutor::Invoke(TaskToRun& task, const std::string& location, std::str
       *failure = Failure{
           proto::FailureKind::OBJECT_LOST, "lumen::ObjectLostError",
           absl::StrCat("argument object ", arg.stored.Hex(), " is lost: ", got.status().message()),
-          location};
+          Location(task)};
       return;
     }
     args.push_back(std::move(*got));
@@ -307,8 +307,12 @@ void TaskExecutor::Invoke(TaskToRun& task, const std::string& location, std::str
   }
 }
 
+std::string TaskExecutor::Location(const TaskToRun& task) const {
+  return absl::StrCat("task ", task.function, where_);
+}
+
 std::optional<Failure> TaskExecutor::StoreResult(const ObjectId& id, const std::string& result,
-                                                 const std::string& location) {
+                                                 const TaskToRun& task) {
   auto created = host_.CreateInStore(id, result.size());
   if (created.status().code() == absl::StatusCode::kAlreadyExists) {
     // An earlier attempt stored it before dying: the value is the same, if it
@@ -318,18 +322,18 @@ std::optional<Failure> TaskExecutor::StoreResult(const ObjectId& id, const std::
     return Failure{proto::FailureKind::OTHER, "",
                    absl::StrCat("an earlier attempt left the result unfinished: ",
                                 sealed.message()),
-                   location};
+                   Location(task)};
   }
   if (!created.ok()) {
     return Failure{created.status().code() == absl::StatusCode::kResourceExhausted
                        ? proto::FailureKind::STORE_FULL
                        : proto::FailureKind::OTHER,
-                   "", std::string(created.status().message()), location};
+                   "", std::string(created.status().message()), Location(task)};
   }
   std::memcpy(*created, result.data(), result.size());
   absl::Status sealed = host_.SealInStore(id, result.size());
   if (!sealed.ok()) {
-    return Failure{proto::FailureKind::OTHER, "", std::string(sealed.message()), location};
+    return Failure{proto::FailureKind::OTHER, "", std::string(sealed.message()), Location(task)};
   }
   return std::nullopt;
 }
@@ -339,7 +343,6 @@ void TaskExecutor::Execute(TaskToRun& task) {
   TaskEvents().Record(TaskEventKind::kStarted, task.task_id, task.attempt, task.function,
                       {.self_ids = true, .actor_call = task.kind != proto::TaskKind::NORMAL,
                        .start = &task.started_mark});
-  std::string location = absl::StrCat("task ", task.function, where_);
   std::string result;
   std::optional<Failure> failure;
   in_task = true;
@@ -347,23 +350,23 @@ void TaskExecutor::Execute(TaskToRun& task) {
   if (task.kind == proto::TaskKind::ACTOR_CREATION) actor_gpu_ids_ = task.gpu_ids;
   UseGpus(task.kind == proto::TaskKind::ACTOR_METHOD ? actor_gpu_ids_ : task.gpu_ids);
   try {
-    Invoke(task, location, &result, &failure);
+    Invoke(task, &result, &failure);
   } catch (...) {
     // The user's code threw: its exception becomes the task's failure.
     const absl::Status thrown = ExecutorStatusOfCurrentException();
     switch (ErrorKindOf(thrown)) {
       case ErrorKind::kTypeMismatch:
         failure = Failure{proto::FailureKind::TYPE_MISMATCH, "lumen::TypeMismatchError",
-                          std::string(thrown.message()), location};
+                          std::string(thrown.message()), Location(task)};
         break;
       case ErrorKind::kObjectLost:
         failure = Failure{proto::FailureKind::OBJECT_LOST, "lumen::ObjectLostError",
-                          std::string(thrown.message()), location};
+                          std::string(thrown.message()), Location(task)};
         break;
       default: {
         TaskErrorParts parts = TaskErrorPartsOf(thrown);
         failure = Failure{proto::FailureKind::TASK_ERROR, std::move(parts.exception_type),
-                          std::move(parts.task_message), location};
+                          std::move(parts.task_message), Location(task)};
       }
     }
   }
@@ -376,7 +379,7 @@ void TaskExecutor::Execute(TaskToRun& task) {
   r.setAttempt(task.attempt);
   if (!failure && result.size() > options_.inline_limit) {
     ObjectId id = ObjectId::ForTaskReturn(task.task_id, 1);
-    failure = StoreResult(id, result, location);
+    failure = StoreResult(id, result, task);
     if (!failure) {
       auto stored = r.initResult().initStored();
       stored.setObjectId(DataOf(id));

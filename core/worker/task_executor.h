@@ -141,11 +141,14 @@ class TaskExecutor {
   // executor thread's next reply cannot pass them.
   void SendHeldLocked(HeldBatch& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(batch.mu);
   // Calls the task's function; its encoded result, or why it failed.
-  void Invoke(TaskToRun& task, const std::string& location, std::string* result,
+  void Invoke(TaskToRun& task, std::string* result,
               std::optional<actors::TaskFailure>* failure);
   // Puts a result over the inline limit into the store; nullopt when stored.
   std::optional<actors::TaskFailure> StoreResult(const ObjectId& id, const std::string& result,
-                                                 const std::string& location);
+                                                 const TaskToRun& task);
+  // Where `task` ran, for its failure: "task F, pid P on node N, binary B". Made
+  // only when a task fails (one string per task otherwise).
+  std::string Location(const TaskToRun& task) const;
   // CUDA_VISIBLE_DEVICES and CurrentGpuIds for the task on this thread.
   static void UseGpus(const std::vector<int>& ids);
 

@@ -300,7 +300,8 @@ struct Rig {
   std::map<TaskId, PendingTask*> attempts;  // valid while the submitter holds the task
 };
 
-TEST_CASE("a task that asks for no resources leases {CPU: 1}, in the same queue", "[worker][submitter]") {
+TEST_CASE("a task that asks for no resources leases {CPU: 1}, in the same queue",
+          "[worker][submitter]") {
   // Invariant: SubmitTask leaves a task's resources empty when it asked for
   // none (no map per task); the submitter's queue, and so every lease request
   // for it, holds {CPU: 1}, as a task that named {CPU: 1} does (one queue key).
