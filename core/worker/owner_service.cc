@@ -334,7 +334,7 @@ void OwnerService::OnFrame(Connection& conn, proto::Envelope::Reader msg) {
 }
 
 void OwnerService::OnPushTask(Connection& conn, proto::TaskSpec::Reader spec) {
-  auto task = std::make_unique<TaskToRun>();
+  std::unique_ptr<TaskToRun> task = receiver_.NewTask();
   task->reply_to = conn.shared_from_this();
   auto tid = spec.getTaskId();
   task->task_id = IdFrom<TaskId>(tid);

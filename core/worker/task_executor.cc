@@ -136,6 +136,7 @@ void TaskExecutor::Loop() {
       FlushHeldReplies();
     }
     Execute(*task);
+    receiver_.Recycle(std::move(task));  // freed, and made again, on the io thread
   }
   FlushHeldReplies();
   held_batch = nullptr;

@@ -73,4 +73,15 @@ void TaskReceiver::DropQueued() {
   queued_.store(0, std::memory_order_release);
 }
 
+void TaskReceiver::Recycle(std::unique_ptr<TaskToRun> task) {
+  if (!task) return;
+  size_t argument_bytes = task->args.capacity() * sizeof(TaskToRun::Arg);
+  for (const TaskToRun::Arg& arg : task->args) {
+    argument_bytes += arg.value.capacity() + arg.node_address.capacity() + arg.owner.capacity();
+  }
+  if (argument_bytes > kMaxKeptArgumentBytes) return;  // destroyed here
+  task->reply_to.reset();
+  records_.Keep(std::move(task));
+}
+
 }  // namespace lumen::runtime

@@ -28,6 +28,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "core/worker/record_pool.h"
 #include "lumen/common/connection.h"
 #include "lumen/common/ids.h"
 #include "lumen/common/task_events.h"
@@ -90,6 +91,8 @@ class TaskReceiver {
   // or its first check): idle, it must not grow.
   int TEST_waiting() const { return waiting_.load(std::memory_order_acquire); }
   uint64_t TEST_wait_checks() const { return wait_checks_.load(std::memory_order_acquire); }
+  // Records kept for NewTask.
+  size_t TEST_kept_records() const { return records_.kept(); }
 
   // The running task blocks in Get (true) or is done waiting (false). When it
   // starts to block in a plain worker, returns the queued tasks, oldest first,
@@ -105,6 +108,15 @@ class TaskReceiver {
   // The actor's last reply is going out: whatever waits is dropped.
   void DropQueued();
 
+  // A record for a task that arrived (io thread): a reused one when an
+  // executor gave one back (record_pool.h says why), else a new one.
+  std::unique_ptr<TaskToRun> NewTask() { return records_.Take(); }
+  // An executor is done with `task` (any thread): kept for NewTask, unless
+  // its arguments hold more than kMaxKeptArgumentBytes or enough are kept.
+  void Recycle(std::unique_ptr<TaskToRun> task);
+  static constexpr size_t kMaxKeptRecords = 64;
+  static constexpr size_t kMaxKeptArgumentBytes = 1024;
+
  private:
   absl::Mutex mu_;
   std::deque<std::unique_ptr<TaskToRun>> queue_ ABSL_GUARDED_BY(mu_);
@@ -115,6 +127,7 @@ class TaskReceiver {
   std::atomic<bool> stopped_{false};
   std::atomic<int> waiting_{0};
   std::atomic<uint64_t> wait_checks_{0};
+  RecordPool<TaskToRun> records_{kMaxKeptRecords};
   // Pops the front; the caller holds mu_ and checked there is one.
   std::unique_ptr<TaskToRun> PopLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 };

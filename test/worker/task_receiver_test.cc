@@ -23,6 +23,47 @@ std::unique_ptr<TaskToRun> TakeNow(TaskReceiver& receiver) {
   return receiver.TryTake();
 }
 
+TEST_CASE("a finished task's record comes back as new for the next arrival", "[worker][receiver]") {
+  // Invariant: NewTask returns the record an executor recycled, every field at
+  // its default (no connection, arguments or ids left over); a record holding
+  // large argument values is not kept; NewTask makes a new one when none is.
+  TaskReceiver receiver;
+  std::unique_ptr<TaskToRun> task = receiver.NewTask();
+  TaskToRun* record = task.get();
+  task->task_id = TaskId::Random();
+  task->attempt = 2;
+  task->function = "a_function_name_longer_than_the_short_string_buffer";
+  task->kind = proto::TaskKind::ACTOR_METHOD;
+  task->gpu_ids = {0, 1};
+  task->args.push_back(TaskToRun::Arg{.value = "value", .is_stored = true, .size = 5});
+  task->args_fetched_tick = 7;
+  receiver.Recycle(std::move(task));
+  std::unique_ptr<TaskToRun> again = receiver.NewTask();
+  CHECK(again.get() == record);
+  CHECK(again->task_id == TaskId());
+  CHECK(again->attempt == 0);
+  CHECK(again->function.empty());
+  CHECK(again->kind == proto::TaskKind::NORMAL);
+  CHECK(again->gpu_ids.empty());
+  CHECK(again->args.empty());
+  CHECK(again->args_fetched_tick == 0);
+  CHECK(again->reply_to.expired());
+  CHECK(receiver.NewTask().get() != record);  // none kept now: a new one
+
+  CHECK(receiver.TEST_kept_records() == 0);
+  auto big = receiver.NewTask();
+  big->args.push_back(
+      TaskToRun::Arg{.value = std::string(TaskReceiver::kMaxKeptArgumentBytes + 1, 'x')});
+  receiver.Recycle(std::move(big));
+  CHECK(receiver.TEST_kept_records() == 0);  // destroyed, not kept
+  receiver.Recycle(nullptr);
+  CHECK(receiver.TEST_kept_records() == 0);
+  for (size_t i = 0; i < TaskReceiver::kMaxKeptRecords + 3; ++i) {
+    receiver.Recycle(std::make_unique<TaskToRun>());
+  }
+  CHECK(receiver.TEST_kept_records() == TaskReceiver::kMaxKeptRecords);
+}
+
 TEST_CASE("received tasks run in arrival order", "[worker][receiver]") {
   // Invariant: the executor takes tasks in the order they arrived, each once;
   // HasQueued says whether one waits.
