@@ -15,8 +15,7 @@ void PendingTaskPool::Give(std::unique_ptr<PendingTask> task) {
   task->actor_record.reset();
   task->placement.reset();
   task->dep_failure.reset();
-  if (argument_bytes > kMaxKeptArgumentBytes) return;  // destroyed here
-  records_.Keep(std::move(task));
+  records_.Keep(std::move(task), argument_bytes);
 }
 
 }  // namespace lumen::runtime

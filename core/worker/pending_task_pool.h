@@ -15,9 +15,8 @@ class PendingTaskPool {
  public:
   // At most this many records are kept (~300 bytes each, plus what they hold).
   static constexpr size_t kMaxKept = 1024;
-  // A record whose argument values hold more than this is not kept (a kept
-  // record keeps its buffers until it is taken again).
-  static constexpr size_t kMaxKeptArgumentBytes = 1024;
+  // A record whose arguments hold more than this is not kept.
+  static constexpr size_t kMaxKeptArgumentBytes = RecordPool<PendingTask>::kMaxHeldBytes;
 
   // A record as new (every field at its default): a kept one, else a new one.
   std::unique_ptr<PendingTask> Take() { return records_.Take(); }

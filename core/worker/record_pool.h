@@ -28,6 +28,10 @@ namespace lumen::runtime {
 template <class Record>
 class RecordPool {
  public:
+  // A record whose buffers hold more than this is not kept (a kept record keeps
+  // them until it is taken again).
+  static constexpr size_t kMaxHeldBytes = 1024;
+
   explicit RecordPool(size_t max_kept) : max_kept_(max_kept) {
     absl::MutexLock lock(&mu_);
     kept_.reserve(max_kept);
@@ -51,9 +55,10 @@ class RecordPool {
     return record;
   }
 
-  // Keeps `record` for Take, or destroys it (after the lock) when the pool is full.
-  void Keep(std::unique_ptr<Record> record) {
-    if (!record) return;
+  // Keeps `record` for Take, or destroys it (after the lock) when the pool is
+  // full or its buffers hold `held_bytes` > kMaxHeldBytes.
+  void Keep(std::unique_ptr<Record> record, size_t held_bytes) {
+    if (!record || held_bytes > kMaxHeldBytes) return;
     absl::MutexLock lock(&mu_);
     if (kept_.size() < max_kept_) kept_.push_back(std::move(record));
   }

@@ -193,15 +193,15 @@ class ShardedNodeMap {
   static constexpr size_t kShrinkCapacity = 127;
 
  private:
-  // The sub-map of `key`: bits 40.. of the hash (a sub-map places entries by
-  // bits 7.. up to its capacity, so the two choices stay independent below
-  // 2^33 entries a sub-map).
   static void MaybeShrink(Shard& shard) {
     if (shard.capacity() >= kShrinkCapacity && shard.size() * 8 < shard.capacity()) {
       shard.rehash(0);  // to fit size(): node_hash_map keeps its nodes
     }
   }
 
+  // The sub-map of `key`: bits 40.. of the hash (a sub-map places entries by
+  // bits 7.. up to its capacity, so the two choices stay independent below
+  // 2^33 entries a sub-map).
   static_assert(kShards <= (size_t{1} << 24));
   static size_t ShardOf(const K& key) {
     const uint64_t h = absl::Hash<K>{}(key);

@@ -83,6 +83,7 @@ void TaskManager::Cancel(PendingTask& task, const std::string& how) {
 }
 
 void TaskManager::Release(std::unique_ptr<PendingTask> task) {
+  io_thread_.Check("TaskManager::Release");
   if (record_pool_ != nullptr) record_pool_->Give(std::move(task));
   // else `task` is destroyed here
 }

@@ -79,9 +79,8 @@ void TaskReceiver::Recycle(std::unique_ptr<TaskToRun> task) {
   for (const TaskToRun::Arg& arg : task->args) {
     argument_bytes += arg.value.capacity() + arg.node_address.capacity() + arg.owner.capacity();
   }
-  if (argument_bytes > kMaxKeptArgumentBytes) return;  // destroyed here
   task->reply_to.reset();
-  records_.Keep(std::move(task));
+  records_.Keep(std::move(task), argument_bytes);
 }
 
 }  // namespace lumen::runtime

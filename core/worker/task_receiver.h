@@ -115,7 +115,7 @@ class TaskReceiver {
   // its arguments hold more than kMaxKeptArgumentBytes or enough are kept.
   void Recycle(std::unique_ptr<TaskToRun> task);
   static constexpr size_t kMaxKeptRecords = 64;
-  static constexpr size_t kMaxKeptArgumentBytes = 1024;
+  static constexpr size_t kMaxKeptArgumentBytes = RecordPool<TaskToRun>::kMaxHeldBytes;
 
  private:
   absl::Mutex mu_;
