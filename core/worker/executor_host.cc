@@ -114,7 +114,7 @@ absl::Status CoreWorker::ExecutorHost::CheckSealed(const ObjectId& id) {
 }
 
 void CoreWorker::ExecutorHost::SendReply(const std::weak_ptr<Connection>& reply_to,
-                                         std::string frame) {
+                                         std::string_view frames) {
   // (If this is the last reference, the connection is already closed and dies
   // here harmlessly.)
   if (auto conn = reply_to.lock()) {
@@ -128,7 +128,7 @@ void CoreWorker::ExecutorHost::SendReply(const std::weak_ptr<Connection>& reply_
     // worker that keeps up) write it from here at once, without a hop.
     const int at = DeferRepliesAtQueued();
     bool more = at > 0 && core_.receiver_->queued() >= at;
-    if (conn->SendFromAnyThread(frame, /*now=*/!more)) {
+    if (conn->SendFromAnyThread(frames, /*now=*/!more)) {
       core_.PostToIo("worker.flush_replies", [conn] { conn->Flush(); });
     }
   }

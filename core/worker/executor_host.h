@@ -23,7 +23,7 @@ class CoreWorker::ExecutorHost final : public TaskExecutorHost {
   absl::StatusOr<uint8_t*> CreateInStore(const ObjectId& id, uint64_t size) override;
   [[nodiscard]] absl::Status SealInStore(const ObjectId& id, uint64_t size) override;
   [[nodiscard]] absl::Status CheckSealed(const ObjectId& id) override;
-  void SendReply(const std::weak_ptr<Connection>& reply_to, std::string frame) override;
+  void SendReply(const std::weak_ptr<Connection>& reply_to, std::string_view frames) override;
   // Never returns: the io thread ends the process once the reply is out.
   void SendLastReplyAndExit(const std::weak_ptr<Connection>& reply_to,
                             std::string frame) override;

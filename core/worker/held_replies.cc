@@ -39,13 +39,16 @@ bool HeldReplies::TryHold(const std::weak_ptr<Connection>& to, std::string_view 
   return true;
 }
 
-std::string HeldReplies::Take(std::weak_ptr<Connection>* to) {
-  *to = std::move(to_);
+void HeldReplies::Append(const std::weak_ptr<Connection>& to, std::string_view frame) {
+  if (count_ == 0) to_ = to;
+  frames_.append(frame);
+  ++count_;
+}
+
+void HeldReplies::Clear() {
   to_.reset();
   count_ = 0;
-  std::string out;
-  out.swap(frames_);
-  return out;
+  frames_.clear();
 }
 
 namespace {

@@ -5,7 +5,7 @@
 // next task is short enough to hold replies across it.
 //
 //   HeldReplies held;
-//   if (!held.TryHold(conn, frame)) { /* send held.Take(&to) + frame */ }
+//   if (!held.TryHold(conn, frame)) { /* send held.frames(), then frame; held.Clear() */ }
 //
 // The executor holds the reply of a plain task (not an actor call) only while
 // another task waits in its receive queue and the task is known to be short,
@@ -61,8 +61,16 @@ class HeldReplies {
   bool TryHold(const std::weak_ptr<Connection>& to, std::string_view frame, int max_frames);
   // Whether what is held goes to `to` (false when nothing is held).
   bool For(const std::weak_ptr<Connection>& to) const;
-  // Takes the held frames, in order, and their connection; leaves it empty.
-  std::string Take(std::weak_ptr<Connection>* to);
+  // Appends `frame` for `to` beyond the limits (For(to) or empty), for a
+  // caller that sends what is held right after, in the same write.
+  void Append(const std::weak_ptr<Connection>& to, std::string_view frame);
+  // The held frames, in order, and their connection (valid until a change).
+  std::string_view frames() const { return frames_; }
+  const std::weak_ptr<Connection>& to() const { return to_; }
+  // Empties it once sent. Its buffer is kept (at most kMaxBytes plus a frame):
+  // grown anew for every batch, it cost a worker four allocations per batch,
+  // two of them large enough to make glibc's malloc consolidate its free lists.
+  void Clear();
 
  private:
   std::weak_ptr<Connection> to_;

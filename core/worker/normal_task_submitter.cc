@@ -31,6 +31,7 @@ void NormalTaskSubmitter::Submit(std::unique_ptr<PendingTask> task) {
     slot->shape.name = task->name();
     slot->shape.retriable = task->max_retries != 0;
   }
+  tasks_.ReleasePlacement(std::move(placement));
   slot->ready.push_back(std::move(task));
   Dispatch(*slot);
 }

@@ -14,8 +14,16 @@ void PendingTaskPool::Give(std::unique_ptr<PendingTask> task) {
   task->actor.reset();
   task->actor_record.reset();
   task->placement.reset();
+  if (!placements_.empty()) {
+    task->placement = std::move(placements_.back());
+    placements_.pop_back();
+  }
   task->dep_failure.reset();
   records_.Keep(std::move(task), argument_bytes);
+}
+
+void PendingTaskPool::GivePlacement(std::unique_ptr<TaskPlacement> placement) {
+  if (placement && placements_.size() < kMaxKept) placements_.push_back(std::move(placement));
 }
 
 }  // namespace lumen::runtime

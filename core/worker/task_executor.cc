@@ -10,6 +10,7 @@
 #include <optional>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "core/worker/worker_state.h"
 #include "lumen/common/codec.h"
@@ -32,6 +33,8 @@ thread_local std::vector<int> current_gpu_ids;
 // how long its tasks took, by function (held_replies.h).
 thread_local HeldBatch* held_batch = nullptr;
 thread_local TaskDurations task_durations;
+// A reply buffer larger than this is not kept for the next task's reply.
+constexpr size_t kKeptReplyBytes = 64 << 10;
 
 // CUDA_VISIBLE_DEVICES as this process last set it (nullopt: never). Executor
 // threads of a concurrent actor set it at once: one at a time.
@@ -152,9 +155,8 @@ void TaskExecutor::FlushHeldReplies() {
 
 void TaskExecutor::SendHeldLocked(HeldBatch& batch) {
   if (batch.held.empty()) return;
-  std::weak_ptr<Connection> to;
-  std::string frames = batch.held.Take(&to);
-  host_.SendReply(to, std::move(frames));
+  host_.SendReply(batch.held.to(), batch.held.frames());
+  batch.held.Clear();
 }
 
 bool TaskExecutor::Hold(HeldBatch& batch, const std::weak_ptr<Connection>& to,
@@ -204,22 +206,20 @@ void TaskExecutor::FlushOverdueReplies() {
                  [this] { FlushOverdueReplies(); });
 }
 
-void TaskExecutor::SendWithHeld(const std::weak_ptr<Connection>& to, std::string frame) {
+void TaskExecutor::SendWithHeld(const std::weak_ptr<Connection>& to, std::string_view frame) {
   if (held_batch == nullptr) {
-    host_.SendReply(to, std::move(frame));
+    host_.SendReply(to, frame);
     return;
   }
   // Under the batch's lock: a timer's flush of what is held cannot come after.
   absl::MutexLock lock(&held_batch->mu);
   if (held_batch->held.For(to)) {
-    std::weak_ptr<Connection> same;
-    std::string frames = held_batch->held.Take(&same);
-    frames.append(frame);
-    host_.SendReply(to, std::move(frames));
+    held_batch->held.Append(to, frame);  // one write for both
+    SendHeldLocked(*held_batch);
     return;
   }
   SendHeldLocked(*held_batch);  // another owner's: in order, before this one
-  host_.SendReply(to, std::move(frame));
+  host_.SendReply(to, frame);
 }
 
 void TaskExecutor::UseGpus(const std::vector<int>& ids) {
@@ -406,8 +406,14 @@ void TaskExecutor::Execute(TaskToRun& task) {
   bool exiting = receiver_.is_actor() && this_call_exits;
   this_call_exits = false;
   if (exiting) r.setActorExiting(true);
-  std::string frame;
+  // This thread's reply buffer, reused (one allocation per task otherwise);
+  // one that a large inline result grew is let go after the send.
+  thread_local std::string frame;
+  frame.clear();
   AppendFrame(reply.builder(), &frame);
+  absl::Cleanup shrink = [] {
+    if (frame.capacity() > kKeptReplyBytes) std::string().swap(frame);
+  };
   if (!exiting) {
     // Another task waits and this one was short: the reply goes with the
     // next ones (held_replies.h), one write for several. Plain tasks only:
@@ -420,13 +426,13 @@ void TaskExecutor::Execute(TaskToRun& task) {
         Hold(*held_batch, task.reply_to, frame)) {
       return;
     }
-    SendWithHeld(task.reply_to, std::move(frame));
+    SendWithHeld(task.reply_to, frame);
     return;
   }
   // No further calls run here; the host ends the process once the reply is out.
   receiver_.DropQueued();
   FlushHeldReplies();
-  host_.SendLastReplyAndExit(task.reply_to, std::move(frame));
+  host_.SendLastReplyAndExit(task.reply_to, frame);
 }
 
 }  // namespace lumen::runtime

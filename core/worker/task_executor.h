@@ -60,8 +60,9 @@ class TaskExecutorHost {
   virtual absl::Status SealInStore(const ObjectId& id, uint64_t size) = 0;
   // OK when a sealed copy of `id` is in the node's store (it is not pinned).
   virtual absl::Status CheckSealed(const ObjectId& id) = 0;
-  // Sends a task's reply frame to its owner over `reply_to` (gone: dropped).
-  virtual void SendReply(const std::weak_ptr<Connection>& reply_to, std::string frame) = 0;
+  // Sends task reply frames to their owner over `reply_to` (gone: dropped).
+  // Copied before it returns: the executor reuses its buffers.
+  virtual void SendReply(const std::weak_ptr<Connection>& reply_to, std::string_view frames) = 0;
   // Sends an exiting actor's last reply, tells its owner it exits on purpose,
   // and ends the process once the reply is out. In a real worker this never
   // returns to the executor thread.
@@ -133,7 +134,7 @@ class TaskExecutor {
   void Loop();
   // Sends `frame` for `to` with whatever this thread holds (one write when
   // both go to the same connection).
-  void SendWithHeld(const std::weak_ptr<Connection>& to, std::string frame);
+  void SendWithHeld(const std::weak_ptr<Connection>& to, std::string_view frame);
   // Holds `frame` in `batch` (false: not held, send it) and arms the timer
   // that bounds the hold.
   bool Hold(HeldBatch& batch, const std::weak_ptr<Connection>& to, std::string_view frame);

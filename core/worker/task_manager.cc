@@ -88,6 +88,12 @@ void TaskManager::Release(std::unique_ptr<PendingTask> task) {
   // else `task` is destroyed here
 }
 
+void TaskManager::ReleasePlacement(std::unique_ptr<TaskPlacement> placement) {
+  io_thread_.Check("TaskManager::ReleasePlacement");
+  if (record_pool_ != nullptr) record_pool_->GivePlacement(std::move(placement));
+  // else `placement` is destroyed here
+}
+
 void TaskManager::KeepLineage(std::unique_ptr<PendingTask> task) {
   io_thread_.Check("TaskManager::KeepLineage");
   if (lineage_sink_) lineage_sink_(std::move(task));

@@ -75,6 +75,9 @@ class TaskManager {
   // `task` has ended and nothing keeps it: its argument refs are released now
   // and its record goes back to the pool.
   void Release(std::unique_ptr<PendingTask> task);
+  // A queued task's placement, read by its scheduling queue: it goes back to
+  // the submitting thread with a record (PendingTaskPool::GivePlacement).
+  void ReleasePlacement(std::unique_ptr<TaskPlacement> placement);
 
   // The last finished tasks, oldest first.
   const std::deque<FinishedTask>& finished() const { return finished_; }

@@ -77,5 +77,30 @@ TEST_CASE("PendingTaskPool keeps at most kMaxKept records, none holding large va
   CHECK(pool.kept() == PendingTaskPool::kMaxKept);
 }
 
+TEST_CASE("PendingTaskPool sends a queued task's placement back inside the next record",
+          "[worker][task_pool]") {
+  // Invariant: a placement given back waits (at most kMaxKept) until a record
+  // is given, rides in it, and is destroyed by the Take that resets the record
+  // (on the thread that made it), never handed out.
+  PendingTaskPool pool;
+  auto placement = std::make_unique<TaskPlacement>();
+  placement->resources = {{"a_resource_name_longer_than_the_short_string_buffer", 2.0}};
+  placement->queue_key = "a queue key longer than the short string buffer";
+  pool.GivePlacement(std::move(placement));
+  pool.GivePlacement(nullptr);
+  CHECK(pool.placements_waiting() == 1);
+  pool.Give(std::make_unique<PendingTask>());
+  CHECK(pool.placements_waiting() == 0);
+  CHECK(pool.kept() == 1);
+  std::unique_ptr<PendingTask> record = pool.Take();
+  CHECK(record->placement == nullptr);
+  CHECK(pool.kept() == 0);
+  // No record to carry them: bounded.
+  for (size_t i = 0; i < PendingTaskPool::kMaxKept + 5; ++i) {
+    pool.GivePlacement(std::make_unique<TaskPlacement>());
+  }
+  CHECK(pool.placements_waiting() == PendingTaskPool::kMaxKept);
+}
+
 }  // namespace
 }  // namespace lumen::runtime

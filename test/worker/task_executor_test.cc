@@ -118,7 +118,7 @@ class FakeHost final : public TaskExecutorHost {
     log.push_back("check");
     return sealed.count(id) ? absl::OkStatus() : absl::NotFoundError("not sealed");
   }
-  void SendReply(const std::weak_ptr<Connection>&, std::string frames) override {
+  void SendReply(const std::weak_ptr<Connection>&, std::string_view frames) override {
     // One write may carry several replies (held_replies.h): split the frames.
     std::lock_guard<std::mutex> lock(mu);
     replied.notify_all();
@@ -128,7 +128,7 @@ class FakeHost final : public TaskExecutorHost {
       REQUIRE(frames.size() - at > kFrameHeaderBytes);
       auto len = ParseFrameHeader(reinterpret_cast<const uint8_t*>(frames.data() + at), 1 << 20);
       REQUIRE(len.ok());
-      replies.push_back(Decode(frames.substr(at, kFrameHeaderBytes + *len), false));
+      replies.push_back(Decode(std::string(frames.substr(at, kFrameHeaderBytes + *len)), false));
       at += kFrameHeaderBytes + *len;
     }
     if (stop_after_replies && replies.size() >= stop_after_replies) stop = true;
