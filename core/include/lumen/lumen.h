@@ -468,15 +468,24 @@ WaitResult<T> SplitByReadyInPlace(std::vector<ObjectRef<T>>& refs, const std::ve
   WaitResult<T> result;
   if (i < n && num_returns > 0) {
     result.ready.reserve(std::min(num_returns, n - i));  // may throw: before any move
+    // Every slot in [out, i) has been emptied (taken or moved on): a ref moves
+    // down by construction over the empty slot, which an assignment or a swap
+    // would read first, chaining each step to the last through memory. The
+    // shift of what is left is most of a Wait(std::move(refs), 1) loop's work.
+    auto move_down = [&refs](size_t to, size_t from) {
+      std::destroy_at(&refs[to]);  // empty: nothing to release
+      std::construct_at(&refs[to], std::move(refs[from]));
+    };
     size_t out = i;
-    for (; i < n; ++i) {
-      if (ready[i] && result.ready.size() < num_returns) {
+    for (; i < n && result.ready.size() < num_returns; ++i) {
+      if (ready[i]) {
         result.ready.push_back(std::move(refs[i]));
       } else {
-        refs[out++] = std::move(refs[i]);
+        move_down(out++, i);
       }
     }
-    refs.resize(out);  // the moved-from tail
+    for (; i < n; ++i) move_down(out++, i);  // enough taken: the rest closes up
+    refs.resize(out);  // the emptied tail
   }
   result.unready = std::move(refs);
   return result;
