@@ -33,9 +33,7 @@ bool HeldReplies::TryHold(const std::weak_ptr<Connection>& to, std::string_view 
                           int max_frames) {
   if (count_ > 0 && !For(to)) return false;
   if (count_ >= max_frames || frames_.size() + frame.size() > kMaxBytes) return false;
-  if (count_ == 0) to_ = to;
-  frames_.append(frame);
-  ++count_;
+  Append(to, frame);
   return true;
 }
 
