@@ -149,6 +149,7 @@ void CoreWorker::CreateObjectTracking() {
                 });
               },
           .notify_blocked = [this](bool blocked) { NotifyBlocked(blocked); },
+          .spin_before_blocking = [this] { return BlockingTellsNode(); },
       });
   task_pool_ = std::make_unique<PendingTaskPool>();
   tasks_ = std::make_unique<TaskManager>(*memory_store_);

@@ -164,8 +164,10 @@ void CoreWorker::ExecutorHost::SendLastReplyAndExit(const std::weak_ptr<Connecti
   never.WaitForNotification();
 }
 
+bool CoreWorker::BlockingTellsNode() const { return options_.is_worker && TaskExecutor::InTask(); }
+
 void CoreWorker::NotifyBlocked(bool blocked) {
-  if (!options_.is_worker || !TaskExecutor::InTask()) return;
+  if (!BlockingTellsNode()) return;
   // Replies this thread held back go first: what we wait for may need them.
   if (blocked) FlushHeldReplies();
   // Tasks queued behind this one could be what it waits for: a plain worker

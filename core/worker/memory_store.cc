@@ -19,6 +19,8 @@ namespace {
 // Steps taken by Get/Wait waiters: refs scanned when registering, countdowns,
 // entries visited when unregistering (internal::AwaitStepsForTesting).
 std::atomic<uint64_t> await_steps{0};
+// Get/Wait calls that spun before blocking (internal::BlockSpinsForTesting).
+std::atomic<uint64_t> block_spins{0};
 }  // namespace
 
 }  // namespace lumen::runtime
@@ -27,6 +29,7 @@ namespace lumen::internal {
 uint64_t AwaitStepsForTesting() {
   return runtime::await_steps.load(std::memory_order_relaxed);
 }
+uint64_t BlockSpinsForTesting() { return runtime::block_spins.load(std::memory_order_relaxed); }
 }  // namespace lumen::internal
 
 namespace lumen::runtime {
@@ -174,8 +177,10 @@ void MemoryStore::BlockUntilDone(PendingWait& wait,
   if (wait.Done()) return;
   // Entries stay put: node_hash_map nodes are stable and the caller's refs
   // keep them alive.
-  bool done = SpinFor(std::chrono::microseconds(50), [&] { return wait.Done(); });
-  if (done) return;
+  if (callbacks_.spin_before_blocking && callbacks_.spin_before_blocking()) {
+    block_spins.fetch_add(1, std::memory_order_relaxed);
+    if (SpinFor(kSpinBeforeBlocking, [&] { return wait.Done(); })) return;
+  }
   callbacks_.notify_blocked(true);
   if (deadline) {
     wait.waiter_.done.WaitForNotificationWithTimeout(

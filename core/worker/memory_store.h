@@ -45,7 +45,17 @@ class MemoryStore {
     std::function<void(const ObjectId&, const std::string& owner)> request_from_owner;
     // The calling thread is about to block in Get/Wait (true), or is done (false).
     std::function<void(bool blocked)> notify_blocked;
+    // Whether the calling thread spins (kSpinBeforeBlocking) before it blocks:
+    // where a block costs more than a futex (a task's thread in a worker, whose
+    // notify_blocked tells the node and hands back queued tasks) and most waits
+    // end within the spin. Elsewhere (a driver) it blocks at once: on a busy
+    // machine a spin takes the CPU from the threads that bring the value.
+    // Null: never spins.
+    std::function<bool()> spin_before_blocking;
   };
+
+  // How long a Get/Wait spins before it blocks, where it does (Callbacks::spin_before_blocking).
+  static constexpr std::chrono::microseconds kSpinBeforeBlocking{50};
 
   // One Get or Wait in progress (BeginWait, BlockUntilDone, EndWait). Lives on
   // the waiting thread's stack; only counted down under the table's lock.

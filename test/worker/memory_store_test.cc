@@ -21,6 +21,7 @@ struct StoreRig {
   std::vector<std::pair<ObjectId, std::vector<std::string>>> orphans_deleted;
   std::vector<std::pair<ObjectId, std::string>> owner_requests;
   std::vector<bool> blocked_calls;
+  bool spin_first = false;  // what spin_before_blocking answers
   MemoryStore store{
       table,
       {.run_on_ready =
@@ -35,7 +36,8 @@ struct StoreRig {
            [this](const ObjectId& id, const std::string& owner) {
              owner_requests.emplace_back(id, owner);
            },
-       .notify_blocked = [this](bool blocked) { blocked_calls.push_back(blocked); }}};
+       .notify_blocked = [this](bool blocked) { blocked_calls.push_back(blocked); },
+       .spin_before_blocking = [this] { return spin_first; }}};
 
   // A pending entry, owned or borrowed from `owner`.
   ObjectId AddPending(bool owned = true, const std::string& owner = "me") {
@@ -127,6 +129,27 @@ TEST_CASE("a Get that times out unregisters its waiter", "[worker][memory_store]
   CHECK_FALSE((*entries)[0]->ready.load());
   CHECK(rig.blocked_calls == std::vector<bool>{true, false});
   CHECK(rig.WaitersOn(id) == 0);
+}
+
+TEST_CASE("a Get spins before it blocks only where spin_before_blocking says so",
+          "[worker][memory_store]") {
+  // Invariant: a Get that must block spins first exactly when the hook says
+  // so (a task's thread in a worker), and blocks at once otherwise (a driver);
+  // either way it says it blocked, and a Get that need not block neither
+  // spins nor blocks.
+  StoreRig rig;
+  ObjectId id = rig.AddPending();
+  uint64_t spins = internal::BlockSpinsForTesting();
+  REQUIRE(rig.store.AwaitReady({id}, 1, std::chrono::milliseconds(0)).ok());
+  CHECK(internal::BlockSpinsForTesting() == spins);
+  rig.spin_first = true;
+  REQUIRE(rig.store.AwaitReady({id}, 1, std::chrono::milliseconds(0)).ok());
+  CHECK(internal::BlockSpinsForTesting() == spins + 1);
+  CHECK(rig.blocked_calls == std::vector<bool>{true, false, true, false});
+  rig.MakeReady(id);
+  REQUIRE(rig.store.AwaitReady({id}, 1, std::chrono::milliseconds(0)).ok());
+  CHECK(internal::BlockSpinsForTesting() == spins + 1);
+  CHECK(rig.blocked_calls.size() == 4);
 }
 
 TEST_CASE("a Get of a borrowed object asks its owner once", "[worker][memory_store]") {

@@ -128,6 +128,9 @@ std::vector<bool> WaitObjects(const std::vector<const RefHandle*>& refs, size_t 
 // scanned on entry, countdowns as objects became ready, registrations removed).
 // O(N) per call of N refs; a count that grows faster means a quadratic wait.
 uint64_t AwaitStepsForTesting();
+// For tests: this process's Get/Wait calls that spun before blocking so far
+// (a task's thread in a worker spins first; a driver blocks at once).
+uint64_t BlockSpinsForTesting();
 
 // Throws lumen::TypeMismatchError / lumen::Error for a decode failure.
 [[noreturn]] void ThrowDecodeError(const std::string& message, bool type_mismatch);

@@ -254,6 +254,10 @@ class CoreWorker {
   void CreateObjectTracking();
   void OnNodeLost(const absl::Status& why);
   void NotifyBlocked(bool blocked);
+  // Whether the calling thread blocking in the runtime is seen by the node: a
+  // task's thread in a worker (NotifyBlocked tells the node, hands back queued
+  // tasks). Such a thread spins briefly before it blocks; others block at once.
+  bool BlockingTellsNode() const;
 
   // worker mode (executor_host.cc): the executor's host; the end of an
   // actor that exits on purpose (io thread).
