@@ -56,10 +56,11 @@ class TaskEventFlusher {
   void Arm();
   // The delay to the next periodic flush, from the last one's records.
   std::chrono::steady_clock::duration NextDelay() const;
-  // The frame carrying what was recorded since the last flush, or "" if
-  // nothing (a frame with no events when `request_id` is set: an answer).
-  // Valid until the next call (it is frame_).
-  std::string_view TakeFrame(uint64_t request_id = 0);
+  // Builds in `out` the message carrying what was recorded since the last
+  // flush; false (nothing built) if there is nothing to send, unless
+  // `request_id` is set (an answer goes even with no events). `out` refers to
+  // records_ (no copy): send it before the next call.
+  bool TakeMessage(OutMessage& out, uint64_t request_id = 0);
 
   ThreadChecker io_thread_;
   TaskEventRecorder& recorder_;
@@ -71,10 +72,9 @@ class TaskEventFlusher {
   std::chrono::steady_clock::time_point last_flush_at_;
   size_t last_count_ = 0;
   std::chrono::steady_clock::duration last_interval_{};
-  // The packed blob of a flush (version byte, records) and its frame: reused,
-  // so that a flush touches memory the last one did rather than fresh pages.
+  // The packed blob of a flush (version byte, records): reused, so that a
+  // flush touches memory the last one did rather than fresh pages.
   std::string records_;
-  std::string frame_;
   bool stopped_ = false;
 };
 
