@@ -42,16 +42,15 @@ absl::Mutex gpu_env_mu;
 std::optional<std::string> gpu_env_value ABSL_GUARDED_BY(gpu_env_mu);
 
 // LUMEN_EXECUTOR_SPIN_US (default 100): how long an executor thread spins
-// for the next task after one; LUMEN_EXECUTOR_SPIN_ADAPTIVE=1 (default 0):
-// only while the next task came within that on average (less CPU on a loaded
-// machine, but idle it made the synchronous round trips 15-25 % slower:
-// doc/benchmark.md, "Adaptive spin, idle"). Read once.
+// for the next task after one (0: never); LUMEN_EXECUTOR_SPIN_ADAPTIVE (default
+// 1): not for the next kSpinlessTasksAfterBacklog times the queue runs dry
+// after a task found another queued behind it (0: after every task). Read once.
 std::pair<std::chrono::microseconds, bool> ExecutorSpin() {
   static const std::pair<std::chrono::microseconds, bool> spin = [] {
     const char* us = std::getenv("LUMEN_EXECUTOR_SPIN_US");
     const char* adaptive = std::getenv("LUMEN_EXECUTOR_SPIN_ADAPTIVE");
     return std::make_pair(std::chrono::microseconds(us != nullptr ? std::max(0, std::atoi(us)) : 100),
-                          adaptive != nullptr && std::atoi(adaptive) != 0);
+                          adaptive == nullptr || std::atoi(adaptive) != 0);
   }();
   return spin;
 }
@@ -100,34 +99,35 @@ void TaskExecutor::Loop() {
   }
   held_batch = &batch;
   bool busy = false;
-  // How long this thread was idle between a task and the next, when nothing
-  // waited after the first (an exponentially weighted mean, microseconds).
-  double idle_gap_us = 0;
+  // How many more times this thread's queue must run dry before it spins
+  // again (kSpinlessTasksAfterBacklog).
+  int spinless_tasks = 0;
   while (!host_.ShouldStop()) {
     const bool idle = !receiver_.HasQueued();
     // Nothing waits: what is held goes now, before any spinning or blocking.
     if (idle) FlushHeldReplies();
-    // Right after a task, spin briefly (the next one is often microseconds
-    // away); otherwise block in Take, untimed: an idle worker wakes only for a
-    // task or for the receiver's Stop (the runtime stops it when the node
-    // daemon is lost or the worker stops), never on a timer. 10,000 idle
-    // actors' workers each waking every 200 ms kept 2 cores saturated.
-    // Spin only while the next task has come within the spin's budget on
-    // average: on a busy machine (or a pipeline the owner refills late) a
-    // spin that times out only took the CPU from the threads it waits for.
+    // Right after a task of a round trip, spin briefly (the next one is often
+    // microseconds away); otherwise block in Take, untimed: an idle worker
+    // wakes only for a task or for the receiver's Stop (the runtime stops it
+    // when the node daemon is lost or the worker stops), never on a timer.
+    // 10,000 idle actors' workers each waking every 200 ms kept 2 cores
+    // saturated.
     const auto& [spin, adaptive] = ExecutorSpin();
-    const bool timed = busy && idle && adaptive;
-    const auto idle_since = timed ? std::chrono::steady_clock::now()
-                                  : std::chrono::steady_clock::time_point();
-    bool spun = busy && (!idle || !adaptive || idle_gap_us < spin.count()) &&
-                SpinFor(spin, [&] { return receiver_.HasQueued() || host_.ShouldStop(); });
-    auto task = spun ? receiver_.TryTake() : receiver_.Take();
-    if (timed && task) {
-      const double gap = std::chrono::duration<double, std::micro>(
-                             std::chrono::steady_clock::now() - idle_since)
-                             .count();
-      idle_gap_us = 0.8 * idle_gap_us + 0.2 * std::min(gap, 4.0 * spin.count());
+    bool spins = busy && idle && spin.count() > 0;
+    if (busy && adaptive) {
+      if (!idle) {
+        spinless_tasks = kSpinlessTasksAfterBacklog;
+      } else if (spinless_tasks > 0) {
+        --spinless_tasks;
+        spins = false;
+      }
     }
+    bool spun = false;
+    if (spins) {
+      spins_.fetch_add(1, std::memory_order_relaxed);
+      spun = SpinFor(spin, [&] { return receiver_.HasQueued() || host_.ShouldStop(); });
+    }
+    auto task = spun || !idle ? receiver_.TryTake() : receiver_.Take();
     busy = task != nullptr;
     if (!task) {
       FlushHeldReplies();  // another thread took it, or stopping

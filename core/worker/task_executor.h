@@ -129,6 +129,20 @@ class TaskExecutor {
   // The GPU ids of the task the calling thread runs (none outside tasks).
   static std::vector<int> CurrentGpuIds();
 
+  // A thread spins for its next task when its queue runs dry after a task: in
+  // a synchronous round trip the owner sends the next task once it has this
+  // one's reply, within microseconds. A task found queued behind another
+  // means a pipeline feeds the thread instead; when that queue runs dry the
+  // next task comes when its owner has made more, and a spin for it takes the
+  // CPU from the very threads making it (on 2 cores, without it
+  // single_client_wait_1k_refs 1.31 and single_client_tasks_async 1.15:
+  // doc/benchmark.md, "Stop 38"). So after a
+  // backlog, the next this many times the queue runs dry the thread blocks at
+  // once.
+  static constexpr int kSpinlessTasksAfterBacklog = 32;
+  // How often this executor's threads spun for a next task. Any thread.
+  uint64_t Spins() const { return spins_.load(std::memory_order_relaxed); }
+
  private:
   // Executor thread: spins briefly, then takes tasks until ShouldStop.
   void Loop();
@@ -171,6 +185,7 @@ class TaskExecutor {
   std::vector<HeldBatch*> batches_ ABSL_GUARDED_BY(batches_mu_);
   // Whether FlushOverdueReplies is due to run (armed, not yet disarmed).
   std::atomic<bool> watching_{false};
+  std::atomic<uint64_t> spins_{0};
 };
 
 }  // namespace lumen::runtime

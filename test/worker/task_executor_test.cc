@@ -209,6 +209,11 @@ TaskExecutor* running_executor = nullptr;  // for the exiting actor method
 // For executor_test.AwaitReply: which host, and the task whose reply it waits for.
 FakeHost* awaiting_host = nullptr;
 TaskId awaited_task;
+// For executor_test.Gate: set once it runs; it returns once the gate opens.
+std::atomic<bool> gate_entered = false;
+std::mutex gate_mu;
+std::condition_variable gate_changed;
+bool gate_open = false;
 const bool registered = [] {
   using internal::RemoteFunction;
   auto int_arg = [](const std::vector<internal::ObjectBytes>& args, size_t i) {
@@ -238,6 +243,15 @@ const bool registered = [] {
         awaiting_host->WaitForReply(awaited_task, std::chrono::seconds(10)) ? 1 : 0);
   };
   internal::RegisterFunction("executor_test.AwaitReply", "executor_test.AwaitReply", await_reply);
+  // Waits for the test to open the gate, 10 s at most: 1 if it opened.
+  RemoteFunction gate{.kind = RemoteFunction::Kind::kFunction};
+  gate.invoke = [](const std::vector<internal::ObjectBytes>&) {
+    gate_entered = true;
+    std::unique_lock<std::mutex> lock(gate_mu);
+    return codec::EncodeValue<int>(
+        gate_changed.wait_for(lock, std::chrono::seconds(10), [] { return gate_open; }) ? 1 : 0);
+  };
+  internal::RegisterFunction("executor_test.Gate", "executor_test.Gate", gate);
   RemoteFunction fails{.kind = RemoteFunction::Kind::kFunction};
   fails.invoke = [](const std::vector<internal::ObjectBytes>&) -> std::string {
     throw std::invalid_argument("no good");
@@ -676,5 +690,89 @@ TEST_CASE("replies the timer and the executor thread send at once stay in order,
   CHECK(host.timers_armed >= 1);
 }
 
+// Whether `done` held within 10 s (polled: it reads another thread's progress).
+bool Eventually(const std::function<bool()>& done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+TEST_CASE("an executor thread spins for its next task only while its tasks come one at a time",
+          "[worker][executor]") {
+  // Invariant: after a task, with nothing queued, the thread spins for the
+  // next (a round trip's comes within microseconds) unless, within the last
+  // kSpinlessTasksAfterBacklog times its queue ran dry, a task was queued
+  // behind another (a pipeline feeds it: a spin would take the CPU from the
+  // threads making its next tasks). The owner here sends each task once the
+  // last one's reply came and the thread has chosen to spin or to block, so
+  // which tasks found others queued is fixed by the test, not by timing.
+  FakeHost host;
+  TaskReceiver receiver;
+  TaskExecutor executor(host, receiver, TestOptions());
+  uint64_t seen_spins = 0;
+  int blocked_runs = 0;  // times the thread chose to block (TEST_waiting went to 1)
+  // Waits for `id`'s reply and for the thread to spin or block after it; true
+  // when it spun.
+  auto settled = [&](const TaskId& id) {
+    REQUIRE(host.WaitForReply(id, std::chrono::seconds(10)));
+    REQUIRE(Eventually([&] { return executor.Spins() > seen_spins || receiver.TEST_waiting() == 1; }));
+    const bool spun = executor.Spins() > seen_spins;
+    seen_spins = executor.Spins();
+    if (!spun) ++blocked_runs;
+    return spun;
+  };
+  // One task, sent as its owner's next round trip; true when the thread spun after it.
+  auto round_trip = [&] {
+    auto task = std::make_unique<TaskToRun>(Task("executor_test.Sum", {1, 2}));
+    const TaskId id = task->task_id;
+    REQUIRE(receiver.Receive(std::move(task)) == nullptr);
+    return settled(id);
+  };
+
+  // Three tasks queued before the thread starts: a backlog.
+  std::vector<TaskId> first;
+  for (int i = 0; i < 3; ++i) {
+    auto task = std::make_unique<TaskToRun>(Task("executor_test.Sum", {i}));
+    first.push_back(task->task_id);
+    REQUIRE(receiver.Receive(std::move(task)) == nullptr);
+  }
+  std::thread runner([&] { executor.Run(); });
+  for (size_t i = 0; i + 1 < first.size(); ++i) {
+    REQUIRE(host.WaitForReply(first[i], std::chrono::seconds(10)));
+  }
+  CHECK_FALSE(settled(first.back()));  // the queue ran dry once: no spin
+  const int spinless = TaskExecutor::kSpinlessTasksAfterBacklog;
+  for (int i = 1; i < spinless; ++i) CHECK_FALSE(round_trip());
+  // The backlog is spinless_tasks dry queues back: round trips spin again.
+  for (int i = 0; i < 5; ++i) CHECK(round_trip());
+
+  // A backlog while it runs: two tasks arrive while a third runs.
+  auto gated = std::make_unique<TaskToRun>(Task("executor_test.Gate", {}));
+  REQUIRE(receiver.Receive(std::move(gated)) == nullptr);
+  REQUIRE(Eventually([] { return gate_entered.load(); }));
+  std::vector<TaskId> behind;
+  for (int i = 0; i < 2; ++i) {
+    auto task = std::make_unique<TaskToRun>(Task("executor_test.Sum", {i}));
+    behind.push_back(task->task_id);
+    REQUIRE(receiver.Receive(std::move(task)) == nullptr);
+  }
+  {
+    std::lock_guard<std::mutex> lock(gate_mu);
+    gate_open = true;
+  }
+  gate_changed.notify_all();
+  REQUIRE(host.WaitForReply(behind[0], std::chrono::seconds(10)));
+  CHECK_FALSE(settled(behind[1]));
+  for (int i = 1; i < spinless; ++i) CHECK_FALSE(round_trip());
+  CHECK(round_trip());
+  CHECK(blocked_runs == 2 * spinless);
+
+  host.stop = true;
+  receiver.Stop();
+  runner.join();
+}
 }  // namespace
 }  // namespace lumen::runtime
