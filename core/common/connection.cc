@@ -478,6 +478,29 @@ bool Connection::TrySendNow(std::string_view frames) {
   return false;
 }
 
+bool Connection::SendBeforeClose(std::string_view frames, std::chrono::milliseconds limit) {
+  absl::MutexLock lock(&write_mu_);
+  if (closed_ || write_in_flight_ || !pending_writes_.empty()) return false;
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!frames.empty()) {
+    ssize_t n = ::send(socket_.native_handle(), frames.data(), frames.size(),
+                       MSG_DONTWAIT | MSG_NOSIGNAL);
+    write_calls_.fetch_add(1, std::memory_order_relaxed);
+    if (n > 0) {
+      frames.remove_prefix(static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return false;
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline -
+                                                                    std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd out{.fd = socket_.native_handle(), .events = POLLOUT, .revents = 0};
+    if (::poll(&out, 1, static_cast<int>(left.count())) < 0 && errno != EINTR) return false;
+  }
+  return true;
+}
+
 bool Connection::SendFromAnyThread(std::string_view frames, bool now) {
   absl::MutexLock lock(&write_mu_);
   if (closed_) return false;

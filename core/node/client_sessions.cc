@@ -130,8 +130,13 @@ void ClientSessions::OnHello(Connection& conn, proto::Hello::Reader hello) {
 void ClientSessions::OnClose(Connection& conn, const absl::Status& why) {
   uint64_t id = conn.id();
   Client client = ClientRegistry::Info(conn);
+  // A worker this daemon killed (SIGKILL: an actor's owner let it go) may die
+  // in the middle of a frame (a task-event flush): that is the kill, not a
+  // misbehaving peer.
+  const Worker* killed = client.role == proto::Role::WORKER ? o_.pool->Find(client.worker) : nullptr;
   if (!why.ok() && why.code() != absl::StatusCode::kUnavailable &&
-      why.code() != absl::StatusCode::kCancelled) {
+      why.code() != absl::StatusCode::kCancelled &&
+      (killed == nullptr || killed->kill_reason.empty())) {
     LogRejectedConnection("node daemon", conn.peer(), why);
   }
   o_.store->DisconnectClient(id);

@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "lumen/common/logging.h"
 #include "lumen/common/task_event_packed.h"
 #include "lumen/common/task_event_wire.h"
 
@@ -87,11 +88,14 @@ void TaskEventFlusher::FlushBeforeClose() {
   if (!node || node->closed() || !recorder_.enabled() || !node->idle()) return;
   OutMessage out;
   if (!TakeMessage(out)) return;
-  // Best effort: what does not go out in one non-blocking send is lost with
-  // the connection.
+  // A busy process's last records are a few hundred KiB, more than one
+  // non-blocking send takes: the node, which reads all the time, gets a moment
+  // to take them whole. Past kCloseSendLimit they are lost with the connection.
   std::string frame;
   AppendFrame(out.builder(), &frame);
-  node->TrySendNow(frame);
+  if (!node->SendBeforeClose(frame, kCloseSendLimit)) {
+    LUMEN_LOG(DEBUG) << "the last task events were not all sent to the node";
+  }
 }
 
 }  // namespace lumen::runtime

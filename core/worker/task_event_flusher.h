@@ -43,14 +43,18 @@ class TaskEventFlusher {
   // The node asked for our events now (getTaskEvents with `request_id`, a
   // driver is stopping): sends them, possibly none, in a frame carrying that id.
   void AnswerFlush(uint64_t request_id);
-  // Last flush before the connection closes: written at once when nothing else
-  // is queued on it (a close would drop queued bytes); dropped otherwise. Stops
-  // the periodic flush.
+  // Last flush before the connection closes: written at once, whole (waiting up
+  // to kCloseSendLimit for the node to read), when nothing else is queued on it
+  // (a close would drop queued bytes); dropped otherwise. Stops the periodic
+  // flush.
   void FlushBeforeClose();
 
   // Records per flush a busy process aims at, and its shortest period.
   static constexpr size_t kTargetRecords = 4096;
   static constexpr std::chrono::milliseconds kMinPeriod{5};
+  // How long FlushBeforeClose waits, at most, for the node to take the last
+  // records (Connection::SendBeforeClose).
+  static constexpr std::chrono::milliseconds kCloseSendLimit{200};
 
  private:
   void Arm();

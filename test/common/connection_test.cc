@@ -5,6 +5,8 @@
 // deadline) instead of sleeping.
 #include "connection_test_util.h"
 
+#include <poll.h>
+
 #include <catch2/catch.hpp>
 
 namespace {
@@ -571,6 +573,45 @@ TEST_CASE("Send after Close is dropped", "[connection]") {
     return !(n < 0 && errno == EAGAIN);
   }));
   CHECK(n == 0);
+}
+
+TEST_CASE("SendBeforeClose writes a large frame whole while the peer reads, gives up past its limit",
+          "[connection]") {
+  // Invariant: the frame leaves whole (several times the socket's buffer) when
+  // the peer reads; with a peer that never reads it returns false once the
+  // limit passed, queueing nothing; with something already queued it sends
+  // nothing.
+  boost::asio::io_context io;
+  auto [socket, peer] = SocketAndRawPeer(io);
+  auto conn = Connection::Create(std::move(socket));
+  const std::string frame = KvPutFrame(1, 2 << 20);
+  std::string got;
+  std::thread reader([&, fd = peer.get()] {
+    char buf[1 << 16];
+    while (got.size() < frame.size()) {
+      pollfd in{.fd = fd, .events = POLLIN, .revents = 0};
+      if (::poll(&in, 1, 20000) <= 0) return;
+      ssize_t n = ::read(fd, buf, sizeof(buf));
+      if (n <= 0 && errno != EAGAIN) return;
+      if (n > 0) got.append(buf, static_cast<size_t>(n));
+    }
+  });
+  CHECK(conn->SendBeforeClose(frame, std::chrono::seconds(20)));
+  reader.join();
+  CHECK(got == frame);
+  CHECK(conn->idle());
+
+  // Nobody reads now: the limit passes.
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_FALSE(conn->SendBeforeClose(frame, std::chrono::milliseconds(50)));
+  CHECK(std::chrono::steady_clock::now() - start >= std::chrono::milliseconds(50));
+  CHECK(conn->idle());  // the rest is dropped, not queued
+
+  conn->SendFramed(KvPutFrame(2, 10));  // outside a batch: a write starts
+  REQUIRE_FALSE(conn->idle());
+  CHECK_FALSE(conn->SendBeforeClose(frame, std::chrono::milliseconds(50)));
+  conn->Close(absl::CancelledError("bye"));
+  Drain(io);
 }
 
 TEST_CASE("Close() from inside the frame handler is safe", "[connection]") {

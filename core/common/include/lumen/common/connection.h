@@ -177,6 +177,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // hot reply path. Returns true if all of it went out; false if it was queued
   // instead, and then the caller must have the io thread call Flush().
   bool TrySendNow(std::string_view frames);
+  // Thread-safe: the last frames of a process about to exit (or of a connection
+  // about to close). Writes `frames` from the calling thread when nothing else is
+  // queued, waiting up to `limit` in all for the peer to make room: one
+  // non-blocking send would cut a frame larger than the socket's buffer short,
+  // and the peer would read a torn frame. True if all of it went out; false if
+  // none was sent (something else queued, closed) or the limit passed (the rest
+  // is dropped, not queued).
+  bool SendBeforeClose(std::string_view frames, std::chrono::milliseconds limit);
   // Starts writing what is queued (io thread).
   void Flush();
 
