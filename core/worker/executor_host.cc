@@ -28,23 +28,27 @@
 namespace lumen::runtime {
 namespace {
 
-// LUMEN_DEFER_REPLIES_AT_QUEUED (default 16; 0: never): how many tasks must
-// wait in the receive queue for a reply to be handed to the io thread rather
-// than written by the executor (see SendReply). Read once per process.
+// LUMEN_DEFER_REPLIES_AT_QUEUED (default: 48 in a worker running normal
+// tasks, 16 in an actor's; 0: never): how many tasks must wait in the receive
+// queue for a reply to be handed to the io thread rather than written by the
+// executor (see SendReply). Read once per process.
 //
-// The default is the depth to which a normal-task owner pipelines tasks to one
-// worker (`CoreWorkerOptions::max_tasks_in_flight_per_worker`): at most 15 of
-// its tasks wait here, and it sends the next only when a reply comes back, so
-// a later reply is a slower pipeline (idle A/B, doc/benchmark.md: with 8,
-// `single_client_tasks_async` and `multi_driver_tasks_async` lost 15-35 %).
-// Actor calls arrive without such a window, thousands queued, and gain from
-// the batching (`1_1_actor_calls_async` about 2x).
-int DeferRepliesAtQueued() {
+// A normal-task owner pipelines at most 48 tasks to one worker
+// (`CoreWorkerOptions::max_tasks_in_flight_per_worker`, NormalTaskSubmitter::
+// PipelineDepth) and sends the next only when a reply comes back, so a later
+// reply is a slower pipeline: at most 47 of its tasks wait here, and its
+// replies are never deferred (idle A/B, doc/benchmark.md: 8 against a depth of
+// 16 lost 15-35 % of `single_client_tasks_async`; 16 against a depth of 48,
+// stop 38, ~0.87). Actor calls arrive without such a window, thousands
+// queued, and gain from the batching (`1_1_actor_calls_async` about 2x; 48
+// there made `n_n_actor_calls_async` ~0.92 of 16's, stop 38).
+int DeferRepliesAtQueued(bool actor) {
   static const int at = [] {
     const char* v = std::getenv("LUMEN_DEFER_REPLIES_AT_QUEUED");
-    return v != nullptr ? std::atoi(v) : 16;
+    return v != nullptr ? std::atoi(v) : -1;
   }();
-  return at;
+  if (at >= 0) return at;
+  return actor ? 16 : 48;
 }
 
 }  // namespace
@@ -126,7 +130,7 @@ void CoreWorker::ExecutorHost::SendReply(const std::weak_ptr<Connection>& reply_
     // wait there) against one send per reply, so it pays only for a queue of
     // DeferRepliesAtQueued() or more. Otherwise (the synchronous round trip, a
     // worker that keeps up) write it from here at once, without a hop.
-    const int at = DeferRepliesAtQueued();
+    const int at = DeferRepliesAtQueued(core_.receiver_->is_actor());
     bool more = at > 0 && core_.receiver_->queued() >= at;
     if (conn->SendFromAnyThread(frames, /*now=*/!more)) {
       core_.PostToIo("worker.flush_replies", [conn] { conn->Flush(); });

@@ -48,8 +48,7 @@ void NormalTaskSubmitter::Dispatch(SchedulingQueue& queue) {
   } else if (queue.ready.size() >= 32 && queue.ready.size() > 4 * queue.num_leases) {
     queue.pipelining = true;
   }
-  size_t depth =
-      queue.pipelining ? static_cast<size_t>(options_.max_tasks_in_flight_per_worker) : 1;
+  const size_t depth = queue.pipelining ? PipelineDepth(queue.avg_exec_micros) : 1;
   while (!queue.ready.empty() && !queue.usable.empty()) {
     auto [load, key] = *queue.usable.begin();  // the least loaded, then the oldest
     if (load >= depth) break;
@@ -62,6 +61,13 @@ void NormalTaskSubmitter::Dispatch(SchedulingQueue& queue) {
          std::min<size_t>(queue.ready.size(), options_.max_pending_lease_requests)) {
     RequestLease(queue);
   }
+}
+
+size_t NormalTaskSubmitter::PipelineDepth(double avg_exec_micros) const {
+  const size_t most = static_cast<size_t>(std::max(1, options_.max_tasks_in_flight_per_worker));
+  const size_t least = std::min(kMinPipelineDepth, most);
+  const double covering = kPipelinedWorkMicros / std::max(avg_exec_micros, 1.0);
+  return std::clamp(static_cast<size_t>(covering), least, most);
 }
 
 void NormalTaskSubmitter::FailQueued(SchedulingQueue& queue, const Failure& failure) {

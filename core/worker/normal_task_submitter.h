@@ -7,7 +7,7 @@
 // back when the node asks, and handles lost workers and dead nodes (a task is
 // retried or failed per its budget through the TaskManager).
 //
-//   NormalTaskSubmitter submitter(leases, tasks, transport, {.max_tasks_in_flight_per_worker = 16});
+//   NormalTaskSubmitter submitter(leases, tasks, transport, {.max_tasks_in_flight_per_worker = 48});
 //   submitter.Submit(std::move(task));   // its arguments are ready
 //   submitter.OnNodeDead(node);          // the cluster gave up on `node`
 //
@@ -111,7 +111,8 @@ class NormalTaskTransport {
 class NormalTaskSubmitter {
  public:
   struct Options {
-    int max_tasks_in_flight_per_worker = 16;  // pipelining depth for short tasks
+    // The most short tasks of a backlog pipelined to one worker (PipelineDepth).
+    int max_tasks_in_flight_per_worker = 48;
     int max_pending_lease_requests = 4;       // per shape
     std::chrono::milliseconds lease_idle_timeout{200};  // Timeouts::lease_idle_timeout
   };
@@ -196,6 +197,19 @@ class NormalTaskSubmitter {
     // worker, a round trip each).
     bool pipelining = false;
   };
+
+  // Tasks in flight to one worker while a backlog of short ones pipelines:
+  // enough to keep the worker busy across its owner's turnaround (the replies
+  // back, the next pushes out: on 2 busy cores a wake-up is ~100 µs), so about
+  // kPipelinedWorkMicros of work, and at least kMinPipelineDepth, at most
+  // max_tasks_in_flight_per_worker. Microsecond tasks get the most (48: on 2
+  // cores single_client_tasks_async 1.49 and multi_client_tasks_async 1.41 of
+  // 16's, doc/benchmark.md "Stop 38"); tasks of 63 µs or longer 16, as all
+  // short tasks did before, so that no worker's queue holds more than ~16
+  // tasks' worth of the backlog while another worker could take it.
+  size_t PipelineDepth(double avg_exec_micros) const;
+  static constexpr double kPipelinedWorkMicros = 1000;
+  static constexpr size_t kMinPipelineDepth = 16;
 
   void Dispatch(SchedulingQueue& queue);
   void RequestLease(SchedulingQueue& queue);

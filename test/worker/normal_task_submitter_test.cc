@@ -228,6 +228,10 @@ class FakeRuntime : public NormalTaskTransport {
 constexpr milliseconds kIdle{200};
 
 struct Rig {
+  Rig() = default;
+  explicit Rig(NormalTaskSubmitter::Options options)
+      : submitter{leases, tasks, runtime, options} {}
+
   ObjectTable table;
   MemoryStore store{table,
                     {.run_on_ready = [](const ObjectId&, std::vector<std::function<void()>>) {},
@@ -464,6 +468,25 @@ TEST_CASE("short tasks with a backlog are pipelined up to the depth, others go o
   const size_t before = rig.runtime.PushedTo("worker-a").size();
   rig.runtime.Reply("worker-a", rig.runtime.PushedTo("worker-a")[before - 4], /*micros=*/10);
   CHECK(rig.runtime.PushedTo("worker-a").size() == before + 1);
+}
+
+TEST_CASE("the pipelining depth covers about a millisecond of work, between 16 and the most",
+          "[worker][submitter]") {
+  // Invariant: while a backlog of short tasks pipelines, a worker holds about
+  // 1 ms of them (the moving average of their run time), at least 16 and at
+  // most max_tasks_in_flight_per_worker: microsecond tasks fill the deepest
+  // pipeline, tasks of 100 µs stay at 16.
+  for (const auto& [micros, depth] : {std::pair<int64_t, size_t>{2, 48}, {25, 40}, {100, 16}}) {
+    INFO("tasks of " << micros << " us");
+    Rig rig({.max_tasks_in_flight_per_worker = 48, .max_pending_lease_requests = 1,
+             .lease_idle_timeout = kIdle});
+    const TaskId first = rig.Submit();
+    rig.GrantAndConnect("", rig.node_a, 1, "worker-a");
+    REQUIRE(rig.runtime.PushedTo("worker-a") == std::vector<TaskId>{first});
+    for (int i = 0; i < 200; ++i) rig.Submit();
+    rig.runtime.Reply("worker-a", first, micros);  // the first measure of the shape
+    CHECK(rig.runtime.PushedTo("worker-a").size() == 1 + depth);
+  }
 }
 
 TEST_CASE("a task handed back by a blocked worker runs elsewhere, the blocked worker gets no more",

@@ -118,7 +118,7 @@ struct CoreWorkerOptions {
   JobId job_id;             // driver: nil (the node assigns one); worker: its job
   WorkerId worker_id;
   uint64_t inline_limit = kInlineObjectLimit;
-  int max_tasks_in_flight_per_worker = 16;
+  int max_tasks_in_flight_per_worker = 48;  // NormalTaskSubmitter::PipelineDepth's most
   int max_pending_lease_requests = 4;
   // Driver: have the node daemons forward its workers' stdout/stderr to it
   // (Config::log_to_driver, LUMEN_LOG_TO_DRIVER).
