@@ -48,7 +48,7 @@ int DeferRepliesAtQueued(bool actor) {
     return v != nullptr ? std::atoi(v) : -1;
   }();
   if (at >= 0) return at;
-  return actor ? 16 : 48;
+  return actor ? 16 : NormalTaskSubmitter::Options{}.max_tasks_in_flight_per_worker;
 }
 
 }  // namespace

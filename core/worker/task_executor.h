@@ -136,9 +136,8 @@ class TaskExecutor {
   // next task comes when its owner has made more, and a spin for it takes the
   // CPU from the very threads making it (on 2 cores, without it
   // single_client_wait_1k_refs 1.31 and single_client_tasks_async 1.15:
-  // doc/benchmark.md, "Stop 38"). So after a
-  // backlog, the next this many times the queue runs dry the thread blocks at
-  // once.
+  // doc/benchmark.md, "Stop 38"). So after a backlog, the next this many
+  // times the queue runs dry the thread blocks at once.
   static constexpr int kSpinlessTasksAfterBacklog = 32;
   // How often this executor's threads spun for a next task. Any thread.
   uint64_t Spins() const { return spins_.load(std::memory_order_relaxed); }
