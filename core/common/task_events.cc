@@ -164,12 +164,21 @@ struct TaskEventRecorder::ThreadRing {
     events.long_names.emplace_back(name);
   }
 
+  // Whether this ring reached `at` (> 0) events since its last drain just now
+  // (true once per drain): the recorder's fill signal is then due.
+  bool TakeFillSignal(size_t at) {
+    if (at == 0 || size < at || fill_signalled) return false;
+    fill_signalled = true;
+    return true;
+  }
+
   const size_t capacity;
   const std::thread::id owner;
   std::atomic<bool> locked{false};
   Events events;
   size_t head = 0;  // index of the oldest event
   size_t size = 0;
+  bool fill_signalled = false;  // TakeFillSignal said so since the last drain
   // Unique per recorder and per content of `events`: changes at each drain's
   // swap, so that a TaskEventMark of an earlier one matches no slot.
   uint64_t generation = 0;
@@ -318,7 +327,9 @@ uint64_t TaskEventRecorder::Record(TaskEventKind kind, const TaskId& task, uint3
   e.worker_pid = detail.worker_pid;
   e.kind = static_cast<uint8_t>(kind);
   ring.SetName(e, name);
+  const bool filled = ring.TakeFillSignal(fill_signal_at_.load(std::memory_order_relaxed));
   ring.Unlock();
+  if (filled) SignalFill();
   return now;
 }
 
@@ -344,7 +355,22 @@ void TaskEventRecorder::RecordEvent(const TaskEvent& event) {
   e.worker_pid = event.worker_pid;
   e.kind = static_cast<uint8_t>(event.kind);
   ring.SetName(e, event.name);
+  const bool filled = ring.TakeFillSignal(fill_signal_at_.load(std::memory_order_relaxed));
   ring.Unlock();
+  if (filled) SignalFill();
+}
+
+void TaskEventRecorder::SetFillSignal(size_t records, std::function<void()> signal) {
+  absl::MutexLock lock(&fill_signal_mu_);
+  fill_signal_ = std::move(signal);
+  fill_signal_at_.store(fill_signal_ ? std::max<size_t>(records, 1) : 0, std::memory_order_relaxed);
+}
+
+void TaskEventRecorder::ClearFillSignal() { SetFillSignal(0, nullptr); }
+
+void TaskEventRecorder::SignalFill() {
+  absl::MutexLock lock(&fill_signal_mu_);
+  if (fill_signal_) fill_signal_();
 }
 
 size_t TaskEventRecorder::DrainPacked(std::string* records) {
@@ -375,6 +401,7 @@ size_t TaskEventRecorder::DrainPacked(std::string* records) {
       std::swap(r->events, r->spare);
       t.head = std::exchange(r->head, 0);
       t.size = std::exchange(r->size, 0);
+      r->fill_signalled = false;
       r->generation = ++generations_;
     }
     r->Unlock();

@@ -16,9 +16,22 @@ TaskEventFlusher::TaskEventFlusher(boost::asio::io_context& io, TaskEventRecorde
                                    std::weak_ptr<Connection> node)
     : recorder_(recorder), period_(period), node_(std::move(node)), timer_(io) {}
 
+TaskEventFlusher::~TaskEventFlusher() {
+  if (!stopped_) recorder_.ClearFillSignal();
+}
+
 void TaskEventFlusher::Start() {
   io_thread_.Check("TaskEventFlusher::Start");
   if (!recorder_.enabled()) return;
+  // The period alone left a busy process's first period (a second) unflushed:
+  // its rings grew to tens of MiB of slots and dropped events.
+  recorder_.SetFillSignal(kTargetRecords, [this] {
+    if (early_flush_posted_.exchange(true)) return;
+    boost::asio::post(timer_.get_executor(), [this] {
+      early_flush_posted_ = false;
+      if (!stopped_) FlushNow();
+    });
+  });
   Arm();
 }
 
@@ -83,6 +96,7 @@ void TaskEventFlusher::AnswerFlush(uint64_t request_id) {
 void TaskEventFlusher::FlushBeforeClose() {
   io_thread_.Check("TaskEventFlusher::FlushBeforeClose");
   stopped_ = true;
+  recorder_.ClearFillSignal();
   timer_.cancel();
   auto node = node_.lock();
   if (!node || node->closed() || !recorder_.enabled() || !node->idle()) return;

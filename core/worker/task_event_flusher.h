@@ -1,11 +1,13 @@
 // TaskEventFlusher: sends this process's task events (lumen::TaskEvents()) to
 // its node daemon every `period`, as one taskEvents frame, and once more at
 // shutdown, so that the node can answer `lumen timeline` and feed the metrics.
-// A busy process flushes sooner (down to kMinPeriod): about kTargetRecords
-// records a flush, so that its rings, the flush's buffers and the node's
-// copy stay small enough to stay in the CPU's caches (a second of a driver
-// running 80,000 tasks/s is ~20 MiB of ring slots, every write a cache miss)
-// and its rings do not fill and drop between flushes.
+// A busy process flushes sooner: as soon as one of its recording threads holds
+// kTargetRecords events (the recorder's fill signal, from its first second on),
+// and its period shrinks to the interval that gathers about that many (down to
+// kMinPeriod), so that its rings, the flush's buffers and the node's copy stay
+// small enough to stay in the CPU's caches (a second of a driver running
+// 80,000 tasks/s is ~20 MiB of ring slots, every write a cache miss) and its
+// rings do not fill and drop between flushes.
 //
 //   TaskEventFlusher flusher(io, TaskEvents(), timeouts.task_event_flush_period, node_conn);
 //   flusher.Start();            // io thread
@@ -17,6 +19,7 @@
 // core/worker.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -33,10 +36,12 @@ class TaskEventFlusher {
  public:
   TaskEventFlusher(boost::asio::io_context& io, TaskEventRecorder& recorder,
                    std::chrono::milliseconds period, std::weak_ptr<Connection> node);
+  ~TaskEventFlusher();
   TaskEventFlusher(const TaskEventFlusher&) = delete;
   TaskEventFlusher& operator=(const TaskEventFlusher&) = delete;
 
-  // Arms the periodic flush (nothing to do when the recorder is disabled).
+  // Arms the periodic flush and the early one of a ring holding kTargetRecords
+  // (nothing to do when the recorder is disabled).
   void Start();
   // Sends what was recorded since the last flush, through the connection's queue.
   void FlushNow();
@@ -49,7 +54,8 @@ class TaskEventFlusher {
   // flush.
   void FlushBeforeClose();
 
-  // Records per flush a busy process aims at, and its shortest period.
+  // Records per flush a busy process aims at (and one recording thread's
+  // records that flush at once), and its shortest period.
   static constexpr size_t kTargetRecords = 4096;
   static constexpr std::chrono::milliseconds kMinPeriod{5};
   // How long FlushBeforeClose waits, at most, for the node to take the last
@@ -80,6 +86,8 @@ class TaskEventFlusher {
   // flush touches memory the last one did rather than fresh pages.
   std::string records_;
   bool stopped_ = false;
+  // An early flush (a ring's fill signal, any thread) is posted and not run yet.
+  std::atomic<bool> early_flush_posted_{false};
 };
 
 }  // namespace lumen::runtime

@@ -21,18 +21,19 @@
 namespace lumen::runtime {
 namespace {
 
+using lumen_connection_test::Drain;
 using lumen_connection_test::Fd;
 using lumen_connection_test::RunUntil;
 using lumen_connection_test::ToGeneric;
 
 // A flusher writing to a connection whose peer the test reads by hand.
 struct FlusherRig {
-  FlusherRig() {
+  explicit FlusherRig(std::chrono::milliseconds period = std::chrono::milliseconds(1000)) {
     boost::asio::local::stream_protocol::socket a(io), b(io);
     boost::asio::local::connect_pair(a, b);
     peer = Fd(b.release());
     node = Connection::Create(ToGeneric(io, std::move(a)));
-    flusher.emplace(io, recorder, std::chrono::milliseconds(1000), node);
+    flusher.emplace(io, recorder, period, node);
   }
 
   // The next frame the node got, once the connection wrote it.
@@ -100,6 +101,52 @@ TEST_CASE("the flusher sends what was recorded once, and answers a request even 
   REQUIRE(events->size() == 1);
   CHECK((*events)[0].kind == TaskEventKind::kFailed);
   CHECK((*events)[0].name == "gone");
+}
+
+TEST_CASE("a recording thread that holds kTargetRecords events flushes them without waiting "
+          "for the period", "[worker][task_events]") {
+  // Invariant: a busy process's events leave for the node about every
+  // kTargetRecords records from its first ones on, whatever its period; a
+  // second-long first period let its rings grow to tens of MiB and drop events.
+  FlusherRig rig(std::chrono::hours(1));  // the periodic flush never comes here
+  rig.flusher->Start();
+  Drain(rig.io);
+  constexpr size_t kTarget = TaskEventFlusher::kTargetRecords;
+  auto record_on_another_thread = [&rig](size_t count) {
+    std::thread recording([&rig, count] {
+      for (size_t i = 0; i < count; ++i) {
+        rig.recorder.Record(TaskEventKind::kSubmitted, TaskId::Random(), 0, "f");
+      }
+    });
+    recording.join();
+  };
+  auto events_of_next_frame = [&rig] {
+    Drain(rig.io);  // the early flush the signal posted
+    proto::Envelope::Reader frame = rig.NextFrame();
+    REQUIRE(frame.isTaskEvents());
+    auto events = TaskEventsFromProto(frame.getTaskEvents());
+    REQUIRE(events.ok());
+    return events->size();
+  };
+
+  record_on_another_thread(kTarget - 1);
+  Drain(rig.io);
+  CHECK_FALSE(rig.AnythingSent());
+  record_on_another_thread(1);
+  CHECK(events_of_next_frame() == kTarget);
+
+  // Once per drain: the next kTarget of that thread flush again, on their own.
+  record_on_another_thread(kTarget - 1);
+  Drain(rig.io);
+  CHECK_FALSE(rig.AnythingSent());
+  record_on_another_thread(1);
+  CHECK(events_of_next_frame() == kTarget);
+
+  // Stopped, the flusher leaves the recorder without a signal.
+  rig.flusher->FlushBeforeClose();
+  record_on_another_thread(kTarget);
+  Drain(rig.io);
+  CHECK_FALSE(rig.AnythingSent());
 }
 
 TEST_CASE("the last flush before close goes whole when it is larger than the socket's buffer",

@@ -54,6 +54,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -196,6 +197,15 @@ class TaskEventRecorder {
   // Events dropped because a ring was full, since the start.
   uint64_t dropped() const;
 
+  // Calls `signal` when a recording thread's ring reaches `records` events
+  // since the last drain (once per ring per drain), on that thread, after the
+  // Record, under a lock of its own (never the rings'): a flusher's cue to
+  // drain before the ring grows on or fills whatever its period. Replaces an
+  // earlier signal; `signal` must return quickly (post work elsewhere).
+  void SetFillSignal(size_t records, std::function<void()> signal);
+  // No signal from now on: one being called has returned.
+  void ClearFillSignal();
+
   // Microseconds since the epoch on the system clock (the events' time base).
   static int64_t NowMicros();
 
@@ -205,6 +215,8 @@ class TaskEventRecorder {
 
   // This thread's ring, created at its first event.
   ThreadRing& RingOfThisThread();
+  // Calls the fill signal, if one is set.
+  void SignalFill();
 
   std::atomic<bool> enabled_;
   const int32_t pid_;
@@ -218,6 +230,11 @@ class TaskEventRecorder {
   uint64_t retired_dropped_ ABSL_GUARDED_BY(mu_) = 0;  // of rings whose thread ended
   uint64_t drained_dropped_ ABSL_GUARDED_BY(mu_) = 0;  // the oldest beyond capacity_ at a Drain
   uint64_t generations_ ABSL_GUARDED_BY(mu_) = 0;      // the last ThreadRing::generation given
+  // SetFillSignal's: the ring size that calls it (0: none; read by every
+  // Record without a lock), and the signal.
+  std::atomic<size_t> fill_signal_at_{0};
+  absl::Mutex fill_signal_mu_;
+  std::function<void()> fill_signal_ ABSL_GUARDED_BY(fill_signal_mu_);
 };
 
 // This process's recorder (kDefaultCapacity events): enabled unless
