@@ -11,12 +11,15 @@
 // It also prints the rate of each phase (submission to the last Get, wall
 // clock): with the CPU time of the whole process tree (perf stat, as
 // bench/ab/cpu_per_task.sh does) that gives the CPU per task of a fixed
-// amount of work, steadier than rates on a shared machine.
+// amount of work, steadier than rates on a shared machine. And the task events
+// this driver lost to a full ring before a flush took them (0 unless the
+// flusher falls behind: doc/observability.md).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 
+#include "lumen/common/task_events.h"
 #include "lumen/lumen.h"
 
 namespace {
@@ -68,6 +71,8 @@ int main(int argc, char** argv) {
   std::printf("%ld tasks, %ld actor calls: %s\n", n, m, ok ? "ok" : "WRONG RESULTS");
   std::printf("tasks_per_s %.0f calls_per_s %.0f\n", n / task_seconds,
               m > 0 ? m / call_seconds : 0.0);
+  std::printf("task_events_dropped %llu\n",
+              static_cast<unsigned long long>(lumen::TaskEvents().dropped()));
   lumen::Shutdown();
   return ok ? 0 : 1;
 }

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <functional>
@@ -62,6 +63,31 @@ double Ratio(const std::vector<double>& on, const std::vector<double>& off) {
   return (a / static_cast<double>(on.size())) / (b / static_cast<double>(off.size()));
 }
 
+// Each round's on over its off (the two ran back to back, on one state of
+// the machine), sorted: "0.871 0.902 0.925 (median 0.902)". Rounds that lost
+// either side are left out; empty when none is whole.
+std::string PairedRatios(const std::map<int, std::map<bool, double>>& by_round) {
+  std::vector<double> ratios;
+  for (const auto& [round, rate] : by_round) {
+    auto on = rate.find(true), off = rate.find(false);
+    if (on != rate.end() && off != rate.end() && off->second > 0) {
+      ratios.push_back(on->second / off->second);
+    }
+  }
+  if (ratios.empty()) return "";
+  std::sort(ratios.begin(), ratios.end());
+  std::string text;
+  char number[32];
+  for (double r : ratios) {
+    std::snprintf(number, sizeof(number), "%s%.3f", text.empty() ? "" : " ", r);
+    text += number;
+  }
+  const size_t n = ratios.size();
+  const double median = n % 2 == 1 ? ratios[n / 2] : (ratios[n / 2 - 1] + ratios[n / 2]) / 2;
+  std::snprintf(number, sizeof(number), " (median %.3f)", median);
+  return text + number;
+}
+
 }  // namespace
 
 void RunTaskEventsOverhead(Reporter& out, bool quick) {
@@ -72,6 +98,9 @@ void RunTaskEventsOverhead(Reporter& out, bool quick) {
   // per unit, every process of the cluster together: what the machine pays,
   // which a loaded machine's rate hides).
   std::map<std::string, std::map<bool, std::vector<double>>> rates, cpu;
+  // metric -> round -> events on? -> rate: the pairs of PairedRatios.
+  std::map<std::string, std::map<int, std::map<bool, double>>> rates_by_round;
+  int round = 0;
   // Times `metric` with `call` (one batch) and its CPU cost per unit.
   auto measure = [&](const std::string& metric, bool events, const std::string& unit,
                      const std::string& cpu_unit, const std::function<void()>& call) {
@@ -101,6 +130,7 @@ void RunTaskEventsOverhead(Reporter& out, bool quick) {
     out.Note(parts);
     // The rate over the warm-up and every trial: each round's one number.
     rates[metric][events].push_back(static_cast<double>(calls * batch) / wall);
+    rates_by_round[metric][round][events] = static_cast<double>(calls * batch) / wall;
     cpu[metric][events].push_back(us_per_unit);
   };
   // LUMEN_TASK_EVENTS_ROUNDS: alternations of on and off (2 unless set).
@@ -126,7 +156,7 @@ void RunTaskEventsOverhead(Reporter& out, bool quick) {
     ActorHandle<Server> actor = Actor(Server::Create).Remote();
     for (int i = 0; i < (quick ? 5 : 100); ++i) ActorBatch(actor, batch);
   });
-  for (int round = 0; round < rounds; ++round) {
+  for (round = 0; round < rounds; ++round) {
     // On first in even rounds, off first in odd ones: neither setting always
     // runs on the machine state the other left.
     for (bool events : {round % 2 == 0, round % 2 != 0}) {
@@ -164,6 +194,10 @@ void RunTaskEventsOverhead(Reporter& out, bool quick) {
                   metric.c_str(), Ratio(of(rates[metric], true), of(rates[metric], false)),
                   Ratio(of(by_setting, true), of(by_setting, false)), of(by_setting, true).size());
     out.Note(line);
+    // The means hide how far one round's pair strays from the next (several
+    // points on a shared 2-core machine): each round's own ratio.
+    std::string paired = PairedRatios(rates_by_round[metric]);
+    if (!paired.empty()) out.Note(metric + ", events on / off rate by round: " + paired);
   }
   if (old) {
     ::setenv("LUMEN_TASK_EVENTS", saved.c_str(), 1);

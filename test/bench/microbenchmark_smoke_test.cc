@@ -75,9 +75,11 @@ struct Run {
   std::vector<std::string> unparsed;    // anything else on stdout
 };
 
-Run RunQuickMicrobenchmark(const fs::path& tmpdir) {
-  std::string command = "TMPDIR='" + tmpdir.string() + "' '" + LUMEN_CLI_PATH +
-                        "' microbenchmark --quick";
+// `env` and `flags`: put before the command and after `--quick` as they are.
+Run RunQuickMicrobenchmark(const fs::path& tmpdir, const std::string& env = "",
+                           const std::string& flags = "") {
+  std::string command = env + " TMPDIR='" + tmpdir.string() + "' '" + LUMEN_CLI_PATH +
+                        "' microbenchmark --quick" + flags;
   Run run;
   FILE* pipe = ::popen(command.c_str(), "r");
   REQUIRE(pipe != nullptr);
@@ -168,5 +170,59 @@ TEST_CASE("lumen microbenchmark --quick prints every metric with a positive valu
   std::vector<std::string> left;
   for (const auto& entry : fs::directory_iterator(tmpdir)) left.push_back(entry.path().string());
   INFO("left in TMPDIR: " << left.size());
+  CHECK(left.empty());
+}
+
+// The parts of `note` after `prefix`, as numbers ("0.91 0.95 (median 0.93)"
+// gives 0.91, 0.95, 0.93); empty when the note does not start so.
+std::vector<double> NumbersAfter(const std::string& note, const std::string& prefix) {
+  std::vector<double> numbers;
+  if (note.rfind(prefix, 0) != 0) return numbers;
+  static const std::regex kNumber(R"([0-9]+\.[0-9]+)");
+  std::string rest = note.substr(prefix.size());
+  for (std::sregex_iterator it(rest.begin(), rest.end(), kNumber), end; it != end; ++it) {
+    numbers.push_back(std::strtod(it->str().c_str(), nullptr));
+  }
+  return numbers;
+}
+
+TEST_CASE("lumen microbenchmark --task-events prints each round's on/off ratio beside the means") {
+  TempDir scratch;
+  REQUIRE(!scratch.path().empty());
+  Run run = RunQuickMicrobenchmark(scratch.path(), "LUMEN_TASK_EVENTS_ROUNDS=2", " --task-events");
+  INFO("output:\n" << run.out);
+  REQUIRE(run.exit_code == 0);
+  CHECK(run.unparsed.empty());
+  for (const std::string metric : {"single_client_tasks_async", "1_1_actor_calls_async"}) {
+    INFO(metric);
+    for (const std::string side : {"_events_on", "_events_off"}) {
+      REQUIRE(run.metrics.count(metric + side) == 1);
+      CHECK(run.metrics[metric + side].value > 0);
+      REQUIRE(run.metrics.count(metric + "_cpu" + side) == 1);
+      CHECK(run.metrics[metric + "_cpu" + side].value > 0);
+    }
+    std::vector<double> means, by_round;
+    for (const auto& note : run.notes) {
+      if (means.empty()) means = NumbersAfter(note, "# " + metric + ", events on / off: rate ");
+      if (by_round.empty()) {
+        by_round = NumbersAfter(note, "# " + metric + ", events on / off rate by round: ");
+      }
+    }
+    // "rate R, CPU per call C (...; means of 2 rounds)".
+    REQUIRE(means.size() == 2);
+    // Two rounds: two ratios, sorted, then their median.
+    REQUIRE(by_round.size() == 3);
+    CHECK(by_round[0] > 0);
+    CHECK(by_round[0] <= by_round[1]);
+    CHECK(by_round[2] == Approx((by_round[0] + by_round[1]) / 2).margin(0.0011));
+    // The ratio of the means of two rounds lies between the rounds' own ratios
+    // (a mediant), when each round's pair is its own (printed to 3 places).
+    CHECK(means[0] >= by_round[0] - 0.0011);
+    CHECK(means[0] <= by_round[1] + 0.0011);
+  }
+  std::vector<std::string> left;
+  for (const auto& entry : fs::directory_iterator(scratch.path())) {
+    left.push_back(entry.path().string());
+  }
   CHECK(left.empty());
 }
