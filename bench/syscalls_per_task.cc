@@ -11,9 +11,12 @@
 // It also prints the rate of each phase (submission to the last Get, wall
 // clock): with the CPU time of the whole process tree (perf stat, as
 // bench/ab/cpu_per_task.sh does) that gives the CPU per task of a fixed
-// amount of work, steadier than rates on a shared machine. And the task events
+// amount of work, steadier than rates on a shared machine; the driver's own CPU
+// per task of the task phase (all its threads) is printed too. And the task events
 // this driver lost to a full ring before a flush took them (0 unless the
 // flusher falls behind: doc/observability.md).
+#include <sys/resource.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -54,6 +57,14 @@ int main(int argc, char** argv) {
   auto seconds_since = [](Clock::time_point t) {
     return std::chrono::duration<double>(Clock::now() - t).count();
   };
+  // User plus system CPU seconds of this process (every thread) so far.
+  auto driver_cpu_seconds = [] {
+    rusage usage{};
+    ::getrusage(RUSAGE_SELF, &usage);
+    auto seconds = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
+    return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+  };
+  const double cpu0 = driver_cpu_seconds();
   auto t0 = Clock::now();
   std::vector<lumen::ObjectRef<int>> tasks;
   tasks.reserve(n);
@@ -61,6 +72,7 @@ int main(int argc, char** argv) {
   long zeros = 0;
   for (const auto& v : lumen::Get(tasks)) zeros += *v == 0;
   double task_seconds = seconds_since(t0);
+  const double task_driver_cpu = driver_cpu_seconds() - cpu0;
   auto t1 = Clock::now();
   std::vector<lumen::ObjectRef<int>> calls;
   calls.reserve(m);
@@ -71,6 +83,7 @@ int main(int argc, char** argv) {
   std::printf("%ld tasks, %ld actor calls: %s\n", n, m, ok ? "ok" : "WRONG RESULTS");
   std::printf("tasks_per_s %.0f calls_per_s %.0f\n", n / task_seconds,
               m > 0 ? m / call_seconds : 0.0);
+  std::printf("driver_cpu_us_per_task %.3f\n", n > 0 ? task_driver_cpu * 1e6 / n : 0.0);
   std::printf("task_events_dropped %llu\n",
               static_cast<unsigned long long>(lumen::TaskEvents().dropped()));
   lumen::Shutdown();
