@@ -133,8 +133,10 @@ void RunTaskEventsOverhead(Reporter& out, bool quick) {
     rates_by_round[metric][round][events] = static_cast<double>(calls * batch) / wall;
     cpu[metric][events].push_back(us_per_unit);
   };
-  // LUMEN_TASK_EVENTS_ROUNDS: alternations of on and off (2 unless set).
-  int rounds = 2;
+  // LUMEN_TASK_EVENTS_ROUNDS: alternations of on and off; unless set 6 (2
+  // with --quick): one round's ratio strays by tenths on a shared 2-core
+  // machine, a median of two rounds means little.
+  int rounds = quick ? 2 : 6;
   if (const char* r = std::getenv("LUMEN_TASK_EVENTS_ROUNDS"); r != nullptr && std::atoi(r) > 0) {
     rounds = std::atoi(r);
   }
