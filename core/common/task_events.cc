@@ -153,8 +153,16 @@ struct TaskEventRecorder::ThreadRing {
       if (!name.empty()) std::memcpy(slot.name, name.data(), name.size());
       return;
     }
-    // Bounded: past `capacity` long names since the last drain (a ring that
-    // wraps with no drain), a name is cut to the slot.
+    // A thread records one long name again and again (an actor's method, a
+    // function in a namespace): the slots share the last one rather than each
+    // copying it (an allocation and a free per event).
+    if (!events.long_names.empty() && events.long_names.back() == name) {
+      slot.flags |= Slot::kLongName;
+      slot.name_len = static_cast<uint16_t>(events.long_names.size() - 1);
+      return;
+    }
+    // Bounded: past `capacity` distinct long names since the last drain (a
+    // ring that wraps with no drain), a name is cut to the slot.
     if (events.long_names.size() >= capacity || events.long_names.size() >= 0xFFFF) {
       SetName(slot, name.substr(0, kInlineName));
       return;

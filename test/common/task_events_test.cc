@@ -46,6 +46,43 @@ TEST_CASE("the task event ring keeps the newest events and counts the dropped") 
   CHECK(recorder.dropped() == 2);
 }
 
+// Invariant: a name longer than a slot holds is kept whole, however often a
+// thread repeats it between drains (an actor's method: the slots share it)
+// and when other long names come between.
+TEST_CASE("long task event names stay whole when a thread repeats them between drains") {
+  const std::string method = "&my_project::models::ParameterServer::ApplyGradients";
+  const std::string other = "&my_project::models::ParameterServer::PullWeights";
+  REQUIRE(method.size() > TaskEventRecorder::kInlineName);
+  REQUIRE(other.size() > TaskEventRecorder::kInlineName);
+  // More than the 65,535 distinct long names a drain period indexes: before
+  // the slots shared a repeated name, the ones past that were cut to a slot.
+  constexpr size_t kEvents = 70000;
+  TaskEventRecorder recorder(/*capacity=*/kEvents + 8);
+  const TaskId task = TaskId::Random();
+  for (size_t i = 0; i < kEvents; ++i) {
+    recorder.Record(TaskEventKind::kStarted, task, static_cast<uint32_t>(i), method);
+  }
+  recorder.Record(TaskEventKind::kStarted, task, 0, other);
+  recorder.Record(TaskEventKind::kStarted, task, 1, method);
+  recorder.Record(TaskEventKind::kStarted, task, 2, "short");
+  recorder.Record(TaskEventKind::kStarted, task, 3, method);
+  std::vector<TaskEvent> events = recorder.Drain();
+  REQUIRE(events.size() == kEvents + 4);
+  size_t whole = 0;
+  for (size_t i = 0; i < kEvents; ++i) whole += events[i].name == method;
+  CHECK(whole == kEvents);
+  CHECK(events[kEvents].name == other);
+  CHECK(events[kEvents + 1].name == method);
+  CHECK(events[kEvents + 2].name == "short");
+  CHECK(events[kEvents + 3].name == method);
+  CHECK(recorder.dropped() == 0);
+  // After the drain the names are the new period's own.
+  recorder.Record(TaskEventKind::kStarted, task, 0, other);
+  events = recorder.Drain();
+  REQUIRE(events.size() == 1);
+  CHECK(events[0].name == other);
+}
+
 // Invariant: the ring grows on demand (it is not allocated up front), also
 // after a Drain left it partly grown, and still keeps the newest in order.
 TEST_CASE("the task event ring grows after a drain and then wraps in order") {

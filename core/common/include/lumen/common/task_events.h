@@ -43,10 +43,11 @@
 // Thread-safe. Each recording thread has its own ring (created at its first
 // event), so recording takes no lock that another recording thread could hold:
 // a Record is one clock read and a copy into a preallocated fixed-size slot
-// (no allocation for names of up to kInlineName bytes), under a per-thread
-// spin flag that only a drain also takes, for an O(1) swap. When a thread's
-// ring is full its oldest event is dropped and counted. A drain merges the
-// threads' rings by time. Disabled (LUMEN_TASK_EVENTS=0) a Record is one
+// (no allocation for names of up to kInlineName bytes, nor for a longer one
+// the thread gave last since the drain), under a per-thread spin flag that
+// only a drain also takes, for an O(1) swap. When a thread's ring is full its
+// oldest event is dropped and counted. A drain merges the threads' rings by
+// time. Disabled (LUMEN_TASK_EVENTS=0) a Record is one
 // relaxed atomic load.
 #pragma once
 
