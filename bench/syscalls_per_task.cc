@@ -15,13 +15,12 @@
 // per task of the task phase (all its threads) is printed too. And the task events
 // this driver lost to a full ring before a flush took them (0 unless the
 // flusher falls behind: doc/observability.md).
-#include <sys/resource.h>
-
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 
+#include "bench/process_stats.h"
 #include "lumen/common/task_events.h"
 #include "lumen/lumen.h"
 
@@ -57,14 +56,7 @@ int main(int argc, char** argv) {
   auto seconds_since = [](Clock::time_point t) {
     return std::chrono::duration<double>(Clock::now() - t).count();
   };
-  // User plus system CPU seconds of this process (every thread) so far.
-  auto driver_cpu_seconds = [] {
-    rusage usage{};
-    ::getrusage(RUSAGE_SELF, &usage);
-    auto seconds = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
-    return seconds(usage.ru_utime) + seconds(usage.ru_stime);
-  };
-  const double cpu0 = driver_cpu_seconds();
+  const double cpu0 = lumen::bench::CpuSeconds();  // this process, every thread
   auto t0 = Clock::now();
   std::vector<lumen::ObjectRef<int>> tasks;
   tasks.reserve(n);
@@ -72,7 +64,7 @@ int main(int argc, char** argv) {
   long zeros = 0;
   for (const auto& v : lumen::Get(tasks)) zeros += *v == 0;
   double task_seconds = seconds_since(t0);
-  const double task_driver_cpu = driver_cpu_seconds() - cpu0;
+  const double task_driver_cpu = lumen::bench::CpuSeconds() - cpu0;
   auto t1 = Clock::now();
   std::vector<lumen::ObjectRef<int>> calls;
   calls.reserve(m);

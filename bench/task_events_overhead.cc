@@ -54,24 +54,38 @@ TreeCpu TreeCpuSeconds() {
   return cpu;
 }
 
-// The mean of `on` over the mean of `off`; 0 when either is missing.
-double Ratio(const std::vector<double>& on, const std::vector<double>& off) {
-  if (on.empty() || off.empty()) return 0;
-  double a = 0, b = 0;
-  for (double x : on) a += x;
-  for (double x : off) b += x;
-  return (a / static_cast<double>(on.size())) / (b / static_cast<double>(off.size()));
+// One metric's measurements: round -> events on? -> what that half measured.
+struct Half {
+  double rate = 0;    // units/s over the warm-up and every trial
+  double cpu_us = 0;  // microseconds per unit, every process of the cluster together
+};
+using Rounds = std::map<int, std::map<bool, Half>>;
+
+// The mean of `field` with events on over its mean with them off, over every
+// half measured; 0 when either setting has none. `count` gets the on halves.
+double RatioOfMeans(const Rounds& rounds, double Half::*field, size_t* count) {
+  double sum[2] = {0, 0};
+  size_t n[2] = {0, 0};
+  for (const auto& [round, halves] : rounds) {
+    for (const auto& [on, half] : halves) {
+      sum[on] += half.*field;
+      ++n[on];
+    }
+  }
+  *count = n[1];
+  if (n[0] == 0 || n[1] == 0) return 0;
+  return (sum[1] / static_cast<double>(n[1])) / (sum[0] / static_cast<double>(n[0]));
 }
 
 // Each round's on over its off (the two ran back to back, on one state of
 // the machine), sorted: "0.871 0.902 0.925 (median 0.902)". Rounds that lost
 // either side are left out; empty when none is whole.
-std::string PairedRatios(const std::map<int, std::map<bool, double>>& by_round) {
+std::string PairedRatios(const Rounds& rounds) {
   std::vector<double> ratios;
-  for (const auto& [round, rate] : by_round) {
-    auto on = rate.find(true), off = rate.find(false);
-    if (on != rate.end() && off != rate.end() && off->second > 0) {
-      ratios.push_back(on->second / off->second);
+  for (const auto& [round, halves] : rounds) {
+    auto on = halves.find(true), off = halves.find(false);
+    if (on != halves.end() && off != halves.end() && off->second.rate > 0) {
+      ratios.push_back(on->second.rate / off->second.rate);
     }
   }
   if (ratios.empty()) return "";
@@ -94,12 +108,9 @@ void RunTaskEventsOverhead(Reporter& out, bool quick) {
   const char* old = std::getenv("LUMEN_TASK_EVENTS");
   std::string saved = old ? old : "";
   const int batch = quick ? 100 : 1000;
-  // metric -> events on? -> per round: rate (units/s) and CPU (microseconds
-  // per unit, every process of the cluster together: what the machine pays,
-  // which a loaded machine's rate hides).
-  std::map<std::string, std::map<bool, std::vector<double>>> rates, cpu;
-  // metric -> round -> events on? -> rate: the pairs of PairedRatios.
-  std::map<std::string, std::map<int, std::map<bool, double>>> rates_by_round;
+  // metric -> its rounds: the rate and the CPU (what the machine pays, which
+  // a loaded machine's rate hides) of each half.
+  std::map<std::string, Rounds> measured_rounds;
   int round = 0;
   // Times `metric` with `call` (one batch) and its CPU cost per unit.
   auto measure = [&](const std::string& metric, bool events, const std::string& unit,
@@ -129,9 +140,7 @@ void RunTaskEventsOverhead(Reporter& out, bool quick) {
                   (cpu_after.workers - cpu_before.workers) * 1e6 / units);
     out.Note(parts);
     // The rate over the warm-up and every trial: each round's one number.
-    rates[metric][events].push_back(static_cast<double>(calls * batch) / wall);
-    rates_by_round[metric][round][events] = static_cast<double>(calls * batch) / wall;
-    cpu[metric][events].push_back(us_per_unit);
+    measured_rounds[metric][round][events] = Half{units / wall, us_per_unit};
   };
   // LUMEN_TASK_EVENTS_ROUNDS: alternations of on and off; unless set 6 (2
   // with --quick): one round's ratio strays by tenths on a shared 2-core
@@ -185,20 +194,18 @@ void RunTaskEventsOverhead(Reporter& out, bool quick) {
       Shutdown();
     }
   }
-  for (const auto& [metric, by_setting] : cpu) {
-    auto of = [](const std::map<bool, std::vector<double>>& m, bool on) {
-      auto it = m.find(on);
-      return it == m.end() ? std::vector<double>{} : it->second;
-    };
+  for (const auto& [metric, rounds_of_metric] : measured_rounds) {
+    size_t on_rounds = 0;
+    const double rate = RatioOfMeans(rounds_of_metric, &Half::rate, &on_rounds);
+    const double cpu = RatioOfMeans(rounds_of_metric, &Half::cpu_us, &on_rounds);
     char line[320];
     std::snprintf(line, sizeof(line),
                   "%s, events on / off: rate %.3f, CPU per call %.3f (all processes; means of %zu rounds)",
-                  metric.c_str(), Ratio(of(rates[metric], true), of(rates[metric], false)),
-                  Ratio(of(by_setting, true), of(by_setting, false)), of(by_setting, true).size());
+                  metric.c_str(), rate, cpu, on_rounds);
     out.Note(line);
     // The means hide how far one round's pair strays from the next (several
     // points on a shared 2-core machine): each round's own ratio.
-    std::string paired = PairedRatios(rates_by_round[metric]);
+    std::string paired = PairedRatios(rounds_of_metric);
     if (!paired.empty()) out.Note(metric + ", events on / off rate by round: " + paired);
   }
   if (old) {

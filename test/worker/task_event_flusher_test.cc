@@ -112,13 +112,11 @@ TEST_CASE("a recording thread that holds kTargetRecords events flushes them with
   rig.flusher->Start();
   Drain(rig.io);
   constexpr size_t kTarget = TaskEventFlusher::kTargetRecords;
-  auto record_on_another_thread = [&rig](size_t count) {
-    std::thread recording([&rig, count] {
-      for (size_t i = 0; i < count; ++i) {
-        rig.recorder.Record(TaskEventKind::kSubmitted, TaskId::Random(), 0, "f");
-      }
-    });
-    recording.join();
+  // This thread's ring (the io loop runs only inside Drain, on this thread too).
+  auto record = [&rig](size_t count) {
+    for (size_t i = 0; i < count; ++i) {
+      rig.recorder.Record(TaskEventKind::kSubmitted, TaskId::Random(), 0, "f");
+    }
   };
   auto events_of_next_frame = [&rig] {
     Drain(rig.io);  // the early flush the signal posted
@@ -129,22 +127,22 @@ TEST_CASE("a recording thread that holds kTargetRecords events flushes them with
     return events->size();
   };
 
-  record_on_another_thread(kTarget - 1);
+  record(kTarget - 1);
   Drain(rig.io);
   CHECK_FALSE(rig.AnythingSent());
-  record_on_another_thread(1);
+  record(1);
   CHECK(events_of_next_frame() == kTarget);
 
   // Once per drain: the next kTarget of that thread flush again, on their own.
-  record_on_another_thread(kTarget - 1);
+  record(kTarget - 1);
   Drain(rig.io);
   CHECK_FALSE(rig.AnythingSent());
-  record_on_another_thread(1);
+  record(1);
   CHECK(events_of_next_frame() == kTarget);
 
   // Stopped, the flusher leaves the recorder without a signal.
   rig.flusher->FlushBeforeClose();
-  record_on_another_thread(kTarget);
+  record(kTarget);
   Drain(rig.io);
   CHECK_FALSE(rig.AnythingSent());
 }
