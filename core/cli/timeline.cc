@@ -96,12 +96,16 @@ std::string BuildChromeTrace(const std::vector<runtime::NodeTaskEvents>& nodes) 
           a.owner_node = n;
           rows.emplace(std::make_pair(n, e.pid), "driver");
           break;
-        case TaskEventKind::kStarted:
-          a.name = e.name;  // the function the executor ran
+        case TaskEventKind::kStarted: {
+          if (!e.name.empty()) a.name = e.name;  // the function the executor ran
           a.executor_pid = e.pid;
-          a.executor_node = n;
-          rows[std::make_pair(n, e.pid)] = "worker";
+          // Its node: the one it names (the owner's node delivers the
+          // STARTED its FINISHED carried, task_events.h), else the deliverer.
+          auto where = e.node.IsNil() ? node_index.end() : node_index.find(e.node);
+          a.executor_node = where != node_index.end() ? where->second : n;
+          rows[std::make_pair(a.executor_node, e.pid)] = "worker";
           break;
+        }
         case TaskEventKind::kLeaseGranted:
           a.worker_pid = e.worker_pid;
           if (a.name.empty()) a.name = e.name;

@@ -16,7 +16,7 @@ static_assert(TaskId::kSize == kIdSize && NodeId::kSize == kIdSize && WorkerId::
 static_assert(kNumTaskEventKinds <= kKindMask);
 
 // The most bytes of a record besides its name's.
-constexpr size_t kMaxFixedRecord = 2 + 5 + 10 + 3 * kIdSize + 5 + 10 + 10 + 2 * 10 + 10;
+constexpr size_t kMaxFixedRecord = 2 + 5 + 10 + 3 * kIdSize + 5 + 10 + 10 + 2 * 10 + 4 * 10 + 10;
 
 template <typename T>
 char* Put(char* p, T v) {
@@ -71,6 +71,11 @@ const TaskEventKind* StartKind(TaskEventKind kind) {
   return kind == TaskEventKind::kFinished      ? &kSubmitted
          : kind == TaskEventKind::kResultStored ? &kStarted
                                                 : nullptr;
+}
+
+// Whether a record of `kind` may carry the executor's events (kWithExecution).
+bool HasExecution(TaskEventKind kind) {
+  return kind == TaskEventKind::kFinished || kind == TaskEventKind::kFailed;
 }
 
 bool Present(const void* id) {
@@ -137,6 +142,8 @@ void Writer::Append(const Fields& f) {
   const bool worker = !self_ids && f.worker != nullptr && Present(f.worker->data());
   const bool extra = f.worker_pid != 0 || f.bytes != 0 || f.duration_us != 0;
   const bool folded = f.folded_us[0] != 0 || f.folded_us[1] != 0;
+  const bool execution = f.execution.started_us != 0 &&
+                         (f.kind == TaskEventKind::kFinished || f.kind == TaskEventKind::kFailed);
   const int name_index = name.empty() ? -1 : NameIndex(name);
   uint8_t flags = f.actor_call ? kActorCall : 0;
   if (task) flags |= kHasTask;
@@ -146,8 +153,9 @@ void Writer::Append(const Fields& f) {
   if (folded) flags |= kHasFolded;
   if (!name.empty()) flags |= name_index >= 0 ? kNameRef : kNameLiteral;
   char* p = buf;
-  p = Put(p, static_cast<uint8_t>(static_cast<uint8_t>(f.kind) | (self_ids ? kSelfIds : 0) |
-                                  (f.with_start ? kWithStart : 0)));
+  p = Put(p,
+          static_cast<uint8_t>(static_cast<uint8_t>(f.kind) | (self_ids ? kSelfIds : 0) |
+                               (f.with_start ? kWithStart : 0) | (execution ? kWithExecution : 0)));
   p = Put(p, flags);
   p = PutVarint(p, f.attempt);
   p = PutVarint(p, ZigZag(WrappingSub(f.time_us, last_time_us_)));
@@ -164,6 +172,12 @@ void Writer::Append(const Fields& f) {
     for (int64_t t : f.folded_us) {
       p = PutVarint(p, t == 0 ? 0 : ZigZag(WrappingSub(f.time_us, t)) + 1);
     }
+  }
+  if (execution) {
+    p = PutVarint(p, ZigZag(WrappingSub(f.time_us, f.execution.started_us)));
+    p = PutVarint(p, f.execution.args_fetch_us);
+    p = PutVarint(p, f.execution.run_us);
+    p = PutVarint(p, f.execution.store_us);
   }
   if (name_index >= 0) {
     p = PutVarint(p, static_cast<uint64_t>(name_index));
@@ -244,8 +258,11 @@ absl::StatusOr<const char*> ReadHeader(const char* p, const char* end, Segment& 
   h->flags = static_cast<uint8_t>(p[1]);
   p += 2;
   const uint8_t kind = h->kind_byte & kKindMask;
-  if (kind >= kNumTaskEventKinds || (h->kind_byte & ~(kKindMask | kSelfIds | kWithStart)) != 0 ||
-      ((h->kind_byte & kWithStart) != 0 && StartKind(static_cast<TaskEventKind>(kind)) == nullptr)) {
+  if (kind >= kNumTaskEventKinds ||
+      (h->kind_byte & ~(kKindMask | kSelfIds | kWithStart | kWithExecution)) != 0 ||
+      ((h->kind_byte & kWithStart) != 0 &&
+       StartKind(static_cast<TaskEventKind>(kind)) == nullptr) ||
+      ((h->kind_byte & kWithExecution) != 0 && !HasExecution(static_cast<TaskEventKind>(kind)))) {
     return absl::DataLossError(
         absl::StrCat("a packed task event has the unknown kind ", h->kind_byte));
   }
@@ -262,10 +279,34 @@ absl::StatusOr<const char*> ReadHeader(const char* p, const char* end, Segment& 
   return p;
 }
 
-// Reads the record at `p` (before `end`, its segment's end) into `v` and its
-// folded times into `folded`; returns its end, or the error.
+// The times of the executor's events a kWithExecution record of `time_us`
+// stands for (STARTED, ARGS_FETCHED, EXECUTED, RESULT_STORED).
+using ExecutionTimes = std::array<int64_t, 4>;
+inline constexpr std::array<TaskEventKind, 4> kExecutionKinds = {
+    TaskEventKind::kStarted, TaskEventKind::kArgsFetched, TaskEventKind::kExecuted,
+    TaskEventKind::kResultStored};
+
+// Reads a kWithExecution record's times at `p` (before `end`) into `at`;
+// returns their end, or null when they are cut short.
+const char* ReadExecution(const char* p, const char* end, int64_t time_us, ExecutionTimes* at) {
+  uint64_t started, fetch, run, store;
+  if ((p = GetVarint(p, end, &started)) == nullptr || (p = GetVarint(p, end, &fetch)) == nullptr ||
+      (p = GetVarint(p, end, &run)) == nullptr || (p = GetVarint(p, end, &store)) == nullptr) {
+    return nullptr;
+  }
+  (*at)[0] = WrappingSub(time_us, UnZigZag(started));
+  (*at)[1] = WrappingAdd((*at)[0], static_cast<int64_t>(fetch));
+  (*at)[2] = WrappingAdd((*at)[1], static_cast<int64_t>(run));
+  (*at)[3] = WrappingAdd((*at)[2], static_cast<int64_t>(store));
+  return p;
+}
+
+// Reads the record at `p` (before `end`, its segment's end) into `v`, its
+// folded times into `folded` and a kWithExecution record's into `execution`;
+// returns its end, or the error.
 absl::StatusOr<const char*> ReadRecord(const char* p, const char* end, Segment& seg, View* v,
-                                       uint8_t* flags_out, std::array<int64_t, 2>* folded) {
+                                       uint8_t* flags_out, std::array<int64_t, 2>* folded,
+                                       ExecutionTimes* execution) {
   RecordHeader h;
   absl::StatusOr<const char*> ids = ReadHeader(p, end, seg, &h);
   if (!ids.ok()) return ids.status();
@@ -301,6 +342,10 @@ absl::StatusOr<const char*> ReadRecord(const char* p, const char* end, Segment& 
       }
       (*folded)[k] = t == 0 ? 0 : WrappingSub(v->time_us, UnZigZag(t - 1));
     }
+  }
+  if ((kind_byte & kWithExecution) &&
+      (p = ReadExecution(p, end, v->time_us, execution)) == nullptr) {
+    return CutShort();
   }
   if (flags & kNameRef) {
     uint64_t index;
@@ -377,14 +422,25 @@ absl::Status ForEach(std::string_view records, absl::FunctionRef<void(const View
     View v;
     uint8_t flags = 0;
     std::array<int64_t, 2> folded{};
+    ExecutionTimes execution{};
     const auto kind_byte = static_cast<uint8_t>(*p);
-    absl::StatusOr<const char*> next = ReadRecord(p, seg_end, seg, &v, &flags, &folded);
+    absl::StatusOr<const char*> next = ReadRecord(p, seg_end, seg, &v, &flags, &folded, &execution);
     if (!next.ok()) {
       status = next.status();
       break;
     }
     p = *next;
     ++r;
+    // The executor's STARTED: where the task ran (the lease's node and worker
+    // pid, before the folded lease takes them) and, for a whole task, its name.
+    View started{.kind = TaskEventKind::kStarted,
+                 .actor_call = v.actor_call,
+                 .attempt = v.attempt,
+                 .pid = v.worker_pid != 0 ? v.worker_pid : v.pid,
+                 .task_id = v.task_id,
+                 .node = v.node,
+                 .worker = v.worker,
+                 .name = (kind_byte & kWithStart) ? v.name : std::string_view()};
     if (kind_byte & kWithStart) {
       // The part's start first (ReadHeader checked the kind has one).
       View start{.kind = *StartKind(v.kind), .actor_call = v.actor_call, .attempt = v.attempt,
@@ -417,6 +473,19 @@ absl::Status ForEach(std::string_view records, absl::FunctionRef<void(const View
       if (kinds[1] == TaskEventKind::kLeaseGranted) {  // those were the folded lease's
         v.node = v.worker = {};
         v.worker_pid = 0;
+      }
+    }
+    if (kind_byte & kWithExecution) {
+      for (size_t k = 0; k < kExecutionKinds.size(); ++k) {
+        View e = k == 0 ? started
+                        : View{.kind = kExecutionKinds[k],
+                               .actor_call = v.actor_call,
+                               .attempt = v.attempt,
+                               .pid = started.pid,
+                               .task_id = v.task_id};
+        e.time_us = execution[k];
+        f(e);
+        ++n;
       }
     }
     f(v);
@@ -464,6 +533,11 @@ absl::StatusOr<const char*> TallyRecord(const char* p, const char* end, Segment&
       }
       (*folded)[k] = t == 0 ? 0 : WrappingSub(time_us, UnZigZag(t - 1));
     }
+  }
+  ExecutionTimes execution;
+  if ((h.kind_byte & kWithExecution) &&
+      (p = ReadExecution(p, end, time_us, &execution)) == nullptr) {
+    return CutShort();
   }
   if (flags & kNameRef) {
     uint64_t index;
@@ -548,6 +622,9 @@ absl::Status TallyWalk(std::string_view records, F&& f, size_t* record_count) {
       for (int k = 0; k < 2; ++k) {
         if (folded[k] != 0) f(kinds[k], int64_t{0}, uint64_t{0});
       }
+    }
+    if (kind_byte & kWithExecution) {
+      for (TaskEventKind k : kExecutionKinds) f(k, int64_t{0}, uint64_t{0});
     }
     f(kind, duration_us, bytes);
   }

@@ -46,6 +46,10 @@ struct TaskEventRecorder::Slot {
     // STARTED: TaskEventDetail::start): `since` is the start's tick, the name
     // the start's; kSinceTick is set too.
     kWithStart = 1 << 5,
+    // FINISHED/FAILED with the executor's events (TaskEventDetail::execution):
+    // `worker` holds ExecutionWords (a FINISHED's worker is otherwise unused)
+    // and `pid` the store time; the pid is the recorder's.
+    kExecution = 1 << 6,
   };
   // Leaves the plain fields as they were: a ring that grows, or a drained one
   // reused, is not zeroed slot by slot (that was a third of a Record).
@@ -65,6 +69,25 @@ struct TaskEventRecorder::Slot {
   uint8_t flags;
   uint16_t name_len;
   char name[kInlineName];
+
+  // kExecution: TaskExecution in the worker and pid fields (16 + 4 bytes).
+  struct ExecutionWords {
+    int64_t started_us;
+    uint32_t args_fetch_us;
+    uint32_t run_us;
+  };
+  static_assert(sizeof(ExecutionWords) == WorkerId::kSize);
+  void SetExecution(const TaskExecution& x) {
+    const ExecutionWords w{x.started_us, x.args_fetch_us, x.run_us};
+    std::memcpy(static_cast<void*>(&worker), &w, sizeof(w));
+    pid = static_cast<int32_t>(x.store_us);
+    flags |= kExecution;
+  }
+  TaskExecution Execution() const {
+    ExecutionWords w;
+    std::memcpy(&w, static_cast<const void*>(&worker), sizeof(w));
+    return {w.started_us, w.args_fetch_us, w.run_us, static_cast<uint32_t>(pid)};
+  }
 };
 
 namespace {
@@ -303,6 +326,7 @@ uint64_t TaskEventRecorder::Record(TaskEventKind kind, const TaskId& task, uint3
       s->aux[1] = detail.earlier_ticks[1];
       s->worker_pid = detail.worker_pid;
       s->kind = static_cast<uint8_t>(kind);
+      if (detail.execution.started_us != 0) s->SetExecution(detail.execution);
       ring.Unlock();
       *detail.start = {};
       return now;
@@ -334,6 +358,7 @@ uint64_t TaskEventRecorder::Record(TaskEventKind kind, const TaskId& task, uint3
   e.pid = pid_;
   e.worker_pid = detail.worker_pid;
   e.kind = static_cast<uint8_t>(kind);
+  if (detail.execution.started_us != 0) e.SetExecution(detail.execution);
   ring.SetName(e, name);
   const bool filled = ring.TakeFillSignal(fill_signal_at_.load(std::memory_order_relaxed));
   ring.Unlock();
@@ -485,25 +510,26 @@ size_t TaskEventRecorder::DrainPacked(std::string* records) {
         if (s.aux[k] != 0) folded[k] = (s.flags & Slot::kTimeIsMicros) ? static_cast<int64_t>(s.aux[k]) : scale.ToMicros(s.aux[k]);
       }
     }
-    writer.Append(
-        packed_events::Fields{
-            .kind = kind,
-            .actor_call = (s.flags & Slot::kActorCall) != 0,
-            .attempt = s.attempt,
-            .pid = s.pid,
-            .time_us = time_us,
-            .task = &s.task,
-            .node = &s.node,
-            .worker = &s.worker,
-            .self_ids = (s.flags & Slot::kSelfIds) != 0,
-            .worker_pid = s.worker_pid,
-            .bytes = bytes,
-            .duration_us = duration_us,
-            .folded_us = folded,
-            .with_start = with_start,
-            .name = (s.flags & Slot::kLongName)
-                        ? std::string_view(earliest->events.long_names[s.name_len])
-                        : std::string_view(s.name, s.name_len)});
+    const bool execution = (s.flags & Slot::kExecution) != 0;
+    writer.Append(packed_events::Fields{
+        .kind = kind,
+        .actor_call = (s.flags & Slot::kActorCall) != 0,
+        .attempt = s.attempt,
+        .pid = execution ? pid_ : s.pid,
+        .time_us = time_us,
+        .task = &s.task,
+        .node = &s.node,
+        .worker = execution ? nullptr : &s.worker,
+        .self_ids = (s.flags & Slot::kSelfIds) != 0,
+        .worker_pid = s.worker_pid,
+        .bytes = bytes,
+        .duration_us = duration_us,
+        .folded_us = folded,
+        .with_start = with_start,
+        .execution = execution ? s.Execution() : TaskExecution{},
+        .name = (s.flags & Slot::kLongName)
+                    ? std::string_view(earliest->events.long_names[s.name_len])
+                    : std::string_view(s.name, s.name_len)});
     ++written;
   }
   for (Taken& t : taken) {

@@ -165,7 +165,7 @@ void CoreWorker::OnActorTaskReply(const ObjectId& id, proto::TaskReply::Reader r
       actor_submitter_->TakeReplied(id, IdFrom<TaskId>(reply.getTaskId()));
   if (!call) return;
   std::unique_ptr<PendingTask> task(static_cast<PendingTask*>(call.release()));
-  tasks_->Complete(*task, reply.getResult());
+  tasks_->Complete(*task, reply);
   // Not re-run if lost; the lineage notes why (object_recovery.h).
   if (reply.getResult().isStored()) tasks_->KeepLineage(std::move(task));
 }

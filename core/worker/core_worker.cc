@@ -349,6 +349,10 @@ absl::Status CoreWorker::Connect() {
       std::make_unique<OutputTagger>(options_.is_worker && OutputTagger::EnabledByEnvironment());
   event_flusher_ = std::make_unique<TaskEventFlusher>(
       io_, TaskEvents(), options_.timeouts.task_event_flush_period, node_conn_);
+  // A task running at a flush is recorded by its worker (running_tasks.h).
+  if (options_.is_worker) {
+    event_flusher_->SetBeforeDrain([this] { executor_->RecordRunningTasks(); });
+  }
   lumen::Post(io_, "worker.start_event_flusher", [this] { event_flusher_->Start(); });
 
   work_.emplace(io_.get_executor());

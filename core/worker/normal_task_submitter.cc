@@ -217,7 +217,7 @@ void NormalTaskSubmitter::OnTaskReply(uint64_t key, proto::TaskReply::Reader rep
                     << ", retry_exceptions)";
     queue.ready.push_back(std::move(task));
   } else {
-    tasks_.Complete(*task, result);
+    tasks_.Complete(*task, reply);
     if (result.isStored()) {
       // Kept as its object's lineage (object_recovery.h), to be queued again
       // the same way if every copy is lost.

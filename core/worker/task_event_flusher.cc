@@ -58,6 +58,7 @@ std::chrono::steady_clock::duration TaskEventFlusher::NextDelay() const {
 
 bool TaskEventFlusher::TakeMessage(OutMessage& out, uint64_t request_id) {
   records_.assign(1, static_cast<char>(packed_events::kVersion));  // keeps its capacity
+  if (before_drain_ && recorder_.enabled()) before_drain_();
   size_t count = recorder_.DrainPacked(&records_);
   last_count_ = count;
   uint64_t dropped = recorder_.dropped();

@@ -20,11 +20,11 @@
 #pragma once
 
 #include <atomic>
+#include <boost/asio.hpp>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
-
-#include <boost/asio.hpp>
 
 #include "lumen/common/connection.h"
 #include "lumen/common/task_events.h"
@@ -43,6 +43,9 @@ class TaskEventFlusher {
   // Arms the periodic flush and the early one of a ring holding kTargetRecords
   // (nothing to do when the recorder is disabled).
   void Start();
+  // Calls `record` on the io thread before each drain of the recorder: a
+  // worker records the tasks still running then (running_tasks.h).
+  void SetBeforeDrain(std::function<void()> record) { before_drain_ = std::move(record); }
   // Sends what was recorded since the last flush, through the connection's queue.
   void FlushNow();
   // The node asked for our events now (getTaskEvents with `request_id`, a
@@ -86,6 +89,7 @@ class TaskEventFlusher {
   // flush touches memory the last one did rather than fresh pages.
   std::string records_;
   bool stopped_ = false;
+  std::function<void()> before_drain_;  // SetBeforeDrain's
   // An early flush (a ring's fill signal, any thread) is posted and not run yet.
   std::atomic<bool> early_flush_posted_{false};
 };

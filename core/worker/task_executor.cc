@@ -25,6 +25,39 @@ namespace {
 
 // Set on an executor thread while it runs a task: a Get there gives the CPU back.
 thread_local bool in_task = false;
+
+// The task events of a task that ran `span_us` from `start_us` (the system
+// clock), split into its phases by the event clock's ticks: the start, the
+// arguments fetched (0: not reached), executed, and the end.
+TaskExecution ExecutionOf(int64_t start_us, uint64_t span_us, uint64_t start_tick,
+                          uint64_t fetched_tick, uint64_t executed_tick, uint64_t end_tick) {
+  const uint64_t ticks = end_tick - start_tick;
+  // Microseconds from the start to `tick`, clamped into the span.
+  auto at = [&](uint64_t tick) -> uint64_t {
+    if (ticks == 0 || end_tick < start_tick || tick <= start_tick) return 0;
+    if (tick >= end_tick) return span_us;
+    return static_cast<uint64_t>(
+        static_cast<double>(span_us) *
+        (static_cast<double>(tick - start_tick) / static_cast<double>(ticks)));
+  };
+  const uint64_t fetched = at(fetched_tick == 0 ? start_tick : fetched_tick);
+  const uint64_t executed = std::max(fetched, at(executed_tick));
+  auto micros = [](uint64_t us) {
+    return static_cast<uint32_t>(std::min<uint64_t>(us, UINT32_MAX));
+  };
+  return {.started_us = start_us,
+          .args_fetch_us = micros(fetched),
+          .run_us = micros(executed - fetched),
+          .store_us = micros(span_us - executed)};
+}
+
+void SetExecution(proto::TaskReply::Builder reply, const TaskExecution& x) {
+  reply.setStartedMicros(x.started_us);
+  reply.setArgsFetchMicros(x.args_fetch_us);
+  reply.setRunMicros(x.run_us);
+  reply.setStoreMicros(x.store_us);
+}
+
 // Set by ExitAfterCurrentCall on the thread running the call that asked to exit.
 thread_local bool this_call_exits = false;
 // The GPUs of the task this thread runs (lumen::GetGpuIds).
@@ -66,7 +99,8 @@ TaskExecutor::TaskExecutor(TaskExecutorHost& host, TaskReceiver& receiver, Optio
       receiver_(receiver),
       options_(std::move(options)),
       where_(absl::StrCat(", pid ", ::getpid(), " on node ", options_.node_id.Hex().substr(0, 12),
-                          ", binary ", options_.exe_path)) {
+                          ", binary ", options_.exe_path)),
+      pid_(static_cast<int32_t>(::getpid())) {
   // STARTED names them once per flush, not per task.
   TaskEvents().SetProcessIds(options_.node_id, options_.worker_id);
 }
@@ -294,7 +328,7 @@ void TaskExecutor::Invoke(TaskToRun& task, std::string* result,
     }
     args.push_back(std::move(*got));
   }
-  task.args_fetched_tick = TaskEvents().Tick();  // folded into RESULT_STORED
+  task.args_fetched_tick = TaskEvents().Tick();  // ARGS_FETCHED
   if (task.kind == proto::TaskKind::ACTOR_CREATION) {
     actor_instance_ = fn->create(args);
     *result = codec::EncodeValue<uint8_t>(0);
@@ -340,10 +374,17 @@ std::optional<Failure> TaskExecutor::StoreResult(const ObjectId& id, const std::
 }
 
 void TaskExecutor::Execute(TaskToRun& task) {
-  auto start = std::chrono::steady_clock::now();
-  TaskEvents().Record(TaskEventKind::kStarted, task.task_id, task.attempt, task.function,
-                      {.self_ids = true, .actor_call = task.kind != proto::TaskKind::NORMAL,
-                       .start = &task.started_mark});
+  // The task's events go to its owner in the reply (running_tasks.h): its
+  // start on the system clock, and the ticks that split its span into phases.
+  const bool events = TaskEvents().enabled();
+  const int64_t start_us = TaskEventRecorder::NowMicros();
+  const uint64_t start_tick = events ? TaskEventClock::Now() : 0;
+  RunningTasks::Entry& running = running_.EntryOfThisThread();
+  if (events) {
+    task.args_fetched_tick = 0;
+    running.Begin(task.task_id, task.attempt, &task.function, task.kind != proto::TaskKind::NORMAL,
+                  start_tick);
+  }
   std::string result;
   std::optional<Failure> failure;
   in_task = true;
@@ -372,7 +413,7 @@ void TaskExecutor::Execute(TaskToRun& task) {
     }
   }
   in_task = false;
-  const uint64_t executed_tick = TaskEvents().Tick();  // folded into RESULT_STORED
+  const uint64_t executed_tick = TaskEvents().Tick();  // EXECUTED
 
   OutMessage reply;
   auto r = reply.Init().initTaskReply();
@@ -394,15 +435,26 @@ void TaskExecutor::Execute(TaskToRun& task) {
   } else if (result.size() <= options_.inline_limit) {
     r.initResult().setInline(BytesOf(result));
   }
-  const auto exec_micros = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start)
-          .count());
+  const int64_t end_us = TaskEventRecorder::NowMicros();
+  // The system clock may step: a span is never negative.
+  const auto exec_micros = static_cast<uint64_t>(std::max<int64_t>(0, end_us - start_us));
   r.setExecMicros(exec_micros);
   // Only held replies ask how long a function runs: no lookup per task otherwise.
   if (options_.hold_replies > 0) task_durations.Record(task.function, exec_micros);
-  TaskEvents().Record(TaskEventKind::kResultStored, task.task_id, task.attempt, {},
-                      {.earlier_ticks = {task.args_fetched_tick, executed_tick},
-                       .start = &task.started_mark});
+  if (events) {
+    const uint64_t end_tick = TaskEventClock::Now();
+    if (running.End()) {
+      // A flush recorded its STARTED while it ran: the rest is recorded here.
+      TaskEvents().Record(
+          TaskEventKind::kResultStored, task.task_id, task.attempt, {},
+          {.earlier_ticks = {task.args_fetched_tick, executed_tick}, .at_tick = end_tick});
+    } else {
+      SetExecution(r, ExecutionOf(start_us, exec_micros, start_tick, task.args_fetched_tick,
+                                  executed_tick, end_tick));
+      r.setWorkerPid(pid_);
+      if (task.kind != proto::TaskKind::NORMAL) r.setNodeId(DataOf(options_.node_id));
+    }
+  }
   bool exiting = receiver_.is_actor() && this_call_exits;
   this_call_exits = false;
   if (exiting) r.setActorExiting(true);

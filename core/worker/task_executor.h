@@ -31,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "core/worker/held_replies.h"
+#include "core/worker/running_tasks.h"
 #include "core/worker/task_receiver.h"
 #include "lumen/actors/actor_call.h"
 #include "lumen/common/ids.h"
@@ -142,6 +143,11 @@ class TaskExecutor {
   // How often this executor's threads spun for a next task. Any thread.
   uint64_t Spins() const { return spins_.load(std::memory_order_relaxed); }
 
+  // Records STARTED for each task running now that no earlier call recorded
+  // (its reply then carries no events: the worker records its end): the
+  // worker's flusher, before each drain (running_tasks.h). Any thread.
+  size_t RecordRunningTasks() { return running_.RecordStarted(TaskEvents()); }
+
  private:
   // Executor thread: spins briefly, then takes tasks until ShouldStop.
   void Loop();
@@ -185,6 +191,9 @@ class TaskExecutor {
   // Whether FlushOverdueReplies is due to run (armed, not yet disarmed).
   std::atomic<bool> watching_{false};
   std::atomic<uint64_t> spins_{0};
+  // The task each executor thread runs, for the flusher (RecordRunningTasks).
+  RunningTasks running_;
+  const int32_t pid_;  // this worker's, sent in each reply with its events
 };
 
 }  // namespace lumen::runtime

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/worker/call_sites.h"
 #include "core/worker/pending_task_pool.h"
+#include "lumen/common/proto_util.h"
 #include "lumen/common/task_events.h"
 
 namespace lumen::runtime {
@@ -14,13 +15,28 @@ namespace {
 
 // FINISHED/FAILED's details: the latency, and the events folded into it.
 // FINISHED takes over SUBMITTED's record when it can (submitted_mark).
-TaskEventDetail EndDetail(PendingTask& task) {
+TaskEventDetail EndDetail(PendingTask& task, const TaskExecution& execution = {}) {
   return {.node = task.lease_node,
           .worker_pid = task.lease_worker_pid,
           .actor_call = task.kind != proto::TaskKind::NORMAL,
           .since_tick = task.submitted_tick,
           .earlier_ticks = {task.dependencies_ready_tick, task.lease_tick},
+          .execution = execution,
           .start = &task.submitted_mark};
+}
+
+// The executor's events a reply carries (none: started_us 0). An actor call's
+// owner learns where it ran from them (a task's knows from its lease).
+TaskExecution ExecutionOf(PendingTask& task, proto::TaskReply::Reader reply) {
+  if (reply.getStartedMicros() == 0) return {};
+  if (task.lease_worker_pid == 0) task.lease_worker_pid = reply.getWorkerPid();
+  if (task.lease_node.IsNil() && reply.getNodeId().size() == NodeId::kSize) {
+    task.lease_node = IdFrom<NodeId>(reply.getNodeId());
+  }
+  return {.started_us = reply.getStartedMicros(),
+          .args_fetch_us = reply.getArgsFetchMicros(),
+          .run_us = reply.getRunMicros(),
+          .store_us = reply.getStoreMicros()};
 }
 
 }  // namespace
@@ -42,16 +58,25 @@ void TaskManager::RecordFinished(PendingTask& task, const char* state) {
   finished_.push_back(std::move(oldest));
 }
 
+void TaskManager::Complete(PendingTask& task, proto::TaskReply::Reader reply) {
+  Complete(task, reply.getResult(), ExecutionOf(task, reply));
+}
+
 void TaskManager::Complete(PendingTask& task, proto::Value::Reader result) {
+  Complete(task, result, TaskExecution{});
+}
+
+void TaskManager::Complete(PendingTask& task, proto::Value::Reader result,
+                           const TaskExecution& execution) {
   io_thread_.Check("TaskManager::Complete");
   RecordFinished(task, result.isError() ? "FAILED" : "FINISHED");
   if (result.isError()) {
     TaskEvents().Record(TaskEventKind::kFailed, task.task_id, task.attempt,
                         std::string_view(result.getError().getMessage().cStr()).substr(0, 200),
-                        EndDetail(task));
+                        EndDetail(task, execution));
   } else {
     TaskEvents().Record(TaskEventKind::kFinished, task.task_id, task.attempt, {},
-                        EndDetail(task));
+                        EndDetail(task, execution));
   }
   // Only a stored result is listed by `lumen memory`: an inline one costs no interning.
   const std::string* site =

@@ -21,6 +21,7 @@
 #include "core/worker/memory_store.h"
 #include "core/worker/pending_task.h"
 #include "lumen/common/ids.h"
+#include "lumen/common/task_events.h"
 #include "lumen/common/thread_checker.h"
 #include "lumen/proto/lumen.capnp.h"
 
@@ -47,6 +48,10 @@ class TaskManager {
   // The task ran: its return object gets `result` (a value or the task's
   // error), as a result this process owns.
   void Complete(PendingTask& task, proto::Value::Reader result);
+  // The same for the worker's `reply`, whose execution times (TaskExecution:
+  // the worker's STARTED to RESULT_STORED, when it sent them) the task's
+  // FINISHED/FAILED event carries.
+  void Complete(PendingTask& task, proto::TaskReply::Reader reply);
   // The task fails for good with `failure`; it is destroyed here (which
   // releases its argument refs).
   void Fail(std::unique_ptr<PendingTask> task, Failure failure);
@@ -83,6 +88,8 @@ class TaskManager {
   const std::deque<FinishedTask>& finished() const { return finished_; }
 
  private:
+  // Complete's, with the executor's events (none: started_us 0).
+  void Complete(PendingTask& task, proto::Value::Reader result, const TaskExecution& execution);
   void RecordFinished(PendingTask& task, const char* state);
 
   MemoryStore& store_;

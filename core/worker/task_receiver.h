@@ -54,10 +54,9 @@ struct TaskToRun {
     std::string owner;         // who to tell when we make a copy here
   };
   std::vector<Arg> args;
-  // The ARGS_FETCHED task event's tick, folded into RESULT_STORED's record.
+  // When its arguments were fetched (TaskEventClock; 0: not yet): its
+  // ARGS_FETCHED task event.
   uint64_t args_fetched_tick = 0;
-  // Where STARTED's record went: RESULT_STORED takes it over while it is undrained.
-  TaskEventMark started_mark;
 };
 
 class TaskReceiver {

@@ -131,5 +131,39 @@ TEST_CASE("the timeline puts each task on its worker's row with its phases") {
   CHECK(names.size() == 7);
 }
 
+// Invariant: a worker's events its owner's node delivered (the FINISHED that
+// carried them, task_events.h) put the task on the row of the node its
+// STARTED names, not the delivering node's; the slice takes the submitted
+// name when STARTED has none (a FAILED's record carries its message instead).
+TEST_CASE("the timeline puts a task on the node its STARTED names") {
+  runtime::NodeTaskEvents a{.node = NodeId::Random()}, b{.node = NodeId::Random()};
+  TaskId remote = TaskId::Random();
+  TaskEvent started = Event(TaskEventKind::kStarted, remote, 30, 4000);
+  started.node = b.node;  // ran on node b; delivered by node a, its owner's
+  a.events = {Event(TaskEventKind::kSubmitted, remote, 10, 1000, "Fit"),
+              started,
+              Event(TaskEventKind::kArgsFetched, remote, 30, 4100),
+              Event(TaskEventKind::kExecuted, remote, 30, 5100),
+              Event(TaskEventKind::kResultStored, remote, 30, 5200),
+              Event(TaskEventKind::kFinished, remote, 10, 6000)};
+  json::value root = json::parse(BuildChromeTrace({a, b}));
+  const json::array& trace = root.at("traceEvents").as_array();
+  const json::object* fit = Find(trace, "X", "Fit");
+  REQUIRE(fit != nullptr);
+  CHECK(fit->at("pid").as_int64() == 2);  // node b
+  CHECK(fit->at("tid").as_int64() == 30);
+  CHECK(fit->at("dur").as_int64() == 1200);
+  CHECK(fit->at("args").at("execution_ms").to_number<double>() == Approx(1.0));
+  bool worker_row = false;
+  for (const auto& e : trace) {
+    const auto& o = e.as_object();
+    if (o.at("ph") == "M" && o.at("name") == "thread_name" && o.at("pid").as_int64() == 2 &&
+        o.at("tid").as_int64() == 30) {
+      worker_row = o.at("args").at("name") == "worker pid 30";
+    }
+  }
+  CHECK(worker_row);
+}
+
 }  // namespace
 }  // namespace lumen::cli

@@ -586,6 +586,87 @@ TEST_CASE("a frame referring to the packed blob carries exactly its records") {
 // Invariant: a reader refuses what it cannot read instead of guessing: a
 // record cut short, an unknown kind, a blob of another packed version (with
 // an error naming both versions).
+// Invariant: a FINISHED or FAILED given the executor's events (its reply's
+// TaskExecution) reads back as them too, after the owner's folded events and
+// before its own: STARTED at started_us in the worker's process (worker_pid)
+// on the lease's node, named as the task when the record took over its
+// SUBMITTED, then ARGS_FETCHED, EXECUTED and RESULT_STORED at the phases' ends;
+// one record still, whether or not it took over its start. A FAILED's message
+// is not the function's name. The lean walk counts the same kinds.
+TEST_CASE("a finished task's record carries its executor's events") {
+  TaskEventRecorder recorder(16);
+  const TaskId whole = TaskId::Random(), apart = TaskId::Random(), failed = TaskId::Random();
+  const NodeId node = NodeId::Random();
+  const int64_t started = TaskEventRecorder::NowMicros() - 5000;
+  const TaskExecution execution{
+      .started_us = started, .args_fetch_us = 10, .run_us = 2000, .store_us = 30};
+  auto end_of = [&](TaskEventMark* mark, uint64_t since) {
+    return TaskEventDetail{.node = node,
+                           .worker_pid = 4242,
+                           .since_tick = since,
+                           .earlier_ticks = {recorder.Tick(), recorder.Tick()},
+                           .execution = execution,
+                           .start = mark};
+  };
+  TaskEventMark mark;
+  uint64_t since = recorder.Record(TaskEventKind::kSubmitted, whole, 0, "Fit", {.start = &mark});
+  recorder.Record(TaskEventKind::kFinished, whole, 0, {}, end_of(&mark, since));
+  since = recorder.Record(TaskEventKind::kSubmitted, apart, 0, "Fit");
+  recorder.Record(TaskEventKind::kFinished, apart, 0, {}, end_of(nullptr, since));
+  recorder.Record(TaskEventKind::kFailed, failed, 3, "it threw", end_of(nullptr, 0));
+  std::string records;
+  REQUIRE(recorder.DrainPacked(&records) == 4);  // whole: one record
+  auto back = packed_events::Decode(records);
+  REQUIRE(back.ok());
+  std::map<TaskId, std::vector<TaskEvent>> by_task;
+  for (const TaskEvent& e : *back) by_task[e.task_id].push_back(e);
+  const std::vector<TaskEventKind> executor = {TaskEventKind::kStarted, TaskEventKind::kArgsFetched,
+                                               TaskEventKind::kExecuted,
+                                               TaskEventKind::kResultStored};
+  for (const TaskId& t : {whole, apart, failed}) {
+    INFO("task " << (t == whole ? "whole" : t == apart ? "apart" : "failed"));
+    const std::vector<TaskEvent>& events = by_task[t];
+    REQUIRE(events.size() == (t == failed ? 7 : 8));
+    const size_t first = t == failed ? 2 : 3;  // after SUBMITTED and the folded two
+    for (size_t k = 0; k < executor.size(); ++k) {
+      const TaskEvent& e = events[first + k];
+      CHECK(e.kind == executor[k]);
+      CHECK(e.pid == 4242);
+      CHECK(e.task_id == t);
+      CHECK(e.attempt == (t == failed ? 3u : 0u));
+    }
+    const TaskEvent& start = events[first];
+    CHECK(start.time_us == started);
+    CHECK(start.node == node);
+    CHECK(start.name == (t == whole ? "Fit" : ""));
+    CHECK(events[first + 1].time_us == started + 10);
+    CHECK(events[first + 2].time_us == started + 2010);
+    CHECK(events[first + 3].time_us == started + 2040);
+    CHECK(events[first + 3].node.IsNil());
+    const TaskEvent& end = events.back();
+    CHECK(end.kind == (t == failed ? TaskEventKind::kFailed : TaskEventKind::kFinished));
+    CHECK(end.pid == static_cast<int32_t>(::getpid()));  // the owner's
+    CHECK(end.name == (t == failed ? "it threw" : ""));
+    CHECK(events[first - 1].kind == TaskEventKind::kLeaseGranted);
+    CHECK(events[first - 1].node == node);
+    CHECK(events[first - 1].worker_pid == 4242);
+  }
+  packed_events::EventCounts counts{};
+  REQUIRE(
+      packed_events::CountEvents(records, &counts, [](TaskEventKind, int64_t, uint64_t) {}).ok());
+  for (TaskEventKind k : executor) CHECK(counts[static_cast<size_t>(k)] == 3);
+  CHECK(counts[static_cast<size_t>(TaskEventKind::kSubmitted)] == 2);
+  CHECK(counts[static_cast<size_t>(TaskEventKind::kFinished)] == 2);
+
+  // The flag only on FINISHED and FAILED: on another kind the record is refused.
+  std::string bad;
+  packed_events::Append(
+      TaskEvent{.kind = TaskEventKind::kSubmitted, .time_us = 5, .task_id = whole}, &bad);
+  bad[packed_events::kSegmentHeaderSize] =
+      static_cast<char>(bad[packed_events::kSegmentHeaderSize] | packed_events::kWithExecution);
+  CHECK_FALSE(packed_events::Decode(bad).ok());
+}
+
 TEST_CASE("packed task events refuse cut records and unknown versions") {
   std::string records;
   TaskId t = TaskId::Random();
@@ -614,12 +695,12 @@ TEST_CASE("packed task events refuse cut records and unknown versions") {
   batch.getPacked()[0] = packed_events::kVersion + 1;
   auto refused = TaskEventsFromProto(batch.asReader());
   REQUIRE_FALSE(refused.ok());
-  CHECK_THAT(std::string(refused.status().message()), Catch::Contains("version 5"));
-  CHECK_THAT(std::string(refused.status().message()), Catch::Contains("reads version 4"));
+  CHECK_THAT(std::string(refused.status().message()), Catch::Contains("version 6"));
+  CHECK_THAT(std::string(refused.status().message()), Catch::Contains("reads version 5"));
   // The records of an older Lumen (version 1: one per event; 2: a fixed
-  // header per record; 3: no kWithStart) are refused too, not read as if they
-  // were this version's.
-  for (uint8_t version : {1, 2, 3}) {
+  // header per record; 3: no kWithStart; 4: no kWithExecution) are refused
+  // too, not read as if they were this version's.
+  for (uint8_t version : {1, 2, 3, 4}) {
     batch.getPacked()[0] = version;
     auto old = TaskEventsFromProto(batch.asReader());
     REQUIRE_FALSE(old.ok());
@@ -645,9 +726,18 @@ TEST_CASE("the lean task event walk agrees with ForEach, refusals included") {
                    .earlier_ticks = {recorder.Tick(), recorder.Tick()}});
   recorder.RecordEvent(TaskEvent{.kind = TaskEventKind::kPull, .time_us = 1000, .name = "obj",
                                  .node = NodeId::Random(), .bytes = 12345, .duration_us = 67});
+  recorder.Record(TaskEventKind::kFinished, TaskId::Random(), 1, {},
+                  {.node = NodeId::Random(),
+                   .worker_pid = 9,
+                   .since_tick = submitted,
+                   .earlier_ticks = {recorder.Tick(), recorder.Tick()},
+                   .execution = {.started_us = TaskEventRecorder::NowMicros() - 500,
+                                 .args_fetch_us = 3,
+                                 .run_us = 200,
+                                 .store_us = 1000}});
   recorder.Record(TaskEventKind::kSubmitted, TaskId::Random(), 2, "f");  // a name referred to
   std::string records;
-  REQUIRE(recorder.DrainPacked(&records) == 6);
+  REQUIRE(recorder.DrainPacked(&records) == 7);
   records += records;  // two flushes end to end
 
   struct Seen {
@@ -669,8 +759,8 @@ TEST_CASE("the lean task event walk agrees with ForEach, refusals included") {
   size_t full_count = 0, lean_count = 0;
   REQUIRE(walk_full(records, &full, &full_count).ok());
   REQUIRE(walk_lean(records, &lean, &lean_count).ok());
-  CHECK(full.size() == 18);  // 12 records, 6 folded events
-  CHECK(lean_count == 12);
+  CHECK(full.size() == 32);  // 14 records, 8 folded events, 8 executor events
+  CHECK(lean_count == 14);
   CHECK(lean_count == full_count);
   CHECK(lean == full);
   bool pull_bytes = false, failed_latency = false;
@@ -704,7 +794,7 @@ TEST_CASE("the lean task event walk agrees with ForEach, refusals included") {
   };
   count_agrees(records, full, absl::OkStatus(), full_count);
   CHECK(std::count_if(full.begin(), full.end(),
-                      [](const Seen& s) { return s.duration_us != 0 || s.bytes != 0; }) >= 4);
+                      [](const Seen& s) { return s.duration_us != 0 || s.bytes != 0; }) >= 6);
 
   for (size_t cut = 1; cut < records.size(); ++cut) {
     INFO("cut to " << cut);

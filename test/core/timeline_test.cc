@@ -24,6 +24,13 @@ std::string WhereAmI(int delay_ms) {
   return std::to_string(::getpid()) + " " + lumen::GetNodeId();
 }
 
+// Waits for `path` to exist (polled, 60 s at most): a task that runs until
+// the test ends it. 1 if it saw the file.
+int WaitForFile(std::string path) {
+  for (int i = 0; i < 60000 && !std::filesystem::exists(path); ++i) ::usleep(1000);
+  return std::filesystem::exists(path) ? 1 : 0;
+}
+
 class TimelineTally {
  public:
   static TimelineTally* Create() { return new TimelineTally(); }
@@ -57,7 +64,20 @@ size_t SlicesNamed(const json::array& trace, const std::string& name) {
 
 }  // namespace
 
-LUMEN_REMOTE(WhereAmI, TimelineTally::Create, &TimelineTally::Add);
+// The statuses of the task slices named `name`, in the trace's order.
+std::vector<std::string> SliceStatuses(const json::array& trace, const std::string& name) {
+  std::vector<std::string> statuses;
+  for (const auto& e : trace) {
+    const auto& o = e.as_object();
+    if (o.at("ph") == "X" && o.at("name") == name.c_str() && o.contains("args") &&
+        o.at("args").as_object().contains("status")) {
+      statuses.emplace_back(o.at("args").at("status").as_string());
+    }
+  }
+  return statuses;
+}
+
+LUMEN_REMOTE(WhereAmI, WaitForFile, TimelineTally::Create, &TimelineTally::Add);
 
 using lumen::test::RunCommand;
 using lumen::test::WaitUntil;
@@ -144,4 +164,62 @@ TEST_CASE("lumen timeline writes one slice per task on its worker's row, per nod
   CHECK(seen == expected);
   CHECK(flows_out == flows_in);
   CHECK(flows_out >= kTasks + 3);
+}
+
+// Invariant: a task's worker events travel with its result, so a task still
+// running must be recorded by its worker at a flush: the timeline shows it
+// as RUNNING on its worker's row while it runs, and once it ends, exactly one
+// slice for it (the worker's STARTED and the owner's FINISHED, never a second
+// copy carried by the reply), FINISHED, with its phases.
+TEST_CASE("a running task shows in the timeline as running, then once as finished") {
+  lumen::test::MultiNodeCluster cluster({{.resources = {{"CPU", 1}}}},
+                                        {{"LUMEN_TASK_EVENT_FLUSH_PERIOD_MS", "100"}});
+  const std::string base = (std::filesystem::temp_directory_path() /
+                            ("lumen-timeline-running-" + std::to_string(::getpid())))
+                               .string();
+  const std::string gate = base + ".gate", file = base + ".json";
+  std::filesystem::remove(gate);
+  auto ref = lumen::Task(WaitForFile).Remote(gate);
+  json::array trace;
+  std::string out;
+  auto timeline = [&] {
+    if (RunCommand(std::string(LUMEN_CLI_PATH) + " timeline " + file + " --address " +
+                       cluster.head_address(),
+                   &out) != 0) {
+      return false;
+    }
+    trace = ReadTrace(file);
+    return true;
+  };
+  const bool running = WaitUntil([&] {
+    return timeline() && SliceStatuses(trace, "WaitForFile") == std::vector<std::string>{"RUNNING"};
+  });
+  INFO(out);
+  REQUIRE(running);
+  { std::ofstream(gate) << "go"; }
+  REQUIRE(*lumen::Get(ref) == 1);
+  // The owner's FINISHED and the worker's end (its next flush) both arrive.
+  auto ended = [&] {
+    for (const auto& e : trace) {
+      const auto& o = e.as_object();
+      if (o.at("ph") == "X" && o.at("name") == "WaitForFile") {
+        return o.at("args").at("result_store_ms").is_number();
+      }
+    }
+    return false;
+  };
+  const bool finished = WaitUntil([&] {
+    return timeline() &&
+           SliceStatuses(trace, "WaitForFile") == std::vector<std::string>{"FINISHED"} && ended();
+  });
+  std::filesystem::remove(gate);
+  std::filesystem::remove(file);
+  INFO("statuses: " << SliceStatuses(trace, "WaitForFile").size());
+  REQUIRE(finished);
+  for (const auto& e : trace) {
+    const auto& o = e.as_object();
+    if (o.at("ph") != "X" || o.at("name") != "WaitForFile") continue;
+    CHECK(o.at("args").at("execution_ms").is_number());
+    CHECK(o.at("args").at("result_store_ms").is_number());
+  }
 }

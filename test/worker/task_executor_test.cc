@@ -4,6 +4,7 @@
 #include "core/worker/task_executor.h"
 
 #include <capnp/serialize.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <catch2/catch.hpp>
@@ -41,6 +42,11 @@ struct Reply {
   std::string message;
   bool actor_exiting = false;
   bool last = false;  // sent through SendLastReplyAndExit
+  // The executor's task events (TaskExecution), and where it ran.
+  uint64_t exec_micros = 0;
+  TaskExecution execution;
+  int32_t worker_pid = 0;
+  NodeId node;
 };
 
 Reply Decode(const std::string& frame, bool last) {
@@ -59,6 +65,11 @@ Reply Decode(const std::string& frame, bool last) {
   out.attempt = r.getAttempt();
   out.actor_exiting = r.getActorExiting();
   out.last = last;
+  out.exec_micros = r.getExecMicros();
+  out.execution = {r.getStartedMicros(), r.getArgsFetchMicros(), r.getRunMicros(),
+                   r.getStoreMicros()};
+  out.worker_pid = r.getWorkerPid();
+  out.node = IdFrom<NodeId>(r.getNodeId());
   auto value = r.getResult();
   switch (value.which()) {
     case proto::Value::INLINE: {
@@ -773,6 +784,100 @@ TEST_CASE("an executor thread spins for its next task only while its tasks come 
   host.stop = true;
   receiver.Stop();
   runner.join();
+}
+
+// This process's task events of `task`, drained (other tests' are dropped).
+std::vector<TaskEvent> EventsOf(const TaskId& task) {
+  std::vector<TaskEvent> mine;
+  for (TaskEvent& e : TaskEvents().Drain()) {
+    if (e.task_id == task) mine.push_back(std::move(e));
+  }
+  return mine;
+}
+
+TEST_CASE("a task's events travel in its reply: when it started, its phases, where it ran",
+          "[worker][executor][task_events]") {
+  // Invariant: a task that ends before any flush records no event in its
+  // worker; its reply carries its start (system clock) and phases, which
+  // add up to its run time, and the worker's pid (and for an actor call its
+  // node, which the caller has no lease to learn it from).
+  REQUIRE(registered);
+  REQUIRE(TaskEvents().enabled());
+  FakeHost host;
+  TaskReceiver receiver;
+  const auto options = TestOptions();
+  TaskExecutor executor(host, receiver, options);
+  TaskEvents().Drain();
+  const int64_t before = TaskEventRecorder::NowMicros();
+  auto task = Task("executor_test.Sum", {2, 3});
+  executor.Execute(task);
+  const int64_t after = TaskEventRecorder::NowMicros();
+  REQUIRE(host.replies.size() == 1);
+  const Reply& r = host.replies[0];
+  CHECK(r.execution.started_us >= before);
+  CHECK(r.execution.started_us <= after);
+  CHECK(uint64_t{r.execution.args_fetch_us} + r.execution.run_us + r.execution.store_us ==
+        r.exec_micros);
+  CHECK(r.execution.started_us + static_cast<int64_t>(r.exec_micros) <= after);
+  CHECK(r.worker_pid == ::getpid());
+  CHECK(r.node.IsNil());  // a task's owner knows its node from the lease
+  CHECK(EventsOf(task.task_id).empty());
+
+  auto creation = Task("executor_test.Counter", {10}, proto::TaskKind::ACTOR_CREATION);
+  executor.Execute(creation);
+  auto call = Task("executor_test.Counter.Add", {5}, proto::TaskKind::ACTOR_METHOD);
+  executor.Execute(call);
+  REQUIRE(host.replies.size() == 3);
+  CHECK(host.replies[2].execution.started_us >= before);
+  CHECK(host.replies[2].node == options.node_id);
+  CHECK(host.replies[2].worker_pid == ::getpid());
+  CHECK(EventsOf(call.task_id).empty());
+}
+
+TEST_CASE("a task running at a flush is recorded by its worker, once, and its reply carries none",
+          "[worker][executor][task_events]") {
+  // Invariant: exactly one side records a task's executor events: a flush
+  // that finds it running records its STARTED (so a long task shows as
+  // running) and the worker its end; its reply then carries no events (the
+  // owner would record them a second time).
+  REQUIRE(registered);
+  FakeHost host;
+  TaskReceiver receiver;
+  TaskExecutor executor(host, receiver, TestOptions());
+  gate_entered = false;
+  gate_open = false;
+  TaskEvents().Drain();
+  CHECK(executor.RecordRunningTasks() == 0);  // nothing runs
+  auto task = Task("executor_test.Gate", {});
+  std::thread runner([&] { executor.Execute(task); });
+  REQUIRE(Eventually([] { return gate_entered.load(); }));
+  CHECK(executor.RecordRunningTasks() == 1);
+  CHECK(executor.RecordRunningTasks() == 0);  // recorded already
+  {
+    std::lock_guard<std::mutex> lock(gate_mu);
+    gate_open = true;
+  }
+  gate_changed.notify_all();
+  runner.join();
+  REQUIRE(host.replies.size() == 1);
+  CHECK(host.replies[0].inline_bytes == codec::EncodeValue<int>(1));
+  CHECK(host.replies[0].execution.started_us == 0);
+  std::vector<TaskEvent> events = EventsOf(task.task_id);
+  std::vector<TaskEventKind> kinds;
+  for (const TaskEvent& e : events) kinds.push_back(e.kind);
+  CHECK(kinds == std::vector<TaskEventKind>{TaskEventKind::kStarted, TaskEventKind::kArgsFetched,
+                                            TaskEventKind::kExecuted,
+                                            TaskEventKind::kResultStored});
+  REQUIRE_FALSE(events.empty());
+  CHECK(events[0].name == "executor_test.Gate");
+  CHECK(events[0].pid == ::getpid());
+  CHECK(events[0].attempt == 2);
+  // The next task, not running at a flush, is carried by its reply again.
+  auto next = Task("executor_test.Sum", {1});
+  executor.Execute(next);
+  REQUIRE(host.replies.size() == 2);
+  CHECK(host.replies[1].execution.started_us != 0);
+  CHECK(EventsOf(next.task_id).empty());
 }
 }  // namespace
 }  // namespace lumen::runtime

@@ -119,6 +119,18 @@ struct TaskReply {
   execMicros @3 :UInt64;   # time the function ran, for the submitter's pipelining
   requeued @4 :Bool;       # not run: the worker blocked in Get; submit it elsewhere
   actorExiting @5 :Bool;   # the actor called ExitActor: it ends after this reply
+  # The executor's task events, carried to the owner's FINISHED/FAILED record
+  # instead of a record of the worker's own (task_events.h): when it started
+  # (system clock, microseconds since the epoch; 0: not carried, the worker
+  # recorded them itself, or events are off) and how long its argument fetch,
+  # execution and result store took, in microseconds; the worker's pid, and
+  # for an actor call its node (a task's owner knows it from the lease).
+  startedMicros @6 :Int64;
+  argsFetchMicros @7 :UInt32;
+  runMicros @8 :UInt32;
+  storeMicros @9 :UInt32;
+  workerPid @10 :Int32;
+  nodeId @11 :Data;
 }
 
 enum SchedulingKind {

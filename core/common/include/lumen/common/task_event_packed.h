@@ -17,7 +17,8 @@
 //            [16 node id]  flags & kSegmentNode     the recording process's node
 //            [16 worker id] flags & kSegmentWorker  and worker (a worker's own)
 //   record:  u8 kind (low 5 bits; 0x20: kSelfIds, the node and worker are the
-//            segment's; 0x40: kWithStart, below) | u8 flags | varint attempt
+//            segment's; 0x40: kWithStart, 0x80: kWithExecution, below)
+//            | u8 flags | varint attempt
 //            | zigzag varint time_us - the previous record's (the first: the base's)
 //            [16 task id]                      flags & kHasTask
 //            [16 node id]                      flags & kHasNode
@@ -25,6 +26,8 @@
 //            [zigzag worker_pid | varint bytes | zigzag duration_us]   flags & kHasExtra
 //            [varint, varint: 0 none, else zigzag(time_us - folded time) + 1]
 //                                              flags & kHasFolded
+//            [zigzag time_us - started_us, varint args fetch us, varint run us,
+//             varint store us]                 kind & kWithExecution
 //            [varint length, bytes]            flags & kNameLiteral (added to
 //                                              the segment's name table)
 //            [varint index]                    flags & kNameRef (a name of that table)
@@ -48,6 +51,14 @@
 // (as when recorded apart). So one record per task and process is the
 // common case (task_events.h).
 //
+// kWithExecution (FINISHED and FAILED only): the record also stands for the
+// executor's STARTED, ARGS_FETCHED, EXECUTED and RESULT_STORED (TaskExecution,
+// from the worker's reply), given after the folded events, in the process
+// worker_pid (kHasExtra's) on the record's node, with the worker's id if the
+// record has one; STARTED takes the record's name (the start's, when
+// kWithStart). The folded LEASE_GRANTED, when there is one, still takes the node
+// and worker_pid; the record's own event then has neither.
+//
 // On the wire the blob starts with kVersion (TaskEventBatch.packed); a reader
 // refuses another version with an error naming both. Pure functions,
 // thread-safe; a Writer is one caller's.
@@ -67,11 +78,12 @@
 
 namespace lumen::packed_events {
 
-// The version byte that leads a packed blob on the wire (4: kWithStart; 3:
+// The version byte that leads a packed blob on the wire (5: kWithExecution;
+// 4: kWithStart; 3:
 // segments, varints and name tables; 2 had a fixed header per record). Blobs
 // live in the daemons' memory only, never across versions: readers read this
 // one alone.
-inline constexpr uint8_t kVersion = 4;
+inline constexpr uint8_t kVersion = 5;
 
 enum Flags : uint8_t {
   kActorCall = 1 << 0,
@@ -87,6 +99,7 @@ enum Flags : uint8_t {
 inline constexpr uint8_t kKindMask = 0x1F;
 inline constexpr uint8_t kSelfIds = 0x20;
 inline constexpr uint8_t kWithStart = 0x40;
+inline constexpr uint8_t kWithExecution = 0x80;
 // A segment header's first byte, and its flags.
 inline constexpr uint8_t kSegmentMarker = 0xFF;
 enum SegmentFlags : uint8_t {
@@ -119,6 +132,9 @@ struct Fields {
   // FINISHED, RESULT_STORED: the record also stands for its part's start
   // (kWithStart), at time_us - duration_us, named `name`.
   bool with_start = false;
+  // FINISHED/FAILED: the executor's events (kWithExecution), in the process
+  // worker_pid; written when started_us is set.
+  TaskExecution execution;
   std::string_view name;             // at most 65,535 bytes (longer is cut)
 };
 

@@ -13,6 +13,11 @@
 //   owner:    SUBMITTED -> DEPENDENCIES_READY -> LEASE_GRANTED -> FINISHED | FAILED
 //   executor:                      STARTED -> ARGS_FETCHED -> EXECUTED -> RESULT_STORED
 //
+// The executor's four mostly travel in its reply instead (TaskExecution), and
+// the owner's FINISHED/FAILED record stands for them too: a worker records a
+// task itself only when it is still running at a flush of the worker's events
+// (so a long task shows as running), STARTED then and RESULT_STORED at its end.
+//
 // One record per task in each process, mostly: the events in the middle are
 // taken as ticks (Tick()) that the caller keeps with the task and passes to
 // the record that ends its part (TaskEventDetail::earlier_ticks):
@@ -126,6 +131,16 @@ struct TaskEventMark {
   uint64_t index = 0;       // the slot
 };
 
+// What an executor measured of a task it ran, sent back in its reply: the
+// worker's STARTED, ARGS_FETCHED, EXECUTED and RESULT_STORED, which the
+// owner's FINISHED/FAILED record then stands for (TaskEventDetail::execution).
+struct TaskExecution {
+  int64_t started_us = 0;      // system clock, microseconds since the epoch (0: none)
+  uint32_t args_fetch_us = 0;  // STARTED -> ARGS_FETCHED
+  uint32_t run_us = 0;         // -> EXECUTED
+  uint32_t store_us = 0;       // -> RESULT_STORED
+};
+
 // Extra fields for Record: what a few kinds carry besides the task.
 struct TaskEventDetail {
   // LEASE_GRANTED (also the folded one of FINISHED/FAILED): the node and the
@@ -148,6 +163,10 @@ struct TaskEventDetail {
   // SUBMITTED, STARTED: the event's tick when it was taken earlier (Tick();
   // 0: now).
   uint64_t at_tick = 0;
+  // FINISHED/FAILED: the executor's events, when its reply carried them (the
+  // worker then recorded none): they run in the process `worker_pid` on
+  // `node`.
+  TaskExecution execution;
   // SUBMITTED, STARTED: set to where the record went. FINISHED, RESULT_STORED:
   // the mark its start left; the start's record becomes this one (carrying
   // both) if it is still in this thread's ring, undrained. Other kinds: unused.
