@@ -124,6 +124,19 @@ std::string BuildChromeTrace(const std::vector<runtime::NodeTaskEvents>& nodes) 
   for (const auto& node : nodes)
     for (const auto& e : node.events) last = std::max(last, e.time_us);
 
+  // A retried attempt's events may name no function (its SUBMITTED is the
+  // first attempt's): it takes a name another attempt of the task has.
+  absl::flat_hash_map<TaskId, std::string> task_names;
+  for (const auto& [key, a] : attempts) {
+    if (!a.name.empty()) task_names.try_emplace(key.first, a.name);
+  }
+  for (auto& [key, a] : attempts) {
+    if (a.name.empty()) {
+      auto named = task_names.find(key.first);
+      if (named != task_names.end()) a.name = named->second;
+    }
+  }
+
   uint64_t flow_id = 0;
   for (const auto& [key, a] : attempts) {
     int64_t started = At(a, TaskEventKind::kStarted);

@@ -215,6 +215,7 @@ void NormalTaskSubmitter::OnTaskReply(uint64_t key, proto::TaskReply::Reader rep
              tasks_.ConsumeRetry(*task)) {
     LUMEN_LOG(INFO) << task->name() << " threw; retrying (attempt " << task->attempt + 1
                     << ", retry_exceptions)";
+    tasks_.RecordRetriedAttempt(*task, reply);
     queue.ready.push_back(std::move(task));
   } else {
     tasks_.Complete(*task, reply);

@@ -2,6 +2,7 @@
 // io thread.
 #include "core/worker/task_manager.h"
 
+#include <array>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -64,6 +65,31 @@ void TaskManager::Complete(PendingTask& task, proto::TaskReply::Reader reply) {
 
 void TaskManager::Complete(PendingTask& task, proto::Value::Reader result) {
   Complete(task, result, TaskExecution{});
+}
+
+void TaskManager::RecordRetriedAttempt(const PendingTask& task, proto::TaskReply::Reader reply) {
+  io_thread_.Check("TaskManager::RecordRetriedAttempt");
+  if (reply.getStartedMicros() == 0 || !TaskEvents().enabled()) return;
+  static constexpr std::array<TaskEventKind, 4> kKinds = {
+      TaskEventKind::kStarted, TaskEventKind::kArgsFetched, TaskEventKind::kExecuted,
+      TaskEventKind::kResultStored};
+  const std::array<int64_t, 4> lengths = {0, reply.getArgsFetchMicros(), reply.getRunMicros(),
+                                          reply.getStoreMicros()};
+  int64_t at = reply.getStartedMicros();
+  for (size_t k = 0; k < kKinds.size(); ++k) {
+    at += lengths[k];
+    TaskEvent e{.kind = kKinds[k],
+                .actor_call = task.kind != proto::TaskKind::NORMAL,
+                .attempt = reply.getAttempt(),
+                .pid = reply.getWorkerPid(),
+                .time_us = at,
+                .task_id = task.task_id};
+    if (k == 0) {
+      e.name = task.function;
+      e.node = task.lease_node;
+    }
+    TaskEvents().RecordEvent(e);
+  }
 }
 
 void TaskManager::Complete(PendingTask& task, proto::Value::Reader result,

@@ -52,6 +52,10 @@ class TaskManager {
   // the worker's STARTED to RESULT_STORED, when it sent them) the task's
   // FINISHED/FAILED event carries.
   void Complete(PendingTask& task, proto::TaskReply::Reader reply);
+  // The attempt `reply` answers threw and runs again (retry_exceptions): no
+  // FINISHED/FAILED carries its executor's events, so they are recorded
+  // here as events of their own (in the worker's pid), when the reply has them.
+  void RecordRetriedAttempt(const PendingTask& task, proto::TaskReply::Reader reply);
   // The task fails for good with `failure`; it is destroyed here (which
   // releases its argument refs).
   void Fail(std::unique_ptr<PendingTask> task, Failure failure);

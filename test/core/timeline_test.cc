@@ -10,6 +10,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,15 @@ std::string WhereAmI(int delay_ms) {
 int WaitForFile(std::string path) {
   for (int i = 0; i < 60000 && !std::filesystem::exists(path); ++i) ::usleep(1000);
   return std::filesystem::exists(path) ? 1 : 0;
+}
+
+// Throws the first time (it leaves `marker` behind), returns 7 after.
+int ThrowsOnce(std::string marker) {
+  if (!std::filesystem::exists(marker)) {
+    std::ofstream(marker) << "thrown";
+    throw std::runtime_error("first attempt");
+  }
+  return 7;
 }
 
 class TimelineTally {
@@ -77,7 +87,7 @@ std::vector<std::string> SliceStatuses(const json::array& trace, const std::stri
   return statuses;
 }
 
-LUMEN_REMOTE(WhereAmI, WaitForFile, TimelineTally::Create, &TimelineTally::Add);
+LUMEN_REMOTE(WhereAmI, WaitForFile, ThrowsOnce, TimelineTally::Create, &TimelineTally::Add);
 
 using lumen::test::RunCommand;
 using lumen::test::WaitUntil;
@@ -222,4 +232,43 @@ TEST_CASE("a running task shows in the timeline as running, then once as finishe
     CHECK(o.at("args").at("execution_ms").is_number());
     CHECK(o.at("args").at("result_store_ms").is_number());
   }
+}
+
+// Invariant: an attempt that threw and ran again (retry_exceptions) keeps its
+// slice: its owner records the executor events its reply carried (no
+// FINISHED carries them), so the timeline shows the first attempt, which
+// returned an error, and the second, FINISHED.
+TEST_CASE("a retried attempt keeps its slice in the timeline") {
+  lumen::test::MultiNodeCluster cluster({{.resources = {{"CPU", 1}}}},
+                                        {{"LUMEN_TASK_EVENT_FLUSH_PERIOD_MS", "100"}});
+  const std::string base = (std::filesystem::temp_directory_path() /
+                            ("lumen-timeline-retry-" + std::to_string(::getpid())))
+                               .string();
+  const std::string marker = base + ".marker", file = base + ".json";
+  std::filesystem::remove(marker);
+  REQUIRE(*lumen::Get(lumen::Task(ThrowsOnce).SetRetryExceptions(true).Remote(marker)) == 7);
+  json::array trace;
+  std::string out;
+  const bool both = WaitUntil([&] {
+    if (RunCommand(std::string(LUMEN_CLI_PATH) + " timeline " + file + " --address " +
+                       cluster.head_address(),
+                   &out) != 0) {
+      return false;
+    }
+    trace = ReadTrace(file);
+    return SliceStatuses(trace, "ThrowsOnce").size() == 2;
+  });
+  std::filesystem::remove(marker);
+  std::filesystem::remove(file);
+  INFO(out);
+  REQUIRE(both);
+  std::map<int64_t, std::string> by_attempt;
+  for (const auto& e : trace) {
+    const auto& o = e.as_object();
+    if (o.at("ph") != "X" || o.at("name") != "ThrowsOnce") continue;
+    by_attempt[o.at("args").at("attempt").as_int64()] =
+        std::string(o.at("args").at("status").as_string());
+    CHECK(o.at("args").at("execution_ms").is_number());
+  }
+  CHECK(by_attempt == std::map<int64_t, std::string>{{0, "RETURNED"}, {1, "FINISHED"}});
 }

@@ -112,5 +112,45 @@ TEST_CASE("a completed task gives its result a value, and the history keeps the 
   CHECK(states == std::vector<std::string>{"FAILED", "FINISHED", "FINISHED"});
 }
 
+TEST_CASE("a retried attempt's executor events are recorded by its owner, in the worker's pid",
+          "[worker][tasks][task_events]") {
+  // Invariant: an attempt that threw and runs again (retry_exceptions) gets no
+  // FINISHED/FAILED to carry its executor's events: the owner records them
+  // from the reply, under that attempt, in the worker's pid, at the reply's
+  // times. A reply without them (the worker recorded them itself) adds none.
+  ManagerRig rig;
+  auto task = rig.NewTask("flaky", 2);
+  task->function = "Flaky";
+  task->lease_node = NodeId::Random();
+  TaskEvents().Drain();
+  capnp::MallocMessageBuilder message;
+  auto reply = message.initRoot<proto::TaskReply>();
+  reply.setAttempt(0);
+  reply.setStartedMicros(1'000'000);
+  reply.setArgsFetchMicros(5);
+  reply.setRunMicros(100);
+  reply.setStoreMicros(7);
+  reply.setWorkerPid(4321);
+  rig.tasks.RecordRetriedAttempt(*task, reply.asReader());
+  reply.setStartedMicros(0);
+  rig.tasks.RecordRetriedAttempt(*task, reply.asReader());
+  std::vector<TaskEvent> events;
+  for (TaskEvent& e : TaskEvents().Drain()) {
+    if (e.task_id == task->task_id) events.push_back(std::move(e));
+  }
+  REQUIRE(events.size() == 4);
+  const std::vector<TaskEventKind> kinds = {TaskEventKind::kStarted, TaskEventKind::kArgsFetched,
+                                            TaskEventKind::kExecuted, TaskEventKind::kResultStored};
+  const std::vector<int64_t> times = {1'000'000, 1'000'005, 1'000'105, 1'000'112};
+  for (size_t i = 0; i < events.size(); ++i) {
+    CHECK(events[i].kind == kinds[i]);
+    CHECK(events[i].time_us == times[i]);
+    CHECK(events[i].pid == 4321);
+    CHECK(events[i].attempt == 0);
+  }
+  CHECK(events[0].name == "Flaky");
+  CHECK(events[0].node == task->lease_node);
+}
+
 }  // namespace
 }  // namespace lumen::runtime
