@@ -17,7 +17,8 @@ namespace json = boost::json;
 
 // What the events of one task attempt say, from every process that recorded them.
 struct Attempt {
-  std::string name;
+  std::string name;          // the task's, as its SUBMITTED gave it
+  std::string started_name;  // the function, as its STARTED gave it
   bool actor_call = false;
   // The time of each kind (0: not recorded).
   int64_t at[kNumTaskEventKinds] = {};
@@ -91,13 +92,13 @@ std::string BuildChromeTrace(const std::vector<runtime::NodeTaskEvents>& nodes) 
       a.actor_call |= e.actor_call;
       switch (e.kind) {
         case TaskEventKind::kSubmitted:
-          if (a.name.empty()) a.name = e.name;
+          if (!e.name.empty()) a.name = e.name;
           a.owner_pid = e.pid;
           a.owner_node = n;
           rows.emplace(std::make_pair(n, e.pid), "driver");
           break;
         case TaskEventKind::kStarted: {
-          if (!e.name.empty()) a.name = e.name;  // the function the executor ran
+          if (!e.name.empty()) a.started_name = e.name;
           a.executor_pid = e.pid;
           // Its node: the one it names (the owner's node delivers the
           // STARTED its FINISHED carried, task_events.h), else the deliverer.
@@ -124,8 +125,13 @@ std::string BuildChromeTrace(const std::vector<runtime::NodeTaskEvents>& nodes) 
   for (const auto& node : nodes)
     for (const auto& e : node.events) last = std::max(last, e.time_us);
 
-  // A retried attempt's events may name no function (its SUBMITTED is the
-  // first attempt's): it takes a name another attempt of the task has.
+  // A slice is named after the task (its SUBMITTED's name: the one given
+  // with SetName, else the function), else after what its STARTED ran, else
+  // (a retried attempt: its SUBMITTED is the first attempt's) after another
+  // attempt of the task.
+  for (auto& [key, a] : attempts) {
+    if (a.name.empty()) a.name = a.started_name;
+  }
   absl::flat_hash_map<TaskId, std::string> task_names;
   for (const auto& [key, a] : attempts) {
     if (!a.name.empty()) task_names.try_emplace(key.first, a.name);

@@ -11,6 +11,7 @@
 #include "core/worker/actor_host.h"
 #include "core/worker/actor_names.h"
 #include "core/worker/head_requester.h"
+#include "core/worker/task_manager.h"
 #include "core/worker/worker_state.h"
 #include "lumen/common/codec.h"
 #include "lumen/common/head_client.h"
@@ -315,6 +316,9 @@ std::unique_ptr<actors::ActorProcess> CoreWorker::ActorHost::StartProcess(
               }
               if (state->dropped) return;
               if (msg.isTaskReply()) {
+                // No FINISHED carries the constructor's events: they are recorded here.
+                RecordExecutionEvents(creation_id, /*actor_call=*/true, {}, NodeId(),
+                                      msg.getTaskReply());
                 auto result = msg.getTaskReply().getResult();
                 std::optional<actors::TaskFailure> error;
                 if (result.isError()) error = FailureFromProto(result.getError());

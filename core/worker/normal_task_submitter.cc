@@ -209,13 +209,15 @@ void NormalTaskSubmitter::OnTaskReply(uint64_t key, proto::TaskReply::Reader rep
       queue.avg_exec_micros < 0 ? micros : 0.8 * queue.avg_exec_micros + 0.2 * micros;
   proto::Value::Reader result = reply.getResult();
   if (task->cancelled) {
-    // Its object failed with TaskCancelledError already: the answer is dropped.
+    // Its object failed with TaskCancelledError already: the answer is
+    // dropped, but what ran is still shown.
+    tasks_.RecordUnfinishedAttempt(*task, reply);
   } else if (task->retry_exceptions && result.isError() &&
              result.getError().getKind() == proto::FailureKind::TASK_ERROR &&
              tasks_.ConsumeRetry(*task)) {
     LUMEN_LOG(INFO) << task->name() << " threw; retrying (attempt " << task->attempt + 1
                     << ", retry_exceptions)";
-    tasks_.RecordRetriedAttempt(*task, reply);
+    tasks_.RecordUnfinishedAttempt(*task, reply);
     queue.ready.push_back(std::move(task));
   } else {
     tasks_.Complete(*task, reply);

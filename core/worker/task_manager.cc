@@ -67,8 +67,14 @@ void TaskManager::Complete(PendingTask& task, proto::Value::Reader result) {
   Complete(task, result, TaskExecution{});
 }
 
-void TaskManager::RecordRetriedAttempt(const PendingTask& task, proto::TaskReply::Reader reply) {
-  io_thread_.Check("TaskManager::RecordRetriedAttempt");
+void TaskManager::RecordUnfinishedAttempt(const PendingTask& task, proto::TaskReply::Reader reply) {
+  io_thread_.Check("TaskManager::RecordUnfinishedAttempt");
+  RecordExecutionEvents(task.task_id, task.kind != proto::TaskKind::NORMAL, task.function,
+                        task.lease_node, reply);
+}
+
+void RecordExecutionEvents(const TaskId& task, bool actor_call, std::string_view name,
+                           const NodeId& node, proto::TaskReply::Reader reply) {
   if (reply.getStartedMicros() == 0 || !TaskEvents().enabled()) return;
   static constexpr std::array<TaskEventKind, 4> kKinds = {
       TaskEventKind::kStarted, TaskEventKind::kArgsFetched, TaskEventKind::kExecuted,
@@ -79,14 +85,16 @@ void TaskManager::RecordRetriedAttempt(const PendingTask& task, proto::TaskReply
   for (size_t k = 0; k < kKinds.size(); ++k) {
     at += lengths[k];
     TaskEvent e{.kind = kKinds[k],
-                .actor_call = task.kind != proto::TaskKind::NORMAL,
+                .actor_call = actor_call,
                 .attempt = reply.getAttempt(),
                 .pid = reply.getWorkerPid(),
                 .time_us = at,
-                .task_id = task.task_id};
+                .task_id = task};
     if (k == 0) {
-      e.name = task.function;
-      e.node = task.lease_node;
+      e.name = name;
+      e.node = !node.IsNil() || reply.getNodeId().size() != NodeId::kSize
+                   ? node
+                   : IdFrom<NodeId>(reply.getNodeId());
     }
     TaskEvents().RecordEvent(e);
   }

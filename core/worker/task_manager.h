@@ -29,6 +29,15 @@ namespace lumen::runtime {
 
 class PendingTaskPool;  // pending_task_pool.h
 
+// Records the executor's events `reply` carries (none when it has no
+// startedMicros: its worker recorded them, or events are off) as events of
+// their own, in the worker's pid: for a reply that completes no
+// FINISHED/FAILED (an actor's creation, an attempt that runs again).
+// `node`: where it ran (nil: the reply's, an actor's); `name`: its function
+// (empty: readers take the name its SUBMITTED gave). The io thread.
+void RecordExecutionEvents(const TaskId& task, bool actor_call, std::string_view name,
+                           const NodeId& node, proto::TaskReply::Reader reply);
+
 class TaskManager {
  public:
   // A task that ended, as `lumen list tasks` shows it.
@@ -52,10 +61,10 @@ class TaskManager {
   // the worker's STARTED to RESULT_STORED, when it sent them) the task's
   // FINISHED/FAILED event carries.
   void Complete(PendingTask& task, proto::TaskReply::Reader reply);
-  // The attempt `reply` answers threw and runs again (retry_exceptions): no
-  // FINISHED/FAILED carries its executor's events, so they are recorded
-  // here as events of their own (in the worker's pid), when the reply has them.
-  void RecordRetriedAttempt(const PendingTask& task, proto::TaskReply::Reader reply);
+  // The attempt `reply` answers ended without a FINISHED/FAILED to carry its
+  // executor's events (it threw and runs again, or was cancelled while it
+  // ran): they are recorded as events of their own (RecordExecutionEvents).
+  void RecordUnfinishedAttempt(const PendingTask& task, proto::TaskReply::Reader reply);
   // The task fails for good with `failure`; it is destroyed here (which
   // releases its argument refs).
   void Fail(std::unique_ptr<PendingTask> task, Failure failure);

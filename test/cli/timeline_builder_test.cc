@@ -154,6 +154,13 @@ TEST_CASE("the timeline puts a task on the node its STARTED names") {
   CHECK(fit->at("tid").as_int64() == 30);
   CHECK(fit->at("dur").as_int64() == 1200);
   CHECK(fit->at("args").at("execution_ms").to_number<double>() == Approx(1.0));
+  // A task given a name (SetName) is shown by it, whatever its STARTED ran.
+  TaskId named = TaskId::Random();
+  a.events = {Event(TaskEventKind::kStarted, named, 30, 4000, "Fn"),
+              Event(TaskEventKind::kSubmitted, named, 10, 1000, "my step")};
+  json::value renamed = json::parse(BuildChromeTrace({a, b}));
+  CHECK(Find(renamed.at("traceEvents").as_array(), "X", "my step") != nullptr);
+  CHECK(Find(renamed.at("traceEvents").as_array(), "X", "Fn") == nullptr);
   bool worker_row = false;
   for (const auto& e : trace) {
     const auto& o = e.as_object();

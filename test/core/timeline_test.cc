@@ -122,7 +122,8 @@ TEST_CASE("lumen timeline writes one slice per task on its worker's row, per nod
       return false;
     }
     trace = ReadTrace(file);
-    return SlicesNamed(trace, "WhereAmI") >= kTasks && SlicesNamed(trace, "&TimelineTally::Add") >= 3;
+    return SlicesNamed(trace, "WhereAmI") >= kTasks && SlicesNamed(trace, "&TimelineTally::Add") >= 3 &&
+           !SliceStatuses(trace, "TimelineTally::Create").empty();
   });
   std::filesystem::remove(file);
   INFO(out);
@@ -132,6 +133,9 @@ TEST_CASE("lumen timeline writes one slice per task on its worker's row, per nod
   CHECK(out.find("Wrote ") != std::string::npos);
   CHECK(SlicesNamed(trace, "WhereAmI") == kTasks);
   CHECK(SlicesNamed(trace, "&TimelineTally::Add") == 3);
+  // The actor's creation ran once (no FINISHED: its owner records what its
+  // reply carried).
+  CHECK(SliceStatuses(trace, "TimelineTally::Create") == std::vector<std::string>{"RETURNED"});
 
   // Row names: trace pid -> node, (pid, tid) -> thread name.
   std::map<int64_t, std::string> node_of_row;

@@ -131,9 +131,9 @@ TEST_CASE("a retried attempt's executor events are recorded by its owner, in the
   reply.setRunMicros(100);
   reply.setStoreMicros(7);
   reply.setWorkerPid(4321);
-  rig.tasks.RecordRetriedAttempt(*task, reply.asReader());
+  rig.tasks.RecordUnfinishedAttempt(*task, reply.asReader());
   reply.setStartedMicros(0);
-  rig.tasks.RecordRetriedAttempt(*task, reply.asReader());
+  rig.tasks.RecordUnfinishedAttempt(*task, reply.asReader());
   std::vector<TaskEvent> events;
   for (TaskEvent& e : TaskEvents().Drain()) {
     if (e.task_id == task->task_id) events.push_back(std::move(e));
