@@ -90,6 +90,28 @@ std::vector<std::string> SliceStatuses(const json::array& trace, const std::stri
 LUMEN_REMOTE(WhereAmI, WaitForFile, ThrowsOnce, TimelineTally::Create, &TimelineTally::Add);
 
 using lumen::test::RunCommand;
+
+namespace {
+
+// Runs `lumen timeline FILE` against the head at `address`: false when it
+// fails; else `trace` holds the trace it wrote. `out` gets its output.
+bool WriteTimeline(const std::string& address, const std::string& file, json::array* trace,
+                   std::string* out) {
+  if (RunCommand(std::string(LUMEN_CLI_PATH) + " timeline " + file + " --address " + address,
+                 out) != 0) {
+    return false;
+  }
+  *trace = ReadTrace(file);
+  return true;
+}
+
+// "<temp folder>/<stem>-<this process's pid>": a test's own files start so.
+std::string TempBase(const std::string& stem) {
+  return (std::filesystem::temp_directory_path() / (stem + "-" + std::to_string(::getpid())))
+      .string();
+}
+
+}  // namespace
 using lumen::test::WaitUntil;
 
 // Invariant: every task that ran appears once in the timeline, as a slice named
@@ -116,12 +138,7 @@ TEST_CASE("lumen timeline writes one slice per task on its worker's row, per nod
   std::string out;
   // The processes flush their events every 100 ms: ask until all are there.
   bool complete = WaitUntil([&] {
-    if (RunCommand(std::string(LUMEN_CLI_PATH) + " timeline " + file + " --address " +
-                       cluster.head_address(),
-                   &out) != 0) {
-      return false;
-    }
-    trace = ReadTrace(file);
+    if (!WriteTimeline(cluster.head_address(), file, &trace, &out)) return false;
     return SlicesNamed(trace, "WhereAmI") >= kTasks && SlicesNamed(trace, "&TimelineTally::Add") >= 3 &&
            !SliceStatuses(trace, "TimelineTally::Create").empty();
   });
@@ -188,23 +205,13 @@ TEST_CASE("lumen timeline writes one slice per task on its worker's row, per nod
 TEST_CASE("a running task shows in the timeline as running, then once as finished") {
   lumen::test::MultiNodeCluster cluster({{.resources = {{"CPU", 1}}}},
                                         {{"LUMEN_TASK_EVENT_FLUSH_PERIOD_MS", "100"}});
-  const std::string base = (std::filesystem::temp_directory_path() /
-                            ("lumen-timeline-running-" + std::to_string(::getpid())))
-                               .string();
+  const std::string base = TempBase("lumen-timeline-running");
   const std::string gate = base + ".gate", file = base + ".json";
   std::filesystem::remove(gate);
   auto ref = lumen::Task(WaitForFile).Remote(gate);
   json::array trace;
   std::string out;
-  auto timeline = [&] {
-    if (RunCommand(std::string(LUMEN_CLI_PATH) + " timeline " + file + " --address " +
-                       cluster.head_address(),
-                   &out) != 0) {
-      return false;
-    }
-    trace = ReadTrace(file);
-    return true;
-  };
+  auto timeline = [&] { return WriteTimeline(cluster.head_address(), file, &trace, &out); };
   const bool running = WaitUntil([&] {
     return timeline() && SliceStatuses(trace, "WaitForFile") == std::vector<std::string>{"RUNNING"};
   });
@@ -245,21 +252,14 @@ TEST_CASE("a running task shows in the timeline as running, then once as finishe
 TEST_CASE("a retried attempt keeps its slice in the timeline") {
   lumen::test::MultiNodeCluster cluster({{.resources = {{"CPU", 1}}}},
                                         {{"LUMEN_TASK_EVENT_FLUSH_PERIOD_MS", "100"}});
-  const std::string base = (std::filesystem::temp_directory_path() /
-                            ("lumen-timeline-retry-" + std::to_string(::getpid())))
-                               .string();
+  const std::string base = TempBase("lumen-timeline-retry");
   const std::string marker = base + ".marker", file = base + ".json";
   std::filesystem::remove(marker);
   REQUIRE(*lumen::Get(lumen::Task(ThrowsOnce).SetRetryExceptions(true).Remote(marker)) == 7);
   json::array trace;
   std::string out;
   const bool both = WaitUntil([&] {
-    if (RunCommand(std::string(LUMEN_CLI_PATH) + " timeline " + file + " --address " +
-                       cluster.head_address(),
-                   &out) != 0) {
-      return false;
-    }
-    trace = ReadTrace(file);
+    if (!WriteTimeline(cluster.head_address(), file, &trace, &out)) return false;
     return SliceStatuses(trace, "ThrowsOnce").size() == 2;
   });
   std::filesystem::remove(marker);
