@@ -129,11 +129,9 @@ std::string BuildChromeTrace(const std::vector<runtime::NodeTaskEvents>& nodes) 
   // with SetName, else the function), else after what its STARTED ran, else
   // (a retried attempt: its SUBMITTED is the first attempt's) after another
   // attempt of the task.
+  absl::flat_hash_map<TaskId, std::string> task_names;
   for (auto& [key, a] : attempts) {
     if (a.name.empty()) a.name = a.started_name;
-  }
-  absl::flat_hash_map<TaskId, std::string> task_names;
-  for (const auto& [key, a] : attempts) {
     if (!a.name.empty()) task_names.try_emplace(key.first, a.name);
   }
   for (auto& [key, a] : attempts) {

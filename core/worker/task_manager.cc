@@ -26,18 +26,27 @@ TaskEventDetail EndDetail(PendingTask& task, const TaskExecution& execution = {}
           .start = &task.submitted_mark};
 }
 
-// The executor's events a reply carries (none: started_us 0). An actor call's
-// owner learns where it ran from them (a task's knows from its lease).
-TaskExecution ExecutionOf(PendingTask& task, proto::TaskReply::Reader reply) {
-  if (reply.getStartedMicros() == 0) return {};
-  if (task.lease_worker_pid == 0) task.lease_worker_pid = reply.getWorkerPid();
-  if (task.lease_node.IsNil() && reply.getNodeId().size() == NodeId::kSize) {
-    task.lease_node = IdFrom<NodeId>(reply.getNodeId());
-  }
+// The executor's events a reply carries (none: started_us 0).
+TaskExecution ExecutionIn(proto::TaskReply::Reader reply) {
   return {.started_us = reply.getStartedMicros(),
           .args_fetch_us = reply.getArgsFetchMicros(),
           .run_us = reply.getRunMicros(),
           .store_us = reply.getStoreMicros()};
+}
+
+// `known`, else the node a reply names (an actor's: a task's owner knows it
+// from the lease).
+NodeId NodeOr(const NodeId& known, proto::TaskReply::Reader reply) {
+  if (!known.IsNil() || reply.getNodeId().size() != NodeId::kSize) return known;
+  return IdFrom<NodeId>(reply.getNodeId());
+}
+
+// ExecutionIn, and where it ran into `task` when its lease did not say.
+TaskExecution ExecutionOf(PendingTask& task, proto::TaskReply::Reader reply) {
+  if (reply.getStartedMicros() == 0) return {};
+  if (task.lease_worker_pid == 0) task.lease_worker_pid = reply.getWorkerPid();
+  task.lease_node = NodeOr(task.lease_node, reply);
+  return ExecutionIn(reply);
 }
 
 }  // namespace
@@ -79,9 +88,9 @@ void RecordExecutionEvents(const TaskId& task, bool actor_call, std::string_view
   static constexpr std::array<TaskEventKind, 4> kKinds = {
       TaskEventKind::kStarted, TaskEventKind::kArgsFetched, TaskEventKind::kExecuted,
       TaskEventKind::kResultStored};
-  const std::array<int64_t, 4> lengths = {0, reply.getArgsFetchMicros(), reply.getRunMicros(),
-                                          reply.getStoreMicros()};
-  int64_t at = reply.getStartedMicros();
+  const TaskExecution x = ExecutionIn(reply);
+  const std::array<int64_t, 4> lengths = {0, x.args_fetch_us, x.run_us, x.store_us};
+  int64_t at = x.started_us;
   for (size_t k = 0; k < kKinds.size(); ++k) {
     at += lengths[k];
     TaskEvent e{.kind = kKinds[k],
@@ -92,9 +101,7 @@ void RecordExecutionEvents(const TaskId& task, bool actor_call, std::string_view
                 .task_id = task};
     if (k == 0) {
       e.name = name;
-      e.node = !node.IsNil() || reply.getNodeId().size() != NodeId::kSize
-                   ? node
-                   : IdFrom<NodeId>(reply.getNodeId());
+      e.node = NodeOr(node, reply);
     }
     TaskEvents().RecordEvent(e);
   }
